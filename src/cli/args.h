@@ -1,0 +1,30 @@
+/*
+ * args.h - command-line helpers shared by the q35 subcommands.
+ *
+ * Every long flag is accepted in both spellings: arg_is(a, "--top_k") matches "--top_k" and
+ * "--top-k" (and "--top_k=5" style is handled by arg_value). Values are parsed strictly: a
+ * number with trailing junk, out of range or missing is an error naming the flag.
+ */
+#ifndef Q35_CLI_ARGS_H
+#define Q35_CLI_ARGS_H
+
+#include <stdint.h>
+
+/* Does argv[*i] name flag `name` (given with underscores; '-' and '_' are interchangeable
+ * after the leading dashes)? If the argument has the form --flag=value, the value is kept
+ * for the next arg_value call. */
+int arg_is(int argc, char **argv, int *i, const char *name);
+/* The flag's value: either the "=value" part or argv[++*i]. Exits with status 2 and a
+ * message when it is missing. */
+const char *arg_value(int argc, char **argv, int *i);
+/* Strict numeric parsing; on error print "q35 CMD: FLAG: ..." to stderr and exit(2). */
+int64_t arg_int(const char *flag, const char *v, int64_t lo, int64_t hi);
+double arg_double(const char *flag, const char *v);
+/* Parse "1,2,3" (or space-separated) into a malloc'ed array; exits(2) on bad input. */
+int32_t *arg_ids(const char *flag, const char *v, int32_t *n);
+/* Print "q35 CMD: unknown option X (see q35 CMD --help)" and exit(2). */
+void arg_unknown(const char *cmd, const char *arg) __attribute__((noreturn));
+/* Print "q35: " + formatted message + newline to stderr. */
+void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+#endif

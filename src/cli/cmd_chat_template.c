@@ -1,0 +1,7 @@
+#include <stdio.h>
+#include "commands.h"
+int cmd_chat_template(int argc, char **argv) {
+  (void)argc; (void)argv;
+  fprintf(stderr, "q35: this command is not implemented yet\n");
+  return 2;
+}

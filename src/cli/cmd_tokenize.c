@@ -1,0 +1,14 @@
+#include <stdio.h>
+#include "commands.h"
+int cmd_tokenize(int argc, char **argv) {
+  (void)argc; (void)argv;
+  fprintf(stderr, "q35: this command is not implemented yet\n");
+  return 2;
+}
+#include <stdio.h>
+#include "commands.h"
+int cmd_detokenize(int argc, char **argv) {
+  (void)argc; (void)argv;
+  fprintf(stderr, "q35: this command is not implemented yet\n");
+  return 2;
+}

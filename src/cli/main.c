@@ -1,0 +1,43 @@
+/* main.c - the q35 command: a thin front end over libq35; each subcommand in cmd_*.c. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+static const struct {
+  const char *name;
+  int (*fn)(int, char **);
+  const char *help;
+} commands[] = {
+    {"run", cmd_run, "generate text or token ids from a prompt"},
+    {"logits", cmd_logits, "write the logits of a token sequence (parity tool)"},
+    {"sample", cmd_sample, "sample token ids from rows of logits in a file"},
+    {"tokenize", cmd_tokenize, "text to token ids"},
+    {"detokenize", cmd_detokenize, "token ids to text"},
+    {"chat-template", cmd_chat_template, "render a chat with the model's template"},
+    {"export", cmd_export, "Hugging Face checkpoint to GGUF; --tiny-test makes a test model"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
+    {"bench", cmd_bench, "prefill and decode speed"},
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: q35 COMMAND [options]   (q35 COMMAND --help for its options)\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].help);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+  fprintf(stderr, "q35: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

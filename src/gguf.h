@@ -1,0 +1,129 @@
+/*
+ * gguf.h - GGUF v3 reader (mmap, zero-copy, validated) and streaming writer.
+ *
+ * Reader: gguf_open maps the file read-only and parses the header, every metadata
+ * key/value and every tensor description, validating all of it before anything is used:
+ * magic, version (2 or 3), counts against the file size, string lengths, value types, array
+ * element types and lengths, tensor dimension counts (1..4) and sizes (no overflow), known
+ * tensor types (q35_type_name), alignment (general.alignment, default 32), and that every
+ * tensor's data lies inside the file (data section start + offset + size <= file size).
+ * Errors name the file and the key or tensor involved. Strings are views into the map
+ * (gguf_str: pointer + length, not NUL-terminated).
+ *
+ * Writer: declare metadata and tensors (name, type, shape), then either save in one go with
+ * every tensor's data in memory, or stream: gguf_writer_begin writes the header to
+ * "PATH.tmp", gguf_writer_write_tensor is called once per tensor in declaration order, and
+ * gguf_writer_finish flushes and renames to PATH. gguf_writer_abort (or any error) removes
+ * the temporary file, so a failed write never leaves a file that looks valid.
+ */
+#ifndef Q35_GGUF_H
+#define Q35_GGUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "q35.h"
+
+enum gguf_vtype {
+  GGUF_U8 = 0, GGUF_I8 = 1, GGUF_U16 = 2, GGUF_I16 = 3, GGUF_U32 = 4, GGUF_I32 = 5,
+  GGUF_F32 = 6, GGUF_BOOL = 7, GGUF_STRING = 8, GGUF_ARRAY = 9, GGUF_U64 = 10,
+  GGUF_I64 = 11, GGUF_F64 = 12,
+};
+
+typedef struct gguf_str {
+  const char *ptr;
+  uint64_t len;
+} gguf_str;
+
+typedef struct gguf_kv {
+  gguf_str key;
+  int type;              /* enum gguf_vtype */
+  union {
+    uint64_t u;          /* unsigned integers and bool */
+    int64_t i;           /* signed integers */
+    double f;            /* F32, F64 */
+    gguf_str s;          /* STRING */
+  } v;
+  /* ARRAY: element type, count, raw little-endian element data (numeric arrays), and for
+   * string arrays a table of views (arr_str[i]) built at open time. */
+  int arr_type;
+  uint64_t arr_n;
+  const void *arr_data;
+  gguf_str *arr_str;
+} gguf_kv;
+
+typedef struct gguf_tensor {
+  gguf_str name;
+  uint32_t n_dims;
+  int64_t ne[4];         /* ne[0] fastest; unused dims are 1 */
+  int type;              /* enum q35_type (GGML ids) */
+  uint64_t offset;       /* relative to the data section */
+  size_t nbytes;
+  const void *data;      /* points into the map */
+} gguf_tensor;
+
+typedef struct gguf_file {
+  char *path;
+  const uint8_t *map;
+  size_t size;
+  uint32_t version;
+  uint64_t n_kv, n_tensors;
+  gguf_kv *kv;
+  gguf_tensor *tensors;
+  size_t alignment;
+  size_t data_offset;    /* start of the tensor data section */
+  int owns_map;
+} gguf_file;
+
+gguf_file *gguf_open(const char *path, q35_err *err);
+/* Parse a GGUF image already in memory (not copied; must outlive the result). */
+gguf_file *gguf_open_mem(const void *data, size_t size, const char *name, q35_err *err);
+void gguf_close(gguf_file *f);
+
+const gguf_kv *gguf_find(const gguf_file *f, const char *key);
+const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
+int gguf_str_eq(gguf_str s, const char *c);
+
+/* Typed getters: return 0 and store the value, or -1 with an error naming the key (missing,
+ * wrong type, out of range). Integer getters accept any integer type whose value fits. */
+int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, q35_err *err);
+int gguf_get_f32(const gguf_file *f, const char *key, float *out, q35_err *err);
+int gguf_get_bool(const gguf_file *f, const char *key, int *out, q35_err *err);
+int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out, q35_err *err);
+/* Same, but a missing key yields `def` (a present key of the wrong type is still an error). */
+int gguf_get_u32_or(const gguf_file *f, const char *key, uint32_t def, uint32_t *out, q35_err *err);
+int gguf_get_f32_or(const gguf_file *f, const char *key, float def, float *out, q35_err *err);
+/* Integer array element i as int64 (any integer element type). */
+int64_t gguf_arr_int(const gguf_kv *kv, uint64_t i);
+float gguf_arr_f32(const gguf_kv *kv, uint64_t i);
+
+/* ---- writer ---- */
+typedef struct gguf_writer gguf_writer;
+
+gguf_writer *gguf_writer_new(void);
+void gguf_writer_free(gguf_writer *w);
+/* Metadata, in insertion order. Strings are copied. */
+void gguf_set_u32(gguf_writer *w, const char *key, uint32_t v);
+void gguf_set_i32(gguf_writer *w, const char *key, int32_t v);
+void gguf_set_u64(gguf_writer *w, const char *key, uint64_t v);
+void gguf_set_f32(gguf_writer *w, const char *key, float v);
+void gguf_set_bool(gguf_writer *w, const char *key, int v);
+void gguf_set_str(gguf_writer *w, const char *key, const char *v);
+void gguf_set_arr_i32(gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
+void gguf_set_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_t n);
+void gguf_set_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n);
+/* Copy every metadata pair of an open file (used to carry a tokenizer block over). */
+void gguf_set_kv_from(gguf_writer *w, const gguf_kv *kv);
+/* Declare a tensor; data may be NULL when streaming. ne[0] fastest, n_dims 1..4. Returns its
+ * index. The data size is q35_row_size(type, ne[0]) * ne[1] * ne[2] * ne[3]. */
+int gguf_add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims,
+                    const int64_t *ne, const void *data);
+/* Write everything at once (all tensors declared with data). Atomic (temp file + rename). */
+int gguf_writer_save(gguf_writer *w, const char *path, q35_err *err);
+/* Streaming. */
+int gguf_writer_begin(gguf_writer *w, const char *path, q35_err *err);
+int gguf_writer_write_tensor(gguf_writer *w, int index, const void *data, q35_err *err);
+int gguf_writer_finish(gguf_writer *w, q35_err *err);
+void gguf_writer_abort(gguf_writer *w);
+
+#endif

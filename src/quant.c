@@ -1,0 +1,1 @@
+int q35_placeholder_quant;

@@ -1,0 +1,72 @@
+/*
+ * quant.h - tensor element types (GGML's numbering and block layouts) and their kernels.
+ *
+ * Types: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, IQ4_XS, plus Q8_K (activation
+ * type only). Block layouts are byte-identical to GGML's, so GGUF tensors are used in place.
+ *
+ * Matrix-vector products follow ggml-cpu: each weight type has a "vec_dot type" into which
+ * the activation row is converted first (Q4_0/Q5_0/Q8_0 -> Q8_0, K-quants and IQ4_XS -> Q8_K,
+ * F16 -> F16, BF16 -> BF16, F32 -> F32); the dot product then runs on the weight blocks and
+ * the converted activation blocks (integer dot products for the quantized types).
+ *
+ * Every kernel has a plain scalar reference twin (suffix _ref) and SIMD paths (AVX2,
+ * AVX-512) selected once at run time from the CPU's features; tests hold them equal.
+ */
+#ifndef Q35_QUANT_H
+#define Q35_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum q35_type {
+  Q35_TYPE_F32 = 0,
+  Q35_TYPE_F16 = 1,
+  Q35_TYPE_Q4_0 = 2,
+  Q35_TYPE_Q5_0 = 6,
+  Q35_TYPE_Q8_0 = 8,
+  Q35_TYPE_Q4_K = 12,
+  Q35_TYPE_Q5_K = 13,
+  Q35_TYPE_Q6_K = 14,
+  Q35_TYPE_Q8_K = 15,
+  Q35_TYPE_IQ4_XS = 23,
+  Q35_TYPE_BF16 = 30,
+  Q35_TYPE_COUNT = 40, /* upper bound of GGML type ids we know the names of */
+};
+
+/* GGML's name for any GGML type id ("q4_K", "iq2_xxs", ...), or NULL for an unknown id. */
+const char *q35_type_name(int type);
+/* Is this a type q35 computes with (the list above, Q8_K excluded as a weight type)? */
+int q35_type_supported(int type);
+/* Elements per block (1 for F32/F16/BF16, 32 for Q*_0, 256 for K-quants/IQ4_XS). 0 if unknown. */
+int q35_type_block(int type);
+/* Bytes per block. 0 if unknown. */
+size_t q35_type_size(int type);
+/* Bytes of a row of n elements (n must be a multiple of the block size). */
+size_t q35_row_size(int type, int64_t n);
+/* Parse a name ("q4_0", "Q4_K", "f16", "bf16", ...); -1 if unknown. */
+int q35_type_from_name(const char *name);
+
+/* The activation type the dot product of weight `type` wants (see above). */
+int q35_vec_dot_type(int type);
+
+/* Dequantize n elements (a multiple of the block size) of `type` to float. */
+void q35_dequantize_row(int type, const void *src, float *dst, int64_t n);
+void q35_dequantize_row_ref(int type, const void *src, float *dst, int64_t n);
+
+/* Quantize n floats to `type` (any type above, including Q8_K). For Q8_0 and Q8_K this is
+ * exactly ggml-cpu's activation quantization on x86 (round to nearest even), so dot products
+ * match llama.cpp. For weight types it is a good-quality quantizer (not necessarily
+ * byte-identical to llama-quantize). */
+void q35_quantize_row(int type, const float *src, void *dst, int64_t n);
+void q35_quantize_row_ref(int type, const float *src, void *dst, int64_t n);
+
+/* Dot product of n elements: a weight row of `type` with an activation row already converted
+ * to q35_vec_dot_type(type). */
+float q35_vec_dot(int type, int64_t n, const void *w, const void *x);
+float q35_vec_dot_ref(int type, int64_t n, const void *w, const void *x);
+
+/* Which SIMD level the dispatcher chose: "avx512", "avx2" or "scalar". Q35_SIMD=scalar|avx2
+ * in the environment caps it (for tests and benchmarks). */
+const char *q35_simd_level(void);
+
+#endif

@@ -1,0 +1,53 @@
+/* quant_types.c - the table of GGML tensor types: names, block sizes, bytes per block. */
+#include <string.h>
+#include <strings.h>
+
+#include "quant.h"
+
+static const char *const type_names[Q35_TYPE_COUNT] = {
+    [0] = "f32",      [1] = "f16",     [2] = "q4_0",     [3] = "q4_1",    [6] = "q5_0",
+    [7] = "q5_1",     [8] = "q8_0",    [9] = "q8_1",     [10] = "q2_K",   [11] = "q3_K",
+    [12] = "q4_K",    [13] = "q5_K",   [14] = "q6_K",    [15] = "q8_K",   [16] = "iq2_xxs",
+    [17] = "iq2_xs",  [18] = "iq3_xxs", [19] = "iq1_s",  [20] = "iq4_nl", [21] = "iq3_s",
+    [22] = "iq2_s",   [23] = "iq4_xs", [24] = "i8",      [25] = "i16",    [26] = "i32",
+    [27] = "i64",     [28] = "f64",    [29] = "iq1_m",   [30] = "bf16",   [34] = "tq1_0",
+    [35] = "tq2_0",   [39] = "mxfp4",
+};
+
+static const struct {
+  int block;
+  size_t size;
+} traits[Q35_TYPE_COUNT] = {
+    [Q35_TYPE_F32] = {1, 4},       [Q35_TYPE_F16] = {1, 2},      [Q35_TYPE_BF16] = {1, 2},
+    [Q35_TYPE_Q4_0] = {32, 18},    [Q35_TYPE_Q5_0] = {32, 22},   [Q35_TYPE_Q8_0] = {32, 34},
+    [Q35_TYPE_Q4_K] = {256, 144},  [Q35_TYPE_Q5_K] = {256, 176}, [Q35_TYPE_Q6_K] = {256, 210},
+    [Q35_TYPE_Q8_K] = {256, 292},  [Q35_TYPE_IQ4_XS] = {256, 136},
+};
+
+const char *q35_type_name(int type) {
+  if (type < 0 || type >= Q35_TYPE_COUNT) return NULL;
+  return type_names[type];
+}
+
+int q35_type_supported(int type) {
+  return type >= 0 && type < Q35_TYPE_COUNT && traits[type].block > 0 && type != Q35_TYPE_Q8_K;
+}
+
+int q35_type_block(int type) {
+  return type >= 0 && type < Q35_TYPE_COUNT ? traits[type].block : 0;
+}
+
+size_t q35_type_size(int type) {
+  return type >= 0 && type < Q35_TYPE_COUNT ? traits[type].size : 0;
+}
+
+size_t q35_row_size(int type, int64_t n) {
+  int b = q35_type_block(type);
+  return b ? (size_t)(n / b) * traits[type].size : 0;
+}
+
+int q35_type_from_name(const char *name) {
+  for (int t = 0; t < Q35_TYPE_COUNT; t++)
+    if (type_names[t] && !strcasecmp(type_names[t], name)) return t;
+  return -1;
+}

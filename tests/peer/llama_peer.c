@@ -286,6 +286,7 @@ typedef struct {
   int threads;
   int kv_type; /* ggml type id */
   int flash;
+  int flash_set;
   int batch; /* 0: whole prompt in one llama_decode */
   int load_mode;
   int n_gen;
@@ -337,6 +338,7 @@ static void parse_opts(const char *cmd, int argc, char **argv, opts *o) {
       else usage_error("--kv: expected f32, f16 or q8_0, got '%s'", v);
     } else if (flag_is(a, "--flash", &iv)) {
       o->flash = (int)parse_long("--flash", VAL(), -1, 1);
+      o->flash_set = 1;
     } else if (flag_is(a, "--batch", &iv) || flag_is(a, "--chunk", &iv)) {
       o->batch = (int)parse_long("--batch", VAL(), 1, 1 << 20);
     } else if (flag_is(a, "--load-mode", &iv)) {
@@ -362,6 +364,10 @@ static void parse_opts(const char *cmd, int argc, char **argv, opts *o) {
 #undef VAL
   }
   if (!o->model) usage_error("%s: -m MODEL is required", cmd);
+  if (o->kv_type == 8 && !o->flash_set) {
+    o->flash = 1; /* llama.cpp refuses a quantized V cache without flash attention */
+    fprintf(stderr, "llama_peer: --kv q8_0: flash attention on (llama.cpp requires it)\n");
+  }
 }
 
 typedef struct {

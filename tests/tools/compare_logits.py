@@ -1,0 +1,72 @@
+#!/usr/bin/python3
+"""Compare two logits files (little-endian float32, T x V position major, as written by
+`q35 logits` and `llama_peer logits`).
+
+usage: compare_logits.py TEST.bin REF.bin --vocab V [--tol X] [--label NAME]
+
+Per position p: rel[p] = max_i |test[p,i] - ref[p,i]| / max_i |ref[p,i]|. Fails (exit 1) when
+any rel[p] >= tol, when a value is not finite, or when the argmax (ties to the lowest id)
+differs at a position where the reference's top two logits are further apart than
+2 * tol * max|ref[p]| (a closer pair is a tie within the stated tolerance and is reported, not
+failed). Prints one summary line: the label, positions, max rel error and where, mean rel error,
+argmax agreement.
+"""
+import argparse
+import sys
+
+import numpy as np
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("test")
+    ap.add_argument("ref")
+    ap.add_argument("--vocab", type=int, required=True)
+    ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--label", default="")
+    a = ap.parse_args()
+
+    t = np.fromfile(a.test, dtype="<f4")
+    r = np.fromfile(a.ref, dtype="<f4")
+    if t.size == 0 or t.size % a.vocab or r.size % a.vocab:
+        print(f"{a.label}: bad sizes: test {t.size} floats, ref {r.size} floats, vocab {a.vocab}")
+        return 1
+    if t.size != r.size:
+        print(f"{a.label}: size mismatch: test {t.size // a.vocab} positions, "
+              f"ref {r.size // a.vocab} positions")
+        return 1
+    t = t.reshape(-1, a.vocab).astype(np.float64)
+    r = r.reshape(-1, a.vocab).astype(np.float64)
+    if not np.isfinite(t).all() or not np.isfinite(r).all():
+        bad = np.argwhere(~np.isfinite(t))
+        print(f"{a.label}: non-finite logits (test first at {bad[0].tolist() if len(bad) else '-'})")
+        return 1
+
+    scale = np.abs(r).max(axis=1)
+    scale = np.where(scale > 0, scale, 1.0)
+    rel = np.abs(t - r).max(axis=1) / scale
+    at = t.argmax(axis=1)
+    ar = r.argmax(axis=1)
+    srt = np.sort(r, axis=1)
+    gap = (srt[:, -1] - srt[:, -2]) / scale
+    mism = np.nonzero(at != ar)[0]
+    hard = [p for p in mism if gap[p] > 2 * a.tol]
+    worst = int(rel.argmax())
+    ok = rel.max() < a.tol and not hard
+    print(f"{a.label}: positions {len(rel)}, max rel err {rel.max():.3e} (pos {worst}), "
+          f"mean {rel.mean():.3e}, argmax agree {len(rel) - len(mism)}/{len(rel)}"
+          + (f" ({len(mism) - len(hard)} near-ties)" if len(mism) > len(hard) else "")
+          + ("" if ok else f"  FAIL (tol {a.tol:g})"))
+    if not ok:
+        bad = np.nonzero(rel >= a.tol)[0]
+        if len(bad):
+            print(f"  first position over tolerance: {bad[0]} (rel {rel[bad[0]]:.3e}); "
+                  f"{len(bad)} of {len(rel)} positions over")
+        for p in hard[:5]:
+            print(f"  argmax differs at pos {p}: test {at[p]} ref {ar[p]} "
+                  f"(ref top-2 gap {gap[p]:.3e} of scale)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

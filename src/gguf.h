@@ -73,6 +73,7 @@ typedef struct gguf_file {
   size_t alignment;
   size_t data_offset;    /* start of the tensor data section */
   int owns_map;
+  struct gguf_lookup *lookup; /* private: hash indexes for gguf_find / gguf_find_tensor */
 } gguf_file;
 
 gguf_file *gguf_open(const char *path, q35_err *err);
@@ -102,7 +103,11 @@ typedef struct gguf_writer gguf_writer;
 
 gguf_writer *gguf_writer_new(void);
 void gguf_writer_free(gguf_writer *w);
-/* Metadata, in insertion order. Strings are copied. */
+/* Metadata, in insertion order. Strings are copied. Setting a key again replaces its value
+ * (keeping its position). Setters cannot fail visibly: an error (out of memory, invalid
+ * general.alignment, invalid tensor declaration) is remembered and reported by
+ * gguf_writer_save / gguf_writer_begin. The writer aligns tensors to general.alignment if
+ * set (u32 power of two), else 32. */
 void gguf_set_u32(gguf_writer *w, const char *key, uint32_t v);
 void gguf_set_i32(gguf_writer *w, const char *key, int32_t v);
 void gguf_set_u64(gguf_writer *w, const char *key, uint64_t v);
@@ -112,10 +117,22 @@ void gguf_set_str(gguf_writer *w, const char *key, const char *v);
 void gguf_set_arr_i32(gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
 void gguf_set_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_t n);
 void gguf_set_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n);
+/* The remaining scalar types, a numeric/bool array of any element type (elem_type: enum
+ * gguf_vtype, data in native little-endian layout), and a string array from views. */
+void gguf_set_u8(gguf_writer *w, const char *key, uint8_t v);
+void gguf_set_i8(gguf_writer *w, const char *key, int8_t v);
+void gguf_set_u16(gguf_writer *w, const char *key, uint16_t v);
+void gguf_set_i16(gguf_writer *w, const char *key, int16_t v);
+void gguf_set_i64(gguf_writer *w, const char *key, int64_t v);
+void gguf_set_f64(gguf_writer *w, const char *key, double v);
+void gguf_set_arr(gguf_writer *w, const char *key, int elem_type, const void *v, uint64_t n);
+void gguf_set_arr_gstr(gguf_writer *w, const char *key, const gguf_str *v, uint64_t n);
 /* Copy every metadata pair of an open file (used to carry a tokenizer block over). */
 void gguf_set_kv_from(gguf_writer *w, const gguf_kv *kv);
 /* Declare a tensor; data may be NULL when streaming. ne[0] fastest, n_dims 1..4. Returns its
- * index. The data size is q35_row_size(type, ne[0]) * ne[1] * ne[2] * ne[3]. */
+ * index, or -1 (and a sticky error) for an invalid declaration: duplicate name, n_dims out
+ * of 1..4, ne < 1, a type q35 does not support, ne[0] not a multiple of the block size.
+ * The data size is q35_row_size(type, ne[0]) * ne[1] * ne[2] * ne[3]. */
 int gguf_add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims,
                     const int64_t *ne, const void *data);
 /* Write everything at once (all tensors declared with data). Atomic (temp file + rename). */

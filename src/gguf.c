@@ -1,0 +1,1222 @@
+/*
+ * gguf.c - GGUF v3 reader (mmap, zero-copy, validated) and atomic streaming writer.
+ *
+ * File layout (all little-endian):
+ *
+ *   "GGUF" | u32 version | u64 n_tensors | u64 n_kv
+ *   n_kv x      { string key | u32 value type | value }
+ *   n_tensors x { string name | u32 n_dims | n_dims x u64 ne | u32 type | u64 offset }
+ *   zero padding up to general.alignment (default 32)
+ *   tensor data; each tensor at data_start + offset, offset a multiple of the alignment
+ *
+ * A string is u64 length + bytes (no NUL). An array value is u32 element type + u64 count +
+ * elements. Nested arrays are rejected (nothing in llama.cpp's conventions uses them).
+ *
+ * Reader. Everything is parsed through a bounds-checked cursor (struct rd) over the mapped
+ * bytes, so a corrupt file can only ever produce an error, never a read outside the map.
+ * Allocation is driven by what has actually been parsed, never by a count read from the file:
+ * the kv and tensor tables grow by doubling as entries parse, and a count is first checked
+ * against the bytes that remain (every kv needs >= 13 bytes, every tensor info >= 32, every
+ * string-array element >= 8), so the memory used is bounded by a small multiple of the file
+ * size. Keys and tensor names are indexed in open-addressing hash tables, which also detect
+ * duplicates. Strings are views into the map (gguf_str); string arrays get a table of views.
+ *
+ * Writer. Each metadata pair is serialized at once into its own blob (key + type + value), so
+ * a 248,320-entry vocabulary costs one linear pass and no per-entry allocation. Setting a key
+ * again replaces its value in place (keeping the first insertion position). Tensors are
+ * declared (name, type, shape, optional data); offsets are assigned in declaration order when
+ * writing starts, each aligned to general.alignment (32 unless set) with zero padding, and the
+ * data of every tensor, the last included, is followed by padding to the alignment (as
+ * llama.cpp and gguf-py write it). Writes go to "PATH.tmp", which is fsync'ed and renamed to
+ * PATH only when everything succeeded; on any error or abort it is removed. Setter errors
+ * (invalid tensor declarations, out of memory) are sticky and reported by save/begin.
+ */
+#define _GNU_SOURCE
+#include "gguf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "quant.h"
+#include "util.h"
+
+#define GGUF_DEFAULT_ALIGNMENT 32
+_Static_assert(offsetof(gguf_kv, key) == 0 && offsetof(gguf_tensor, name) == 0,
+               "the name indexes read the key / name at offset 0");
+#define GGUF_HEADER_SIZE 24 /* magic, version, n_tensors, n_kv */
+#define GGUF_MIN_KV_SIZE 13 /* key length (8) + type (4) + smallest value (1) */
+#define GGUF_MIN_TENSOR_INFO_SIZE 32 /* name length 8, n_dims 4, one ne 8, type 4, offset 8 */
+
+/* Bytes per element of a scalar value type; 0 for STRING/ARRAY/unknown. */
+static size_t vtype_size(uint32_t t) {
+  switch (t) {
+  case GGUF_U8: case GGUF_I8: case GGUF_BOOL: return 1;
+  case GGUF_U16: case GGUF_I16: return 2;
+  case GGUF_U32: case GGUF_I32: case GGUF_F32: return 4;
+  case GGUF_U64: case GGUF_I64: case GGUF_F64: return 8;
+  default: return 0;
+  }
+}
+
+static const char *vtype_name(int t) {
+  static const char *const names[] = {"u8",  "i8",  "u16",  "i16",    "u32", "i32", "f32",
+                                      "bool", "string", "array", "u64", "i64", "f64"};
+  return t >= 0 && t <= GGUF_F64 ? names[t] : "unknown";
+}
+
+static int vtype_is_int(int t) {
+  return t == GGUF_U8 || t == GGUF_I8 || t == GGUF_U16 || t == GGUF_I16 || t == GGUF_U32 ||
+         t == GGUF_I32 || t == GGUF_U64 || t == GGUF_I64;
+}
+
+static int vtype_is_signed(int t) {
+  return t == GGUF_I8 || t == GGUF_I16 || t == GGUF_I32 || t == GGUF_I64;
+}
+
+static uint64_t rd_le(const uint8_t *p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* Sign-extend an n-byte little-endian value. */
+static int64_t rd_le_signed(const uint8_t *p, size_t n) {
+  uint64_t v = rd_le(p, n);
+  if (n < 8 && (v >> (8 * n - 1)) & 1) v |= ~(uint64_t)0 << (8 * n);
+  return (int64_t)v;
+}
+
+/* A printable, bounded rendering of a name from the file, for error messages. */
+static const char *show(gguf_str s, char *buf, size_t cap) {
+  size_t o = 0;
+  for (uint64_t i = 0; i < s.len && o + 5 < cap; i++) {
+    unsigned char c = (unsigned char)s.ptr[i];
+    if (i >= 96) {
+      memcpy(buf + o, "...", 3);
+      o += 3;
+      break;
+    }
+    if (c >= 0x20 && c != 0x7f) {
+      buf[o++] = (char)c;
+    } else {
+      snprintf(buf + o, cap - o, "\\x%02x", c);
+      o += 4;
+    }
+  }
+  buf[o] = 0;
+  return buf;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Hash index over names (keys or tensor names).                                             */
+
+struct name_index {
+  size_t *slot; /* entry index + 1; 0 = empty */
+  size_t mask;
+};
+
+struct gguf_lookup {
+  struct name_index kv, tensors;
+};
+
+static uint64_t hash_bytes(const char *p, size_t n) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (size_t i = 0; i < n; i++) {
+    h ^= (unsigned char)p[i];
+    h *= 1099511628211ull;
+  }
+  return h ^ (h >> 29);
+}
+
+static int str_eq_n(gguf_str a, const char *p, size_t n) {
+  return a.len == n && (n == 0 || memcmp(a.ptr, p, n) == 0);
+}
+
+/* Build an index over n names (name(i) for entry i). Returns the index of the first duplicate
+ * entry via *dup (or SIZE_MAX), -1 on out of memory. */
+static int index_build(struct name_index *ix, size_t n, const void *names, size_t stride,
+                       size_t *dup) {
+  size_t cap = 16;
+  while (cap < 2 * n) cap *= 2;
+  ix->slot = calloc(cap, sizeof *ix->slot);
+  if (!ix->slot) return -1;
+  ix->mask = cap - 1;
+  *dup = SIZE_MAX;
+  for (size_t i = 0; i < n; i++) {
+    const gguf_str *s = (const gguf_str *)((const char *)names + i * stride);
+    size_t h = (size_t)hash_bytes(s->ptr, s->len) & ix->mask;
+    for (;; h = (h + 1) & ix->mask) {
+      size_t e = ix->slot[h];
+      if (!e) {
+        ix->slot[h] = i + 1;
+        break;
+      }
+      const gguf_str *o = (const gguf_str *)((const char *)names + (e - 1) * stride);
+      if (str_eq_n(*o, s->ptr, s->len)) {
+        *dup = i;
+        return 0;
+      }
+    }
+  }
+  return 0;
+}
+
+static size_t index_find(const struct name_index *ix, const void *names, size_t stride,
+                         const char *name) {
+  if (!ix->slot || !name) return SIZE_MAX;
+  size_t n = strlen(name);
+  for (size_t h = (size_t)hash_bytes(name, n) & ix->mask;; h = (h + 1) & ix->mask) {
+    size_t e = ix->slot[h];
+    if (!e) return SIZE_MAX;
+    const gguf_str *o = (const gguf_str *)((const char *)names + (e - 1) * stride);
+    if (str_eq_n(*o, name, n)) return e - 1;
+  }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Reader                                                                                     */
+
+typedef struct rd {
+  const uint8_t *p;
+  size_t size, pos;
+  const char *file;
+  q35_err *err;
+  char what[192]; /* what is being read, for messages: "key 'x'", "tensor #3", ... */
+} rd;
+
+static size_t rd_left(const rd *r) { return r->size - r->pos; }
+
+static int rd_need(rd *r, uint64_t n, const char *field) {
+  if (n > rd_left(r))
+    return q35_seterr(r->err,
+                      "%s: truncated: %s of %s needs %llu bytes at offset %zu, but only %zu "
+                      "remain in the file (%zu bytes)",
+                      r->file, field, r->what, (unsigned long long)n, r->pos, rd_left(r),
+                      r->size);
+  return 0;
+}
+
+static int rd_u32(rd *r, uint32_t *v, const char *field) {
+  if (rd_need(r, 4, field)) return -1;
+  *v = (uint32_t)rd_le(r->p + r->pos, 4);
+  r->pos += 4;
+  return 0;
+}
+
+static int rd_u64(rd *r, uint64_t *v, const char *field) {
+  if (rd_need(r, 8, field)) return -1;
+  *v = rd_le(r->p + r->pos, 8);
+  r->pos += 8;
+  return 0;
+}
+
+static int rd_str(rd *r, gguf_str *s, const char *field) {
+  uint64_t len;
+  char lf[64];
+  snprintf(lf, sizeof lf, "the length of %s", field);
+  if (rd_u64(r, &len, lf)) return -1;
+  if (len > rd_left(r))
+    return q35_seterr(r->err,
+                      "%s: %s of %s has length %llu at offset %zu, past the end of the file "
+                      "(%zu bytes remain)",
+                      r->file, field, r->what, (unsigned long long)len, r->pos - 8, rd_left(r));
+  s->ptr = (const char *)r->p + r->pos;
+  s->len = len;
+  r->pos += (size_t)len;
+  return 0;
+}
+
+/* Parse one value of type t (not ARRAY) into kv->v. */
+static int rd_scalar(rd *r, uint32_t t, gguf_kv *kv) {
+  if (t == GGUF_STRING) return rd_str(r, &kv->v.s, "the string value");
+  size_t n = vtype_size(t);
+  if (rd_need(r, n, "the value")) return -1;
+  const uint8_t *p = r->p + r->pos;
+  r->pos += n;
+  if (t == GGUF_F32) {
+    float f;
+    memcpy(&f, p, 4);
+    kv->v.f = f;
+  } else if (t == GGUF_F64) {
+    memcpy(&kv->v.f, p, 8);
+  } else if (t == GGUF_BOOL) {
+    kv->v.u = p[0] != 0;
+  } else if (vtype_is_signed((int)t)) {
+    kv->v.i = rd_le_signed(p, n);
+  } else {
+    kv->v.u = rd_le(p, n);
+  }
+  return 0;
+}
+
+static int rd_value(rd *r, uint32_t t, gguf_kv *kv) {
+  if (t != GGUF_ARRAY) {
+    if (t != GGUF_STRING && !vtype_size(t))
+      return q35_seterr(r->err, "%s: %s has unknown value type %u (valid: 0..12)", r->file,
+                        r->what, t);
+    return rd_scalar(r, t, kv);
+  }
+  uint32_t et;
+  uint64_t n;
+  if (rd_u32(r, &et, "the array element type")) return -1;
+  if (et == GGUF_ARRAY)
+    return q35_seterr(r->err, "%s: %s is an array of arrays, which q35 does not support",
+                      r->file, r->what);
+  if (et != GGUF_STRING && !vtype_size(et))
+    return q35_seterr(r->err, "%s: %s is an array of unknown element type %u (valid: 0..12)",
+                      r->file, r->what, et);
+  if (rd_u64(r, &n, "the array count")) return -1;
+  kv->arr_type = (int)et;
+  kv->arr_data = r->p + r->pos;
+  size_t min_elem = et == GGUF_STRING ? 8 : vtype_size(et);
+  if (n > rd_left(r) / min_elem)
+    return q35_seterr(r->err,
+                      "%s: %s has an array count of %llu %s elements, which cannot fit in the "
+                      "%zu bytes left in the file",
+                      r->file, r->what, (unsigned long long)n, vtype_name((int)et), rd_left(r));
+  kv->arr_n = n;
+  if (et != GGUF_STRING) {
+    r->pos += (size_t)n * min_elem;
+    return 0;
+  }
+  kv->arr_str = malloc((size_t)(n ? n : 1) * sizeof *kv->arr_str);
+  if (!kv->arr_str)
+    return q35_seterr(r->err, "%s: out of memory for the %llu strings of %s", r->file,
+                      (unsigned long long)n, r->what);
+  for (uint64_t i = 0; i < n; i++) {
+    char field[48];
+    snprintf(field, sizeof field, "string element %llu", (unsigned long long)i);
+    if (rd_str(r, &kv->arr_str[i], field)) return -1;
+  }
+  return 0;
+}
+
+/* Grow a table by doubling so that it can hold `need` entries. */
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t nc = *cap ? *cap : 16;
+  while (nc < need) nc *= 2;
+  void *q = realloc(*p, nc * elem);
+  if (!q) return -1;
+  memset((char *)q + *cap * elem, 0, (nc - *cap) * elem);
+  *p = q;
+  *cap = nc;
+  return 0;
+}
+
+static const char *supported_types_list(void) {
+  return "f32, f16, bf16, q8_0, q4_0, q5_0, q4_K, q5_K, q6_K, iq4_xs";
+}
+
+static int rd_tensor_info(rd *r, gguf_tensor *t, size_t alignment) {
+  char nb[128];
+  if (rd_str(r, &t->name, "the name")) return -1;
+  snprintf(r->what, sizeof r->what, "tensor '%s'", show(t->name, nb, sizeof nb));
+  if (rd_u32(r, &t->n_dims, "n_dims")) return -1;
+  if (t->n_dims < 1 || t->n_dims > 4)
+    return q35_seterr(r->err, "%s: %s has n_dims = %u (must be 1..4)", r->file, r->what,
+                      t->n_dims);
+  int64_t nel = 1;
+  for (int d = 0; d < 4; d++) t->ne[d] = 1;
+  for (uint32_t d = 0; d < t->n_dims; d++) {
+    uint64_t v;
+    if (rd_u64(r, &v, "a dimension")) return -1;
+    if (v < 1 || v > (uint64_t)INT64_MAX)
+      return q35_seterr(r->err, "%s: %s has dimension ne[%u] = %llu (must be 1 .. 2^63-1)", r->file,
+                        r->what, d, (unsigned long long)v);
+    t->ne[d] = (int64_t)v;
+    if (__builtin_mul_overflow(nel, t->ne[d], &nel))
+      return q35_seterr(r->err, "%s: %s has an element count that overflows 64 bits",
+                        r->file, r->what);
+  }
+  uint32_t type;
+  if (rd_u32(r, &type, "the type")) return -1;
+  const char *tn = q35_type_name((int)type);
+  if (!tn)
+    return q35_seterr(r->err, "%s: %s has unknown tensor type id %u", r->file, r->what, type);
+  if (!q35_type_supported((int)type))
+    return q35_seterr(r->err, "%s: %s has type %s, which q35 does not support (supported: %s)",
+                      r->file, r->what, tn, supported_types_list());
+  t->type = (int)type;
+  if (rd_u64(r, &t->offset, "the data offset")) return -1;
+  int blk = q35_type_block(t->type);
+  if (t->ne[0] % blk)
+    return q35_seterr(r->err,
+                      "%s: %s has ne[0] = %lld, not a multiple of the %s block size %d",
+                      r->file, r->what, (long long)t->ne[0], tn, blk);
+  /* bytes = row_size * rows; the row count divides nel, so it cannot overflow. */
+  uint64_t rows = (uint64_t)(nel / t->ne[0]);
+  uint64_t row, nbytes;
+  if (__builtin_mul_overflow((uint64_t)q35_type_size(t->type), (uint64_t)(t->ne[0] / blk),
+                             &row) ||
+      __builtin_mul_overflow(row, rows, &nbytes) || nbytes > (uint64_t)SIZE_MAX)
+    return q35_seterr(r->err, "%s: %s has a byte size that overflows 64 bits", r->file,
+                      r->what);
+  t->nbytes = (size_t)nbytes;
+  if (t->offset % alignment)
+    return q35_seterr(r->err,
+                      "%s: %s has data offset %llu, not a multiple of the alignment %zu",
+                      r->file, r->what, (unsigned long long)t->offset, alignment);
+  return 0;
+}
+
+static int cmp_tensor_offset(const void *a, const void *b) {
+  const gguf_tensor *x = *(const gguf_tensor *const *)a, *y = *(const gguf_tensor *const *)b;
+  return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+static gguf_file *parse(gguf_file *f, q35_err *err) {
+  rd r = {.p = f->map, .size = f->size, .pos = 0, .file = f->path, .err = err};
+  char nb[128];
+  size_t cap = 0; /* entries allocated in f->kv (zeroed beyond those parsed) */
+  snprintf(r.what, sizeof r.what, "the header");
+
+  if (f->size < 4 || memcmp(f->map, "GGUF", 4) != 0) {
+    if (f->size < 4)
+      q35_seterr(err, "%s: not a GGUF file (only %zu bytes, too short for the magic)", f->path,
+                 f->size);
+    else
+      q35_seterr(err, "%s: not a GGUF file (magic is %02x %02x %02x %02x, expected \"GGUF\")",
+                 f->path, f->map[0], f->map[1], f->map[2], f->map[3]);
+    goto fail;
+  }
+  r.pos = 4;
+  if (rd_u32(&r, &f->version, "the version")) goto fail;
+  if (f->version != 2 && f->version != 3) {
+    q35_seterr(err, "%s: unsupported GGUF version %u (q35 reads versions 2 and 3%s)", f->path,
+               f->version,
+               (f->version & 0xffff) == 0 ? "; this may be a big-endian file" : "");
+    goto fail;
+  }
+  if (rd_u64(&r, &f->n_tensors, "n_tensors") || rd_u64(&r, &f->n_kv, "n_kv")) goto fail;
+  if (f->n_kv > rd_left(&r) / GGUF_MIN_KV_SIZE) {
+    q35_seterr(err, "%s: header claims n_kv = %llu metadata pairs, implausible for a file of "
+               "%zu bytes", f->path, (unsigned long long)f->n_kv, f->size);
+    goto fail;
+  }
+  if (f->n_tensors > rd_left(&r) / GGUF_MIN_TENSOR_INFO_SIZE) {
+    q35_seterr(err, "%s: header claims n_tensors = %llu, implausible for a file of %zu bytes",
+               f->path, (unsigned long long)f->n_tensors, f->size);
+    goto fail;
+  }
+
+  /* Metadata. */
+  for (uint64_t i = 0; i < f->n_kv; i++) {
+    if (grow((void **)&f->kv, &cap, (size_t)i + 1, sizeof *f->kv)) {
+      q35_seterr(err, "%s: out of memory reading metadata", f->path);
+      goto fail;
+    }
+    gguf_kv *kv = &f->kv[i];
+    snprintf(r.what, sizeof r.what, "metadata pair #%llu", (unsigned long long)i);
+    if (rd_str(&r, &kv->key, "the key")) goto fail;
+    snprintf(r.what, sizeof r.what, "key '%s'", show(kv->key, nb, sizeof nb));
+    uint32_t t;
+    if (rd_u32(&r, &t, "the value type")) goto fail;
+    kv->type = (int)t;
+    if (rd_value(&r, t, kv)) goto fail;
+  }
+  f->lookup = calloc(1, sizeof *f->lookup);
+  if (!f->lookup) {
+    q35_seterr(err, "%s: out of memory", f->path);
+    goto fail;
+  }
+  size_t dup;
+  /* (the key / name is the first member of gguf_kv / gguf_tensor) */
+  if (index_build(&f->lookup->kv, (size_t)f->n_kv, f->kv, sizeof *f->kv, &dup)) {
+    q35_seterr(err, "%s: out of memory indexing metadata", f->path);
+    goto fail;
+  }
+  if (dup != SIZE_MAX) {
+    q35_seterr(err, "%s: duplicate metadata key '%s'", f->path,
+               show(f->kv[dup].key, nb, sizeof nb));
+    goto fail;
+  }
+
+  /* Alignment. */
+  f->alignment = GGUF_DEFAULT_ALIGNMENT;
+  const gguf_kv *al = gguf_find(f, "general.alignment");
+  if (al) {
+    uint64_t a = 0;
+    int ok = vtype_is_int(al->type) && !(vtype_is_signed(al->type) && al->v.i < 0);
+    if (ok) a = vtype_is_signed(al->type) ? (uint64_t)al->v.i : al->v.u;
+    if (!ok) {
+      q35_seterr(err, "%s: key 'general.alignment' must be a u32 power of two, but has type %s",
+                 f->path, vtype_name(al->type));
+      goto fail;
+    }
+    if (a == 0 || a > UINT32_MAX || (a & (a - 1))) {
+      q35_seterr(err, "%s: key 'general.alignment' = %llu is not a non-zero power of two",
+                 f->path, (unsigned long long)a);
+      goto fail;
+    }
+    f->alignment = (size_t)a;
+  }
+
+  /* Tensor infos. */
+  size_t tcap = 0;
+  for (uint64_t i = 0; i < f->n_tensors; i++) {
+    if (grow((void **)&f->tensors, &tcap, (size_t)i + 1, sizeof *f->tensors)) {
+      q35_seterr(err, "%s: out of memory reading tensor infos", f->path);
+      goto fail;
+    }
+    snprintf(r.what, sizeof r.what, "tensor #%llu", (unsigned long long)i);
+    if (rd_tensor_info(&r, &f->tensors[i], f->alignment)) goto fail;
+  }
+  if (index_build(&f->lookup->tensors, (size_t)f->n_tensors, f->tensors, sizeof *f->tensors,
+                  &dup)) {
+    q35_seterr(err, "%s: out of memory indexing tensors", f->path);
+    goto fail;
+  }
+  if (dup != SIZE_MAX) {
+    q35_seterr(err, "%s: duplicate tensor name '%s'", f->path,
+               show(f->tensors[dup].name, nb, sizeof nb));
+    goto fail;
+  }
+
+  /* Data section: header end rounded up to the alignment; every tensor inside the file. */
+  size_t hdr = r.pos;
+  f->data_offset = (hdr + f->alignment - 1) / f->alignment * f->alignment;
+  if (f->data_offset < hdr) f->data_offset = SIZE_MAX; /* overflow: nothing fits */
+  for (uint64_t i = 0; i < f->n_tensors; i++) {
+    gguf_tensor *t = &f->tensors[i];
+    size_t avail = f->data_offset <= f->size ? f->size - f->data_offset : 0;
+    if (f->data_offset > f->size || t->offset > avail || t->nbytes > avail - t->offset) {
+      q35_seterr(err, "%s: tensor '%s' data (offset %llu, %zu bytes) lies past the end of the "
+                 "file (data section starts at byte %zu of %zu)", f->path,
+                 show(t->name, nb, sizeof nb), (unsigned long long)t->offset, t->nbytes,
+                 f->data_offset, f->size);
+      goto fail;
+    }
+    t->data = f->map + f->data_offset + t->offset;
+  }
+  if (f->n_tensors > 1) {
+    gguf_tensor **order = malloc((size_t)f->n_tensors * sizeof *order);
+    if (!order) {
+      q35_seterr(err, "%s: out of memory", f->path);
+      goto fail;
+    }
+    for (uint64_t i = 0; i < f->n_tensors; i++) order[i] = &f->tensors[i];
+    qsort(order, (size_t)f->n_tensors, sizeof *order, cmp_tensor_offset);
+    for (uint64_t i = 0; i + 1 < f->n_tensors; i++) {
+      if (order[i]->offset + order[i]->nbytes > order[i + 1]->offset) {
+        char nb2[128];
+        q35_seterr(err, "%s: tensor '%s' (offset %llu, %zu bytes) overlaps tensor '%s' "
+                   "(offset %llu)", f->path, show(order[i]->name, nb, sizeof nb),
+                   (unsigned long long)order[i]->offset, order[i]->nbytes,
+                   show(order[i + 1]->name, nb2, sizeof nb2),
+                   (unsigned long long)order[i + 1]->offset);
+        free(order);
+        goto fail;
+      }
+    }
+    free(order);
+  }
+  return f;
+
+fail:
+  f->n_kv = cap < f->n_kv ? cap : f->n_kv; /* gguf_close frees what was allocated */
+  gguf_close(f);
+  return NULL;
+}
+
+gguf_file *gguf_open_mem(const void *data, size_t size, const char *name, q35_err *err) {
+  gguf_file *f = calloc(1, sizeof *f);
+  if (f) f->path = strdup(name ? name : "(memory)");
+  if (!f || !f->path) {
+    free(f);
+    q35_seterr(err, "%s: out of memory", name ? name : "(memory)");
+    return NULL;
+  }
+  static const uint8_t empty[1];
+  f->map = size ? data : empty;
+  f->size = size;
+  return parse(f, err);
+}
+
+gguf_file *gguf_open(const char *path, q35_err *err) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    q35_seterr(err, "%s: cannot open: %s", path, strerror(errno));
+    return NULL;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    q35_seterr(err, "%s: cannot stat: %s", path, strerror(errno));
+    close(fd);
+    return NULL;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    q35_seterr(err, "%s: not a regular file", path);
+    close(fd);
+    return NULL;
+  }
+  if ((uint64_t)st.st_size > SIZE_MAX) {
+    q35_seterr(err, "%s: file too large to map", path);
+    close(fd);
+    return NULL;
+  }
+  size_t size = (size_t)st.st_size;
+  gguf_file *f = calloc(1, sizeof *f);
+  if (!f || !(f->path = strdup(path))) {
+    free(f);
+    close(fd);
+    q35_seterr(err, "%s: out of memory", path);
+    return NULL;
+  }
+  if (size == 0) {
+    close(fd);
+    return parse(f, err); /* map stays NULL; parse rejects size 0 before touching it */
+  }
+  void *m = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+  int e = errno;
+  close(fd);
+  if (m == MAP_FAILED) {
+    q35_seterr(err, "%s: cannot mmap %zu bytes: %s", path, size, strerror(e));
+    free(f->path);
+    free(f);
+    return NULL;
+  }
+  /* Tensors are read by layer and by expert, not front to back. */
+  madvise(m, size, MADV_RANDOM);
+  f->map = m;
+  f->size = size;
+  f->owns_map = 1;
+  return parse(f, err);
+}
+
+void gguf_close(gguf_file *f) {
+  if (!f) return;
+  if (f->kv)
+    for (uint64_t i = 0; i < f->n_kv; i++) free(f->kv[i].arr_str);
+  free(f->kv);
+  free(f->tensors);
+  if (f->lookup) {
+    free(f->lookup->kv.slot);
+    free(f->lookup->tensors.slot);
+    free(f->lookup);
+  }
+  if (f->owns_map && f->map) munmap((void *)f->map, f->size);
+  free(f->path);
+  free(f);
+}
+
+const gguf_kv *gguf_find(const gguf_file *f, const char *key) {
+  if (!f || !f->lookup || !f->n_kv) return NULL;
+  size_t i = index_find(&f->lookup->kv, f->kv, sizeof *f->kv, key);
+  return i == SIZE_MAX ? NULL : &f->kv[i];
+}
+
+const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
+  if (!f || !f->lookup || !f->n_tensors) return NULL;
+  size_t i = index_find(&f->lookup->tensors, f->tensors, sizeof *f->tensors, name);
+  return i == SIZE_MAX ? NULL : &f->tensors[i];
+}
+
+int gguf_str_eq(gguf_str s, const char *c) { return str_eq_n(s, c, strlen(c)); }
+
+/* ---- typed getters ---- */
+
+static const gguf_kv *need_key(const gguf_file *f, const char *key, q35_err *err) {
+  const gguf_kv *kv = gguf_find(f, key);
+  if (!kv) q35_seterr(err, "%s: missing key '%s'", f->path, key);
+  return kv;
+}
+
+static int get_u32_kv(const gguf_file *f, const gguf_kv *kv, uint32_t *out, q35_err *err) {
+  char nb[128];
+  if (!vtype_is_int(kv->type))
+    return q35_seterr(err, "%s: key '%s' has type %s, expected an integer", f->path,
+                      show(kv->key, nb, sizeof nb), vtype_name(kv->type));
+  int neg = vtype_is_signed(kv->type) && kv->v.i < 0;
+  uint64_t v = vtype_is_signed(kv->type) ? (uint64_t)kv->v.i : kv->v.u;
+  if (neg || v > UINT32_MAX)
+    return q35_seterr(err, "%s: key '%s' = %s%llu is out of range (0..4294967295)", f->path,
+                      show(kv->key, nb, sizeof nb), neg ? "-" : "",
+                      neg ? (unsigned long long)-(uint64_t)kv->v.i : (unsigned long long)v);
+  *out = (uint32_t)v;
+  return 0;
+}
+
+static int get_f32_kv(const gguf_file *f, const gguf_kv *kv, float *out, q35_err *err) {
+  char nb[128];
+  if (kv->type != GGUF_F32 && kv->type != GGUF_F64)
+    return q35_seterr(err, "%s: key '%s' has type %s, expected f32", f->path,
+                      show(kv->key, nb, sizeof nb), vtype_name(kv->type));
+  *out = (float)kv->v.f;
+  return 0;
+}
+
+int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, q35_err *err) {
+  const gguf_kv *kv = need_key(f, key, err);
+  return kv ? get_u32_kv(f, kv, out, err) : -1;
+}
+
+int gguf_get_f32(const gguf_file *f, const char *key, float *out, q35_err *err) {
+  const gguf_kv *kv = need_key(f, key, err);
+  return kv ? get_f32_kv(f, kv, out, err) : -1;
+}
+
+int gguf_get_bool(const gguf_file *f, const char *key, int *out, q35_err *err) {
+  const gguf_kv *kv = need_key(f, key, err);
+  if (!kv) return -1;
+  if (kv->type != GGUF_BOOL)
+    return q35_seterr(err, "%s: key '%s' has type %s, expected bool", f->path, key,
+                      vtype_name(kv->type));
+  *out = kv->v.u != 0;
+  return 0;
+}
+
+int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out, q35_err *err) {
+  const gguf_kv *kv = need_key(f, key, err);
+  if (!kv) return -1;
+  if (kv->type != GGUF_STRING)
+    return q35_seterr(err, "%s: key '%s' has type %s, expected string", f->path, key,
+                      vtype_name(kv->type));
+  *out = kv->v.s;
+  return 0;
+}
+
+int gguf_get_u32_or(const gguf_file *f, const char *key, uint32_t def, uint32_t *out,
+                    q35_err *err) {
+  const gguf_kv *kv = gguf_find(f, key);
+  if (!kv) {
+    *out = def;
+    return 0;
+  }
+  return get_u32_kv(f, kv, out, err);
+}
+
+int gguf_get_f32_or(const gguf_file *f, const char *key, float def, float *out, q35_err *err) {
+  const gguf_kv *kv = gguf_find(f, key);
+  if (!kv) {
+    *out = def;
+    return 0;
+  }
+  return get_f32_kv(f, kv, out, err);
+}
+
+int64_t gguf_arr_int(const gguf_kv *kv, uint64_t i) {
+  if (!kv || kv->type != GGUF_ARRAY || i >= kv->arr_n) return 0;
+  size_t n = vtype_size((uint32_t)kv->arr_type);
+  if (!vtype_is_int(kv->arr_type) && kv->arr_type != GGUF_BOOL) return 0;
+  const uint8_t *p = (const uint8_t *)kv->arr_data + i * n;
+  return vtype_is_signed(kv->arr_type) ? rd_le_signed(p, n) : (int64_t)rd_le(p, n);
+}
+
+float gguf_arr_f32(const gguf_kv *kv, uint64_t i) {
+  if (!kv || kv->type != GGUF_ARRAY || i >= kv->arr_n) return 0.0f;
+  const uint8_t *p = (const uint8_t *)kv->arr_data;
+  if (kv->arr_type == GGUF_F32) {
+    float f;
+    memcpy(&f, p + 4 * i, 4);
+    return f;
+  }
+  if (kv->arr_type == GGUF_F64) {
+    double d;
+    memcpy(&d, p + 8 * i, 8);
+    return (float)d;
+  }
+  if (vtype_is_int(kv->arr_type) && vtype_is_signed(kv->arr_type)) return (float)gguf_arr_int(kv, i);
+  if (vtype_is_int(kv->arr_type)) return (float)(uint64_t)gguf_arr_int(kv, i);
+  return 0.0f;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Writer                                                                                     */
+
+typedef struct wbuf {
+  uint8_t *p;
+  size_t n, cap;
+  int oom;
+} wbuf;
+
+static void wb_put(wbuf *b, const void *src, size_t n) {
+  if (b->oom) return;
+  if (b->n + n > b->cap) {
+    size_t nc = b->cap ? b->cap : 64;
+    while (nc < b->n + n) nc *= 2;
+    uint8_t *q = realloc(b->p, nc);
+    if (!q) {
+      b->oom = 1;
+      return;
+    }
+    b->p = q;
+    b->cap = nc;
+  }
+  if (n) memcpy(b->p + b->n, src, n);
+  b->n += n;
+}
+
+static void wb_le(wbuf *b, uint64_t v, size_t n) {
+  uint8_t t[8];
+  for (size_t i = 0; i < n; i++) t[i] = (uint8_t)(v >> (8 * i));
+  wb_put(b, t, n);
+}
+
+static void wb_str(wbuf *b, const char *s, size_t n) {
+  wb_le(b, n, 8);
+  wb_put(b, s, n);
+}
+
+typedef struct wkv {
+  char *key;
+  wbuf blob; /* type + value */
+} wkv;
+
+typedef struct wtensor {
+  char *name;
+  int type;
+  uint32_t n_dims;
+  int64_t ne[4];
+  size_t nbytes;
+  uint64_t offset;
+  const void *data;
+} wtensor;
+
+struct gguf_writer {
+  wkv *kv;
+  size_t n_kv, cap_kv;
+  wtensor *t;
+  size_t n_t, cap_t;
+  uint32_t alignment;
+  int failed; /* sticky: a setter or declaration failed */
+  q35_err ferr;
+  /* streaming state */
+  int fd; /* -1 when no write is in progress */
+  char *path, *tmp;
+  size_t next;
+};
+
+static void wfail(gguf_writer *w, const char *fmt, const char *a, const char *b) {
+  if (w->failed) return; /* keep the first error */
+  w->failed = 1;
+  snprintf(w->ferr.msg, sizeof w->ferr.msg, fmt, a, b);
+}
+
+gguf_writer *gguf_writer_new(void) {
+  gguf_writer *w = calloc(1, sizeof *w);
+  if (!w) return NULL;
+  w->alignment = GGUF_DEFAULT_ALIGNMENT;
+  w->fd = -1;
+  return w;
+}
+
+void gguf_writer_free(gguf_writer *w) {
+  if (!w) return;
+  gguf_writer_abort(w);
+  for (size_t i = 0; i < w->n_kv; i++) {
+    free(w->kv[i].key);
+    free(w->kv[i].blob.p);
+  }
+  free(w->kv);
+  for (size_t i = 0; i < w->n_t; i++) free(w->t[i].name);
+  free(w->t);
+  free(w);
+}
+
+/* The blob to fill for `key`: an existing pair's (cleared) or a new one. NULL on OOM. */
+static wbuf *kv_slot(gguf_writer *w, const char *key) {
+  if (!w) return NULL;
+  if (!key) {
+    wfail(w, "gguf writer: NULL key%s%s", "", "");
+    return NULL;
+  }
+  for (size_t i = 0; i < w->n_kv; i++)
+    if (!strcmp(w->kv[i].key, key)) {
+      w->kv[i].blob.n = 0;
+      return &w->kv[i].blob;
+    }
+  char *k = strdup(key);
+  if (!k || grow((void **)&w->kv, &w->cap_kv, w->n_kv + 1, sizeof *w->kv)) {
+    free(k);
+    wfail(w, "gguf writer: out of memory adding key '%s'%s", key, "");
+    return NULL;
+  }
+  w->kv[w->n_kv].key = k;
+  memset(&w->kv[w->n_kv].blob, 0, sizeof(wbuf));
+  return &w->kv[w->n_kv++].blob;
+}
+
+/* After a pair was written: note OOM, and track general.alignment. */
+static void kv_done(gguf_writer *w, const char *key, wbuf *b) {
+  if (!b) return;
+  if (b->oom) {
+    wfail(w, "gguf writer: out of memory setting key '%s'%s", key, "");
+    return;
+  }
+  if (strcmp(key, "general.alignment") != 0) return;
+  uint32_t t = (uint32_t)rd_le(b->p, 4);
+  uint64_t a = b->n == 8 && t == GGUF_U32 ? rd_le(b->p + 4, 4) : 0;
+  if (a == 0 || (a & (a - 1)))
+    wfail(w, "gguf writer: key '%s' must be a u32 power of two%s", key, "");
+  else
+    w->alignment = (uint32_t)a;
+}
+
+static void set_scalar(gguf_writer *w, const char *key, int type, uint64_t bits) {
+  wbuf *b = kv_slot(w, key);
+  if (!b) return;
+  wb_le(b, (uint32_t)type, 4);
+  wb_le(b, bits, vtype_size((uint32_t)type));
+  kv_done(w, key, b);
+}
+
+void gguf_set_u8(gguf_writer *w, const char *key, uint8_t v) { set_scalar(w, key, GGUF_U8, v); }
+void gguf_set_i8(gguf_writer *w, const char *key, int8_t v) {
+  set_scalar(w, key, GGUF_I8, (uint8_t)v);
+}
+void gguf_set_u16(gguf_writer *w, const char *key, uint16_t v) {
+  set_scalar(w, key, GGUF_U16, v);
+}
+void gguf_set_i16(gguf_writer *w, const char *key, int16_t v) {
+  set_scalar(w, key, GGUF_I16, (uint16_t)v);
+}
+void gguf_set_u32(gguf_writer *w, const char *key, uint32_t v) {
+  set_scalar(w, key, GGUF_U32, v);
+}
+void gguf_set_i32(gguf_writer *w, const char *key, int32_t v) {
+  set_scalar(w, key, GGUF_I32, (uint32_t)v);
+}
+void gguf_set_u64(gguf_writer *w, const char *key, uint64_t v) {
+  set_scalar(w, key, GGUF_U64, v);
+}
+void gguf_set_i64(gguf_writer *w, const char *key, int64_t v) {
+  set_scalar(w, key, GGUF_I64, (uint64_t)v);
+}
+void gguf_set_f32(gguf_writer *w, const char *key, float v) {
+  uint32_t bits;
+  memcpy(&bits, &v, 4);
+  set_scalar(w, key, GGUF_F32, bits);
+}
+void gguf_set_f64(gguf_writer *w, const char *key, double v) {
+  uint64_t bits;
+  memcpy(&bits, &v, 8);
+  set_scalar(w, key, GGUF_F64, bits);
+}
+void gguf_set_bool(gguf_writer *w, const char *key, int v) {
+  set_scalar(w, key, GGUF_BOOL, v != 0);
+}
+
+void gguf_set_str(gguf_writer *w, const char *key, const char *v) {
+  wbuf *b = kv_slot(w, key);
+  if (!b) return;
+  if (!v) v = "";
+  wb_le(b, GGUF_STRING, 4);
+  wb_str(b, v, strlen(v));
+  kv_done(w, key, b);
+}
+
+/* Numeric array from native little-endian memory (x86-64: element bytes as they are). */
+void gguf_set_arr(gguf_writer *w, const char *key, int elem_type, const void *v, uint64_t n) {
+  size_t es = vtype_size((uint32_t)elem_type);
+  if (!es) {
+    if (w) wfail(w, "gguf writer: key '%s': gguf_set_arr needs a numeric or bool element "
+                 "type%s", key ? key : "(null)", "");
+    return;
+  }
+  wbuf *b = kv_slot(w, key);
+  if (!b) return;
+  wb_le(b, GGUF_ARRAY, 4);
+  wb_le(b, (uint32_t)elem_type, 4);
+  wb_le(b, n, 8);
+  if (n && (!v || n > SIZE_MAX / es)) b->oom = 1;
+  else wb_put(b, v, (size_t)n * es);
+  kv_done(w, key, b);
+}
+
+void gguf_set_arr_i32(gguf_writer *w, const char *key, const int32_t *v, uint64_t n) {
+  gguf_set_arr(w, key, GGUF_I32, v, n);
+}
+
+void gguf_set_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_t n) {
+  gguf_set_arr(w, key, GGUF_F32, v, n);
+}
+
+static void set_arr_strs(gguf_writer *w, const char *key, const char *const *v,
+                         const gguf_str *s, uint64_t n) {
+  wbuf *b = kv_slot(w, key);
+  if (!b) return;
+  wb_le(b, GGUF_ARRAY, 4);
+  wb_le(b, GGUF_STRING, 4);
+  wb_le(b, n, 8);
+  for (uint64_t i = 0; i < n && !b->oom; i++) {
+    if (v) {
+      const char *e = v[i] ? v[i] : "";
+      wb_str(b, e, strlen(e));
+    } else {
+      wb_str(b, s[i].ptr, (size_t)s[i].len);
+    }
+  }
+  kv_done(w, key, b);
+}
+
+void gguf_set_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n) {
+  set_arr_strs(w, key, v, NULL, n);
+}
+
+void gguf_set_arr_gstr(gguf_writer *w, const char *key, const gguf_str *v, uint64_t n) {
+  set_arr_strs(w, key, NULL, v, n);
+}
+
+void gguf_set_kv_from(gguf_writer *w, const gguf_kv *kv) {
+  if (!w || !kv) return;
+  char *key = strndup(kv->key.ptr, (size_t)kv->key.len);
+  if (!key) {
+    wfail(w, "gguf writer: out of memory copying a key%s%s", "", "");
+    return;
+  }
+  if (kv->type == GGUF_ARRAY) {
+    if (kv->arr_type == GGUF_STRING) {
+      set_arr_strs(w, key, NULL, kv->arr_str, kv->arr_n);
+    } else {
+      gguf_set_arr(w, key, kv->arr_type, kv->arr_data, kv->arr_n);
+    }
+  } else if (kv->type == GGUF_STRING) {
+    wbuf *b = kv_slot(w, key);
+    if (b) {
+      wb_le(b, GGUF_STRING, 4);
+      wb_str(b, kv->v.s.ptr, (size_t)kv->v.s.len);
+      kv_done(w, key, b);
+    }
+  } else if (kv->type == GGUF_F32) {
+    gguf_set_f32(w, key, (float)kv->v.f);
+  } else if (kv->type == GGUF_F64) {
+    gguf_set_f64(w, key, kv->v.f);
+  } else if (vtype_size((uint32_t)kv->type)) {
+    set_scalar(w, key, kv->type, vtype_is_signed(kv->type) ? (uint64_t)kv->v.i : kv->v.u);
+  } else {
+    wfail(w, "gguf writer: key '%s' has an invalid value type%s", key, "");
+  }
+  free(key);
+}
+
+int gguf_add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims,
+                    const int64_t *ne, const void *data) {
+  if (!w) return -1;
+  if (!name || !ne) {
+    wfail(w, "gguf writer: gguf_add_tensor needs a name and a shape%s%s", "", "");
+    return -1;
+  }
+  if (w->fd >= 0) {
+    wfail(w, "gguf writer: tensor '%s' declared while a write is in progress%s", name, "");
+    return -1;
+  }
+  if (n_dims < 1 || n_dims > 4) {
+    wfail(w, "gguf writer: tensor '%s' must have 1..4 dimensions%s", name, "");
+    return -1;
+  }
+  if (!q35_type_supported(type)) {
+    const char *tn = q35_type_name(type);
+    wfail(w, "gguf writer: tensor '%s' has type %s, which q35 does not support", name,
+          tn ? tn : "(unknown id)");
+    return -1;
+  }
+  wtensor t = {.type = type, .n_dims = n_dims, .ne = {1, 1, 1, 1}, .data = data};
+  int64_t nel = 1;
+  for (uint32_t d = 0; d < n_dims; d++) {
+    if (ne[d] < 1 || __builtin_mul_overflow(nel, ne[d], &nel)) {
+      wfail(w, "gguf writer: tensor '%s' has an invalid shape%s", name, "");
+      return -1;
+    }
+    t.ne[d] = ne[d];
+  }
+  if (t.ne[0] % q35_type_block(type)) {
+    wfail(w, "gguf writer: tensor '%s': ne[0] is not a multiple of the %s block size", name,
+          q35_type_name(type));
+    return -1;
+  }
+  uint64_t nb;
+  if (__builtin_mul_overflow((uint64_t)q35_row_size(type, t.ne[0]),
+                             (uint64_t)(nel / t.ne[0]), &nb) ||
+      nb > SIZE_MAX / 2) {
+    wfail(w, "gguf writer: tensor '%s' is too large%s", name, "");
+    return -1;
+  }
+  t.nbytes = (size_t)nb;
+  for (size_t i = 0; i < w->n_t; i++)
+    if (!strcmp(w->t[i].name, name)) {
+      wfail(w, "gguf writer: duplicate tensor name '%s'%s", name, "");
+      return -1;
+    }
+  if (w->n_t >= INT_MAX || !(t.name = strdup(name)) ||
+      grow((void **)&w->t, &w->cap_t, w->n_t + 1, sizeof *w->t)) {
+    free(t.name);
+    wfail(w, "gguf writer: out of memory declaring tensor '%s'%s", name, "");
+    return -1;
+  }
+  w->t[w->n_t] = t;
+  return (int)w->n_t++;
+}
+
+static int write_all(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n) {
+    ssize_t k = write(fd, c, n > (1u << 30) ? (1u << 30) : n);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    c += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+static int write_pad(int fd, uint64_t pos, uint32_t alignment) {
+  static const uint8_t zeros[256];
+  size_t pad = (size_t)((alignment - pos % alignment) % alignment);
+  while (pad) {
+    size_t k = pad < sizeof zeros ? pad : sizeof zeros;
+    if (write_all(fd, zeros, k)) return -1;
+    pad -= k;
+  }
+  return 0;
+}
+
+static void stream_cleanup(gguf_writer *w, int remove_tmp) {
+  if (w->fd >= 0) close(w->fd);
+  w->fd = -1;
+  if (remove_tmp && w->tmp) unlink(w->tmp);
+  free(w->tmp);
+  free(w->path);
+  w->tmp = w->path = NULL;
+}
+
+void gguf_writer_abort(gguf_writer *w) {
+  if (w && (w->fd >= 0 || w->tmp)) stream_cleanup(w, 1);
+}
+
+static int io_fail(gguf_writer *w, q35_err *err, const char *what) {
+  q35_seterr(err, "%s: %s: %s", w->tmp ? w->tmp : "(gguf writer)", what, strerror(errno));
+  stream_cleanup(w, 1);
+  return -1;
+}
+
+int gguf_writer_begin(gguf_writer *w, const char *path, q35_err *err) {
+  if (!w || !path) return q35_seterr(err, "gguf writer: no writer or path");
+  if (w->fd >= 0) return q35_seterr(err, "%s: a write to %s is already in progress", path, w->path);
+  if (w->failed) return q35_seterr(err, "%s: %s", path, w->ferr.msg);
+
+  /* Assign offsets in declaration order. */
+  uint64_t off = 0;
+  for (size_t i = 0; i < w->n_t; i++) {
+    w->t[i].offset = off;
+    off += (w->t[i].nbytes + w->alignment - 1) / w->alignment * w->alignment;
+  }
+
+  wbuf h = {0};
+  h.oom = 0;
+  wb_put(&h, "GGUF", 4);
+  wb_le(&h, 3, 4);
+  wb_le(&h, w->n_t, 8);
+  wb_le(&h, w->n_kv, 8);
+  for (size_t i = 0; i < w->n_kv; i++) {
+    wb_str(&h, w->kv[i].key, strlen(w->kv[i].key));
+    wb_put(&h, w->kv[i].blob.p, w->kv[i].blob.n);
+  }
+  for (size_t i = 0; i < w->n_t; i++) {
+    const wtensor *t = &w->t[i];
+    wb_str(&h, t->name, strlen(t->name));
+    wb_le(&h, t->n_dims, 4);
+    for (uint32_t d = 0; d < t->n_dims; d++) wb_le(&h, (uint64_t)t->ne[d], 8);
+    wb_le(&h, (uint32_t)t->type, 4);
+    wb_le(&h, t->offset, 8);
+  }
+  while (h.n % w->alignment) wb_le(&h, 0, 1);
+  if (h.oom) {
+    free(h.p);
+    return q35_seterr(err, "%s: out of memory building the GGUF header", path);
+  }
+
+  w->path = strdup(path);
+  w->tmp = malloc(strlen(path) + 5);
+  if (!w->path || !w->tmp) {
+    free(h.p);
+    stream_cleanup(w, 0);
+    return q35_seterr(err, "%s: out of memory", path);
+  }
+  sprintf(w->tmp, "%s.tmp", path);
+  w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (w->fd < 0) {
+    free(h.p);
+    return io_fail(w, err, "cannot create");
+  }
+  int rc = write_all(w->fd, h.p, h.n);
+  free(h.p);
+  if (rc) return io_fail(w, err, "write failed");
+  w->next = 0;
+  return 0;
+}
+
+int gguf_writer_write_tensor(gguf_writer *w, int index, const void *data, q35_err *err) {
+  if (!w || w->fd < 0) return q35_seterr(err, "gguf writer: no write in progress");
+  if (index < 0 || (size_t)index != w->next) {
+    q35_seterr(err, "%s: tensor #%d written out of order (expected #%zu%s%s%s)", w->path, index,
+               w->next, w->next < w->n_t ? ", '" : "", w->next < w->n_t ? w->t[w->next].name : "",
+               w->next < w->n_t ? "'" : "");
+    stream_cleanup(w, 1);
+    return -1;
+  }
+  const wtensor *t = &w->t[index];
+  if (!data) {
+    q35_seterr(err, "%s: tensor '%s' has no data", w->path, t->name);
+    stream_cleanup(w, 1);
+    return -1;
+  }
+  if (write_all(w->fd, data, t->nbytes) || write_pad(w->fd, t->nbytes, w->alignment))
+    return io_fail(w, err, "write failed");
+  w->next++;
+  return 0;
+}
+
+/* Make the rename durable: fsync the directory holding path (best effort). */
+static void fsync_dir(const char *path) {
+  char *d = strdup(path);
+  if (!d) return;
+  char *slash = strrchr(d, '/');
+  const char *dir = slash ? (slash == d ? "/" : (*slash = 0, d)) : ".";
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+  free(d);
+}
+
+int gguf_writer_finish(gguf_writer *w, q35_err *err) {
+  if (!w || w->fd < 0) return q35_seterr(err, "gguf writer: no write in progress");
+  if (w->next != w->n_t) {
+    q35_seterr(err, "%s: tensor '%s' (#%zu of %zu) was never written", w->path,
+               w->t[w->next].name, w->next, w->n_t);
+    stream_cleanup(w, 1);
+    return -1;
+  }
+  if (fsync(w->fd)) return io_fail(w, err, "fsync failed");
+  int fd = w->fd;
+  w->fd = -1;
+  if (close(fd)) return io_fail(w, err, "close failed");
+  if (rename(w->tmp, w->path)) return io_fail(w, err, "cannot rename into place");
+  fsync_dir(w->path);
+  stream_cleanup(w, 0);
+  return 0;
+}
+
+int gguf_writer_save(gguf_writer *w, const char *path, q35_err *err) {
+  if (!w) return q35_seterr(err, "gguf writer: no writer");
+  for (size_t i = 0; i < w->n_t; i++)
+    if (!w->t[i].data)
+      return q35_seterr(err, "%s: tensor '%s' was declared without data", path ? path : "",
+                        w->t[i].name);
+  if (gguf_writer_begin(w, path, err)) return -1;
+  for (size_t i = 0; i < w->n_t; i++)
+    if (gguf_writer_write_tensor(w, (int)i, w->t[i].data, err)) return -1;
+  return gguf_writer_finish(w, err);
+}

@@ -57,6 +57,8 @@ void q35_model_free(q35_model *model);
 
 int32_t q35_model_n_vocab(const q35_model *model);
 int32_t q35_model_n_threads(const q35_model *model);
+/* Seconds spent in the sampling head by q35_step since the model was loaded. */
+double q35_model_sample_seconds(const q35_model *model);
 /* Short description: architecture, layer counts, tensor types (one line, no newline). */
 const char *q35_model_desc(const q35_model *model);
 
@@ -103,6 +105,8 @@ typedef struct q35_sampling {
 
 /* temperature 1, top_k 0, top_p 1, min_p 0, no penalties, seed 0, draw 0 */
 q35_sampling q35_sampling_default(void);
+/* 0 if every parameter is in range, else -1 with a message naming the parameter and range. */
+int q35_sampling_validate(const q35_sampling *p, q35_err *err);
 /* A seed below 2^53 from OS entropy (for unseeded requests; report it to the user). */
 uint64_t q35_random_seed(void);
 
@@ -119,7 +123,7 @@ typedef struct q35_row {
   const int32_t *history;      /* for penalties: prompt then generated tokens (may be NULL) */
   int32_t n_history;
   int32_t n_prompt;            /* history[0 .. n_prompt) is the prompt */
-  int32_t n_top_logprobs;      /* 0 .. Q35_MAX_TOP_LOGPROBS alternatives to report */
+  int32_t n_top_logprobs;      /* -1: no logprobs; 0: the token's; 1 .. Q35_MAX_TOP_LOGPROBS: alternatives */
   /* outputs */
   int32_t token;               /* the sampled token */
   float logprob;               /* log-probability of `token` under log_softmax(logits) */

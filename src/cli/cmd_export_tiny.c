@@ -1,0 +1,137 @@
+/* cmd_export_tiny.c - q35 export --tiny-test: write a random-weight Qwen3.5 GGUF. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "commands.h"
+#include "export/tiny.h"
+#include "quant.h"
+
+static void tiny_usage(void) {
+  q35_tiny_opts d = q35_tiny_default();
+  printf(
+      "usage: q35 export --tiny-test -o OUT.gguf [options]\n"
+      "Writes a random-weight Qwen3.5 model in llama.cpp's GGUF conventions (for tests and benchmarks).\n"
+      "  --arch qwen35moe|qwen35   MoE (default) or dense\n"
+      "  --layers N        %d          --interval N      %d (layer i is attention iff (i+1) %% N == 0)\n"
+      "  --embd N          %d        --vocab N         %d\n"
+      "  --heads N         %d          --kv-heads N      %d\n"
+      "  --head-dim N      %d         --rot N           %d (rotary dims)\n"
+      "  --ssm-k-heads N   %d          --ssm-v-heads N   %d\n"
+      "  --ssm-head-dim N  %d         --conv-kernel N   %d\n"
+      "  --experts N       %d          --experts-used N  %d\n"
+      "  --ff N            %d (expert FFN for MoE; dense FFN is --dense-ff, default %d)\n"
+      "  --shexp-ff N      %d (0 = no shared expert)\n"
+      "  --tied            tie the output matrix to the embedding\n"
+      "  --merged-gate-up  write ffn_gate_up_exps instead of separate gate/up experts\n"
+      "  --type T          f32 | f16 | bf16 | q8_0 | q4_0 | q5_0 | q4_k | q5_k | q6_k | iq4_xs, or the\n"
+      "                    presets q4_k_m (q4_k + q6_k for ffn_down/attn_v/output)  (default f32)\n"
+      "  --down-type T, --output-type T, --embd-type T   per-tensor overrides\n"
+      "  --rope-theta F    1e7         --seed N   %llu\n",
+      d.n_layer, d.interval, d.n_embd, d.n_vocab, d.n_head, d.n_head_kv, d.head_dim, d.n_rot, d.ssm_k_heads,
+      d.ssm_v_heads, d.ssm_head_dim, d.conv_kernel, d.n_expert, d.n_expert_used, d.n_ff_exp, d.n_ff, d.n_ff_shexp,
+      (unsigned long long)d.seed);
+}
+
+static int parse_type(const char *flag, const char *v) {
+  int t = q35_type_from_name(v);
+  if (t < 0 || !q35_type_supported(t)) die("%s: unknown or unsupported type '%s'", flag, v);
+  return t;
+}
+
+int cmd_export_tiny(int argc, char **argv) {
+  q35_tiny_opts o = q35_tiny_default();
+  const char *out = NULL;
+  int dense_ff_set = 0, ff_set = 0, ff = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+#define INT(flag, field, lo, hi) \
+  if (arg_is(argc, argv, &i, flag)) { o.field = (int)arg_int(flag, arg_value(argc, argv, &i), lo, hi); continue; }
+    if (arg_is(argc, argv, &i, "--tiny_test")) continue;
+    if (arg_is(argc, argv, &i, "--help") || arg_is(argc, argv, &i, "-h")) {
+      tiny_usage();
+      return 0;
+    }
+    if (arg_is(argc, argv, &i, "-o") || arg_is(argc, argv, &i, "--output") || arg_is(argc, argv, &i, "--out")) {
+      out = arg_value(argc, argv, &i);
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--arch")) {
+      const char *v = arg_value(argc, argv, &i);
+      if (!strcmp(v, "qwen35moe")) o.moe = 1;
+      else if (!strcmp(v, "qwen35")) o.moe = 0;
+      else die("--arch: '%s' is not qwen35moe or qwen35", v);
+      continue;
+    }
+    INT("--layers", n_layer, 1, 256)
+    INT("--interval", interval, 1, 256)
+    INT("--embd", n_embd, 1, 16384)
+    INT("--vocab", n_vocab, 1, 1 << 20)
+    INT("--heads", n_head, 1, 256)
+    INT("--kv_heads", n_head_kv, 1, 256)
+    INT("--head_dim", head_dim, 2, 1024)
+    INT("--rot", n_rot, 2, 1024)
+    INT("--ssm_k_heads", ssm_k_heads, 1, 256)
+    INT("--ssm_v_heads", ssm_v_heads, 1, 256)
+    INT("--ssm_head_dim", ssm_head_dim, 1, 1024)
+    INT("--conv_kernel", conv_kernel, 1, 16)
+    INT("--experts", n_expert, 1, 1024)
+    INT("--experts_used", n_expert_used, 1, 1024)
+    INT("--shexp_ff", n_ff_shexp, 0, 1 << 16)
+    if (arg_is(argc, argv, &i, "--ff")) {
+      ff = (int)arg_int("--ff", arg_value(argc, argv, &i), 1, 1 << 16);
+      ff_set = 1;
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--dense_ff")) {
+      o.n_ff = (int)arg_int("--dense-ff", arg_value(argc, argv, &i), 1, 1 << 18);
+      dense_ff_set = 1;
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--seed")) {
+      o.seed = (uint64_t)arg_int("--seed", arg_value(argc, argv, &i), 0, INT64_MAX);
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--rope_theta")) {
+      o.rope_theta = (float)arg_double("--rope-theta", arg_value(argc, argv, &i));
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--tied")) {
+      o.tied = 1;
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--merged_gate_up")) {
+      o.merged_gate_up = 1;
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--type")) {
+      const char *v = arg_value(argc, argv, &i);
+      if (!strcmp(v, "q4_k_m") || !strcmp(v, "Q4_K_M")) {
+        o.type = 12;
+        o.type_down = 14;
+        o.type_output = 14;
+      } else {
+        o.type = parse_type("--type", v);
+      }
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--down_type")) { o.type_down = parse_type("--down-type", arg_value(argc, argv, &i)); continue; }
+    if (arg_is(argc, argv, &i, "--output_type")) { o.type_output = parse_type("--output-type", arg_value(argc, argv, &i)); continue; }
+    if (arg_is(argc, argv, &i, "--embd_type")) { o.type_embd = parse_type("--embd-type", arg_value(argc, argv, &i)); continue; }
+#undef INT
+    arg_unknown("export --tiny-test", a);
+  }
+  if (!out) die("export --tiny-test: -o OUT.gguf is required");
+  if (ff_set) {
+    o.n_ff_exp = ff;
+    if (!o.moe && !dense_ff_set) o.n_ff = ff;
+  }
+  q35_err err = {{0}};
+  if (q35_tiny_write(&o, out, &err)) {
+    fprintf(stderr, "q35 export: %s\n", err.msg);
+    return 1;
+  }
+  fprintf(stderr, "wrote %s\n", out);
+  return 0;
+}

@@ -1,0 +1,21 @@
+/* run_text.h - the runner behind q35 run (cmd_run.c parses flags into run_opts). */
+#ifndef Q35_CLI_RUN_TEXT_H
+#define Q35_CLI_RUN_TEXT_H
+
+#include <stdint.h>
+
+#include "q35.h"
+
+typedef struct run_opts {
+  const char *model, *tokens_s, *prompt, *prompt_file, *tokenizer_path, *system;
+  int chat, no_think, print_ids, stats;
+  int n_new, threads, ctx, chunk, warmup, iters;
+  q35_kv_type kv;
+  int64_t seed;   /* -1: random */
+  q35_sampling sp;
+} run_opts;
+
+void run_opts_default(run_opts *o);
+int run_main(const run_opts *o);
+
+#endif

@@ -1,0 +1,105 @@
+/*
+ * model.h - Qwen3.5 hyperparameters, weights (views into the mmapped GGUF), per-session
+ * state, and the forward pass.
+ *
+ * Architectures: "qwen35moe" (sparse MoE FFN with a shared expert) and "qwen35" (dense
+ * SwiGLU FFN). Layer i is full attention iff (i + 1) % full_attention_interval == 0, else a
+ * Gated DeltaNet layer. MTP blocks (the last nextn_predict_layers blocks) are ignored.
+ * Math: /work/shared/docs/qwen35moe.md (GGUF conventions: norms hold 1 + w, ssm_a holds
+ * -exp(A_log), value head j of a DeltaNet layer uses key head j mod Hk).
+ */
+#ifndef Q35_MODEL_H
+#define Q35_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "q35.h"
+#include "threadpool.h"
+
+typedef struct q35_tensor {
+  const void *data;      /* NULL when absent */
+  int type;              /* enum q35_type */
+  int64_t ne[4];
+  size_t nb1;            /* bytes per row (ne[0] elements) */
+  size_t nb2;            /* bytes per matrix (ne[0] * ne[1] elements) */
+  const char *name;
+} q35_tensor;
+
+typedef struct q35_hparams {
+  int is_moe;
+  int n_vocab, n_embd, n_layer, n_layer_all;
+  int n_head, n_head_kv, head_dim, n_rot;
+  float rope_theta, eps;
+  int interval;
+  /* Gated DeltaNet */
+  int conv_kernel, ssm_d_state, ssm_n_group, ssm_dt_rank, ssm_d_inner;
+  /* FFN */
+  int n_expert, n_expert_used, n_ff_exp, n_ff_shexp, n_ff;
+  int n_ctx_train;
+} q35_hparams;
+
+typedef struct q35_layer {
+  int is_attn;
+  int attn_index;        /* index among attention layers, or among DeltaNet layers */
+  q35_tensor attn_norm, post_norm;
+  /* attention */
+  q35_tensor wq, wk, wv, wo, q_norm, k_norm;
+  /* Gated DeltaNet */
+  q35_tensor wqkv, wz, wbeta, walpha, conv, dt_bias, ssm_a, ssm_norm, ssm_out;
+  /* MoE */
+  q35_tensor router, gate_exps, up_exps, gate_up_exps, down_exps;
+  q35_tensor gate_shexp, up_shexp, down_shexp, shexp_gate;
+  /* dense FFN */
+  q35_tensor ffn_gate, ffn_up, ffn_down;
+} q35_layer;
+
+struct q35_model {
+  gguf_file *gguf;
+  q35_hparams hp;
+  q35_tensor tok_embd, output_norm, output;
+  q35_layer *layers;
+  int n_attn_layers, n_gdn_layers;
+  q35_pool *pool;
+  char desc[256];
+  /* scratch for the forward pass, grown on demand (one step at a time per model) */
+  void *scratch;
+  size_t scratch_size;
+  struct q35_sampler *sampler; /* sampling workspace (created by the first q35_step) */
+  float *step_logits;           /* [step_cap][n_vocab] */
+  struct q35_fwd_row *step_rows;
+  int32_t step_cap;
+  double t_sample;              /* seconds in the sampling head */
+};
+
+struct q35_session {
+  q35_model *model;
+  q35_session_params params;
+  int32_t pos;
+  /* attention: per attention layer, K and V caches [n_ctx][n_head_kv * head_dim] of kv_type */
+  void **k_cache, **v_cache;
+  size_t kv_row_bytes;
+  /* DeltaNet: per layer conv state [K-1][conv_dim] and recurrent state [Hv][dv][dk], fp32 */
+  float **conv_state, **ssm_state;
+  size_t bytes;
+};
+
+/* One row of a forward pass: a session consuming n tokens; logits wanted for the last
+ * position (want = 1), every position (want = 2) or none (0). */
+typedef struct q35_fwd_row {
+  q35_session *s;
+  const int32_t *tokens;
+  int32_t n;
+  int want;
+  float *logits; /* n_vocab or n * n_vocab floats */
+} q35_fwd_row;
+
+/* Frees what q35_step keeps in the model (step.c). */
+void q35_model_free_step(q35_model *m);
+
+int q35_forward(q35_model *m, q35_fwd_row *rows, int n_rows, q35_err *err);
+
+/* The scalar path of a full forward pass runs with Q35_SIMD=scalar; see quant.h. */
+
+#endif

@@ -1,0 +1,106 @@
+#include "threadpool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <immintrin.h>
+
+struct q35_pool {
+  int n;
+  pthread_t *threads;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  atomic_uint gen;       /* bumped for each task */
+  atomic_int pending;    /* workers still running the current task */
+  atomic_int quit;
+  q35_task_fn fn;
+  void *ctx;
+};
+
+typedef struct {
+  q35_pool *p;
+  int ith;
+} worker_arg;
+
+static void *worker(void *arg) {
+  worker_arg *wa = arg;
+  q35_pool *p = wa->p;
+  int ith = wa->ith;
+  free(wa);
+  unsigned seen = 0;
+  for (;;) {
+    /* spin a while for the next task, then sleep */
+    unsigned g;
+    int spins = 0;
+    while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && spins < 20000) {
+      if (++spins % 64 == 0) sched_yield(); /* share the core when the machine is busy */
+      else _mm_pause();
+    }
+    if (g == seen) {
+      pthread_mutex_lock(&p->mu);
+      while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->quit)) pthread_cond_wait(&p->cv, &p->mu);
+      pthread_mutex_unlock(&p->mu);
+    }
+    if (atomic_load(&p->quit)) return NULL;
+    seen = g;
+    p->fn(p->ctx, ith, p->n);
+    atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+  }
+}
+
+q35_pool *q35_pool_new(int n_threads) {
+  if (n_threads < 1) n_threads = 1;
+  q35_pool *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->n = n_threads;
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->cv, NULL);
+  p->threads = calloc((size_t)n_threads, sizeof *p->threads);
+  for (int i = 1; i < n_threads; i++) {
+    worker_arg *wa = malloc(sizeof *wa);
+    wa->p = p;
+    wa->ith = i;
+    if (pthread_create(&p->threads[i], NULL, worker, wa) != 0) {
+      free(wa);
+      p->n = i; /* run with the threads we got */
+      break;
+    }
+  }
+  return p;
+}
+
+void q35_pool_free(q35_pool *p) {
+  if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  atomic_store(&p->quit, 1);
+  atomic_fetch_add(&p->gen, 1);
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 1; i < p->n; i++) pthread_join(p->threads[i], NULL);
+  pthread_mutex_destroy(&p->mu);
+  pthread_cond_destroy(&p->cv);
+  free(p->threads);
+  free(p);
+}
+
+int q35_pool_size(const q35_pool *p) { return p->n; }
+
+void q35_pool_run(q35_pool *p, q35_task_fn fn, void *ctx) {
+  if (p->n == 1) {
+    fn(ctx, 0, 1);
+    return;
+  }
+  p->fn = fn;
+  p->ctx = ctx;
+  atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+  pthread_mutex_lock(&p->mu);
+  atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  fn(ctx, 0, p->n);
+  for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+    if (spins % 64 == 63) sched_yield();
+    else _mm_pause();
+  }
+}

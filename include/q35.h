@@ -83,6 +83,19 @@ int32_t q35_session_pos(const q35_session *s);
 int32_t q35_session_n_ctx(const q35_session *s);
 size_t q35_session_bytes(const q35_session *s); /* memory held by the state */
 
+/* Snapshots of the recurrent state, for prefix reuse. The attention KV cache is append-only,
+ * so going back to an earlier position only needs the DeltaNet conv + recurrent state of that
+ * position: q35_session_snapshot copies it (with the position); q35_session_restore puts it
+ * back and sets the position, provided the session still holds the KV entries below it (it
+ * has not been reset or rewound below the snapshot's position since the snapshot was taken;
+ * the caller, who tracks the tokens, guarantees this). */
+typedef struct q35_snapshot q35_snapshot;
+q35_snapshot *q35_session_snapshot(const q35_session *s, q35_err *err);
+int q35_session_restore(q35_session *s, const q35_snapshot *snap, q35_err *err);
+int32_t q35_snapshot_pos(const q35_snapshot *snap);
+size_t q35_snapshot_bytes(const q35_snapshot *snap);
+void q35_snapshot_free(q35_snapshot *snap);
+
 /* Feed tokens (prefill in chunks of `chunk` tokens, <= 0: one chunk) and optionally write
  * logits: the last position's n_vocab floats, or with all != 0 every position's (n * n_vocab,
  * position major). logits may be NULL. */

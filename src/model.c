@@ -404,3 +404,58 @@ int q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, int32_t c
   }
   return 0;
 }
+
+/* ---- snapshots ---- */
+
+struct q35_snapshot {
+  const q35_model *model;
+  int32_t pos;
+  size_t conv_n, ssm_n; /* floats per DeltaNet layer */
+  float *data;          /* [n_gdn][conv_n + ssm_n] */
+};
+
+q35_snapshot *q35_session_snapshot(const q35_session *s, q35_err *err) {
+  const q35_hparams *hp = &s->model->hp;
+  const int C = 2 * hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner;
+  q35_snapshot *p = calloc(1, sizeof *p);
+  if (!p) goto oom;
+  p->model = s->model;
+  p->pos = s->pos;
+  p->conv_n = (size_t)(hp->conv_kernel - 1) * C;
+  p->ssm_n = (size_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state;
+  const int n = s->model->n_gdn_layers;
+  p->data = malloc((p->conv_n + p->ssm_n) * (size_t)(n > 0 ? n : 1) * sizeof(float));
+  if (!p->data) goto oom;
+  for (int i = 0; i < n; i++) {
+    float *d = p->data + (p->conv_n + p->ssm_n) * i;
+    memcpy(d, s->conv_state[i], p->conv_n * sizeof(float));
+    memcpy(d + p->conv_n, s->ssm_state[i], p->ssm_n * sizeof(float));
+  }
+  return p;
+oom:
+  q35_snapshot_free(p);
+  q35_seterr(err, "out of memory (session snapshot)");
+  return NULL;
+}
+
+int q35_session_restore(q35_session *s, const q35_snapshot *p, q35_err *err) {
+  if (p->model != s->model) return q35_seterr(err, "the snapshot belongs to another model");
+  if (p->pos > s->params.n_ctx) return q35_seterr(err, "the snapshot's position %d is past the context", p->pos);
+  for (int i = 0; i < s->model->n_gdn_layers; i++) {
+    const float *d = p->data + (p->conv_n + p->ssm_n) * i;
+    memcpy(s->conv_state[i], d, p->conv_n * sizeof(float));
+    memcpy(s->ssm_state[i], d + p->conv_n, p->ssm_n * sizeof(float));
+  }
+  s->pos = p->pos;
+  return 0;
+}
+
+int32_t q35_snapshot_pos(const q35_snapshot *p) { return p->pos; }
+size_t q35_snapshot_bytes(const q35_snapshot *p) {
+  return sizeof *p + (p->conv_n + p->ssm_n) * (size_t)p->model->n_gdn_layers * sizeof(float);
+}
+void q35_snapshot_free(q35_snapshot *p) {
+  if (!p) return;
+  free(p->data);
+  free(p);
+}

@@ -36,7 +36,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <limits.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +53,7 @@
 #define GGUF_DEFAULT_ALIGNMENT 32
 _Static_assert(offsetof(gguf_kv, key) == 0 && offsetof(gguf_tensor, name) == 0,
                "the name indexes read the key / name at offset 0");
-#define GGUF_HEADER_SIZE 24 /* magic, version, n_tensors, n_kv */
+#define GGUF_MAX_TENSOR_NAME 64 /* llama.cpp's GGML_MAX_NAME, including the NUL */
 #define GGUF_MIN_KV_SIZE 13 /* key length (8) + type (4) + smallest value (1) */
 #define GGUF_MIN_TENSOR_INFO_SIZE 32 /* name length 8, n_dims 4, one ne 8, type 4, offset 8 */
 
@@ -312,8 +314,20 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   return 0;
 }
 
-static const char *supported_types_list(void) {
-  return "f32, f16, bf16, q8_0, q4_0, q5_0, q4_K, q5_K, q6_K, iq4_xs";
+/* "f32, f16, ..." for error messages: the float types first, then by GGML id. */
+static const char *supported_types_list(char *buf, size_t cap) {
+  static const int first[] = {Q35_TYPE_F32, Q35_TYPE_F16, Q35_TYPE_BF16, Q35_TYPE_Q8_0};
+  size_t o = 0;
+  buf[0] = 0;
+  for (int k = 0; k < 4 + Q35_TYPE_COUNT; k++) {
+    int t = k < 4 ? first[k] : k - 4;
+    if (k >= 4 && (t == Q35_TYPE_F32 || t == Q35_TYPE_F16 || t == Q35_TYPE_BF16 ||
+                   t == Q35_TYPE_Q8_0))
+      continue;
+    if (!q35_type_supported(t) || o >= cap) continue;
+    o += (size_t)snprintf(buf + o, cap - o, "%s%s", o ? ", " : "", q35_type_name(t));
+  }
+  return buf;
 }
 
 static int rd_tensor_info(rd *r, gguf_tensor *t, size_t alignment) {
@@ -342,9 +356,11 @@ static int rd_tensor_info(rd *r, gguf_tensor *t, size_t alignment) {
   const char *tn = q35_type_name((int)type);
   if (!tn)
     return q35_seterr(r->err, "%s: %s has unknown tensor type id %u", r->file, r->what, type);
-  if (!q35_type_supported((int)type))
+  if (!q35_type_supported((int)type)) {
+    char list[256];
     return q35_seterr(r->err, "%s: %s has type %s, which q35 does not support (supported: %s)",
-                      r->file, r->what, tn, supported_types_list());
+                      r->file, r->what, tn, supported_types_list(list, sizeof list));
+  }
   t->type = (int)type;
   if (rd_u64(r, &t->offset, "the data offset")) return -1;
   int blk = q35_type_block(t->type);
@@ -584,8 +600,8 @@ gguf_file *gguf_open(const char *path, q35_err *err) {
     free(f);
     return NULL;
   }
-  /* Tensors are read by layer and by expert, not front to back. */
-  madvise(m, size, MADV_RANDOM);
+  /* No madvise here: the kernel's default readahead suits both parsing the header and a
+   * first pass over the weights; callers may advise ranges themselves (f->map). */
   f->map = m;
   f->size = size;
   f->owns_map = 1;
@@ -650,6 +666,9 @@ static int get_f32_kv(const gguf_file *f, const gguf_kv *kv, float *out, q35_err
   if (kv->type != GGUF_F32 && kv->type != GGUF_F64)
     return q35_seterr(err, "%s: key '%s' has type %s, expected f32", f->path,
                       show(kv->key, nb, sizeof nb), vtype_name(kv->type));
+  if (isfinite(kv->v.f) && fabs(kv->v.f) > FLT_MAX)
+    return q35_seterr(err, "%s: key '%s' = %g is out of the f32 range", f->path,
+                      show(kv->key, nb, sizeof nb), kv->v.f);
   *out = (float)kv->v.f;
   return 0;
 }
@@ -1041,6 +1060,11 @@ int gguf_add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims,
     return -1;
   }
   t.nbytes = (size_t)nb;
+  if (strlen(name) >= GGUF_MAX_TENSOR_NAME) {
+    wfail(w, "gguf writer: tensor name '%s' is too long (llama.cpp's limit is 63 bytes)%s",
+          name, "");
+    return -1;
+  }
   for (size_t i = 0; i < w->n_t; i++)
     if (!strcmp(w->t[i].name, name)) {
       wfail(w, "gguf writer: duplicate tensor name '%s'%s", name, "");

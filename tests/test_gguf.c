@@ -613,6 +613,8 @@ static void test_writer_errors(void) {
   CHECK(gguf_add_tensor(w, "q8", Q35_TYPE_Q8_0, 1, (int64_t[]){33}, d) == -1,
         "q8_0 ne[0]=33 accepted");
   CHECK(gguf_add_tensor(w, "z", Q35_TYPE_F32, 2, (int64_t[]){4, 0}, d) == -1, "ne 0 accepted");
+  CHECK(gguf_add_tensor(w, "blk.0.a_name_that_is_far_too_long_for_llama_cpp_to_accept.weight",
+                        Q35_TYPE_F32, 1, (int64_t[]){4}, d) == -1, "64-byte name accepted");
   gguf_writer_free(w);
 
   w = gguf_writer_new();
@@ -908,7 +910,10 @@ int main(void) {
   free(img);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  if (system(cmd) != 0) fprintf(stderr, "note: could not remove %s\n", tmpdir);
+  if (getenv("Q35_KEEP_TMP")) /* keeps the files (e.g. to refresh fuzz/corpus/gguf) */
+    fprintf(stderr, "note: files kept in %s\n", tmpdir);
+  else if (system(cmd) != 0)
+    fprintf(stderr, "note: could not remove %s\n", tmpdir);
   if (failures) {
     fprintf(stderr, "test_gguf: %d of %d checks FAILED\n", failures, checks);
     return 1;

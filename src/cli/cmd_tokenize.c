@@ -1,14 +1,296 @@
+/* cmd_tokenize.c - `q35 tokenize` (text -> ids) and `q35 detokenize` (ids -> text). */
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
 #include "commands.h"
-int cmd_tokenize(int argc, char **argv) {
-  (void)argc; (void)argv;
-  fprintf(stderr, "q35: this command is not implemented yet\n");
-  return 2;
+#include "gguf.h"
+#include "tokenizer.h"
+
+typedef struct tok_source {
+  const char *model, *json, *config, *pre;
+} tok_source;
+
+static q35_tokenizer *load_tokenizer(const char *cmd, const tok_source *src) {
+  q35_err err = {{0}};
+  q35_tokenizer *t = NULL;
+  if (!!src->model == !!src->json) {
+    fprintf(stderr, "q35 %s: give exactly one of -m MODEL.gguf or --tokenizer tokenizer.json\n", cmd);
+    exit(2);
+  }
+  if (src->model) {
+    if (src->pre) {
+      fprintf(stderr, "q35 %s: --pre applies to --tokenizer only\n", cmd);
+      exit(2);
+    }
+    gguf_file *f = gguf_open(src->model, &err);
+    if (f) {
+      t = q35_tokenizer_from_gguf(f, &err);
+      gguf_close(f);
+    }
+  } else {
+    q35_pre pre = Q35_PRE_AUTO;
+    if (src->pre && !strcmp(src->pre, "qwen2")) pre = Q35_PRE_QWEN2;
+    else if (src->pre && !strcmp(src->pre, "qwen35")) pre = Q35_PRE_QWEN35;
+    else if (src->pre) {
+      fprintf(stderr, "q35 %s: --pre must be qwen2 or qwen35, not '%s'\n", cmd, src->pre);
+      exit(2);
+    }
+    t = q35_tokenizer_from_json_ex(src->json, src->config, pre, &err);
+  }
+  if (!t) {
+    fprintf(stderr, "q35 %s: %s\n", cmd, err.msg);
+    exit(1);
+  }
+  return t;
 }
-#include <stdio.h>
-#include "commands.h"
+
+static int source_arg(int argc, char **argv, int *i, tok_source *src) {
+  if (arg_is(argc, argv, i, "-m") || arg_is(argc, argv, i, "--model")) src->model = arg_value(argc, argv, i);
+  else if (arg_is(argc, argv, i, "--tokenizer")) src->json = arg_value(argc, argv, i);
+  else if (arg_is(argc, argv, i, "--tokenizer_config")) src->config = arg_value(argc, argv, i);
+  else if (arg_is(argc, argv, i, "--pre")) src->pre = arg_value(argc, argv, i);
+  else return 0;
+  return 1;
+}
+
+static void print_ids(const int32_t *ids, int32_t n, int json) {
+  if (json) fputs("{\"ids\": [", stdout);
+  for (int32_t k = 0; k < n; k++) printf(k ? (json ? ", %d" : " %d") : "%d", ids[k]);
+  fputs(json ? "]}\n" : "\n", stdout);
+}
+
+/* Each line of a JSONL file, parsed; NULL at the end. Exits on a malformed line. */
+static json_t *next_json_line(const char *cmd, FILE *f, const char *path, long *lineno, char **line,
+                              size_t *cap) {
+  for (;;) {
+    ssize_t r = getline(line, cap, f);
+    if (r < 0) return NULL;
+    ++*lineno;
+    while (r > 0 && ((*line)[r - 1] == '\n' || (*line)[r - 1] == '\r')) r--;
+    if (r == 0) continue;
+    json_error_t je;
+    json_t *j = json_loadb(*line, (size_t)r, JSON_ALLOW_NUL, &je);
+    if (!j) {
+      fprintf(stderr, "q35 %s: %s:%ld: %s\n", cmd, path, *lineno, je.text);
+      exit(1);
+    }
+    return j;
+  }
+}
+
+static const char TOKENIZE_USAGE[] =
+    "usage: q35 tokenize (-m MODEL.gguf | --tokenizer tokenizer.json [--tokenizer-config FILE]\n"
+    "                    [--pre qwen2|qwen35]) (--text TEXT | --jsonl FILE)\n"
+    "  --text TEXT   print the ids of TEXT on one line, space-separated\n"
+    "  --jsonl FILE  for each line {\"text\": ...} print {\"ids\": [...]}\n"
+    "  (no special tokens are added; special-token strings in the text map to their ids)\n";
+
+int cmd_tokenize(int argc, char **argv) {
+  tok_source src = {0};
+  const char *text = NULL, *jsonl = NULL, *write_gguf = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (source_arg(argc, argv, &i, &src)) continue;
+    if (arg_is(argc, argv, &i, "--text")) text = arg_value(argc, argv, &i);
+    else if (arg_is(argc, argv, &i, "--jsonl")) jsonl = arg_value(argc, argv, &i);
+    else if (arg_is(argc, argv, &i, "--write_gguf")) write_gguf = arg_value(argc, argv, &i); /* test helper */
+    else if (arg_is(argc, argv, &i, "--help") || arg_is(argc, argv, &i, "-h")) {
+      fputs(TOKENIZE_USAGE, stdout);
+      return 0;
+    } else arg_unknown("tokenize", argv[i]);
+  }
+  if (!write_gguf && !text == !jsonl) {
+    fputs(TOKENIZE_USAGE, stderr);
+    return 2;
+  }
+  q35_tokenizer *t = load_tokenizer("tokenize", &src);
+  q35_err err = {{0}};
+  int rc = 0;
+  if (write_gguf) { /* hidden: write a tokenizer-only GGUF (tests compare it with the JSON) */
+    gguf_writer *w = gguf_writer_new();
+    gguf_set_str(w, "general.architecture", "qwen35");
+    if (!w || q35_tokenizer_write_gguf(t, w, NULL) || gguf_writer_save(w, write_gguf, &err)) {
+      fprintf(stderr, "q35 tokenize: %s\n", err.msg[0] ? err.msg : "cannot write the GGUF");
+      rc = 1;
+    }
+    gguf_writer_free(w);
+  }
+  if (text) {
+    int32_t *ids, n;
+    if (q35_tokenize(t, text, strlen(text), &ids, &n, &err)) {
+      fprintf(stderr, "q35 tokenize: %s\n", err.msg);
+      rc = 1;
+    } else {
+      print_ids(ids, n, 0);
+      free(ids);
+    }
+  } else if (jsonl) {
+    FILE *f = strcmp(jsonl, "-") ? fopen(jsonl, "rb") : stdin;
+    if (!f) {
+      fprintf(stderr, "q35 tokenize: cannot open %s\n", jsonl);
+      q35_tokenizer_free(t);
+      return 1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    long lineno = 0;
+    json_t *j;
+    while (!rc && (j = next_json_line("tokenize", f, jsonl, &lineno, &line, &cap))) {
+      json_t *s = json_object_get(j, "text");
+      int32_t *ids, n;
+      if (!json_is_string(s)) {
+        fprintf(stderr, "q35 tokenize: %s:%ld: no \"text\" string\n", jsonl, lineno);
+        rc = 1;
+      } else if (q35_tokenize(t, json_string_value(s), json_string_length(s), &ids, &n, &err)) {
+        fprintf(stderr, "q35 tokenize: %s:%ld: %s\n", jsonl, lineno, err.msg);
+        rc = 1;
+      } else {
+        print_ids(ids, n, 1);
+        free(ids);
+      }
+      json_decref(j);
+    }
+    free(line);
+    if (f != stdin) fclose(f);
+  }
+  q35_tokenizer_free(t);
+  return rc;
+}
+
+static const char DETOKENIZE_USAGE[] =
+    "usage: q35 detokenize (-m MODEL.gguf | --tokenizer tokenizer.json) (--ids 1,2,3 | --jsonl FILE)\n"
+    "                      [--skip-special] [--raw] [--stream]\n"
+    "  --ids LIST      print the text of the ids (no newline added)\n"
+    "  --jsonl FILE    for each line {\"ids\": [...]} print {\"text\": ...}\n"
+    "  --skip-special  drop special (control) tokens\n"
+    "  --raw           print the raw bytes (default: invalid UTF-8 becomes U+FFFD, as in HF decode)\n"
+    "  --stream        decode with the streaming decoder, one id at a time (same output)\n";
+
+/* Decode ids into a malloc'ed string; returns NULL with the message printed on error. */
+static char *decode(const q35_tokenizer *t, const int32_t *ids, size_t n, int flags, int stream,
+                    size_t *len) {
+  q35_err err = {{0}};
+  char *out = NULL;
+  if (!stream) {
+    if (q35_detokenize(t, ids, n, flags, &out, len, &err)) {
+      fprintf(stderr, "q35 detokenize: %s\n", err.msg);
+      return NULL;
+    }
+    return out;
+  }
+  q35_detok *d = q35_detok_new(t, flags & Q35_DETOK_SKIP_SPECIAL);
+  size_t cap = 64, n_out = 0;
+  out = malloc(cap);
+  if (!d || !out) die("out of memory");
+  for (size_t k = 0; k <= n; k++) {
+    const char *piece;
+    size_t pl;
+    if (k == n) q35_detok_flush(d, &piece, &pl);
+    else if (q35_detok_feed(d, ids[k], &piece, &pl, &err)) {
+      fprintf(stderr, "q35 detokenize: %s\n", err.msg);
+      free(out);
+      q35_detok_free(d);
+      return NULL;
+    }
+    while (n_out + pl + 1 > cap) {
+      cap *= 2;
+      if (!(out = realloc(out, cap))) die("out of memory");
+    }
+    memcpy(out + n_out, piece, pl);
+    n_out += pl;
+  }
+  out[n_out] = 0;
+  *len = n_out;
+  q35_detok_free(d);
+  return out;
+}
+
 int cmd_detokenize(int argc, char **argv) {
-  (void)argc; (void)argv;
-  fprintf(stderr, "q35: this command is not implemented yet\n");
-  return 2;
+  tok_source src = {0};
+  const char *ids_arg = NULL, *jsonl = NULL;
+  int flags = Q35_DETOK_LOSSY, stream = 0;
+  for (int i = 1; i < argc; i++) {
+    if (source_arg(argc, argv, &i, &src)) continue;
+    if (arg_is(argc, argv, &i, "--ids")) ids_arg = arg_value(argc, argv, &i);
+    else if (arg_is(argc, argv, &i, "--jsonl")) jsonl = arg_value(argc, argv, &i);
+    else if (arg_is(argc, argv, &i, "--skip_special")) flags |= Q35_DETOK_SKIP_SPECIAL;
+    else if (arg_is(argc, argv, &i, "--raw")) flags &= ~Q35_DETOK_LOSSY;
+    else if (arg_is(argc, argv, &i, "--stream")) stream = 1;
+    else if (arg_is(argc, argv, &i, "--help") || arg_is(argc, argv, &i, "-h")) {
+      fputs(DETOKENIZE_USAGE, stdout);
+      return 0;
+    } else arg_unknown("detokenize", argv[i]);
+  }
+  if (!ids_arg == !jsonl) {
+    fputs(DETOKENIZE_USAGE, stderr);
+    return 2;
+  }
+  if (stream && !(flags & Q35_DETOK_LOSSY)) {
+    fprintf(stderr, "q35 detokenize: --stream always yields valid UTF-8; it cannot be combined with --raw\n");
+    return 2;
+  }
+  int32_t n = 0, *ids = ids_arg ? arg_ids("--ids", ids_arg, &n) : NULL;
+  q35_tokenizer *t = load_tokenizer("detokenize", &src);
+  int rc = 0;
+  if (ids_arg) {
+    size_t len;
+    char *s = decode(t, ids, (size_t)n, flags, stream, &len);
+    if (!s) rc = 1;
+    else fwrite(s, 1, len, stdout);
+    free(s);
+  } else {
+    FILE *f = strcmp(jsonl, "-") ? fopen(jsonl, "rb") : stdin;
+    if (!f) {
+      fprintf(stderr, "q35 detokenize: cannot open %s\n", jsonl);
+      q35_tokenizer_free(t);
+      return 1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    long lineno = 0;
+    json_t *j;
+    while (!rc && (j = next_json_line("detokenize", f, jsonl, &lineno, &line, &cap))) {
+      json_t *arr = json_object_get(j, "ids");
+      size_t m = json_array_size(arr);
+      int32_t *v = malloc((m + 1) * sizeof *v);
+      if (!v) die("out of memory");
+      for (size_t k = 0; k < m && !rc; k++) {
+        json_t *x = json_array_get(arr, k);
+        if (!json_is_integer(x) || json_integer_value(x) < INT32_MIN || json_integer_value(x) > INT32_MAX) {
+          fprintf(stderr, "q35 detokenize: %s:%ld: ids[%zu] is not a token id\n", jsonl, lineno, k);
+          rc = 1;
+        } else v[k] = (int32_t)json_integer_value(x);
+      }
+      if (!rc && !json_is_array(arr)) {
+        fprintf(stderr, "q35 detokenize: %s:%ld: no \"ids\" array\n", jsonl, lineno);
+        rc = 1;
+      }
+      if (!rc) {
+        size_t len;
+        char *s = decode(t, v, m, flags, stream, &len);
+        if (!s) rc = 1;
+        else {
+          json_t *o = json_pack("{s:s%}", "text", s, len);
+          char *dump = o ? json_dumps(o, JSON_ENSURE_ASCII | JSON_COMPACT) : NULL;
+          if (!dump) {
+            fprintf(stderr, "q35 detokenize: %s:%ld: the text is not valid UTF-8 (use lossy mode)\n",
+                    jsonl, lineno);
+            rc = 1;
+          } else printf("%s\n", dump);
+          free(dump);
+          json_decref(o);
+        }
+        free(s);
+      }
+      free(v);
+      json_decref(j);
+    }
+    free(line);
+    if (f != stdin) fclose(f);
+  }
+  free(ids);
+  q35_tokenizer_free(t);
+  return rc;
 }

@@ -1,0 +1,1143 @@
+/*
+ * sampler.c - the sampling head: penalties, temperature, top-k, top-p, min-p and a seeded
+ * draw, following docs/sampling.md. Two implementations of one contract:
+ *
+ *   q35_sample_ref  sorts the row and follows the contract text step by step;
+ *   q35_sample      never sorts the vocabulary: SIMD passes for the maximum and exp, a
+ *                   threshold filter for top-k and min-p candidates, a weighted selection
+ *                   by value for top-p, per-block sums for the draw.
+ *
+ * They return the same token bit for bit. The recipe that makes that possible:
+ *
+ *  1. Penalties (shared code): repetition first, as llama.cpp and vLLM order it
+ *     (l = l > 0 ? l / r : l * r, once per distinct token of prompt + generated), then
+ *     l -= presence + frequency * count over the generated tokens.
+ *  2. Greedy at temperature 0: the lowest id holding the maximum.
+ *  3. s_i = (l_i - m) / T in fp32 (m = max l). s is monotone in l, so the k-th largest s is
+ *     s(k-th largest l): the fast path selects on l among threshold candidates.
+ *  4. w_i = q35_sampler_exp(s_i): one polynomial exp built only from fused multiply-adds,
+ *     exact products by powers of two and comparisons. Every step is a single correctly
+ *     rounded IEEE operation, so the SIMD twins (same operations, lane by lane) give the same
+ *     bits as the scalar code. w in [0, 1]; exp(0) = 1 exactly; below -87 it returns 0.
+ *  5. Fixed point: W_i = trunc(w_i * 2^61) as a 64-bit integer (exact: a power-of-two scale
+ *     and a truncating conversion). Sums of W are exact in unsigned 128-bit integers, so they
+ *     do not depend on summation order. A weight with W = 0 (w < 2^-61, relative probability
+ *     below 4.4e-19) is never drawn.
+ *  6. top-p by value: with T1 = sum W over the top-k survivors and S(v) = sum of W_j over
+ *     w_j > v, v* is the smallest survivor value with S(v*) <= top_p * T1. top_p = f * 2^-e
+ *     exactly (f a 24-bit integer), so the test is S <= floor(f * T1 / 2^e) in integers.
+ *     Survivors keep w >= v*.
+ *  7. min-p: keep w >= min_p * w_max (a float product and comparison, same in both paths).
+ *  8. Draw: k = 53 bits of Philox4x32-10(key = seed, counter = draw index), u = k / 2^53.
+ *     With T2 = sum W over the final survivors, return the first survivor in ascending id
+ *     whose running sum R exceeds u * T2, i.e. R > floor(k * T2 / 2^53) (integers; exact).
+ *     Since k < 2^53 the last survivor always satisfies it; the code still falls back to it.
+ *
+ * The fast path only changes which elements are looked at (candidates that provably contain
+ * every survivor) and how v* is found (partition passes with exact integer mass tests).
+ *
+ * Log-probabilities (optional) are log_softmax of the penalized logits, computed by one
+ * shared routine, so both paths report the same numbers.
+ */
+#include "sampler.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define Q35_X86 1
+#else
+#define Q35_X86 0
+#endif
+
+typedef unsigned __int128 u128;
+
+#define BLOCK 1024         /* elements per block sum in the full-row draw */
+#define SLACK 64           /* extra elements at the end of scratch buffers (SIMD stores) */
+#define FIX_SCALE 0x1p61f  /* W = trunc(w * 2^61) */
+
+/* ---- parameters ----------------------------------------------------------------------- */
+
+q35_sampling q35_sampling_default(void) {
+  q35_sampling p;
+  memset(&p, 0, sizeof p);
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.repetition_penalty = 1.0f;
+  return p;
+}
+
+uint64_t q35_random_seed(void) {
+  uint64_t x = 0;
+  ssize_t got = getrandom(&x, sizeof x, 0);
+  if (got != (ssize_t)sizeof x) {
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, &x, sizeof x) != (ssize_t)sizeof x) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      x ^= (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec ^
+           ((uint64_t)getpid() << 32);
+    }
+    if (fd >= 0) close(fd);
+  }
+  return x >> 11; /* below 2^53: exact in a JSON number */
+}
+
+int q35_sampling_validate(const q35_sampling *p, q35_err *err) {
+  if (!p) return q35_seterr(err, "sampling parameters missing");
+  if (!(isfinite(p->temperature) && p->temperature >= 0.0f))
+    return q35_seterr(err, "temperature %g is invalid: must be finite and >= 0 (0 = greedy)",
+                      (double)p->temperature);
+  if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+    return q35_seterr(err, "top_p %g is invalid: must be in (0, 1] (1 = off)", (double)p->top_p);
+  if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+    return q35_seterr(err, "min_p %g is invalid: must be in [0, 1] (0 = off)", (double)p->min_p);
+  if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f))
+    return q35_seterr(err, "presence_penalty %g is invalid: must be in [-2, 2] (0 = off)",
+                      (double)p->presence_penalty);
+  if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
+    return q35_seterr(err, "frequency_penalty %g is invalid: must be in [-2, 2] (0 = off)",
+                      (double)p->frequency_penalty);
+  if (!(isfinite(p->repetition_penalty) && p->repetition_penalty > 0.0f))
+    return q35_seterr(err, "repetition_penalty %g is invalid: must be finite and > 0 (1 = off)",
+                      (double)p->repetition_penalty);
+  return 0;
+}
+
+/* ---- Philox4x32-10 ---------------------------------------------------------------------- */
+
+void q35_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
+  uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
+  uint32_t k0 = key[0], k1 = key[1];
+  for (int r = 0; r < 10; r++) {
+    if (r > 0) { /* key schedule: bump by the Weyl constants between rounds */
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0;
+    uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+    uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c0 = n0;
+    c1 = (uint32_t)p1;
+    c2 = n2;
+    c3 = (uint32_t)p0;
+  }
+  out[0] = c0;
+  out[1] = c1;
+  out[2] = c2;
+  out[3] = c3;
+}
+
+uint64_t q35_draw_u53(uint64_t seed, uint64_t n) {
+  uint32_t ctr[4] = {(uint32_t)n, (uint32_t)(n >> 32), 0, 0};
+  uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+  uint32_t out[4];
+  q35_philox4x32_10(ctr, key, out);
+  return ((((uint64_t)out[0]) << 32) | out[1]) >> 11;
+}
+
+/* ---- the exp ---------------------------------------------------------------------------
+ * x <= 0. n = round(x * log2 e) via a fused multiply-add with the 1.5 * 2^23 rounding
+ * constant; r = x - n ln2 (hi and lo parts, fused); exp(r) by a degree-7 Taylor polynomial
+ * in Horner form (fused); times 2^n built from the exponent bits (n >= -126 here, so the
+ * factor is a normal float). Only fmaf, one subtraction, one product by a power of two and
+ * a comparison: each is correctly rounded, so any faithful twin of this sequence gives the
+ * same bits. Accuracy is a few ulp, which only matters for the statistics. */
+
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_ROUND 0x1.8p23f
+#define EXP_LN2HI 0.693145751953125f     /* 12 significant bits: n * hi is exact */
+#define EXP_LN2LO 1.42860682030941723e-6f
+#define EXP_MIN (-87.0f)
+#define EXP_C7 (1.0f / 5040.0f)
+#define EXP_C6 (1.0f / 720.0f)
+#define EXP_C5 (1.0f / 120.0f)
+#define EXP_C4 (1.0f / 24.0f)
+#define EXP_C3 (1.0f / 6.0f)
+#define EXP_C2 0.5f
+
+float q35_sampler_exp(float x) {
+  if (x < EXP_MIN) return 0.0f; /* also -inf */
+  float n = fmaf(x, EXP_LOG2E, EXP_ROUND) - EXP_ROUND;
+  float r = fmaf(-n, EXP_LN2HI, x);
+  r = fmaf(-n, EXP_LN2LO, r);
+  float q = fmaf(EXP_C7, r, EXP_C6);
+  q = fmaf(q, r, EXP_C5);
+  q = fmaf(q, r, EXP_C4);
+  q = fmaf(q, r, EXP_C3);
+  q = fmaf(q, r, EXP_C2);
+  q = fmaf(q, r, 1.0f);
+  q = fmaf(q, r, 1.0f);
+  int32_t ni = (int32_t)n;
+  uint32_t bits = (uint32_t)(ni + 127) << 23;
+  float scale;
+  memcpy(&scale, &bits, 4);
+  return q * scale;
+}
+
+static inline uint64_t fix_w(float w) { return (uint64_t)(int64_t)(w * FIX_SCALE); }
+
+/* floor(top_p * T) for top_p in (0, 1]: top_p = f * 2^(e - 24) with f a 24-bit integer. */
+static u128 thr_topp(float top_p, u128 total) {
+  int e;
+  float fr = frexpf(top_p, &e); /* top_p = fr * 2^e, fr in [0.5, 1) */
+  uint64_t f = (uint64_t)(fr * 0x1p24f);
+  int sh = 24 - e; /* >= 23 since top_p <= 1 */
+  if (sh >= 128) return 0;
+  /* total < 2^93 and f < 2^24: the product fits in 128 bits */
+  return (total * f) >> sh;
+}
+
+/* floor(k * T / 2^53) for k < 2^53 and T < 2^100, without overflow. */
+static u128 thr_draw(uint64_t k, u128 total) {
+  uint64_t th = (uint64_t)(total >> 64), tl = (uint64_t)total;
+  return (((u128)k * th) << 11) + (((u128)k * tl) >> 53);
+}
+
+/* ---- SIMD dispatch ---------------------------------------------------------------------- */
+
+static int detect_simd(void) {
+#if Q35_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+    return 3;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 2;
+#endif
+  return 0;
+}
+
+int q35_sampler_simd_level(void) {
+  int l = detect_simd();
+  const char *e = getenv("Q35_SAMPLER_SIMD"); /* testing aid: cap the level */
+  if (e && *e >= '0' && *e <= '9' && *e - '0' < l) l = *e - '0';
+  return l >= 3 ? 3 : l >= 2 ? 2 : 0;
+}
+
+/* ---- workspace -------------------------------------------------------------------------- */
+
+typedef struct { float v; int32_t id; } vid;
+
+struct q35_sampler {
+  int32_t n_vocab;
+  int simd;
+  float *lp;       /* penalized logits */
+  int32_t *cnt;    /* per-token counts for the penalties (kept zero between calls) */
+  float *w;        /* weights of the full row / candidate values */
+  float *s;        /* candidate s values */
+  float *tmp, *tmp2; /* selection scratch */
+  int32_t *ids;    /* candidate ids (ascending) */
+  u128 *bsum;      /* block sums */
+  vid *pairs, *pairs2; /* reference sorts */
+};
+
+q35_sampler *q35_sampler_new(int32_t n_vocab, q35_err *err) {
+  if (n_vocab < 1 || n_vocab > (1 << 30)) {
+    q35_seterr(err, "sampler: vocabulary size %d out of range [1, 2^30]", (int)n_vocab);
+    return NULL;
+  }
+  q35_sampler *ws = calloc(1, sizeof *ws);
+  if (!ws) goto oom;
+  size_t n = (size_t)n_vocab + SLACK;
+  ws->n_vocab = n_vocab;
+  ws->simd = q35_sampler_simd_level();
+  ws->lp = malloc(n * sizeof(float));
+  ws->cnt = calloc(n, sizeof(int32_t));
+  ws->w = malloc(n * sizeof(float));
+  ws->s = malloc(n * sizeof(float));
+  ws->tmp = malloc(n * sizeof(float));
+  ws->tmp2 = malloc(n * sizeof(float));
+  ws->ids = malloc(n * sizeof(int32_t));
+  ws->bsum = malloc(((size_t)n_vocab / BLOCK + 2) * sizeof(u128));
+  ws->pairs = malloc(n * sizeof(vid));
+  ws->pairs2 = malloc(n * sizeof(vid));
+  if (!ws->lp || !ws->cnt || !ws->w || !ws->s || !ws->tmp || !ws->tmp2 || !ws->ids ||
+      !ws->bsum || !ws->pairs || !ws->pairs2)
+    goto oom;
+  return ws;
+oom:
+  q35_sampler_free(ws);
+  q35_seterr(err, "sampler: out of memory for a vocabulary of %d", (int)n_vocab);
+  return NULL;
+}
+
+void q35_sampler_free(q35_sampler *ws) {
+  if (!ws) return;
+  free(ws->lp);
+  free(ws->cnt);
+  free(ws->w);
+  free(ws->s);
+  free(ws->tmp);
+  free(ws->tmp2);
+  free(ws->ids);
+  free(ws->bsum);
+  free(ws->pairs);
+  free(ws->pairs2);
+  free(ws);
+}
+
+int32_t q35_sampler_n_vocab(const q35_sampler *ws) { return ws->n_vocab; }
+
+void q35_sampler_set_simd(q35_sampler *ws, int level) {
+  int l = detect_simd();
+  ws->simd = level < l ? level : l;
+  if (ws->simd == 1) ws->simd = 0;
+}
+
+/* ---- kernels: scalar ---------------------------------------------------------------------
+ * Each has an AVX-512 twin below that must give identical results. */
+
+/* Max of l and the first index holding NaN or +inf (-1 if none). */
+static float scan_scalar(const float *l, int32_t n, int32_t *bad) {
+  float m = -INFINITY;
+  *bad = -1;
+  for (int32_t i = 0; i < n; i++) {
+    float x = l[i];
+    if (x != x || x == INFINITY) {
+      *bad = i;
+      return m;
+    }
+    if (x > m) m = x;
+  }
+  return m;
+}
+
+static int32_t find_eq_scalar(const float *l, int32_t n, float v) {
+  for (int32_t i = 0; i < n; i++)
+    if (l[i] == v) return i;
+  return -1;
+}
+
+/* ids of elements >= t, ascending. */
+static int32_t filter_ge_scalar(const float *l, int32_t n, float t, int32_t *ids) {
+  int32_t c = 0;
+  for (int32_t i = 0; i < n; i++)
+    if (l[i] >= t) ids[c++] = i;
+  return c;
+}
+
+/* w[i] = exp((l[i] - m) / T); block sums of W (per BLOCK elements) into bsum. */
+static void exp_row_scalar(const float *l, int32_t n, float m, float temp, float *w, u128 *bsum) {
+  for (int32_t b = 0; b * BLOCK < n; b++) {
+    int32_t e = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n;
+    u128 acc = 0;
+    for (int32_t i = b * BLOCK; i < e; i++) {
+      w[i] = q35_sampler_exp((l[i] - m) / temp);
+      acc += fix_w(w[i]);
+    }
+    bsum[b] = acc;
+  }
+}
+
+/* Block sums of W over w >= cut. */
+static void block_sums_scalar(const float *w, int32_t n, float cut, u128 *bsum) {
+  for (int32_t b = 0; b * BLOCK < n; b++) {
+    int32_t e = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n;
+    u128 acc = 0;
+    for (int32_t i = b * BLOCK; i < e; i++)
+      if (w[i] >= cut) acc += fix_w(w[i]);
+    bsum[b] = acc;
+  }
+}
+
+/* Partition pass of the weighted selection: copy elements in [lo, hi] to out; mass of the
+ * elements above hi and inside the window. */
+static int32_t window_scalar(const float *a, int32_t n, float lo, float hi, float *out,
+                             u128 *m_above, u128 *m_in) {
+  u128 ab = 0, in = 0;
+  int32_t c = 0;
+  for (int32_t i = 0; i < n; i++) {
+    float x = a[i];
+    if (x > hi) {
+      ab += fix_w(x);
+    } else if (x >= lo) {
+      in += fix_w(x);
+      out[c++] = x;
+    }
+  }
+  *m_above = ab;
+  *m_in = in;
+  return c;
+}
+
+static void exp_array_scalar(const float *x, float *y, int32_t n) {
+  for (int32_t i = 0; i < n; i++) y[i] = q35_sampler_exp(x[i]);
+}
+
+/* ---- kernels: AVX-512 ------------------------------------------------------------------- */
+#if Q35_X86
+#define T512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma")))
+
+T512 static inline __m512 exp512(__m512 x) {
+  __mmask16 zero = _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_MIN), _CMP_LT_OQ);
+  x = _mm512_max_ps(x, _mm512_set1_ps(EXP_MIN)); /* masked lanes: any finite value */
+  __m512 rc = _mm512_set1_ps(EXP_ROUND);
+  __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(EXP_LOG2E), rc), rc);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2HI), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2LO), r);
+  __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(EXP_C7), r, _mm512_set1_ps(EXP_C6));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(EXP_C5));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(EXP_C4));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(EXP_C3));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(EXP_C2));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.0f));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.0f));
+  __m512i ni = _mm512_cvttps_epi32(n);
+  __m512 scale = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(ni, _mm512_set1_epi32(127)), 23));
+  return _mm512_maskz_mul_ps((__mmask16)~zero, q, scale);
+}
+
+/* W = trunc(w * 2^61) of 16 lanes, accumulated as high and low 32-bit halves in 64-bit
+ * lanes (each add < 2^32, so 2^32 adds cannot overflow). */
+T512 static inline void acc_fix512(__m512 w, __m512i *hi, __m512i *lo) {
+  __m512 ws = _mm512_mul_ps(w, _mm512_set1_ps(FIX_SCALE));
+  __m512i a = _mm512_cvttps_epi64(_mm512_castps512_ps256(ws));
+  __m512i b = _mm512_cvttps_epi64(_mm512_extractf32x8_ps(ws, 1));
+  __m512i m32 = _mm512_set1_epi64(0xffffffffll);
+  *hi = _mm512_add_epi64(*hi, _mm512_add_epi64(_mm512_srli_epi64(a, 32), _mm512_srli_epi64(b, 32)));
+  *lo = _mm512_add_epi64(*lo, _mm512_add_epi64(_mm512_and_si512(a, m32), _mm512_and_si512(b, m32)));
+}
+
+T512 static inline u128 fold512(__m512i hi, __m512i lo) {
+  uint64_t h[8], l[8];
+  _mm512_storeu_si512(h, hi);
+  _mm512_storeu_si512(l, lo);
+  u128 s = 0;
+  for (int i = 0; i < 8; i++) s += ((u128)h[i] << 32) + l[i];
+  return s;
+}
+
+T512 static float scan_512(const float *l, int32_t n, int32_t *bad) {
+  __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+  __m512 pinf = _mm512_set1_ps(INFINITY);
+  __mmask16 badm = 0;
+  int32_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m512 a = _mm512_loadu_ps(l + i), b = _mm512_loadu_ps(l + i + 16);
+    __m512 c = _mm512_loadu_ps(l + i + 32), d = _mm512_loadu_ps(l + i + 48);
+    /* NaN or +inf: not (x < +inf) unless x is -inf or finite */
+    badm |= _mm512_cmp_ps_mask(a, pinf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(b, pinf, _CMP_NLT_UQ) |
+            _mm512_cmp_ps_mask(c, pinf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(d, pinf, _CMP_NLT_UQ);
+    m0 = _mm512_max_ps(m0, a);
+    m1 = _mm512_max_ps(m1, b);
+    m2 = _mm512_max_ps(m2, c);
+    m3 = _mm512_max_ps(m3, d);
+  }
+  for (; i + 16 <= n; i += 16) {
+    __m512 a = _mm512_loadu_ps(l + i);
+    badm |= _mm512_cmp_ps_mask(a, pinf, _CMP_NLT_UQ);
+    m0 = _mm512_max_ps(m0, a);
+  }
+  if (i < n) {
+    __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+    __m512 a = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, l + i);
+    badm |= _mm512_cmp_ps_mask(a, pinf, _CMP_NLT_UQ);
+    m0 = _mm512_max_ps(m0, a);
+  }
+  if (badm) return scan_scalar(l, n, bad);
+  *bad = -1;
+  return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
+}
+
+T512 static int32_t find_eq_512(const float *l, int32_t n, float v) {
+  __m512 vv = _mm512_set1_ps(v);
+  int32_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __mmask16 k = _mm512_cmp_ps_mask(_mm512_loadu_ps(l + i), vv, _CMP_EQ_OQ);
+    if (k) return i + __builtin_ctz(k);
+  }
+  int32_t j = find_eq_scalar(l + i, n - i, v);
+  return j < 0 ? -1 : i + j;
+}
+
+T512 static int32_t filter_ge_512(const float *l, int32_t n, float t, int32_t *ids) {
+  __m512 tv = _mm512_set1_ps(t);
+  __m512i iv = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i step = _mm512_set1_epi32(16);
+  int32_t c = 0, i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __mmask16 k = _mm512_cmp_ps_mask(_mm512_loadu_ps(l + i), tv, _CMP_GE_OQ);
+    if (k) { /* compress into a register, then a plain store (fast on every x86) */
+      _mm512_storeu_si512(ids + c, _mm512_maskz_compress_epi32(k, iv));
+      c += __builtin_popcount(k);
+    }
+    iv = _mm512_add_epi32(iv, step);
+  }
+  for (; i < n; i++)
+    if (l[i] >= t) ids[c++] = i;
+  return c;
+}
+
+T512 static void exp_row_512(const float *l, int32_t n, float m, float temp, float *w, u128 *bsum) {
+  __m512 mv = _mm512_set1_ps(m), tv = _mm512_set1_ps(temp);
+  for (int32_t b = 0; b * BLOCK < n; b++) {
+    int32_t s = b * BLOCK, e = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n, i = s;
+    __m512i hi = _mm512_setzero_si512(), lo = _mm512_setzero_si512();
+    for (; i + 16 <= e; i += 16) {
+      __m512 x = _mm512_div_ps(_mm512_sub_ps(_mm512_loadu_ps(l + i), mv), tv);
+      __m512 y = exp512(x);
+      _mm512_storeu_ps(w + i, y);
+      acc_fix512(y, &hi, &lo);
+    }
+    if (i < e) {
+      __mmask16 k = (__mmask16)((1u << (e - i)) - 1);
+      __m512 x = _mm512_div_ps(_mm512_sub_ps(_mm512_mask_loadu_ps(mv, k, l + i), mv), tv);
+      __m512 y = _mm512_maskz_mov_ps(k, exp512(x));
+      _mm512_mask_storeu_ps(w + i, k, y);
+      acc_fix512(y, &hi, &lo);
+    }
+    bsum[b] = fold512(hi, lo);
+  }
+}
+
+T512 static void block_sums_512(const float *w, int32_t n, float cut, u128 *bsum) {
+  __m512 cv = _mm512_set1_ps(cut);
+  for (int32_t b = 0; b * BLOCK < n; b++) {
+    int32_t s = b * BLOCK, e = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n, i = s;
+    __m512i hi = _mm512_setzero_si512(), lo = _mm512_setzero_si512();
+    for (; i + 16 <= e; i += 16) {
+      __m512 x = _mm512_loadu_ps(w + i);
+      acc_fix512(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, cv, _CMP_GE_OQ), x), &hi, &lo);
+    }
+    if (i < e) {
+      __mmask16 k = (__mmask16)((1u << (e - i)) - 1);
+      __m512 x = _mm512_maskz_loadu_ps(k, w + i);
+      acc_fix512(_mm512_maskz_mov_ps(k & _mm512_cmp_ps_mask(x, cv, _CMP_GE_OQ), x), &hi, &lo);
+    }
+    bsum[b] = fold512(hi, lo);
+  }
+}
+
+T512 static int32_t window_512(const float *a, int32_t n, float lo, float hi, float *out,
+                               u128 *m_above, u128 *m_in) {
+  __m512 lv = _mm512_set1_ps(lo), hv = _mm512_set1_ps(hi);
+  __m512i ah = _mm512_setzero_si512(), al = ah, ih = ah, il = ah;
+  int32_t c = 0, i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 x = _mm512_loadu_ps(a + i);
+    __mmask16 up = _mm512_cmp_ps_mask(x, hv, _CMP_GT_OQ);
+    __mmask16 in = _mm512_cmp_ps_mask(x, lv, _CMP_GE_OQ) & (__mmask16)~up;
+    acc_fix512(_mm512_maskz_mov_ps(up, x), &ah, &al);
+    if (in) {
+      acc_fix512(_mm512_maskz_mov_ps(in, x), &ih, &il);
+      _mm512_storeu_ps(out + c, _mm512_maskz_compress_ps(in, x));
+      c += __builtin_popcount(in);
+    }
+  }
+  u128 ab = fold512(ah, al), inm = fold512(ih, il);
+  for (; i < n; i++) {
+    float x = a[i];
+    if (x > hi) {
+      ab += fix_w(x);
+    } else if (x >= lo) {
+      inm += fix_w(x);
+      out[c++] = x;
+    }
+  }
+  *m_above = ab;
+  *m_in = inm;
+  return c;
+}
+
+T512 static void exp_array_512(const float *x, float *y, int32_t n) {
+  int32_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, exp512(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, k, exp512(_mm512_maskz_loadu_ps(k, x + i)));
+  }
+}
+#endif /* Q35_X86 */
+
+/* ---- kernel dispatch ---- */
+
+static float k_scan(const q35_sampler *ws, const float *l, int32_t n, int32_t *bad) {
+#if Q35_X86
+  if (ws->simd >= 3) return scan_512(l, n, bad);
+#endif
+  return scan_scalar(l, n, bad);
+}
+static int32_t k_find_eq(const q35_sampler *ws, const float *l, int32_t n, float v) {
+#if Q35_X86
+  if (ws->simd >= 3) return find_eq_512(l, n, v);
+#endif
+  return find_eq_scalar(l, n, v);
+}
+static int32_t k_filter_ge(const q35_sampler *ws, const float *l, int32_t n, float t, int32_t *ids) {
+#if Q35_X86
+  if (ws->simd >= 3) return filter_ge_512(l, n, t, ids);
+#endif
+  return filter_ge_scalar(l, n, t, ids);
+}
+static void k_exp_row(const q35_sampler *ws, const float *l, int32_t n, float m, float temp,
+                      float *w, u128 *bsum) {
+#if Q35_X86
+  if (ws->simd >= 3) { exp_row_512(l, n, m, temp, w, bsum); return; }
+#endif
+  exp_row_scalar(l, n, m, temp, w, bsum);
+}
+static void k_block_sums(const q35_sampler *ws, const float *w, int32_t n, float cut, u128 *bsum) {
+#if Q35_X86
+  if (ws->simd >= 3) { block_sums_512(w, n, cut, bsum); return; }
+#endif
+  block_sums_scalar(w, n, cut, bsum);
+}
+static int32_t k_window(const q35_sampler *ws, const float *a, int32_t n, float lo, float hi,
+                        float *out, u128 *m_above, u128 *m_in) {
+#if Q35_X86
+  if (ws->simd >= 3) return window_512(a, n, lo, hi, out, m_above, m_in);
+#endif
+  return window_scalar(a, n, lo, hi, out, m_above, m_in);
+}
+static void k_exp_array(int simd, const float *x, float *y, int32_t n) {
+#if Q35_X86
+  if (simd >= 3) { exp_array_512(x, y, n); return; }
+#endif
+  (void)simd;
+  exp_array_scalar(x, y, n);
+}
+
+void q35_sampler_exp_array(const float *x, float *y, int32_t n) {
+  k_exp_array(q35_sampler_simd_level(), x, y, n);
+}
+
+/* ---- shared steps ----------------------------------------------------------------------- */
+
+static int penalties_active(const q35_sampling *p) {
+  return p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f ||
+         p->repetition_penalty != 1.0f;
+}
+
+static int check_inputs(const q35_sampler *ws, const float *logits, int32_t n_vocab,
+                        const q35_sampling *p, const int32_t *history, int32_t n_history,
+                        int32_t n_prompt, int32_t n_top, q35_sample_result *out, q35_err *err) {
+  if (!ws || !logits || !out) return q35_seterr(err, "sample: missing workspace, logits or output");
+  if (n_vocab < 1 || n_vocab > ws->n_vocab)
+    return q35_seterr(err, "sample: n_vocab %d out of range [1, %d] (the workspace's size)",
+                      (int)n_vocab, (int)ws->n_vocab);
+  if (q35_sampling_validate(p, err)) return -1;
+  if (n_history < 0 || (n_history > 0 && !history))
+    return q35_seterr(err, "sample: bad history (n_history %d)", (int)n_history);
+  if (n_prompt < 0 || n_prompt > n_history)
+    return q35_seterr(err, "sample: n_prompt %d out of range [0, n_history = %d]", (int)n_prompt,
+                      (int)n_history);
+  for (int32_t i = 0; i < n_history; i++)
+    if (history[i] < 0 || history[i] >= n_vocab)
+      return q35_seterr(err, "sample: history token %d (at %d) out of range [0, %d)",
+                        (int)history[i], (int)i, (int)n_vocab);
+  if (n_top < -1 || n_top > Q35_MAX_TOP_LOGPROBS)
+    return q35_seterr(err, "sample: n_top %d out of range [-1, %d]", (int)n_top,
+                      Q35_MAX_TOP_LOGPROBS);
+  return 0;
+}
+
+/* Penalties into ws->lp (a copy of the row). */
+static void apply_penalties(q35_sampler *ws, const float *logits, int32_t n_vocab,
+                            const q35_sampling *p, const int32_t *history, int32_t n_history,
+                            int32_t n_prompt) {
+  float *lp = ws->lp;
+  int32_t *cnt = ws->cnt;
+  memcpy(lp, logits, (size_t)n_vocab * sizeof(float));
+  const int32_t REP_DONE = 0x40000000;
+  for (int32_t i = n_prompt; i < n_history; i++) cnt[history[i]]++;
+  if (p->repetition_penalty != 1.0f) {
+    float r = p->repetition_penalty;
+    for (int32_t i = 0; i < n_history; i++) {
+      int32_t t = history[i];
+      if (cnt[t] & REP_DONE) continue;
+      cnt[t] |= REP_DONE;
+      lp[t] = lp[t] > 0.0f ? lp[t] / r : lp[t] * r;
+    }
+  }
+  if (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) {
+    for (int32_t i = n_prompt; i < n_history; i++) {
+      int32_t t = history[i];
+      int32_t c = cnt[t] & ~REP_DONE;
+      if (c == 0) continue; /* already applied (counts are zeroed below as we go) */
+      float d = p->presence_penalty + p->frequency_penalty * (float)c;
+      lp[t] = lp[t] - d;
+      cnt[t] &= REP_DONE;
+    }
+  }
+  for (int32_t i = 0; i < n_history; i++) cnt[history[i]] = 0;
+}
+
+static int row_error(q35_err *err, const float *l, int32_t bad, int penalized) {
+  float x = l[bad];
+  if (penalized)
+    return q35_seterr(err, "logits: entry %d is %s after repetition_penalty (overflow)",
+                      (int)bad, x != x ? "NaN" : "+inf");
+  return q35_seterr(err, "logits: entry %d is %s (logits must be finite or -inf)", (int)bad,
+                    x != x ? "NaN" : "+inf");
+}
+
+/* log(sum exp(l)) of a row with maximum m: m + log(sum exp(l - m)) with the shared exp and
+ * double accumulation. Shared by both paths, so their log-probabilities agree exactly. */
+static double row_lse(const q35_sampler *ws, const float *l, int32_t n, float m) {
+  float buf[256], ex[256];
+  double sum = 0.0;
+  for (int32_t i = 0; i < n; i += 256) {
+    int32_t c = n - i < 256 ? n - i : 256;
+    for (int32_t j = 0; j < c; j++) buf[j] = l[i + j] - m;
+    k_exp_array(ws->simd, buf, ex, c);
+    double s = 0.0;
+    for (int32_t j = 0; j < c; j++) s += ex[j];
+    sum += s;
+  }
+  return (double)m + log(sum);
+}
+
+/* The fast path's alternatives: one scan keeping the best n_top (value desc, id asc) in an
+ * insertion-sorted list; scanning ids in ascending order, an equal value never displaces an
+ * earlier id. */
+static void fill_logprobs(const q35_sampler *ws, const float *l, int32_t n, float m, int32_t tok,
+                          int32_t n_top, q35_sample_result *out) {
+  out->n_top = 0;
+  if (n_top < 0) {
+    out->logprob = NAN;
+    return;
+  }
+  double lse = row_lse(ws, l, n, m);
+  out->logprob = (float)((double)l[tok] - lse);
+  if (n_top > n) n_top = n;
+  int32_t k = 0;
+  for (int32_t i = 0; i < n && n_top > 0; i++) {
+    float x = l[i];
+    if (k == n_top && !(x > l[out->top_ids[k - 1]])) continue;
+    int32_t j = k < n_top ? k++ : k - 1;
+    while (j > 0 && x > l[out->top_ids[j - 1]]) {
+      out->top_ids[j] = out->top_ids[j - 1];
+      j--;
+    }
+    out->top_ids[j] = i;
+  }
+  out->n_top = k;
+  for (int32_t j = 0; j < k; j++) out->top_logprobs[j] = (float)((double)l[out->top_ids[j]] - lse);
+}
+
+/* ---- the reference ---------------------------------------------------------------------- */
+
+static int cmp_vid_desc(const void *a, const void *b) {
+  const vid *x = a, *y = b;
+  if (x->v > y->v) return -1;
+  if (x->v < y->v) return 1;
+  return (x->id > y->id) - (x->id < y->id);
+}
+static int cmp_vid_id(const void *a, const void *b) {
+  const vid *x = a, *y = b;
+  return (x->id > y->id) - (x->id < y->id);
+}
+
+int q35_sample_ref(q35_sampler *ws, const float *logits, int32_t n_vocab, const q35_sampling *p,
+                   const int32_t *history, int32_t n_history, int32_t n_prompt, int32_t n_top,
+                   q35_sample_result *out, q35_err *err) {
+  if (check_inputs(ws, logits, n_vocab, p, history, n_history, n_prompt, n_top, out, err)) return -1;
+  const int32_t V = n_vocab;
+  /* 0. penalties */
+  for (int32_t i = 0; i < V; i++) {
+    float x = logits[i];
+    if (x != x || x == INFINITY) return row_error(err, logits, i, 0);
+  }
+  apply_penalties(ws, logits, V, p, history, n_history, n_prompt);
+  const float *l = ws->lp;
+  float m = -INFINITY;
+  for (int32_t i = 0; i < V; i++) {
+    if (l[i] != l[i] || l[i] == INFINITY) return row_error(err, l, i, 1);
+    if (l[i] > m) m = l[i];
+  }
+  if (m == -INFINITY) return q35_seterr(err, "logits: all %d entries are -inf", (int)V);
+  int32_t tok = -1;
+  if (p->temperature == 0.0f) {
+    /* 1. greedy: lowest id holding the maximum */
+    for (int32_t i = 0; i < V && tok < 0; i++)
+      if (l[i] == m) tok = i;
+  } else {
+    /* 2. s = (l - max) / T; sort descending, ties by id */
+    vid *a = ws->pairs;
+    for (int32_t i = 0; i < V; i++) {
+      a[i].v = (l[i] - m) / p->temperature;
+      a[i].id = i;
+    }
+    qsort(a, (size_t)V, sizeof *a, cmp_vid_desc);
+    /* 3. top-k with ties kept */
+    int32_t K = (p->top_k <= 0 || p->top_k >= V) ? V : (int32_t)p->top_k;
+    float kth = a[K - 1].v;
+    int32_t n1 = K;
+    while (n1 < V && a[n1].v >= kth) n1++;
+    /* 4. w = exp(s), fixed-point total */
+    vid *b = ws->pairs2;
+    u128 t1 = 0;
+    float wmax = 0.0f;
+    for (int32_t j = 0; j < n1; j++) {
+      b[j].v = q35_sampler_exp(a[j].v);
+      b[j].id = a[j].id;
+      t1 += fix_w(b[j].v);
+      if (b[j].v > wmax) wmax = b[j].v;
+    }
+    /* 5. top-p by value: walk groups of equal w in descending order */
+    float cut = 0.0f;
+    if (p->top_p < 1.0f) {
+      qsort(b, (size_t)n1, sizeof *b, cmp_vid_desc);
+      u128 thr = thr_topp(p->top_p, t1), s = 0;
+      float vstar = b[0].v;
+      for (int32_t j = 0; j < n1;) {
+        int32_t g = j;
+        u128 gm = 0;
+        while (g < n1 && b[g].v == b[j].v) gm += fix_w(b[g++].v);
+        if (s > thr) break;
+        vstar = b[j].v;
+        s += gm;
+        j = g;
+      }
+      cut = vstar;
+    }
+    /* 6. min-p */
+    if (p->min_p > 0.0f && p->min_p * wmax > cut) cut = p->min_p * wmax;
+    /* 7. draw over the survivors in ascending id */
+    int32_t n2 = 0;
+    for (int32_t j = 0; j < n1; j++)
+      if (b[j].v >= cut) b[n2++] = b[j];
+    qsort(b, (size_t)n2, sizeof *b, cmp_vid_id);
+    u128 t2 = 0;
+    for (int32_t j = 0; j < n2; j++) t2 += fix_w(b[j].v);
+    u128 thr = thr_draw(q35_draw_u53(p->seed, p->draw_index), t2), r = 0;
+    tok = b[n2 - 1].id;
+    for (int32_t j = 0; j < n2; j++) {
+      r += fix_w(b[j].v);
+      if (r > thr) {
+        tok = b[j].id;
+        break;
+      }
+    }
+  }
+  out->token = tok;
+  out->n_top = 0;
+  out->logprob = NAN;
+  if (n_top >= 0) {
+    /* alternatives by sorting the row (independent of the fast path's scan) */
+    double lse = row_lse(ws, l, V, m);
+    out->logprob = (float)((double)l[tok] - lse);
+    vid *a = ws->pairs;
+    for (int32_t i = 0; i < V; i++) {
+      a[i].v = l[i];
+      a[i].id = i;
+    }
+    qsort(a, (size_t)V, sizeof *a, cmp_vid_desc);
+    out->n_top = n_top < V ? n_top : V;
+    for (int32_t j = 0; j < out->n_top; j++) {
+      out->top_ids[j] = a[j].id;
+      out->top_logprobs[j] = (float)((double)a[j].v - lse);
+    }
+  }
+  return 0;
+}
+
+/* ---- the fast path ---------------------------------------------------------------------- */
+
+static void sort_desc_floats(float *a, int32_t n) {
+  for (int32_t i = 1; i < n; i++) {
+    float x = a[i];
+    int32_t j = i;
+    while (j > 0 && a[j - 1] < x) {
+      a[j] = a[j - 1];
+      j--;
+    }
+    a[j] = x;
+  }
+}
+
+static int cmp_float_desc(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x < y) - (x > y);
+}
+
+/* k-th largest (1-based) of a[0..n) by quickselect; reorders a. */
+static float select_kth_largest(float *a, int32_t n, int32_t k) {
+  int32_t lo = 0, hi = n - 1, want = k - 1;
+  while (hi - lo > 16) {
+    /* median of three as pivot; three-way partition keeps ties together */
+    float x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi];
+    float piv = x > y ? (y > z ? y : (x > z ? z : x)) : (x > z ? x : (y > z ? z : y));
+    int32_t lt = lo, i = lo, gt = hi;
+    while (i <= gt) { /* [lo, lt) > piv, [lt, i) == piv, (gt, hi] < piv */
+      if (a[i] > piv) {
+        float t = a[i]; a[i] = a[lt]; a[lt] = t; lt++; i++;
+      } else if (a[i] < piv) {
+        float t = a[i]; a[i] = a[gt]; a[gt] = t; gt--;
+      } else {
+        i++;
+      }
+    }
+    if (want < lt) hi = lt - 1;
+    else if (want > gt) lo = gt + 1;
+    else return piv;
+  }
+  sort_desc_floats(a + lo, hi - lo + 1);
+  return a[want];
+}
+
+/* Walk a descending array in groups of equal values: the last group value whose mass
+ * strictly above (base + groups before it) is <= thr. */
+static float scan_sorted(const float *t, int32_t n, u128 base, u128 thr) {
+  float vstar = t[0];
+  u128 s = base;
+  for (int32_t j = 0; j < n;) {
+    int32_t g = j;
+    u128 gm = 0;
+    while (g < n && t[g] == t[j]) gm += fix_w(t[g++]);
+    if (s > thr) break;
+    vstar = t[j];
+    s += gm;
+    j = g;
+  }
+  return vstar;
+}
+
+/* v* of the top-p step: the smallest value v of a[0..n) (weights, all >= 0) with
+ * S(v) = sum_{a_j > v} W_j <= thr. Works on copies in s1/s2 (n + SLACK floats each).
+ * Each round picks a window [lo, hi] of values from a sample, around where the sample's
+ * estimated mass crosses the target; one pass gives the exact mass above the window and in
+ * it and copies the window out; exact integer tests decide whether v* is above, inside or
+ * below, and only the part that holds it is kept. */
+static float select_vstar(const q35_sampler *ws, const float *a, int32_t n, u128 thr, float *s1,
+                          float *s2) {
+  u128 base = 0; /* mass of elements known to be above everything in the current array */
+  const float *cur = a;
+  float *bufs[2] = {s1, s2};
+  int which = 0;
+  float samp[256];
+  for (;;) {
+    if (n <= 48) {
+      float *t = bufs[which];
+      if (t != cur) memcpy(t, cur, (size_t)n * sizeof(float));
+      sort_desc_floats(t, n);
+      return scan_sorted(t, n, base, thr);
+    }
+    /* sample and estimate */
+    int32_t ms = n < 256 ? n : 256;
+    for (int32_t j = 0; j < ms; j++) samp[j] = cur[(int64_t)j * n / ms];
+    if (ms > 64) qsort(samp, (size_t)ms, sizeof(float), cmp_float_desc);
+    else sort_desc_floats(samp, ms);
+    /* estimated mass above sample j: base + (n / ms) * sum_{i<j} W(samp_i) */
+    u128 need = thr - base, acc = 0;
+    int32_t jc = ms; /* first sample index where the estimate passes the target */
+    for (int32_t j = 0; j < ms; j++) {
+      acc += fix_w(samp[j]);
+      if (acc * (u128)n > need * (u128)ms) {
+        jc = j;
+        break;
+      }
+    }
+    int32_t d = 6 + ms / 32;
+    float hi = jc - d < 0 ? INFINITY : samp[jc - d];
+    float lo = jc + d >= ms ? 0.0f : samp[jc + d];
+    float *out = bufs[which];
+    if (out == cur) out = bufs[which ^ 1];
+    u128 ab, in;
+    int32_t nb = k_window(ws, cur, n, lo, hi, out, &ab, &in);
+    if (base + ab > thr) {
+      /* v* is above the window: keep (hi, inf) */
+      nb = k_window(ws, cur, n, nextafterf(hi, INFINITY), INFINITY, out, &ab, &in);
+    } else if (base + ab + in <= thr) {
+      /* v* is below the window, or is the window's smallest value if nothing is below */
+      float mn = out[0];
+      for (int32_t j = 1; j < nb; j++) mn = out[j] < mn ? out[j] : mn;
+      nb = k_window(ws, cur, n, 0.0f, nextafterf(lo, -INFINITY), out, &ab, &in);
+      if (nb == 0) return mn;
+    }
+    base += ab;
+    if (nb == n) {
+      /* no progress (e.g. many equal values): one value, or sort and scan */
+      float mn = out[0], mx = out[0];
+      for (int32_t j = 1; j < nb; j++) {
+        mn = out[j] < mn ? out[j] : mn;
+        mx = out[j] > mx ? out[j] : mx;
+      }
+      if (mn == mx) return mx;
+      qsort(out, (size_t)nb, sizeof(float), cmp_float_desc);
+      return scan_sorted(out, nb, base, thr);
+    }
+    cur = out;
+    n = nb;
+    which = (out == bufs[0]) ? 1 : 0;
+  }
+}
+
+/* The steps after top-k on an ascending list of candidate ids whose s = (l - m) / T values
+ * are in s[0..n) (every top-k survivor is in the list; entries with s < kth are dropped). */
+static int32_t sample_list(q35_sampler *ws, const float *l, const q35_sampling *p, int32_t *ids,
+                           float *s, int32_t n, float kth) {
+  (void)l;
+  int32_t c = 0;
+  for (int32_t j = 0; j < n; j++)
+    if (s[j] >= kth) {
+      ids[c] = ids[j];
+      s[c++] = s[j];
+    }
+  n = c;
+  float *w = ws->w;
+  k_exp_array(ws->simd, s, w, n);
+  u128 t1 = 0;
+  float wmax = 0.0f;
+  for (int32_t j = 0; j < n; j++) {
+    t1 += fix_w(w[j]);
+    if (w[j] > wmax) wmax = w[j];
+  }
+  float cut = 0.0f;
+  if (p->top_p < 1.0f) cut = select_vstar(ws, w, n, thr_topp(p->top_p, t1), ws->tmp, ws->tmp2);
+  if (p->min_p > 0.0f && p->min_p * wmax > cut) cut = p->min_p * wmax;
+  u128 t2 = 0;
+  int32_t last = -1;
+  for (int32_t j = 0; j < n; j++)
+    if (w[j] >= cut) {
+      t2 += fix_w(w[j]);
+      last = j;
+    }
+  u128 thr = thr_draw(q35_draw_u53(p->seed, p->draw_index), t2), r = 0;
+  for (int32_t j = 0; j < n; j++)
+    if (w[j] >= cut) {
+      r += fix_w(w[j]);
+      if (r > thr) return ids[j];
+    }
+  return ids[last];
+}
+
+/* Keep-all rows: exp of every entry, block sums, v* by selection, draw by blocks. */
+static int32_t sample_full(q35_sampler *ws, const float *l, int32_t V, float m,
+                           const q35_sampling *p) {
+  float *w = ws->w;
+  u128 *bs = ws->bsum;
+  int32_t nb = (V + BLOCK - 1) / BLOCK;
+  k_exp_row(ws, l, V, m, p->temperature, w, bs);
+  float cut = 0.0f;
+  if (p->top_p < 1.0f) {
+    u128 t1 = 0;
+    for (int32_t b = 0; b < nb; b++) t1 += bs[b];
+    cut = select_vstar(ws, w, V, thr_topp(p->top_p, t1), ws->tmp, ws->tmp2);
+  }
+  float wmax = q35_sampler_exp(0.0f); /* the maximum's weight: s = 0 */
+  if (p->min_p > 0.0f && p->min_p * wmax > cut) cut = p->min_p * wmax;
+  if (cut > 0.0f) k_block_sums(ws, w, V, cut, bs);
+  u128 t2 = 0;
+  for (int32_t b = 0; b < nb; b++) t2 += bs[b];
+  u128 thr = thr_draw(q35_draw_u53(p->seed, p->draw_index), t2), r = 0;
+  int32_t last = -1;
+  for (int32_t b = 0; b < nb; b++) {
+    if (bs[b] == 0) continue;
+    if (r + bs[b] <= thr) {
+      r += bs[b];
+      last = b;
+      continue;
+    }
+    int32_t e = (b + 1) * BLOCK < V ? (b + 1) * BLOCK : V;
+    for (int32_t i = b * BLOCK; i < e; i++)
+      if (w[i] >= cut) {
+        r += fix_w(w[i]);
+        if (r > thr) return i;
+      }
+    last = b; /* unreachable: the block's sum exceeds the remainder */
+  }
+  /* rounding left none (cannot happen with k < 2^53): the last survivor */
+  for (int32_t i = (last + 1) * BLOCK - 1; i >= 0; i--)
+    if (i < V && w[i] >= cut && fix_w(w[i]) > 0) return i;
+  return 0;
+}
+
+int q35_sample(q35_sampler *ws, const float *logits, int32_t n_vocab, const q35_sampling *p,
+               const int32_t *history, int32_t n_history, int32_t n_prompt, int32_t n_top,
+               q35_sample_result *out, q35_err *err) {
+  if (check_inputs(ws, logits, n_vocab, p, history, n_history, n_prompt, n_top, out, err)) return -1;
+  const int32_t V = n_vocab;
+  const float *l = logits;
+  int32_t bad;
+  int penalized = 0;
+  if (n_history > 0 && penalties_active(p)) {
+    (void)k_scan(ws, logits, V, &bad);
+    if (bad >= 0) return row_error(err, logits, bad, 0);
+    apply_penalties(ws, logits, V, p, history, n_history, n_prompt);
+    l = ws->lp;
+    penalized = 1;
+  }
+  float m = k_scan(ws, l, V, &bad);
+  if (bad >= 0) return row_error(err, l, bad, penalized);
+  if (m == -INFINITY) return q35_seterr(err, "logits: all %d entries are -inf", (int)V);
+  const float T = p->temperature;
+  int32_t tok;
+  if (T == 0.0f) {
+    tok = k_find_eq(ws, l, V, m);
+  } else {
+    int32_t K = (p->top_k <= 0 || p->top_k >= V) ? V : (int32_t)p->top_k;
+    if (K < V) {
+      /* top-k: candidates l >= t with t from a strided sample, so that at least K pass */
+      float t = -INFINITY;
+      if (V > 4096) {
+        float *samp = ws->tmp;
+        int32_t ms = 1024;
+        for (int32_t j = 0; j < ms; j++) samp[j] = l[(int64_t)j * V / ms];
+        int64_t r = ((int64_t)K * ms * 2 + V - 1) / V + 2; /* about 2K expected candidates */
+        if (r < ms) t = select_kth_largest(samp, ms, (int32_t)r);
+      }
+      int32_t *ids = ws->ids;
+      float *cv = ws->s;
+      int32_t nc;
+      float kth_l, kth;
+      for (;;) {
+        nc = k_filter_ge(ws, l, V, t, ids);
+        if (nc >= K) {
+          for (int32_t j = 0; j < nc; j++) cv[j] = l[ids[j]];
+          kth_l = select_kth_largest(cv, nc, K);
+          kth = (kth_l - m) / T;
+          /* entries below t have s <= s(pred t) by monotonicity; all excluded if < kth */
+          if (t == -INFINITY || (nextafterf(t, -INFINITY) - m) / T < kth) break;
+        }
+        t = -INFINITY;
+      }
+      for (int32_t j = 0; j < nc; j++) cv[j] = (l[ids[j]] - m) / T;
+      tok = sample_list(ws, l, p, ids, cv, nc, kth);
+    } else if (p->top_p == 1.0f && p->min_p > 0.0f) {
+      /* min-p alone: only entries with exp(s) >= min_p can survive; s >= log(min_p) - 0.05
+       * holds for all of them (the exp is accurate to a few ulp), i.e. l >= m + T (log min_p
+       * - 0.05) up to rounding, which the margin absorbs. */
+      double lt = (double)m + (double)T * (log((double)p->min_p) - 0.05);
+      float t = lt < -3.4e38 ? -INFINITY : (float)lt;
+      if ((float)lt > lt) t = nextafterf(t, -INFINITY);
+      int32_t *ids = ws->ids;
+      float *cv = ws->s;
+      int32_t nc = k_filter_ge(ws, l, V, t, ids);
+      for (int32_t j = 0; j < nc; j++) cv[j] = (l[ids[j]] - m) / T;
+      tok = sample_list(ws, l, p, ids, cv, nc, -INFINITY);
+    } else {
+      tok = sample_full(ws, l, V, m, p);
+    }
+  }
+  out->token = tok;
+  fill_logprobs(ws, l, V, m, tok, n_top, out);
+  return 0;
+}
+
+int q35_sample_batch(q35_sampler *ws, const float *logits, int32_t n_rows, int32_t n_vocab,
+                     const q35_sampling *p, const q35_sample_history *hist, int32_t n_top,
+                     q35_sample_result *out, q35_err *err) {
+  if (n_rows < 0) return q35_seterr(err, "sample: n_rows %d < 0", (int)n_rows);
+  for (int32_t b = 0; b < n_rows; b++) {
+    const q35_sample_history *h = hist ? &hist[b] : NULL;
+    q35_err e;
+    if (q35_sample(ws, logits + (size_t)b * (size_t)n_vocab, n_vocab, &p[b], h ? h->tokens : NULL,
+                   h ? h->n_tokens : 0, h ? h->n_prompt : 0, n_top, &out[b], &e))
+      return q35_seterr(err, "row %d: %s", (int)b, e.msg);
+  }
+  return 0;
+}

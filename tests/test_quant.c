@@ -303,6 +303,28 @@ static void test_act_simd(int level, const q35_kernels *k, const q35_kernels *re
   free(b);
 }
 
+/* Q8_0 blocks full of -128 (possible in a GGUF; our activation quantizer makes them only
+ * for subnormal blocks): the reference is exact; VNNI (avx512) must be too. The AVX2 path
+ * saturates -128*-128 pairs as ggml's AVX2 kernel does, so it is not held to this. */
+static void test_q8_extremes(int level, const q35_kernels *k, const q35_kernels *ref) {
+  blk_q8_0 a[2], b[2];
+  for (int i = 0; i < 2; i++) {
+    a[i].d = b[i].d = 0x3C00;
+    for (int j = 0; j < 32; j++) {
+      a[i].qs[j] = (int8_t)(i == 0 ? -128 : (j % 2 ? 127 : -128));
+      b[i].qs[j] = (int8_t)(i == 0 ? -128 : (j % 3 ? -128 : 127));
+    }
+  }
+  float want = 32.0f * 16384.0f;
+  CHECK(ref->vec_dot[Q35_TYPE_Q8_0](32, a, b) == want, "q8_0 ref -128 x -128");
+  double w2 = 0;
+  for (int j = 0; j < 32; j++) w2 += (double)a[1].qs[j] * b[1].qs[j];
+  CHECK(ref->vec_dot[Q35_TYPE_Q8_0](64, a, b) == (float)(want + w2), "q8_0 ref extremes");
+  if (level == 2)
+    CHECK(k->vec_dot[Q35_TYPE_Q8_0](64, a, b) == (float)(want + w2), "avx512 q8_0 extremes: %g vs %g",
+          k->vec_dot[Q35_TYPE_Q8_0](64, a, b), want + w2);
+}
+
 /* ======================= 3. round trips and dot products ======================= */
 
 typedef struct {
@@ -428,6 +450,7 @@ int main(void) {
     }
     const int before = failures;
     test_act_simd(level, &k, &ref);
+    test_q8_extremes(level, &k, &ref);
     test_types(level, &k, &ref);
     printf("level %s: %s\n", names[level], failures == before ? "ok" : "FAILED");
   }

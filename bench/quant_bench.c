@@ -1,0 +1,110 @@
+/*
+ * quant_bench.c - vec_dot throughput per tensor type and SIMD level, in GB/s of weight
+ * bytes streamed, over a weight matrix much bigger than the caches, next to the machine's
+ * memcpy bandwidth. Not part of ctest (no timed assertions anywhere).
+ *
+ * Build (from the repository root, after building the library in build-quant):
+ *   gcc -O2 -std=gnu11 -pthread -Iinclude -Isrc bench/quant_bench.c build-quant/libq35.a \
+ *       -ljansson -lpcre2-8 -lutf8proc -lm -o /tmp/quant_bench
+ * Run: /tmp/quant_bench [MiB per matrix, default 256] [threads, default 1]
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "quant.h"
+#include "quant_internal.h"
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+typedef struct {
+  q35_vec_dot_fn fn;
+  const uint8_t *w;
+  const void *x;
+  size_t row_bytes;
+  int64_t n, r0, r1;
+  float sink;
+} job;
+
+static void *run_job(void *p) {
+  job *j = p;
+  float s = 0;
+  for (int64_t r = j->r0; r < j->r1; r++) s += j->fn(j->n, j->w + r * j->row_bytes, j->x);
+  j->sink = s;
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  const size_t mib = argc > 1 ? (size_t)atoi(argv[1]) : 256;
+  const int nth = argc > 2 ? atoi(argv[2]) : 1;
+  const int64_t n = 4096;
+  const size_t total = mib << 20;
+
+  /* memcpy bandwidth (bytes copied per second) over the same size */
+  uint8_t *src = malloc(total), *dst = malloc(total);
+  memset(src, 1, total);
+  memset(dst, 2, total);
+  double best = 1e30;
+  for (int rep = 0; rep < 3; rep++) {
+    double t = now();
+    memcpy(dst, src, total);
+    t = now() - t;
+    if (t < best) best = t;
+  }
+  printf("memcpy: %.2f GB/s (%zu MiB, 1 thread)\n", (double)total / best / 1e9, mib);
+  free(dst);
+
+  static const int types[] = {Q35_TYPE_Q8_0, Q35_TYPE_Q4_0, Q35_TYPE_Q5_0, Q35_TYPE_Q4_K, Q35_TYPE_Q5_K,
+                              Q35_TYPE_Q6_K, Q35_TYPE_IQ4_XS, Q35_TYPE_F32, Q35_TYPE_F16, Q35_TYPE_BF16};
+  static const char *lvl[3] = {"scalar", "avx2", "avx512"};
+  float *xf = malloc(sizeof(float) * n), *wf = malloc(sizeof(float) * n);
+  for (int64_t i = 0; i < n; i++) {
+    xf[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
+    wf[i] = (float)((i * 104729) % 1000) / 50000.0f - 0.01f;
+  }
+  printf("%-7s %10s %10s %10s   (GB/s of weights, n=%lld, %d thread(s))\n", "type", lvl[0], lvl[1], lvl[2],
+         (long long)n, nth);
+  for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+    const int type = types[t], vt = q35_vec_dot_type(type);
+    const size_t rb = q35_row_size(type, n);
+    const int64_t rows = (int64_t)(total / rb);
+    uint8_t *x = malloc(q35_row_size(vt, n));
+    q35_quantize_row_ref(vt, xf, x, n);
+    q35_quantize_row_ref(type, wf, src, n); /* one real row, replicated */
+    for (int64_t r = 1; r < rows; r++) memcpy(src + r * rb, src, rb);
+    printf("%-7s", q35_type_name(type));
+    for (int level = 0; level < 3; level++) {
+      q35_kernels k;
+      if (q35_kernels_get(level, &k)) {
+        printf(" %10s", "-");
+        continue;
+      }
+      best = 1e30;
+      for (int rep = 0; rep < (level == 0 ? 1 : 3); rep++) {
+        job jobs[64];
+        pthread_t th[64];
+        double t0 = now();
+        for (int i = 0; i < nth && i < 64; i++) {
+          jobs[i] = (job){k.vec_dot[type], src, x, rb, n, rows * i / nth, rows * (i + 1) / nth, 0};
+          pthread_create(&th[i], NULL, run_job, &jobs[i]);
+        }
+        for (int i = 0; i < nth && i < 64; i++) pthread_join(th[i], NULL);
+        t0 = now() - t0;
+        if (t0 < best) best = t0;
+      }
+      printf(" %10.2f", (double)(rb * (size_t)rows) / best / 1e9);
+    }
+    printf("\n");
+    free(x);
+  }
+  free(src);
+  free(xf);
+  free(wf);
+  return 0;
+}

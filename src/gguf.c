@@ -83,9 +83,13 @@ static int vtype_is_signed(int t) {
   return t == GGUF_I8 || t == GGUF_I16 || t == GGUF_I32 || t == GGUF_I64;
 }
 
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "gguf.c assumes a little-endian host (GGUF is little-endian; arrays are used in place)"
+#endif
+
 static uint64_t rd_le(const uint8_t *p, size_t n) {
   uint64_t v = 0;
-  for (size_t i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
+  memcpy(&v, p, n); /* little-endian host: the low n bytes */
   return v;
 }
 
@@ -220,16 +224,27 @@ static int rd_u64(rd *r, uint64_t *v, const char *field) {
   return 0;
 }
 
-static int rd_str(rd *r, gguf_str *s, const char *field) {
-  uint64_t len;
-  char lf[64];
-  snprintf(lf, sizeof lf, "the length of %s", field);
-  if (rd_u64(r, &len, lf)) return -1;
+/* A string; `field` names it in messages ("the key"), or for elem != NO_ELEM it is string
+ * element `elem` of an array. Messages are only formatted on error (this runs per token). */
+#define NO_ELEM UINT64_MAX
+static int rd_str(rd *r, gguf_str *s, const char *field, uint64_t elem) {
+  char name[64];
+  if (rd_left(r) < 8 || rd_le(r->p + r->pos, 8) > rd_left(r) - 8) {
+    if (elem == NO_ELEM) snprintf(name, sizeof name, "%s", field);
+    else snprintf(name, sizeof name, "string element %llu", (unsigned long long)elem);
+  }
+  if (rd_left(r) < 8)
+    return q35_seterr(r->err,
+                      "%s: truncated: the length of %s of %s needs 8 bytes at offset %zu, but "
+                      "only %zu remain in the file (%zu bytes)",
+                      r->file, name, r->what, r->pos, rd_left(r), r->size);
+  uint64_t len = rd_le(r->p + r->pos, 8);
+  r->pos += 8;
   if (len > rd_left(r))
     return q35_seterr(r->err,
                       "%s: %s of %s has length %llu at offset %zu, past the end of the file "
                       "(%zu bytes remain)",
-                      r->file, field, r->what, (unsigned long long)len, r->pos - 8, rd_left(r));
+                      r->file, name, r->what, (unsigned long long)len, r->pos - 8, rd_left(r));
   s->ptr = (const char *)r->p + r->pos;
   s->len = len;
   r->pos += (size_t)len;
@@ -238,7 +253,7 @@ static int rd_str(rd *r, gguf_str *s, const char *field) {
 
 /* Parse one value of type t (not ARRAY) into kv->v. */
 static int rd_scalar(rd *r, uint32_t t, gguf_kv *kv) {
-  if (t == GGUF_STRING) return rd_str(r, &kv->v.s, "the string value");
+  if (t == GGUF_STRING) return rd_str(r, &kv->v.s, "the string value", NO_ELEM);
   size_t n = vtype_size(t);
   if (rd_need(r, n, "the value")) return -1;
   const uint8_t *p = r->p + r->pos;
@@ -293,11 +308,8 @@ static int rd_value(rd *r, uint32_t t, gguf_kv *kv) {
   if (!kv->arr_str)
     return q35_seterr(r->err, "%s: out of memory for the %llu strings of %s", r->file,
                       (unsigned long long)n, r->what);
-  for (uint64_t i = 0; i < n; i++) {
-    char field[48];
-    snprintf(field, sizeof field, "string element %llu", (unsigned long long)i);
-    if (rd_str(r, &kv->arr_str[i], field)) return -1;
-  }
+  for (uint64_t i = 0; i < n; i++)
+    if (rd_str(r, &kv->arr_str[i], NULL, i)) return -1;
   return 0;
 }
 
@@ -332,7 +344,7 @@ static const char *supported_types_list(char *buf, size_t cap) {
 
 static int rd_tensor_info(rd *r, gguf_tensor *t, size_t alignment) {
   char nb[128];
-  if (rd_str(r, &t->name, "the name")) return -1;
+  if (rd_str(r, &t->name, "the name", NO_ELEM)) return -1;
   snprintf(r->what, sizeof r->what, "tensor '%s'", show(t->name, nb, sizeof nb));
   if (rd_u32(r, &t->n_dims, "n_dims")) return -1;
   if (t->n_dims < 1 || t->n_dims > 4)
@@ -432,7 +444,7 @@ static gguf_file *parse(gguf_file *f, q35_err *err) {
     }
     gguf_kv *kv = &f->kv[i];
     snprintf(r.what, sizeof r.what, "metadata pair #%llu", (unsigned long long)i);
-    if (rd_str(&r, &kv->key, "the key")) goto fail;
+    if (rd_str(&r, &kv->key, "the key", NO_ELEM)) goto fail;
     snprintf(r.what, sizeof r.what, "key '%s'", show(kv->key, nb, sizeof nb));
     uint32_t t;
     if (rd_u32(&r, &t, "the value type")) goto fail;
@@ -501,6 +513,7 @@ static gguf_file *parse(gguf_file *f, q35_err *err) {
   size_t hdr = r.pos;
   f->data_offset = (hdr + f->alignment - 1) / f->alignment * f->alignment;
   if (f->data_offset < hdr) f->data_offset = SIZE_MAX; /* overflow: nothing fits */
+  if (f->n_tensors == 0) f->data_offset = hdr; /* as ggml reports it: no data section */
   for (uint64_t i = 0; i < f->n_tensors; i++) {
     gguf_tensor *t = &f->tensors[i];
     size_t avail = f->data_offset <= f->size ? f->size - f->data_offset : 0;

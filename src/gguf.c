@@ -735,6 +735,24 @@ int gguf_get_f32_or(const gguf_file *f, const char *key, float def, float *out, 
   return get_f32_kv(f, kv, out, err);
 }
 
+int gguf_get_arr(const gguf_file *f, const char *key, int elem_type, const gguf_kv **out,
+                 q35_err *err) {
+  const gguf_kv *kv = need_key(f, key, err);
+  if (!kv) return -1;
+  if (kv->type != GGUF_ARRAY)
+    return q35_seterr(err, "%s: key '%s' has type %s, expected an array", f->path, key,
+                      vtype_name(kv->type));
+  int ok = elem_type == GGUF_ANY_INT ? vtype_is_int(kv->arr_type)
+           : elem_type == GGUF_F32   ? kv->arr_type == GGUF_F32 || kv->arr_type == GGUF_F64
+                                     : kv->arr_type == elem_type;
+  if (!ok)
+    return q35_seterr(err, "%s: key '%s' is an array of %s, expected an array of %s", f->path,
+                      key, vtype_name(kv->arr_type),
+                      elem_type == GGUF_ANY_INT ? "integers" : vtype_name(elem_type));
+  *out = kv;
+  return 0;
+}
+
 int64_t gguf_arr_int(const gguf_kv *kv, uint64_t i) {
   if (!kv || kv->type != GGUF_ARRAY || i >= kv->arr_n) return 0;
   size_t n = vtype_size((uint32_t)kv->arr_type);

@@ -4,9 +4,11 @@
  * Reader: gguf_open maps the file read-only and parses the header, every metadata
  * key/value and every tensor description, validating all of it before anything is used:
  * magic, version (2 or 3), counts against the file size, string lengths, value types, array
- * element types and lengths, tensor dimension counts (1..4) and sizes (no overflow), known
- * tensor types (q35_type_name), alignment (general.alignment, default 32), and that every
- * tensor's data lies inside the file (data section start + offset + size <= file size).
+ * element types and lengths, tensor dimension counts (1..4) and sizes (no overflow), tensor
+ * types (known, and supported by q35: q35_type_supported), alignment (general.alignment,
+ * default 32), that every tensor's data lies inside the file (data section start + offset +
+ * size <= file size), no duplicate keys or tensor names, and no overlapping tensors. Memory
+ * used is bounded by a small multiple of the file size whatever the header's counts say.
  * Errors name the file and the key or tensor involved. Strings are views into the map
  * (gguf_str: pointer + length, not NUL-terminated).
  *
@@ -94,6 +96,12 @@ int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out, q35_err *er
 /* Same, but a missing key yields `def` (a present key of the wrong type is still an error). */
 int gguf_get_u32_or(const gguf_file *f, const char *key, uint32_t def, uint32_t *out, q35_err *err);
 int gguf_get_f32_or(const gguf_file *f, const char *key, float def, float *out, q35_err *err);
+/* An array: 0 and *out = its pair, or -1 with an error naming the key (missing, not an
+ * array, or elements not of elem_type). elem_type GGUF_ANY_INT accepts any integer
+ * element type (read them with gguf_arr_int); GGUF_F32 also accepts f64 (gguf_arr_f32). */
+#define GGUF_ANY_INT (-1)
+int gguf_get_arr(const gguf_file *f, const char *key, int elem_type, const gguf_kv **out,
+                 q35_err *err);
 /* Integer array element i as int64 (any integer element type). */
 int64_t gguf_arr_int(const gguf_kv *kv, uint64_t i);
 float gguf_arr_f32(const gguf_kv *kv, uint64_t i);

@@ -274,6 +274,21 @@ static void check_contents(const gguf_file *f, const char *what) {
         "get_str");
   CHECK(gguf_get_str(f, "t.u8", &s, &err) == -1 && strstr(err.msg, "t.u8"), "get_str(u8)");
 
+  const gguf_kv *a = NULL;
+  CHECK(gguf_get_arr(f, "t.arr_i16", GGUF_ANY_INT, &a, &err) == 0 && a && a->arr_n == 3,
+        "get_arr(any int): %s", err.msg);
+  CHECK(gguf_get_arr(f, "t.arr_str", GGUF_STRING, &a, &err) == 0 && a->arr_n == 5,
+        "get_arr(string): %s", err.msg);
+  CHECK(gguf_get_arr(f, "t.arr_f64", GGUF_F32, &a, &err) == 0 && a->arr_n == 2,
+        "get_arr(f32 from f64): %s", err.msg);
+  CHECK(gguf_get_arr(f, "t.arr_str", GGUF_ANY_INT, &a, &err) == -1 &&
+            strstr(err.msg, "'t.arr_str' is an array of string, expected an array of integers"),
+        "get_arr(wrong element type): %s", err.msg);
+  CHECK(gguf_get_arr(f, "t.u8", GGUF_U8, &a, &err) == -1 && strstr(err.msg, "'t.u8'") &&
+            strstr(err.msg, "expected an array"), "get_arr(scalar): %s", err.msg);
+  CHECK(gguf_get_arr(f, "t.none", GGUF_U8, &a, &err) == -1 && strstr(err.msg, "missing key"),
+        "get_arr(missing): %s", err.msg);
+
   /* tensors */
   for (int i = 0; i < NT && (uint64_t)i < f->n_tensors; i++) {
     const gguf_tensor *t = gguf_find_tensor(f, tensors[i].name);
@@ -653,6 +668,14 @@ static void test_writer_errors(void) {
   CHECK(gguf_writer_begin(w, tpath("s.gguf"), &err) == 0, "begin: %s", err.msg);
   gguf_writer_free(w);
   CHECK(!file_exists(tpath("s.gguf.tmp")), "free left a temp file");
+
+  /* the rename fails (the destination is a directory): error, no temp file left */
+  w = gguf_writer_new();
+  mkdir(tpath("isdir.gguf"), 0755);
+  CHECK(gguf_writer_save(w, tpath("isdir.gguf"), &err) == -1 && strstr(err.msg, "rename"),
+        "rename onto a directory: %s", err.msg);
+  CHECK(!file_exists(tpath("isdir.gguf.tmp")), "failed rename left the temp file");
+  gguf_writer_free(w);
 
   /* unwritable destination */
   w = gguf_writer_new();

@@ -1,0 +1,852 @@
+/*
+ * sched.c - continuous batching over q35_step, slots, prefix reuse (see sched.h).
+ *
+ * Data structures
+ *   slot  one q35_session, the tokens it has consumed (its position is n_toks) and up to
+ *         MAX_SNAPS snapshots (position + recurrent state). A slot is either idle (only
+ *         touched under the mutex) or busy (owned by the scheduler thread).
+ *   seq   one choice of one job: prompt + generated history, the position in the prompt,
+ *         the streaming detokenizer and the stop-string hold-back buffer.
+ * Lists: `queue` (sequences waiting for a slot, FIFO) and `active` (at most `parallel`).
+ *
+ * The loop: admit queued sequences into free slots (restoring the best prefix state), build
+ * one row per active sequence (a prefill chunk or the last sampled token), run q35_step with
+ * the mutex released, then turn each row's token into events. Prefill chunks end exactly at
+ * snapshot positions so the state can be saved there.
+ */
+#define _GNU_SOURCE /* memmem */
+#include "sched.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util.h"
+
+#define MAX_SNAPS 8
+
+typedef struct slot {
+  q35_session *sess;
+  int32_t *toks;
+  int32_t n_toks, cap;
+  int32_t snap_pos[MAX_SNAPS];
+  q35_snapshot *snap[MAX_SNAPS];
+  int n_snaps;
+  char *id;           /* named session id, or NULL */
+  int busy;
+  uint64_t last_used;
+  struct slot *next;  /* in the named list */
+} slot;
+
+typedef struct seq {
+  struct seq *next;
+  srv_job *job;
+  int choice;
+  slot *sl;
+  int32_t *hist;      /* prompt then generated tokens */
+  int32_t n_hist;
+  int32_t fed;        /* prompt tokens consumed */
+  int32_t n_gen;      /* generated (non-EOG) tokens */
+  int32_t n_sampled;
+  int32_t limit;      /* max generated tokens */
+  int32_t last;
+  q35_sampling sp;
+  q35_detok *dt;
+  char *hold;         /* text held back for stop strings */
+  size_t hold_len, hold_cap;
+  int32_t *snaps_at;  /* prompt positions to snapshot at (ascending) */
+  int n_snaps_at, snap_i;
+} seq;
+
+struct srv_sched {
+  q35_model *model;
+  const q35_tokenizer *tok;
+  srv_sched_opts o;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;  /* wakes the scheduler */
+  pthread_t thread;
+  int stop;
+  seq *queue, *active;
+  int n_queued, n_active;
+  slot *anon;         /* o.parallel slots */
+  slot *named;        /* list */
+  int n_named;
+  slot *to_free;      /* deleted named slots whose session the scheduler frees */
+  uint64_t clock;
+  q35_row *rows;
+  seq **row_seq;
+  int32_t im_start;
+  /* metrics */
+  uint64_t m_requests, m_prompt_tokens, m_cached_tokens, m_gen_tokens, m_steps, m_step_rows, m_errors,
+      m_rejected, m_cancelled, m_evictions;
+  double m_step_seconds;
+};
+
+/* ---- events ---- */
+
+srv_job *srv_job_new(void) {
+  srv_job *j = calloc(1, sizeof *j);
+  if (!j) return NULL;
+  j->refs = 1;
+  j->n = 1;
+  j->n_top_logprobs = -1;
+  j->sp = q35_sampling_default();
+  pthread_cond_init(&j->cv, NULL);
+  return j;
+}
+
+void srv_events_free(srv_event *e) {
+  while (e) {
+    srv_event *n = e->next;
+    free(e->text);
+    free(e);
+    e = n;
+  }
+}
+
+static void job_free(srv_job *j) {
+  srv_events_free(j->ev_head);
+  free(j->prompt);
+  for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
+  free(j->session_id);
+  pthread_cond_destroy(&j->cv);
+  free(j);
+}
+
+/* with the mutex held */
+static void job_unref(srv_job *j) {
+  if (--j->refs == 0) job_free(j);
+}
+
+void srv_job_release(srv_sched *s, srv_job *j) {
+  pthread_mutex_lock(&s->mu);
+  job_unref(j);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void push_event(srv_job *j, srv_event *e) {
+  if (j->ev_tail) j->ev_tail->next = e;
+  else j->ev_head = e;
+  j->ev_tail = e;
+  pthread_cond_broadcast(&j->cv);
+}
+
+srv_event *srv_job_take(srv_sched *s, srv_job *j, int timeout_ms, int *done) {
+  pthread_mutex_lock(&s->mu);
+  if (!j->ev_head && !j->done && timeout_ms > 0) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    ts.tv_sec += timeout_ms / 1000 + ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    while (!j->ev_head && !j->done)
+      if (pthread_cond_timedwait(&j->cv, &s->mu, &ts) == ETIMEDOUT) break;
+  }
+  srv_event *e = j->ev_head;
+  j->ev_head = j->ev_tail = NULL;
+  *done = j->done;
+  pthread_mutex_unlock(&s->mu);
+  return e;
+}
+
+/* ---- slots ---- */
+
+static void slot_drop_snaps_above(slot *sl, int32_t pos) {
+  int k = 0;
+  for (int i = 0; i < sl->n_snaps; i++) {
+    if (sl->snap_pos[i] <= pos) {
+      sl->snap_pos[k] = sl->snap_pos[i];
+      sl->snap[k++] = sl->snap[i];
+    } else {
+      q35_snapshot_free(sl->snap[i]);
+    }
+  }
+  sl->n_snaps = k;
+}
+
+static void slot_clear(slot *sl) {
+  slot_drop_snaps_above(sl, -1);
+  sl->n_toks = 0;
+}
+
+static void slot_destroy(slot *sl) {
+  slot_clear(sl);
+  if (sl->sess) q35_session_free(sl->sess);
+  free(sl->toks);
+  free(sl->id);
+  sl->sess = NULL;
+  sl->toks = NULL;
+  sl->id = NULL;
+}
+
+static int slot_push_toks(slot *sl, const int32_t *t, int32_t n) {
+  if (sl->n_toks + n > sl->cap) {
+    int32_t cap = sl->cap ? sl->cap : 256;
+    while (cap < sl->n_toks + n) cap *= 2;
+    int32_t *p = realloc(sl->toks, (size_t)cap * sizeof *p);
+    if (!p) return -1;
+    sl->toks = p;
+    sl->cap = cap;
+  }
+  memcpy(sl->toks + sl->n_toks, t, (size_t)n * sizeof *t);
+  sl->n_toks += n;
+  return 0;
+}
+
+/* The furthest position this slot can resume from for prompt p (0: start over). */
+static int32_t slot_usable(const slot *sl, const int32_t *p, int32_t n) {
+  int32_t L = 0;
+  while (L < sl->n_toks && L < n && sl->toks[L] == p[L]) L++;
+  if (sl->n_toks <= L && sl->n_toks < n) return sl->n_toks;
+  int32_t best = 0;
+  for (int i = 0; i < sl->n_snaps; i++)
+    if (sl->snap_pos[i] <= L && sl->snap_pos[i] < n && sl->snap_pos[i] > best) best = sl->snap_pos[i];
+  return best;
+}
+
+/* Scheduler thread: bring the slot's session to the best reusable state for prompt p.
+ * Returns the position reached (tokens reused) or -1 on error. */
+static int32_t slot_prepare(srv_sched *s, slot *sl, const int32_t *p, int32_t n, q35_err *err) {
+  if (!sl->sess) {
+    q35_session_params sp = q35_session_default_params();
+    sp.n_ctx = s->o.n_ctx;
+    sp.kv_type = s->o.kv_type;
+    sl->sess = q35_session_new(s->model, &sp, err);
+    if (!sl->sess) return -1;
+    sl->n_toks = 0;
+  }
+  int32_t pos = slot_usable(sl, p, n);
+  if (pos > 0 && pos == sl->n_toks && q35_session_pos(sl->sess) == pos) {
+    slot_drop_snaps_above(sl, pos);
+    return pos;
+  }
+  for (int i = 0; pos > 0 && i < sl->n_snaps; i++)
+    if (sl->snap_pos[i] == pos) {
+      if (q35_session_restore(sl->sess, sl->snap[i], err) == 0) {
+        sl->n_toks = pos;
+        slot_drop_snaps_above(sl, pos);
+        return pos;
+      }
+      break;
+    }
+  q35_session_reset(sl->sess);
+  slot_clear(sl);
+  return 0;
+}
+
+static void slot_snapshot(slot *sl) {
+  q35_err err;
+  q35_snapshot *sn = q35_session_snapshot(sl->sess, &err);
+  if (!sn) return;
+  if (sl->n_snaps == MAX_SNAPS) { /* drop the oldest (lowest position) */
+    q35_snapshot_free(sl->snap[0]);
+    memmove(sl->snap, sl->snap + 1, (MAX_SNAPS - 1) * sizeof sl->snap[0]);
+    memmove(sl->snap_pos, sl->snap_pos + 1, (MAX_SNAPS - 1) * sizeof sl->snap_pos[0]);
+    sl->n_snaps--;
+  }
+  sl->snap[sl->n_snaps] = sn;
+  sl->snap_pos[sl->n_snaps++] = sl->n_toks;
+}
+
+/* ---- sequences ---- */
+
+static void seq_free(seq *q) {
+  if (!q) return;
+  free(q->hist);
+  if (q->dt) q35_detok_free(q->dt);
+  free(q->hold);
+  free(q->snaps_at);
+  free(q);
+}
+
+/* Finish a sequence (mutex held): release its slot, count it, maybe complete the job. */
+static void seq_finish(srv_sched *s, seq *q) {
+  srv_job *j = q->job;
+  if (q->sl) {
+    q->sl->busy = 0;
+    q->sl->last_used = ++s->clock;
+  }
+  j->completion_tokens += q->n_gen;
+  s->m_gen_tokens += (uint64_t)q->n_gen;
+  if (++j->n_finished == j->n) {
+    j->done = 1;
+    pthread_cond_broadcast(&j->cv);
+  }
+  job_unref(j);
+  seq_free(q);
+}
+
+static void job_fail(srv_job *j, int status, const char *msg) {
+  if (j->failed) return;
+  j->failed = 1;
+  j->status = status;
+  snprintf(j->errmsg, sizeof j->errmsg, "%s", msg);
+  pthread_cond_broadcast(&j->cv);
+}
+
+static int hold_append(seq *q, const char *t, size_t n) {
+  if (q->hold_len + n + 1 > q->hold_cap) {
+    size_t cap = q->hold_cap ? q->hold_cap : 64;
+    while (cap < q->hold_len + n + 1) cap *= 2;
+    char *p = realloc(q->hold, cap);
+    if (!p) return -1;
+    q->hold = p;
+    q->hold_cap = cap;
+  }
+  memcpy(q->hold + q->hold_len, t, n);
+  q->hold_len += n;
+  q->hold[q->hold_len] = 0;
+  return 0;
+}
+
+/* Move the text that can no longer be part of a stop string out of the hold buffer. Returns
+ * 1 when a stop string matched (the text before it is released, the rest dropped). */
+static int hold_release(seq *q, int final, char **out, size_t *out_len) {
+  const srv_job *j = q->job;
+  size_t cut = q->hold_len, keep_from = q->hold_len;
+  int matched = 0;
+  for (int k = 0; k < j->n_stop; k++) {
+    const char *m = q->hold_len ? memmem(q->hold, q->hold_len, j->stop[k], strlen(j->stop[k])) : NULL;
+    if (m && (size_t)(m - q->hold) < cut) {
+      cut = (size_t)(m - q->hold);
+      matched = 1;
+    }
+  }
+  if (matched) {
+    keep_from = cut;
+  } else if (!final) { /* hold back the longest suffix that is a proper prefix of a stop string */
+    for (int k = 0; k < j->n_stop; k++) {
+      size_t sl = strlen(j->stop[k]);
+      for (size_t l = sl - 1; l > 0; l--)
+        if (l <= q->hold_len && !memcmp(q->hold + q->hold_len - l, j->stop[k], l)) {
+          if (q->hold_len - l < keep_from) keep_from = q->hold_len - l;
+          break;
+        }
+    }
+  }
+  *out = NULL;
+  *out_len = 0;
+  if (keep_from > 0) {
+    *out = malloc(keep_from + 1);
+    if (*out) {
+      memcpy(*out, q->hold, keep_from);
+      (*out)[keep_from] = 0;
+      *out_len = keep_from;
+    }
+  }
+  if (matched) {
+    q->hold_len = 0;
+  } else {
+    memmove(q->hold, q->hold + keep_from, q->hold_len - keep_from);
+    q->hold_len -= keep_from;
+  }
+  return matched;
+}
+
+static srv_event *event_new(seq *q) {
+  srv_event *e = calloc(1, sizeof *e);
+  if (e) e->choice = q->choice;
+  return e;
+}
+
+/* Handle the token a sampling row produced (mutex held). Returns 1 when the sequence ended. */
+static int seq_on_token(srv_sched *s, seq *q, const q35_row *r) {
+  srv_event *e = event_new(q);
+  if (!e) {
+    job_fail(q->job, 500, "out of memory");
+    return 1;
+  }
+  q->n_sampled++;
+  const char *finish = NULL;
+  const char *piece = NULL;
+  size_t plen = 0;
+  int flush = 0;
+  if (q35_tokenizer_is_eog(s->tok, r->token)) {
+    finish = "stop";
+    flush = 1;
+  } else {
+    q->hist[q->n_hist++] = r->token;
+    q->n_gen++;
+    q->last = r->token;
+    e->has_token = 1;
+    e->token = r->token;
+    e->logprob = r->logprob;
+    e->n_top = q->job->n_top_logprobs > 0 ? q->job->n_top_logprobs : 0;
+    for (int i = 0; i < e->n_top; i++) {
+      e->top_ids[i] = r->top_ids[i];
+      e->top_logprobs[i] = r->top_logprobs[i];
+    }
+    q35_err err;
+    if (q35_detok_feed(q->dt, r->token, &piece, &plen, &err) == 0 && plen) hold_append(q, piece, plen);
+    if (q->n_gen >= q->limit) {
+      finish = "length";
+      flush = 1;
+    }
+  }
+  if (flush) {
+    q35_detok_flush(q->dt, &piece, &plen);
+    if (plen) hold_append(q, piece, plen);
+  }
+  if (hold_release(q, flush, &e->text, &e->len)) finish = "stop";
+  e->finish = finish;
+  push_event(q->job, e);
+  return finish != NULL;
+}
+
+/* ---- admission ---- */
+
+static slot *find_named(srv_sched *s, const char *id) {
+  for (slot *sl = s->named; sl; sl = sl->next)
+    if (!strcmp(sl->id, id)) return sl;
+  return NULL;
+}
+
+/* A slot for q, or NULL to keep it queued (mutex held). */
+static slot *pick_slot(srv_sched *s, seq *q) {
+  const srv_job *j = q->job;
+  if (j->session_id && q->choice == 0) {
+    slot *sl = find_named(s, j->session_id);
+    if (sl) return sl->busy ? NULL : sl;
+    if (s->n_named >= s->o.max_sessions) { /* evict the least recently used idle one */
+      slot *victim = NULL;
+      for (slot *c = s->named; c; c = c->next)
+        if (!c->busy && (!victim || c->last_used < victim->last_used)) victim = c;
+      if (!victim) return NULL;
+      free(victim->id);
+      victim->id = strdup(j->session_id);
+      if (victim->sess) q35_session_reset(victim->sess);
+      slot_clear(victim);
+      s->m_evictions++;
+      return victim->id ? victim : NULL;
+    }
+    sl = calloc(1, sizeof *sl);
+    if (!sl) return NULL;
+    sl->id = strdup(j->session_id);
+    if (!sl->id) {
+      free(sl);
+      return NULL;
+    }
+    sl->next = s->named;
+    s->named = sl;
+    s->n_named++;
+    return sl;
+  }
+  slot *best = NULL;
+  int32_t best_pos = -1;
+  for (int i = 0; i < s->o.parallel; i++) {
+    slot *sl = &s->anon[i];
+    if (sl->busy) continue;
+    int32_t pos = slot_usable(sl, j->prompt, j->n_prompt);
+    if (pos > best_pos || (pos == best_pos && sl->last_used < best->last_used)) {
+      best = sl;
+      best_pos = pos;
+    }
+  }
+  return best;
+}
+
+static int seq_start(srv_sched *s, seq *q, slot *sl) {
+  srv_job *j = q->job;
+  q35_err err = {{0}};
+  int32_t pos = slot_prepare(s, sl, j->prompt, j->n_prompt, &err);
+  if (pos < 0) {
+    job_fail(j, 503, err.msg);
+    return -1;
+  }
+  q->sl = sl;
+  sl->busy = 1;
+  sl->last_used = ++s->clock;
+  q->fed = pos;
+  if (q->choice == 0) j->cached_tokens = pos;
+  s->m_cached_tokens += (uint64_t)pos;
+  /* snapshot points after pos: every <|im_start|> and every snap_every tokens */
+  int32_t n = 0;
+  for (int32_t i = pos + 1; i < j->n_prompt; i++)
+    if ((s->im_start >= 0 && j->prompt[i] == s->im_start) || (s->o.snap_every > 0 && i % s->o.snap_every == 0)) n++;
+  q->snaps_at = malloc(sizeof(int32_t) * (size_t)(n + 1));
+  if (!q->snaps_at) {
+    job_fail(j, 500, "out of memory");
+    return -1;
+  }
+  for (int32_t i = pos + 1; i < j->n_prompt; i++)
+    if ((s->im_start >= 0 && j->prompt[i] == s->im_start) || (s->o.snap_every > 0 && i % s->o.snap_every == 0))
+      q->snaps_at[q->n_snaps_at++] = i;
+  return 0;
+}
+
+static seq *seq_new(srv_sched *s, srv_job *j, int choice) {
+  seq *q = calloc(1, sizeof *q);
+  if (!q) return NULL;
+  q->job = j;
+  q->choice = choice;
+  q->sp = j->sp;
+  q->sp.seed = j->sp.seed + (uint64_t)choice;
+  q->limit = s->o.n_ctx - j->n_prompt;
+  if (j->max_tokens > 0 && j->max_tokens < q->limit) q->limit = j->max_tokens;
+  q->hist = malloc(sizeof(int32_t) * (size_t)(j->n_prompt + q->limit + 1));
+  q->dt = q35_detok_new(s->tok, Q35_DETOK_SKIP_SPECIAL);
+  if (!q->hist || !q->dt) {
+    seq_free(q);
+    return NULL;
+  }
+  memcpy(q->hist, j->prompt, sizeof(int32_t) * (size_t)j->n_prompt);
+  q->n_hist = j->n_prompt;
+  return q;
+}
+
+int srv_sched_submit(srv_sched *s, srv_job *j, char *msg, size_t msgsz) {
+  if (j->n_prompt < 1) {
+    snprintf(msg, msgsz, "the prompt is empty");
+    return 400;
+  }
+  if (j->n_prompt >= s->o.n_ctx) {
+    snprintf(msg, msgsz, "the prompt is %d tokens, which does not fit the context of %d tokens", j->n_prompt,
+             s->o.n_ctx);
+    return 400;
+  }
+  seq *qs[64];
+  if (j->n < 1 || j->n > 64) {
+    snprintf(msg, msgsz, "n must be in [1, 64]");
+    return 400;
+  }
+  pthread_mutex_lock(&s->mu);
+  if (s->n_queued + j->n > s->o.max_queue + (s->o.parallel - s->n_active)) {
+    s->m_rejected++;
+    pthread_mutex_unlock(&s->mu);
+    snprintf(msg, msgsz, "too many requests: %d queued (limit %d); retry later", s->n_queued, s->o.max_queue);
+    return 429;
+  }
+  pthread_mutex_unlock(&s->mu);
+  for (int i = 0; i < j->n; i++) {
+    qs[i] = seq_new(s, j, i);
+    if (!qs[i]) {
+      for (int k = 0; k < i; k++) seq_free(qs[k]);
+      snprintf(msg, msgsz, "out of memory");
+      return 503;
+    }
+  }
+  pthread_mutex_lock(&s->mu);
+  seq **tail = &s->queue;
+  while (*tail) tail = &(*tail)->next;
+  for (int i = 0; i < j->n; i++) {
+    *tail = qs[i];
+    tail = &qs[i]->next;
+    j->refs++;
+  }
+  s->n_queued += j->n;
+  s->m_requests++;
+  s->m_prompt_tokens += (uint64_t)j->n_prompt;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return 0;
+}
+
+void srv_job_cancel(srv_sched *s, srv_job *j) {
+  pthread_mutex_lock(&s->mu);
+  if (!j->done && !j->cancelled) {
+    j->cancelled = 1;
+    s->m_cancelled++;
+  }
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- the loop ---- */
+
+static void admit(srv_sched *s) {
+  seq **pp = &s->queue;
+  while (*pp) {
+    seq *q = *pp;
+    if (q->job->cancelled || q->job->failed) {
+      *pp = q->next;
+      s->n_queued--;
+      seq_finish(s, q);
+      continue;
+    }
+    if (s->n_active >= s->o.parallel) break;
+    slot *sl = pick_slot(s, q);
+    if (!sl) {
+      pp = &q->next;
+      continue;
+    }
+    *pp = q->next;
+    s->n_queued--;
+    if (seq_start(s, q, sl)) {
+      seq_finish(s, q);
+      continue;
+    }
+    q->next = s->active;
+    s->active = q;
+    s->n_active++;
+  }
+}
+
+static void free_deleted(srv_sched *s) {
+  while (s->to_free) {
+    slot *sl = s->to_free;
+    s->to_free = sl->next;
+    slot_destroy(sl);
+    free(sl);
+  }
+}
+
+static void *sched_main(void *arg) {
+  srv_sched *s = arg;
+  static const q35_sampling greedy = {.temperature = 0, .top_k = 1, .top_p = 1, .repetition_penalty = 1};
+  pthread_mutex_lock(&s->mu);
+  while (!s->stop) {
+    free_deleted(s);
+    admit(s);
+    /* drop cancelled or failed sequences */
+    for (seq **pp = &s->active; *pp;) {
+      seq *q = *pp;
+      if (q->job->cancelled || q->job->failed) {
+        *pp = q->next;
+        s->n_active--;
+        seq_finish(s, q);
+      } else {
+        pp = &q->next;
+      }
+    }
+    if (!s->active) {
+      pthread_cond_wait(&s->cv, &s->mu);
+      continue;
+    }
+    /* one row per active sequence: decode rows always, prefill rows within the budget */
+    int n = 0;
+    int32_t budget = s->o.chunk;
+    for (seq *q = s->active; q; q = q->next) {
+      q35_row *r = &s->rows[n];
+      memset(r, 0, sizeof *r);
+      r->session = q->sl->sess;
+      r->n_top_logprobs = -1;
+      if (q->fed < q->job->n_prompt) {
+        if (budget <= 0) continue;
+        int32_t take = q->job->n_prompt - q->fed;
+        if (take > budget) take = budget;
+        while (q->snap_i < q->n_snaps_at && q->snaps_at[q->snap_i] <= q->fed) q->snap_i++;
+        if (q->snap_i < q->n_snaps_at && q->snaps_at[q->snap_i] - q->fed < take)
+          take = q->snaps_at[q->snap_i] - q->fed;
+        budget -= take;
+        r->tokens = q->job->prompt + q->fed;
+        r->n_tokens = take;
+        if (q->fed + take < q->job->n_prompt) {
+          r->sampling = &greedy;
+        } else {
+          r->sampling = &q->sp;
+          r->n_top_logprobs = q->job->n_top_logprobs;
+        }
+      } else {
+        r->tokens = &q->last;
+        r->n_tokens = 1;
+        r->sampling = &q->sp;
+        r->n_top_logprobs = q->job->n_top_logprobs;
+      }
+      if (r->sampling == &q->sp) {
+        q->sp.draw_index = (uint64_t)q->n_sampled;
+        r->history = q->hist;
+        r->n_history = q->n_hist;
+        r->n_prompt = q->job->n_prompt;
+      }
+      s->row_seq[n++] = q;
+    }
+    pthread_mutex_unlock(&s->mu);
+    q35_err err = {{0}};
+    const double t0 = q35_now();
+    int rc = q35_step(s->model, s->rows, n, &err);
+    const double dt = q35_now() - t0;
+    pthread_mutex_lock(&s->mu);
+    s->m_steps++;
+    s->m_step_rows += (uint64_t)n;
+    s->m_step_seconds += dt;
+    for (int i = 0; i < n; i++) {
+      seq *q = s->row_seq[i];
+      q35_row *r = &s->rows[i];
+      int ended = 0;
+      if (rc) {
+        job_fail(q->job, 500, err.msg);
+        q35_session_reset(q->sl->sess);
+        slot_clear(q->sl);
+        ended = 1;
+      } else {
+        slot_push_toks(q->sl, r->tokens, r->n_tokens);
+        if (q->fed < q->job->n_prompt) {
+          q->fed += r->n_tokens;
+          if (q->snap_i < q->n_snaps_at && q->snaps_at[q->snap_i] == q->fed) slot_snapshot(q->sl);
+          if (q->fed < q->job->n_prompt) continue;
+        }
+        ended = seq_on_token(s, q, r);
+      }
+      if (ended) {
+        for (seq **pp = &s->active; *pp; pp = &(*pp)->next)
+          if (*pp == q) {
+            *pp = q->next;
+            break;
+          }
+        s->n_active--;
+        seq_finish(s, q);
+      }
+    }
+    if (rc) s->m_errors++;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+srv_sched *srv_sched_new(q35_model *model, const q35_tokenizer *tok, const srv_sched_opts *o, q35_err *err) {
+  srv_sched *s = calloc(1, sizeof *s);
+  if (!s) {
+    q35_seterr(err, "out of memory");
+    return NULL;
+  }
+  s->model = model;
+  s->tok = tok;
+  s->o = *o;
+  if (s->o.parallel < 1) s->o.parallel = 1;
+  if (s->o.chunk < 1) s->o.chunk = 256;
+  s->im_start = q35_tokenizer_im_start(tok);
+  s->anon = calloc((size_t)s->o.parallel, sizeof *s->anon);
+  s->rows = calloc((size_t)s->o.parallel, sizeof *s->rows);
+  s->row_seq = calloc((size_t)s->o.parallel, sizeof *s->row_seq);
+  if (!s->anon || !s->rows || !s->row_seq) {
+    free(s->anon);
+    free(s->rows);
+    free(s->row_seq);
+    free(s);
+    q35_seterr(err, "out of memory");
+    return NULL;
+  }
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  if (pthread_create(&s->thread, NULL, sched_main, s)) {
+    q35_seterr(err, "cannot start the scheduler thread");
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->anon);
+    free(s->rows);
+    free(s->row_seq);
+    free(s);
+    return NULL;
+  }
+  return s;
+}
+
+void srv_sched_free(srv_sched *s) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  s->stop = 1;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->thread, NULL);
+  while (s->active) {
+    seq *q = s->active;
+    s->active = q->next;
+    job_fail(q->job, 503, "the server is shutting down");
+    seq_finish(s, q);
+  }
+  while (s->queue) {
+    seq *q = s->queue;
+    s->queue = q->next;
+    job_fail(q->job, 503, "the server is shutting down");
+    seq_finish(s, q);
+  }
+  free_deleted(s);
+  for (int i = 0; i < s->o.parallel; i++) slot_destroy(&s->anon[i]);
+  while (s->named) {
+    slot *sl = s->named;
+    s->named = sl->next;
+    slot_destroy(sl);
+    free(sl);
+  }
+  free(s->anon);
+  free(s->rows);
+  free(s->row_seq);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  free(s);
+}
+
+/* ---- named sessions ---- */
+
+int srv_sched_session_delete(srv_sched *s, const char *id) {
+  pthread_mutex_lock(&s->mu);
+  int rc = 404;
+  for (slot **pp = &s->named; *pp; pp = &(*pp)->next) {
+    slot *sl = *pp;
+    if (strcmp(sl->id, id)) continue;
+    if (sl->busy) {
+      rc = 409;
+      break;
+    }
+    *pp = sl->next;
+    s->n_named--;
+    sl->next = s->to_free;
+    s->to_free = sl;
+    pthread_cond_signal(&s->cv);
+    rc = 0;
+    break;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+int srv_sched_session_reset(srv_sched *s, const char *id) {
+  pthread_mutex_lock(&s->mu);
+  slot *sl = find_named(s, id);
+  int rc = !sl ? 404 : sl->busy ? 409 : 0;
+  if (rc == 0) slot_clear(sl); /* with no tokens the next request starts from a reset session */
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+char *srv_sched_metrics(srv_sched *s) {
+  pthread_mutex_lock(&s->mu);
+  size_t bytes = 0;
+  int n_sess = 0;
+  for (int i = 0; i < s->o.parallel; i++)
+    if (s->anon[i].sess) {
+      n_sess++;
+      bytes += q35_session_bytes(s->anon[i].sess);
+      for (int k = 0; k < s->anon[i].n_snaps; k++) bytes += q35_snapshot_bytes(s->anon[i].snap[k]);
+    }
+  for (slot *sl = s->named; sl; sl = sl->next)
+    if (sl->sess) {
+      n_sess++;
+      bytes += q35_session_bytes(sl->sess);
+      for (int k = 0; k < sl->n_snaps; k++) bytes += q35_snapshot_bytes(sl->snap[k]);
+    }
+  char *out = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&out, &len);
+  if (f) {
+#define M(name, type, help, fmt, val) \
+  fprintf(f, "# HELP q35_" name " " help "\n# TYPE q35_" name " " type "\nq35_" name " " fmt "\n", val)
+    M("requests_total", "counter", "Requests accepted by the scheduler.", "%llu", (unsigned long long)s->m_requests);
+    M("requests_rejected_total", "counter", "Requests refused because the queue was full.", "%llu",
+      (unsigned long long)s->m_rejected);
+    M("requests_cancelled_total", "counter", "Requests cancelled (client gone).", "%llu",
+      (unsigned long long)s->m_cancelled);
+    M("prompt_tokens_total", "counter", "Prompt tokens of accepted requests.", "%llu",
+      (unsigned long long)s->m_prompt_tokens);
+    M("prompt_tokens_reused_total", "counter", "Prompt tokens served from a stored state (not prefilled).",
+      "%llu", (unsigned long long)s->m_cached_tokens);
+    M("generated_tokens_total", "counter", "Generated tokens.", "%llu", (unsigned long long)s->m_gen_tokens);
+    M("steps_total", "counter", "Model steps.", "%llu", (unsigned long long)s->m_steps);
+    M("step_rows_total", "counter", "Rows over all model steps.", "%llu", (unsigned long long)s->m_step_rows);
+    M("step_seconds_total", "counter", "Seconds spent in model steps.", "%.6f", s->m_step_seconds);
+    M("step_errors_total", "counter", "Failed model steps.", "%llu", (unsigned long long)s->m_errors);
+    M("session_evictions_total", "counter", "Named sessions evicted (LRU).", "%llu",
+      (unsigned long long)s->m_evictions);
+    M("requests_active", "gauge", "Sequences being generated.", "%d", s->n_active);
+    M("requests_queued", "gauge", "Sequences waiting for a slot.", "%d", s->n_queued);
+    M("sessions_active", "gauge", "Sessions holding state (anonymous and named).", "%d", n_sess);
+    M("sessions_named", "gauge", "Named sessions.", "%d", s->n_named);
+    M("session_bytes", "gauge", "Bytes held by session states and snapshots.", "%zu", bytes);
+#undef M
+    fclose(f);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return out;
+}

@@ -1,0 +1,112 @@
+/*
+ * sched.h - the server's scheduler: one thread owns the model and advances every active
+ * request by one q35_step per iteration (continuous batching), with prefix reuse.
+ *
+ * A job is one HTTP request: a tokenized prompt, sampling parameters and n choices. Each
+ * choice becomes a sequence that occupies one slot (a q35_session plus the tokens it holds and
+ * snapshots of its recurrent state) while it runs. Sequences that arrive while others decode
+ * join the next step; prompts are prefilled in chunks so a long prompt does not stall running
+ * decodes; finished or cancelled sequences leave at once.
+ *
+ * Slots: `parallel` anonymous slots (requests without a session id; a request takes the idle
+ * one whose tokens share the longest usable prefix with its prompt) and up to `max_sessions`
+ * named slots (the `session_id` header), evicted least recently used when idle.
+ *
+ * Prefix reuse: the DeltaNet state cannot be rolled back, so a slot keeps snapshots taken at
+ * the start of every <|im_start|> in a prompt (the end of each rendered message, before the
+ * assistant reply) and every `snap_every` tokens. A new prompt restores the furthest state
+ * whose tokens are a prefix of it (the attention KV cache is append-only, so going back is
+ * valid) and prefills only the rest. Output is identical to a cold run because q35_step's
+ * results do not depend on chunking or batch neighbours.
+ *
+ * Output: the scheduler turns sampled tokens into text (streaming detokenizer, stop strings
+ * held back until they can no longer match) and appends events to the job; the HTTP thread
+ * takes them with srv_job_take. Thread safety: every function here may be called from any
+ * thread; one mutex guards the shared state, the model step runs outside it.
+ */
+#ifndef Q35_SERVER_SCHED_H
+#define Q35_SERVER_SCHED_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "q35.h"
+#include "tokenizer.h"
+
+#define SRV_MAX_STOP 4
+
+typedef struct srv_event {
+  struct srv_event *next;
+  int choice;
+  char *text;              /* new text (may be NULL) */
+  size_t len;
+  int has_token;           /* a sampled (non-EOG) token with its log-probabilities */
+  int32_t token;
+  float logprob;
+  int n_top;
+  int32_t top_ids[Q35_MAX_TOP_LOGPROBS];
+  float top_logprobs[Q35_MAX_TOP_LOGPROBS];
+  const char *finish;      /* "stop", "length" or NULL */
+} srv_event;
+
+typedef struct srv_job {
+  /* inputs: set before srv_sched_submit, read-only afterwards */
+  int32_t *prompt;
+  int32_t n_prompt;
+  int n;                   /* choices; choice i samples with seed + i */
+  q35_sampling sp;
+  int32_t max_tokens;      /* <= 0: until the context is full */
+  char *stop[SRV_MAX_STOP];
+  int n_stop;
+  int n_top_logprobs;      /* -1: none */
+  char *session_id;        /* NULL: anonymous */
+  /* shared state (guarded by the scheduler's mutex) */
+  srv_event *ev_head, *ev_tail;
+  int n_finished;          /* choices finished */
+  int done;                /* all choices finished (or failed) */
+  int cancelled;
+  int failed;              /* 1: errmsg holds why; status is the HTTP status to report */
+  int status;
+  char errmsg[512];
+  int32_t cached_tokens;   /* prompt tokens reused (choice 0) */
+  int32_t completion_tokens;
+  int refs;
+  pthread_cond_t cv;
+} srv_job;
+
+typedef struct srv_sched_opts {
+  int parallel;            /* concurrent sequences (rows per step) */
+  int max_sessions;        /* named sessions */
+  int max_queue;           /* queued sequences before 429 */
+  int32_t n_ctx;
+  q35_kv_type kv_type;
+  int32_t chunk;           /* prefill tokens per step */
+  int32_t snap_every;      /* periodic snapshot interval in tokens */
+} srv_sched_opts;
+
+typedef struct srv_sched srv_sched;
+
+srv_sched *srv_sched_new(q35_model *model, const q35_tokenizer *tok, const srv_sched_opts *o, q35_err *err);
+void srv_sched_free(srv_sched *s);
+
+/* A new job with one reference held by the caller. */
+srv_job *srv_job_new(void);
+/* Hand the job to the scheduler. 0, or an HTTP status (429: queue full) with msg filled. */
+int srv_sched_submit(srv_sched *s, srv_job *j, char *msg, size_t msgsz);
+/* Stop the job's sequences at the next step and free their slots. */
+void srv_job_cancel(srv_sched *s, srv_job *j);
+/* Wait up to timeout_ms for events; returns the list (caller frees with srv_events_free) or
+ * NULL. *done is set when the job has finished and every event has been taken. */
+srv_event *srv_job_take(srv_sched *s, srv_job *j, int timeout_ms, int *done);
+void srv_events_free(srv_event *e);
+/* Drop the caller's reference. */
+void srv_job_release(srv_sched *s, srv_job *j);
+
+/* Named sessions: 0, 404 (unknown) or 409 (busy). */
+int srv_sched_session_delete(srv_sched *s, const char *id);
+int srv_sched_session_reset(srv_sched *s, const char *id);
+
+/* Prometheus text exposition of the counters, appended to a malloc'ed string. */
+char *srv_sched_metrics(srv_sched *s);
+
+#endif

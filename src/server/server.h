@@ -1,0 +1,44 @@
+/*
+ * server.h - q35 serve: an OpenAI-compatible HTTP server over the library.
+ *
+ * HTTP/1.1 is libmicrohttpd (a thread per connection; streamed responses block in the
+ * response callback until the scheduler produces text), JSON is jansson. Requests are parsed
+ * and validated here, rendered with the chat template (chat.h), tokenized (tokenizer.h) and
+ * handed to the scheduler (sched.h), which owns the model and batches every active request
+ * into shared q35_step calls.
+ *
+ * Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health
+ * (503 while loading), POST /tokenize, POST /detokenize, GET /metrics (Prometheus text),
+ * DELETE /v1/sessions/{id}, POST /v1/sessions/{id}/reset. Errors are OpenAI-style bodies
+ * {"error": {"message", "type", "param", "code"}}.
+ */
+#ifndef Q35_SERVER_H
+#define Q35_SERVER_H
+
+#include <stdint.h>
+
+#include "q35.h"
+
+typedef struct q35_server_opts {
+  const char *model_path;
+  const char *host;        /* numeric address or "localhost" (default 127.0.0.1) */
+  int port;                /* default 8080 */
+  int parallel;            /* concurrent sequences (rows per step), default 4 */
+  int32_t n_ctx;           /* per-session context, default 4096 */
+  const char *alias;       /* model id (default: the file's base name) */
+  int max_sessions;        /* named sessions, default 8 */
+  int max_queue;           /* queued sequences before 429, default 64 */
+  int no_think;            /* thinking off by default */
+  int n_threads;
+  int64_t max_body;        /* request body limit in bytes, default 8 MiB */
+  q35_kv_type kv_type;
+  int32_t chunk;           /* prefill tokens per step, default 256 */
+  int32_t snap_every;      /* periodic snapshot interval, default 1024 */
+  int verbose;             /* log each request on stderr */
+} q35_server_opts;
+
+void q35_server_default_opts(q35_server_opts *o);
+/* Serve until SIGINT/SIGTERM. Returns a process exit status (0, or 1 on a runtime error). */
+int q35_server_run(const q35_server_opts *o);
+
+#endif

@@ -501,7 +501,7 @@ static void lex(parser *p) {
       } else {
         errno = 0;
         unsigned long long v = strtoull(num, NULL, 10);
-        if (i - start > 18 || v > INT64_MAX) perr(p, start, "integer literal too large");
+        if (i - start > 19 || errno == ERANGE || v > INT64_MAX) perr(p, start, "integer literal too large");
         t->i = (int64_t)v;
       }
       continue;
@@ -896,20 +896,23 @@ static node *parse_filters_tests(parser *p, node *e) {
   }
 }
 
-static node *parse_unary(parser *p) {
+/* Unary minus/plus bind tighter than filters, as in Jinja: `-3|abs` is `(-3)|abs`. */
+static node *parse_unary_nf(parser *p) {
   enter(p);
   tok *t = peek(p);
   node *r;
   if (is_op(t, "-") || is_op(t, "+")) {
     next(p);
     r = mknode(p, is_op(t, "-") ? E_NEG : E_POS, t->pos);
-    r->a = parse_unary(p);
+    r->a = parse_unary_nf(p);
   } else {
-    r = parse_filters_tests(p, parse_postfix(p, parse_primary(p)));
+    r = parse_postfix(p, parse_primary(p));
   }
   p->depth--;
   return r;
 }
+
+static node *parse_unary(parser *p) { return parse_filters_tests(p, parse_unary_nf(p)); }
 
 static node *mkbin(parser *p, int op, node *a, node *b, size_t pos) {
   node *nd = mknode(p, E_BIN, pos);
@@ -1214,12 +1217,17 @@ static node *parse_stmt(parser *p) {
     nd = mknode(p, is_name(kw, "break") ? N_BREAK : N_CONTINUE, open->pos);
     next(p);
     close_stmt(p);
-  } else if (is_name(kw, "generation") || is_name(kw, "endgeneration")) {
-    /* transformers' assistant-mask markers: no output */
+  } else if (is_name(kw, "generation")) {
+    /* transformers' assistant-mask markers: the body renders as is */
     next(p);
     close_stmt(p);
-    nd = mknode(p, N_TEXT, open->pos);
-    nd->s = "";
+    nd = mknode(p, N_IF, open->pos);
+    nd->a = mknode(p, E_LIT, open->pos);
+    nd->a->lit = plit(p, V_BOOL);
+    nd->a->lit->u.b = 1;
+    static const char *const st[] = {"endgeneration"};
+    parse_body(p, &nd->body, st, 1, open->pos, "generation");
+    close_stmt(p);
   } else {
     perr(p, kw->pos, "unknown statement '%.*s'", (int)(kw->n > 40 ? 40 : kw->n), kw->s);
   }

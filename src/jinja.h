@@ -17,6 +17,12 @@
  *    non-ASCII kept unless ensure_ascii=true; numbers from JSON input that are integral are
  *    integers (as in JavaScript).
  *
+ * Where the reference departs from Python Jinja (what transformers runs), q35 follows Python:
+ * str.strip/lstrip/rstrip honor their `chars` argument (the reference strips whitespace),
+ * capitalize() lowercases the rest, title() is Unicode-aware, `%` and `//` floor like Python,
+ * `==` on lists and dicts compares contents. Strings count code points
+ * (the reference counts UTF-16 units, which differs only for characters beyond U+FFFF).
+ *
  * Supported: {{ }}, {% %}, {# #}; if/elif/else, for (loop.index, index0, revindex,
  * revindex0, first, last, length, previtem, nextitem; `for a, b in ...`; `for x in xs if c`;
  * for-else; break/continue), set (name, ns.attr, tuple unpacking, block set), macro (with

@@ -59,6 +59,21 @@ done < "$T/q35jobs"
 "$Q35" chat-template --builtin --messages "$D/no_system.json" --no-think > "$T/out"
 printf '<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n' | cmp -s - "$T/out" && ok || bad "builtin ChatML no-think form"
 
+# ---- 1b. Jinja language cases (tests/data/chat/jinja_cases.json) ----
+# Each case renders the same template with the same variables in both renderers. Cases avoid
+# the spots where @huggingface/jinja departs from Python Jinja and q35 follows Python (see
+# jinja.h): strip(chars), capitalize, % on negatives, list ==, non-ASCII title, astral lengths.
+mkdir -p "$T/jc"
+node "$SRC/tests/tools/chat_render.mjs" --cases "$D/jinja_cases.json" "$T/jc" || bad "reference cases failed"
+while IFS=$'\t' read -r i name; do
+  if [ -e "$T/jc/case$i.err" ]; then bad "reference failed on case $name: $(cat "$T/jc/case$i.err")"; continue; fi
+  "$Q35" chat-template --template "$T/jc/case$i.jinja" --vars "$T/jc/case$i.vars.json" > "$T/out" 2> "$T/err" \
+    || { bad "q35 failed on case $name: $(cat "$T/err")"; continue; }
+  if cmp -s "$T/jc/case$i.ref" "$T/out"; then ok; else
+    bad "case $name differs"; echo " ref: $(cat "$T/jc/case$i.ref")" >&2; echo " q35: $(cat "$T/out")" >&2
+  fi
+done < "$T/jc/names.txt"
+
 # ---- 2. output parser ----
 np=0; : > "$T/pjobs"
 parse_check() { # name, flags, text, expected JSON

@@ -11,6 +11,7 @@
 #include "chat.h"
 #include "commands.h"
 #include "gguf.h"
+#include "jinja.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -27,7 +28,9 @@ static void usage(FILE *f) {
           "  --no-generation-prompt  add_generation_prompt=false (default true)\n"
           "  --parse FILE            parse generated text: prints {\"reasoning\",\"content\",\"tool_calls\"}\n"
           "  --in-think              (with --parse) the text starts inside <think>\n"
-          "  --show-template         print the template source that would be used, and exit\n");
+          "  --show-template         print the template source that would be used, and exit\n"
+          "  --vars FILE.json        render the template with exactly these variables (a JSON object)\n"
+          "                          instead of --messages (for testing templates)\n");
 }
 
 static char *read_text(const char *path, const char *what) {
@@ -103,7 +106,8 @@ static int do_parse(const char *path, int in_think, const json_t *tools) {
 }
 
 int cmd_chat_template(int argc, char **argv) {
-  const char *model = NULL, *tokcfg = NULL, *tmplfile = NULL, *msgfile = NULL, *toolsfile = NULL, *parse = NULL;
+  const char *model = NULL, *tokcfg = NULL, *tmplfile = NULL, *msgfile = NULL, *toolsfile = NULL, *parse = NULL,
+             *varsfile = NULL;
   int think = -1, gen = 1, builtin = 0, in_think = 0, show = 0;
   for (int i = 1; i < argc; i++) {
     if (arg_is(argc, argv, &i, "-m") || arg_is(argc, argv, &i, "--model")) model = arg_value(argc, argv, &i);
@@ -118,6 +122,7 @@ int cmd_chat_template(int argc, char **argv) {
     else if (arg_is(argc, argv, &i, "--parse")) parse = arg_value(argc, argv, &i);
     else if (arg_is(argc, argv, &i, "--in_think")) in_think = 1;
     else if (arg_is(argc, argv, &i, "--show_template")) show = 1;
+    else if (arg_is(argc, argv, &i, "--vars")) varsfile = arg_value(argc, argv, &i);
     else if (arg_is(argc, argv, &i, "--help") || arg_is(argc, argv, &i, "-h")) {
       usage(stdout);
       return 0;
@@ -138,7 +143,7 @@ int cmd_chat_template(int argc, char **argv) {
     json_decref(tools);
     return rc;
   }
-  if ((model != NULL) + (tokcfg != NULL) + (tmplfile != NULL) + builtin != 1 || (!msgfile && !show)) {
+  if ((model != NULL) + (tokcfg != NULL) + (tmplfile != NULL) + builtin != 1 || (!msgfile && !show && !varsfile)) {
     fprintf(stderr, "q35 chat-template: give exactly one of -m, --tokenizer-config, --template, --builtin, and --messages\n");
     usage(stderr);
     json_decref(tools);
@@ -174,6 +179,23 @@ int cmd_chat_template(int argc, char **argv) {
   if (show) {
     const char *t = tmpl ? tmpl : q35_chat_builtin_template();
     fwrite(t, 1, strlen(t), stdout);
+    rc = fflush(stdout) ? 1 : 0;
+    goto done;
+  }
+  if (varsfile) { /* raw Jinja rendering with exactly these variables */
+    json_t *vars = load_json(varsfile, "vars");
+    if (!vars) goto done;
+    jinja_template *jt = jinja_parse(tmpl ? tmpl : q35_chat_builtin_template(), strlen(tmpl ? tmpl : q35_chat_builtin_template()), &err);
+    size_t vn = 0;
+    char *out = jt ? jinja_render(jt, vars, NULL, &vn, &err) : NULL;
+    jinja_free(jt);
+    json_decref(vars);
+    if (!out) {
+      fprintf(stderr, "q35 chat-template: %s\n", err.msg);
+      goto done;
+    }
+    fwrite(out, 1, vn, stdout);
+    free(out);
     rc = fflush(stdout) ? 1 : 0;
     goto done;
   }

@@ -19,7 +19,7 @@ function renderJob(a) {
   const opt = {};
   for (let i = 0; i < a.length; i++) {
     const k = a[i];
-    if (["--template", "--tokenizer-config", "--messages", "--tools"].includes(k)) opt[k] = a[++i];
+    if (["--template", "--tokenizer-config", "--messages", "--tools", "--vars"].includes(k)) opt[k] = a[++i];
     else opt[k] = true;
   }
   let src, bos = "", eos = "";
@@ -32,6 +32,7 @@ function renderJob(a) {
     bos = tok(cfg.bos_token);
     eos = tok(cfg.eos_token);
   }
+  if (opt["--vars"]) return new Template(src).render(JSON.parse(readFileSync(opt["--vars"], "utf8")));
   const messages = JSON.parse(readFileSync(opt["--messages"], "utf8")).map((m) => {
     m = structuredClone(m);
     if (m.content === null || m.content === undefined) m.content = "";
@@ -55,7 +56,25 @@ function renderJob(a) {
 }
 
 const argv = process.argv.slice(2);
-if (argv[0] === "--batch") {
+if (argv[0] === "--cases") {
+  // --cases CASES.json OUTDIR: for case i write OUTDIR/case<i>.jinja, .vars.json, and the
+  // reference rendering .ref (or the reference's error in .err); names in OUTDIR/names.txt
+  const cases = JSON.parse(readFileSync(argv[1], "utf8"));
+  const dir = argv[2];
+  const names = [];
+  cases.forEach((c, i) => {
+    const base = `${dir}/case${i}`;
+    writeFileSync(`${base}.jinja`, c.template);
+    writeFileSync(`${base}.vars.json`, JSON.stringify(c.vars || {}));
+    names.push(`${i}\t${c.name}`);
+    try {
+      writeFileSync(`${base}.ref`, new Template(c.template).render(c.vars || {}));
+    } catch (e) {
+      writeFileSync(`${base}.err`, String(e && e.message ? e.message : e));
+    }
+  });
+  writeFileSync(`${dir}/names.txt`, names.join("\n") + "\n");
+} else if (argv[0] === "--batch") {
   for (const line of readFileSync(argv[1], "utf8").split("\n")) {
     if (!line) continue;
     const [out, ...args] = line.split("\t");

@@ -142,7 +142,8 @@ typedef struct {
   char *xq2;              /* a second conversion buffer */
   /* attention */
   float *qg, *k, *v, *o;  /* [T][nh*2hd], [T][nkv*hd] x2, [T][nh*hd] */
-  float *att;             /* per thread: scores [n_ctx] + acc [hd] */
+  float *att;             /* per thread: scores [grp][n_ctx] + acc [grp][hd] */
+  size_t att_stride;
   /* DeltaNet */
   float *qkv, *z, *beta, *alpha, *conv;
   /* FFN */
@@ -195,7 +196,8 @@ static void bufs_layout(q35_model *m, bufs *b, arena *a, int64_t T, int64_t max_
   b->k = arena_get(a, T * nkv * hd * 4);
   b->v = arena_get(a, T * nkv * hd * 4);
   b->o = arena_get(a, T * (nh * hd > DI ? nh * hd : DI) * 4);
-  b->att = arena_get(a, (size_t)nthreads * (max_ctx + hd + 16) * 4);
+  b->att_stride = (size_t)(nh / nkv) * (size_t)(max_ctx + hd) + 16;
+  b->att = arena_get(a, (size_t)nthreads * b->att_stride * 4);
   b->qkv = arena_get(a, T * C * 4);
   b->z = arena_get(a, T * DI * 4);
   b->beta = arena_get(a, T * Hv * 4);
@@ -225,10 +227,6 @@ static void kv_store(int type, const float *src, void *dst, int64_t n) {
   else q35_quantize_row(type == Q35_KV_F16 ? Q35_TYPE_F16 : Q35_TYPE_Q8_0, src, dst, n);
 }
 
-static void kv_load(int type, const void *src, float *dst, int64_t n) {
-  if (type == Q35_KV_F32) memcpy(dst, src, (size_t)n * 4);
-  else q35_dequantize_row(type == Q35_KV_F16 ? Q35_TYPE_F16 : Q35_TYPE_Q8_0, src, dst, n);
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* gated attention                                                                             */
@@ -277,53 +275,77 @@ static void attn_prep(void *vctx, int ith, int nth) {
   }
 }
 
-/* Scores, softmax, weighted V, output gate. Items: (token, head). */
+/* Scores, softmax, weighted V, output gate. Items: (token, KV head); the query heads of one
+ * group share each K/V row load. Per query head the arithmetic is the same whatever the
+ * grouping: dot in a fixed order, max, exp, sum in double, V accumulated position by position. */
 static void attn_core(void *vctx, int ith, int nth) {
   attn_ctx *c = vctx;
   const q35_hparams *hp = &c->m->hp;
   const int nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim, grp = nh / nkv;
   const float scale = 1.0f / sqrtf((float)hd);
-  float *sc = c->b->att + (size_t)ith * (c->b->max_ctx + hd + 16);
-  float *acc = sc + c->b->max_ctx;
+  float *sc = c->b->att + (size_t)ith * c->b->att_stride; /* [grp][max_ctx] scores, then [grp][hd] acc */
+  float *acc = sc + (size_t)grp * c->b->max_ctx;
   float kvrow[4096]; /* one head: head_dim <= 4096 */
   long i0, i1;
-  q35_split(c->b->T * nh, ith, nth, &i0, &i1);
+  q35_split(c->b->T * nkv, ith, nth, &i0, &i1);
   for (long it = i0; it < i1; it++) {
-    const long t = it / nh;
-    const int h = (int)(it % nh), g = h / grp;
+    const long t = it / nkv;
+    const int g = (int)(it % nkv);
     const int pos = c->b->pos_of[t];
     q35_session *s = c->rows[c->b->row_of[t]].s;
     const int kvt = s->params.kv_type, li = c->L->attn_index;
-    const float *q = c->b->qg + ((size_t)t * nh + h) * 2 * hd;
-    const float *gate = q + hd;
+    const int etype = kvt == Q35_KV_F32 ? Q35_TYPE_F32 : kvt == Q35_KV_F16 ? Q35_TYPE_F16 : Q35_TYPE_Q8_0;
+    const size_t kv_off = q35_row_size(etype, (int64_t)g * hd);
     const char *kc = s->k_cache[li], *vc = s->v_cache[li];
-    const size_t kv_off = q35_row_size(kvt == Q35_KV_F32 ? Q35_TYPE_F32 : kvt == Q35_KV_F16 ? Q35_TYPE_F16
-                                                                                          : Q35_TYPE_Q8_0,
-                                       (int64_t)g * hd);
-    float mx = -INFINITY;
+    const float *q0 = c->b->qg + ((size_t)t * nh + (size_t)g * grp) * 2 * hd;
     for (int p = 0; p <= pos; p++) {
-      kv_load(kvt, kc + (size_t)p * s->kv_row_bytes + kv_off, kvrow, hd);
-      const float *kr = kvrow;
-      float d = 0.0f;
-      for (int i = 0; i < hd; i++) d += q[i] * kr[i];
-      sc[p] = d * scale;
-      if (sc[p] > mx) mx = sc[p];
+      const float *kr;
+      if (etype == Q35_TYPE_F32) {
+        kr = (const float *)(kc + (size_t)p * s->kv_row_bytes + kv_off);
+      } else {
+        q35_dequantize_row(etype, kc + (size_t)p * s->kv_row_bytes + kv_off, kvrow, hd);
+        kr = kvrow;
+      }
+      for (int h = 0; h < grp; h++) {
+        const float *q = q0 + (size_t)h * 2 * hd;
+        float d = 0.0f;
+        for (int i = 0; i < hd; i++) d += q[i] * kr[i];
+        sc[(size_t)h * c->b->max_ctx + p] = d * scale;
+      }
     }
-    double sum = 0.0;
+    for (int h = 0; h < grp; h++) {
+      float *sh = sc + (size_t)h * c->b->max_ctx;
+      float mx = -INFINITY;
+      for (int p = 0; p <= pos; p++) mx = sh[p] > mx ? sh[p] : mx;
+      double sum = 0.0;
+      for (int p = 0; p <= pos; p++) {
+        sh[p] = expf(sh[p] - mx);
+        sum += sh[p];
+      }
+      const float inv = (float)(1.0 / sum);
+      for (int p = 0; p <= pos; p++) sh[p] *= inv;
+      memset(acc + (size_t)h * hd, 0, (size_t)hd * sizeof(float));
+    }
     for (int p = 0; p <= pos; p++) {
-      sc[p] = expf(sc[p] - mx);
-      sum += sc[p];
+      const float *vr;
+      if (etype == Q35_TYPE_F32) {
+        vr = (const float *)(vc + (size_t)p * s->kv_row_bytes + kv_off);
+      } else {
+        q35_dequantize_row(etype, vc + (size_t)p * s->kv_row_bytes + kv_off, kvrow, hd);
+        vr = kvrow;
+      }
+      for (int h = 0; h < grp; h++) {
+        const float w = sc[(size_t)h * c->b->max_ctx + p];
+        float *a = acc + (size_t)h * hd;
+        for (int i = 0; i < hd; i++) a[i] += w * vr[i];
+      }
     }
-    const float inv = (float)(1.0 / sum);
-    for (int i = 0; i < hd; i++) acc[i] = 0.0f;
-    for (int p = 0; p <= pos; p++) {
-      kv_load(kvt, vc + (size_t)p * s->kv_row_bytes + kv_off, kvrow, hd);
-      const float *vr = kvrow;
-      const float w = sc[p] * inv;
-      for (int i = 0; i < hd; i++) acc[i] += w * vr[i];
+    for (int h = 0; h < grp; h++) {
+      const float *gate = q0 + (size_t)h * 2 * hd + hd;
+      float *o = c->b->o + ((size_t)t * nh + (size_t)g * grp + h) * hd;
+      const float *a = acc + (size_t)h * hd;
+      for (int i = 0; i < hd; i++) o[i] = a[i] * sigmoidf(gate[i]);
     }
-    float *o = c->b->o + ((size_t)t * nh + h) * hd;
-    for (int i = 0; i < hd; i++) o[i] = acc[i] * sigmoidf(gate[i]);
   }
 }
 

@@ -167,36 +167,24 @@ static int write_synthetic_vocab(gguf_writer *w, int V, q35_err *err) {
   }
   const int n_plain = V - N_SPECIAL;
   const char *sp = "\xc4\xa0"; /* 'Ġ' (space) */
-  /* level 1: "Ġx"; level 2: "xy"; level 3: "Ġxy" */
-  for (int level = 1; level <= 3 && n < n_plain; level++)
-    for (int a = 0; a < 26 && n < n_plain; a++)
-      for (int bb = 0; bb < (level == 1 ? 1 : 26) && n < n_plain; bb++) {
-        char t[16], mg[32];
-        if (level == 1) {
-          snprintf(t, sizeof t, "%s%c", sp, 'a' + a);
-          snprintf(mg, sizeof mg, "%s %c", sp, 'a' + a);
-        } else if (level == 2) {
-          snprintf(t, sizeof t, "%c%c", 'a' + a, 'a' + bb);
-          snprintf(mg, sizeof mg, "%c %c", 'a' + a, 'a' + bb);
-        } else {
-          snprintf(t, sizeof t, "%s%c%c", sp, 'a' + a, 'a' + bb);
-          snprintf(mg, sizeof mg, "%s%c %c", sp, 'a' + a, 'a' + bb);
-        }
+  /* by length L = 1, 2, ...: every letter string s of length L as "Ġ"+s (merge "Ġ"+s[:-1] s[-1])
+   * and, for L >= 2, s itself (merge s[:-1] s[-1]); each merge's parts exist already */
+  for (int L = 1; L <= 6 && n < n_plain; L++) {
+    long count = 1;
+    for (int j = 0; j < L; j++) count *= 26;
+    for (int spaced = 1; spaced >= (L >= 2 ? 0 : 1) && n < n_plain; spaced--)
+      for (long idx = 0; idx < count && n < n_plain; idx++) {
+        char letters[8], t[16], mg[32];
+        long v = idx;
+        for (int j = L - 1; j >= 0; j--, v /= 26) letters[j] = (char)('a' + v % 26);
+        letters[L] = 0;
+        snprintf(t, sizeof t, "%s%s", spaced ? sp : "", letters);
+        snprintf(mg, sizeof mg, "%s%.*s %c", spaced ? sp : "", L - 1, letters, letters[L - 1]);
         tok[n] = strdup(t);
         types[n++] = 1;
         merges[nm++] = strdup(mg);
       }
-  /* level 4 if still short: "Ġxyz"-style via "Ġxy" + "z" */
-  for (int a = 0; a < 26 && n < n_plain; a++)
-    for (int bb = 0; bb < 26 && n < n_plain; bb++)
-      for (int c = 0; c < 26 && n < n_plain; c++) {
-        char t[16], mg[32];
-        snprintf(t, sizeof t, "%s%c%c%c", sp, 'a' + a, 'a' + bb, 'a' + c);
-        snprintf(mg, sizeof mg, "%s%c%c %c", sp, 'a' + a, 'a' + bb, 'a' + c);
-        tok[n] = strdup(t);
-        types[n++] = 1;
-        merges[nm++] = strdup(mg);
-      }
+  }
   int rc = 0;
   if (n < n_plain) {
     rc = q35_seterr(err, "--vocab %d is larger than the synthetic vocabulary can fill (%d)", V, n + N_SPECIAL);

@@ -297,6 +297,15 @@ void q35_sampler_set_simd(q35_sampler *ws, int level) {
   if (ws->simd == 1) ws->simd = 0;
 }
 
+/* 1 / T when T is a power of two whose reciprocal is a normal float (then x / T == x * (1/T)
+ * bit for bit: both round the same exact real), else 0. */
+static float pow2_recip(float t) {
+  int e;
+  float fr = frexpf(t, &e);
+  if (fr != 0.5f || e < -124 || e > 126) return 0.0f;
+  return ldexpf(1.0f, 1 - e);
+}
+
 /* ---- kernels: scalar ---------------------------------------------------------------------
  * Each has an AVX-512 twin below that must give identical results. */
 
@@ -481,7 +490,10 @@ T512 static int32_t filter_ge_512(const float *l, int32_t n, float t, int32_t *i
   return c;
 }
 
+T512 static void exp_row_512_pow2(const float *l, int32_t n, float m, float inv, float *w, u128 *bsum);
 T512 static void exp_row_512(const float *l, int32_t n, float m, float temp, float *w, u128 *bsum) {
+  float inv = pow2_recip(temp);
+  if (inv != 0.0f) { exp_row_512_pow2(l, n, m, inv, w, bsum); return; }
   __m512 mv = _mm512_set1_ps(m), tv = _mm512_set1_ps(temp);
   for (int32_t b = 0; b * BLOCK < n; b++) {
     int32_t s = b * BLOCK, e = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n, i = s;
@@ -495,6 +507,29 @@ T512 static void exp_row_512(const float *l, int32_t n, float m, float temp, flo
     if (i < e) {
       __mmask16 k = (__mmask16)((1u << (e - i)) - 1);
       __m512 x = _mm512_div_ps(_mm512_sub_ps(_mm512_mask_loadu_ps(mv, k, l + i), mv), tv);
+      __m512 y = _mm512_maskz_mov_ps(k, exp512(x));
+      _mm512_mask_storeu_ps(w + i, k, y);
+      acc_fix512(y, &hi, &lo);
+    }
+    bsum[b] = fold512(hi, lo);
+  }
+}
+
+/* exp_row_512 for a power-of-two temperature: x / T == x * (1 / T) exactly. */
+T512 static void exp_row_512_pow2(const float *l, int32_t n, float m, float inv, float *w, u128 *bsum) {
+  __m512 mv = _mm512_set1_ps(m), iv = _mm512_set1_ps(inv);
+  for (int32_t b = 0; b * BLOCK < n; b++) {
+    int32_t s = b * BLOCK, e = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n, i = s;
+    __m512i hi = _mm512_setzero_si512(), lo = _mm512_setzero_si512();
+    for (; i + 16 <= e; i += 16) {
+      __m512 x = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(l + i), mv), iv);
+      __m512 y = exp512(x);
+      _mm512_storeu_ps(w + i, y);
+      acc_fix512(y, &hi, &lo);
+    }
+    if (i < e) {
+      __mmask16 k = (__mmask16)((1u << (e - i)) - 1);
+      __m512 x = _mm512_mul_ps(_mm512_sub_ps(_mm512_mask_loadu_ps(mv, k, l + i), mv), iv);
       __m512 y = _mm512_maskz_mov_ps(k, exp512(x));
       _mm512_mask_storeu_ps(w + i, k, y);
       acc_fix512(y, &hi, &lo);
@@ -859,6 +894,24 @@ static void sort_desc_floats(float *a, int32_t n) {
   }
 }
 
+/* Sort non-negative floats descending: radix sort on the bits (monotone for x >= 0). */
+static void sort_desc_w(float *a, int32_t n) {
+  if (n <= 32) {
+    sort_desc_floats(a, n);
+    return;
+  }
+  uint32_t buf[2][256], *src = buf[0], *dst = buf[1];
+  memcpy(src, a, (size_t)n * 4);
+  for (int sh = 0; sh < 32; sh += 8) {
+    int32_t cnt[257] = {0};
+    for (int32_t i = 0; i < n; i++) cnt[((src[i] >> sh) & 255) + 1]++;
+    for (int b = 0; b < 256; b++) cnt[b + 1] += cnt[b];
+    for (int32_t i = 0; i < n; i++) dst[cnt[(src[i] >> sh) & 255]++] = src[i];
+    uint32_t *t = src; src = dst; dst = t;
+  }
+  for (int32_t i = 0; i < n; i++) memcpy(&a[i], &src[n - 1 - i], 4);
+}
+
 static int cmp_float_desc(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
   return (x < y) - (x > y);
@@ -912,8 +965,8 @@ static float scan_sorted(const float *t, int32_t n, u128 base, u128 thr) {
  * estimated mass crosses the target; one pass gives the exact mass above the window and in
  * it and copies the window out; exact integer tests decide whether v* is above, inside or
  * below, and only the part that holds it is kept. */
-static float select_vstar(const q35_sampler *ws, const float *a, int32_t n, u128 thr, float *s1,
-                          float *s2) {
+static float select_vstar(const q35_sampler *ws, const float *a, int32_t n, u128 mass, u128 thr,
+                          float *s1, float *s2) {
   u128 base = 0; /* mass of elements known to be above everything in the current array */
   const float *cur = a;
   float *bufs[2] = {s1, s2};
@@ -926,24 +979,30 @@ static float select_vstar(const q35_sampler *ws, const float *a, int32_t n, u128
       sort_desc_floats(t, n);
       return scan_sorted(t, n, base, thr);
     }
-    /* sample and estimate */
+    /* sample and estimate: the sample's own cumulative mass, normalized by its total, against
+     * the exact fraction still needed (need / mass). A sample holding far less mass than
+     * expected means heavy entries it missed: look above its maximum first. */
     int32_t ms = n < 256 ? n : 256;
     for (int32_t j = 0; j < ms; j++) samp[j] = cur[(int64_t)j * n / ms];
-    if (ms > 64) qsort(samp, (size_t)ms, sizeof(float), cmp_float_desc);
-    else sort_desc_floats(samp, ms);
-    /* estimated mass above sample j: base + (n / ms) * sum_{i<j} W(samp_i) */
-    u128 need = thr - base, acc = 0;
-    int32_t jc = ms; /* first sample index where the estimate passes the target */
+    sort_desc_w(samp, ms);
+    u128 need = thr - base, stot = 0, acc = 0;
+    for (int32_t j = 0; j < ms; j++) stot += fix_w(samp[j]);
+    int32_t jc = ms - 1; /* first sample index where the estimate passes the target */
+    double frac = (double)need / (double)mass * (double)stot;
     for (int32_t j = 0; j < ms; j++) {
       acc += fix_w(samp[j]);
-      if (acc * (u128)n > need * (u128)ms) {
+      if ((double)acc > frac) {
         jc = j;
         break;
       }
     }
-    int32_t d = 6 + ms / 32;
+    int32_t d = 8 + ms / 16; /* wide: a miss costs a full extra pass, a wide window little */
     float hi = jc - d < 0 ? INFINITY : samp[jc - d];
     float lo = jc + d >= ms ? 0.0f : samp[jc + d];
+    if (stot * (u128)n < (mass / 4) * (u128)ms) { /* hidden heavy entries */
+      hi = INFINITY;
+      lo = nextafterf(samp[0], INFINITY);
+    }
     float *out = bufs[which];
     if (out == cur) out = bufs[which ^ 1];
     u128 ab, in;
@@ -951,12 +1010,17 @@ static float select_vstar(const q35_sampler *ws, const float *a, int32_t n, u128
     if (base + ab > thr) {
       /* v* is above the window: keep (hi, inf) */
       nb = k_window(ws, cur, n, nextafterf(hi, INFINITY), INFINITY, out, &ab, &in);
+      mass = in;
     } else if (base + ab + in <= thr) {
       /* v* is below the window, or is the window's smallest value if nothing is below */
       float mn = out[0];
       for (int32_t j = 1; j < nb; j++) mn = out[j] < mn ? out[j] : mn;
+      u128 rest = mass - ab - in;
       nb = k_window(ws, cur, n, 0.0f, nextafterf(lo, -INFINITY), out, &ab, &in);
-      if (nb == 0) return mn;
+      if (nb == 0 || rest == 0) return mn;
+      mass = in;
+    } else {
+      mass = in;
     }
     base += ab;
     if (nb == n) {
@@ -997,7 +1061,7 @@ static int32_t sample_list(q35_sampler *ws, const float *l, const q35_sampling *
     if (w[j] > wmax) wmax = w[j];
   }
   float cut = 0.0f;
-  if (p->top_p < 1.0f) cut = select_vstar(ws, w, n, thr_topp(p->top_p, t1), ws->tmp, ws->tmp2);
+  if (p->top_p < 1.0f) cut = select_vstar(ws, w, n, t1, thr_topp(p->top_p, t1), ws->tmp, ws->tmp2);
   if (p->min_p > 0.0f && p->min_p * wmax > cut) cut = p->min_p * wmax;
   u128 t2 = 0;
   int32_t last = -1;
@@ -1026,7 +1090,7 @@ static int32_t sample_full(q35_sampler *ws, const float *l, int32_t V, float m,
   if (p->top_p < 1.0f) {
     u128 t1 = 0;
     for (int32_t b = 0; b < nb; b++) t1 += bs[b];
-    cut = select_vstar(ws, w, V, thr_topp(p->top_p, t1), ws->tmp, ws->tmp2);
+    cut = select_vstar(ws, w, V, t1, thr_topp(p->top_p, t1), ws->tmp, ws->tmp2);
   }
   float wmax = q35_sampler_exp(0.0f); /* the maximum's weight: s = 0 */
   if (p->min_p > 0.0f && p->min_p * wmax > cut) cut = p->min_p * wmax;

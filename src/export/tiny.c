@@ -16,9 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gguf.h"
 #include "quant.h"
+#include "threadpool.h"
 #include "util.h"
 
 q35_tiny_opts q35_tiny_default(void) {
@@ -53,7 +55,7 @@ q35_tiny_opts q35_tiny_default(void) {
   return o;
 }
 
-/* ---- deterministic normal random numbers (splitmix64 + Box-Muller) ---- */
+/* ---- deterministic random numbers: splitmix64 keyed by (seed, tensor, row) ---- */
 typedef struct {
   uint64_t s;
 } rng;
@@ -67,15 +69,21 @@ static uint64_t rng_next(rng *r) {
 
 static double rng_unif(rng *r) { return ((rng_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 
+/* Approximately standard normal: the sum of four 16-bit uniforms, centred and scaled
+ * (Irwin-Hall; plenty for random test weights, and one generator call per value). */
 static float rng_normal(rng *r) {
-  double u = rng_unif(r), v = rng_unif(r);
-  return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+  const uint64_t x = rng_next(r);
+  const int sum = (int)(x & 0xffff) + (int)((x >> 16) & 0xffff) + (int)((x >> 32) & 0xffff) + (int)(x >> 48);
+  return (float)(sum - 131070) * (float)(1.0 / 37837.2); /* sd of the sum: 65536 * sqrt(4 / 12) */
 }
+
+typedef enum { INIT_MATRIX, INIT_NORM, INIT_CONV, INIT_DT, INIT_A, INIT_EMBD, INIT_OUT } init_kind;
 
 /* ---- tensors are generated, converted and kept until the file is written ---- */
 typedef struct {
   void **bufs;
   int n, cap;
+  q35_pool *pool; /* generates the rows of a tensor in parallel */
 } keep;
 
 static void *keep_add(keep *k, size_t bytes) {
@@ -95,36 +103,51 @@ static int fallback_type(int type, int64_t ne0) {
   return Q35_TYPE_F16;
 }
 
-typedef enum { INIT_MATRIX, INIT_NORM, INIT_CONV, INIT_DT, INIT_A, INIT_EMBD, INIT_OUT } init_kind;
+typedef struct {
+  uint64_t key;     /* seed and tensor number */
+  int type;
+  int64_t ne0, rows;
+  init_kind kind;
+  char *data;
+} gen_task;
+
+static void gen_rows(void *ctx, int ith, int nth) {
+  const gen_task *g = ctx;
+  long r0, r1;
+  q35_split(g->rows, ith, nth, &r0, &r1);
+  const size_t rb = q35_row_size(g->type, g->ne0);
+  const float mstd = 1.0f / sqrtf((float)g->ne0);
+  float *row = malloc((size_t)g->ne0 * sizeof(float));
+  for (long i = r0; i < r1; i++) {
+    rng r = {g->key ^ ((uint64_t)i * 0xD1B54A32D192ED03ull)};
+    rng_next(&r);
+    for (int64_t j = 0; j < g->ne0; j++) {
+      float v;
+      switch (g->kind) {
+        case INIT_NORM: v = 1.0f + 0.1f * rng_normal(&r); break;
+        case INIT_CONV: v = 0.5f * rng_normal(&r); break;
+        case INIT_DT: v = 0.5f * rng_normal(&r); break;
+        case INIT_A: v = -expf(2.0f * (float)rng_unif(&r)); break;
+        case INIT_EMBD: v = rng_normal(&r); break;
+        case INIT_OUT: v = 2.0f * mstd * rng_normal(&r); break;
+        default: v = mstd * rng_normal(&r); break;
+      }
+      row[j] = v;
+    }
+    if (g->type == Q35_TYPE_F32) memcpy(g->data + (size_t)i * rb, row, rb);
+    else q35_quantize_row(g->type, row, g->data + (size_t)i * rb, g->ne0);
+  }
+  free(row);
+}
 
 static int add(gguf_writer *w, keep *k, rng *r, const char *name, int type, int n_dims, int64_t ne0, int64_t ne1,
                int64_t ne2, init_kind kind) {
   int64_t ne[4] = {ne0, ne1, ne2, 1};
-  const int64_t rows = ne1 * ne2;
   if (type != Q35_TYPE_F32) type = fallback_type(type, ne0);
-  float *row = malloc((size_t)ne0 * sizeof(float));
-  const size_t rb = q35_row_size(type, ne0);
-  char *data = keep_add(k, rb * (size_t)rows);
-  const float mstd = 1.0f / sqrtf((float)ne0);
-  for (int64_t i = 0; i < rows; i++) {
-    for (int64_t j = 0; j < ne0; j++) {
-      float v;
-      switch (kind) {
-        case INIT_NORM: v = 1.0f + 0.1f * rng_normal(r); break;
-        case INIT_CONV: v = 0.5f * rng_normal(r); break;
-        case INIT_DT: v = 0.5f * rng_normal(r); break;
-        case INIT_A: v = -expf(2.0f * (float)rng_unif(r)); break;
-        case INIT_EMBD: v = rng_normal(r); break;
-        case INIT_OUT: v = 2.0f * mstd * rng_normal(r); break;
-        default: v = mstd * rng_normal(r); break;
-      }
-      row[j] = v;
-    }
-    if (type == Q35_TYPE_F32) memcpy(data + (size_t)i * rb, row, rb);
-    else q35_quantize_row(type, row, data + (size_t)i * rb, ne0);
-  }
-  free(row);
-  return gguf_add_tensor(w, name, type, (uint32_t)n_dims, ne, data) < 0 ? -1 : 0;
+  gen_task g = {rng_next(r), type, ne0, ne1 * ne2, kind, NULL};
+  g.data = keep_add(k, q35_row_size(type, ne0) * (size_t)g.rows);
+  q35_pool_run(k->pool, gen_rows, &g);
+  return gguf_add_tensor(w, name, type, (uint32_t)n_dims, ne, g.data) < 0 ? -1 : 0;
 }
 
 /* GPT-2 byte <-> unicode symbol map: printable bytes map to themselves, the rest to U+0100+ */
@@ -246,6 +269,7 @@ int q35_tiny_write(const q35_tiny_opts *o, const char *path, q35_err *err) {
   const char *arch = o->moe ? "qwen35moe" : "qwen35";
   gguf_writer *w = gguf_writer_new();
   keep k = {0};
+  k.pool = q35_pool_new((int)sysconf(_SC_NPROCESSORS_ONLN));
   rng r = {o->seed * 0x2545F4914F6CDD1Dull + 12345};
   char key[128], name[128];
   int rc = -1;
@@ -364,5 +388,6 @@ done:
   for (int i = 0; i < k.n; i++) free(k.bufs[i]);
   free(k.bufs);
   gguf_writer_free(w);
+  q35_pool_free(k.pool);
   return rc;
 }

@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "chat.h"
+#include "gguf.h"
 #include "jinja.h"
 
 static int fails = 0, checks = 0;
@@ -226,7 +228,49 @@ static void test_limits(void) {
   json_decref(bad);
 }
 
+/* Template and special tokens come from a GGUF's tokenizer keys. */
+static void test_gguf(void) {
+  char path[] = "/tmp/q35_test_chat_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0, "mkstemp");
+  if (fd < 0) return;
+  close(fd);
+  const char *toks[] = {"a", "<|endoftext|>", "<|im_end|>"};
+  const char *tmpl = "{{ bos_token }}|{% for m in messages %}{{ m.role }}:{{ m.content }}{% endfor %}|{{ eos_token }}";
+  q35_err err;
+  for (int with_tmpl = 0; with_tmpl < 2; with_tmpl++) {
+    gguf_writer *w = gguf_writer_new();
+    gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+    gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    if (with_tmpl) gguf_set_str(w, "tokenizer.chat_template", tmpl);
+    CHECK(gguf_writer_save(w, path, &err) == 0, "gguf save: %s", err.msg);
+    gguf_writer_free(w);
+    gguf_file *f = gguf_open(path, &err);
+    CHECK(f != NULL, "gguf open: %s", err.msg);
+    if (!f) break;
+    char *t = NULL, *bos = NULL, *eos = NULL;
+    CHECK(q35_chat_template_from_gguf(f, &t, &bos, &eos, &err) == 0, "from_gguf: %s", err.msg);
+    gguf_close(f);
+    CHECK(bos && !strcmp(bos, "<|endoftext|>"), "bos %s", bos ? bos : "(null)");
+    CHECK(eos && !strcmp(eos, "<|im_end|>"), "eos %s", eos ? eos : "(null)");
+    if (with_tmpl) {
+      CHECK(t && !strcmp(t, tmpl), "template text");
+      json_t *m = json_loads("[{\"role\":\"user\",\"content\":\"hi\"}]", 0, NULL);
+      char *out = t ? q35_chat_render(t, m, NULL, 1, -1, bos, eos, NULL, &err) : NULL;
+      CHECK(out && !strcmp(out, "<|endoftext|>|user:hi|<|im_end|>"), "gguf render: %s", out ? out : err.msg);
+      free(out);
+      json_decref(m);
+    } else {
+      CHECK(t == NULL, "no template expected");
+    }
+    free(t), free(bos), free(eos);
+  }
+  unlink(path);
+}
+
 int main(void) {
+  test_gguf();
   test_stream();
   test_roundtrip(NULL, "builtin");
   const char *srcdir = getenv("Q35_SRC");

@@ -55,6 +55,37 @@ while IFS=$'\t' read -r -a job; do
     bad "render differs: $what"; diff <(od -c "$T/ref$i") <(od -c "$T/out") | head -10 >&2
   fi
 done < "$T/q35jobs"
+# -m MODEL.gguf: the template (and eos token) come from the GGUF's tokenizer keys; a GGUF without
+# tokenizer.chat_template falls back to the built-in ChatML (with a note on stderr)
+make_gguf() { # OUT [TEMPLATE]: a tensor-less GGUF v3 with tokenizer keys
+  python3 - "$@" <<'PYEOF'
+import struct
+import sys
+
+
+def s(b):
+    b = b.encode() if isinstance(b, str) else b
+    return struct.pack("<Q", len(b)) + b
+
+
+kv = []
+toks = ["a", "<|endoftext|>", "<|im_end|>"]
+kv.append(s("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, len(toks)) + b"".join(s(t) for t in toks))
+kv.append(s("tokenizer.ggml.eos_token_id") + struct.pack("<II", 4, 2))
+if len(sys.argv) > 2:
+    kv.append(s("tokenizer.chat_template") + struct.pack("<I", 8) + s(open(sys.argv[2], "rb").read()))
+data = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kv)) + b"".join(kv)
+data += b"\0" * (-len(data) % 32)
+open(sys.argv[1], "wb").write(data)
+PYEOF
+}
+make_gguf "$T/tmpl.gguf" "$D/qwen35_template.jinja" && make_gguf "$T/notmpl.gguf" || bad "cannot write test GGUF"
+node "$SRC/tests/tools/chat_render.mjs" --template "$D/qwen35_template.jinja" --messages "$D/tool_calls.json" --tools "$D/tools.json" --no-think > "$T/ref"
+"$Q35" chat-template -m "$T/tmpl.gguf" --messages "$D/tool_calls.json" --tools "$D/tools.json" --no-think > "$T/out" \
+  && cmp -s "$T/ref" "$T/out" && ok || bad "-m GGUF template"
+node "$SRC/tests/tools/chat_render.mjs" --template "$T/builtin.jinja" --messages "$D/multistep_tool.json" --tools "$D/tools_simple.json" > "$T/ref"
+"$Q35" chat-template -m "$T/notmpl.gguf" --messages "$D/multistep_tool.json" --tools "$D/tools_simple.json" > "$T/out" 2> "$T/err" \
+  && cmp -s "$T/ref" "$T/out" && grep -q "using built-in ChatML" "$T/err" && ok || bad "-m GGUF without template"
 # the built-in template's generation prompt matches the documented ChatML form
 "$Q35" chat-template --builtin --messages "$D/no_system.json" --no-think > "$T/out"
 printf '<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n' | cmp -s - "$T/out" && ok || bad "builtin ChatML no-think form"

@@ -3,8 +3,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "args.h"
+#include "chat.h"
+#include "gguf.h"
 #include "run_text.h"
+#include "tokenizer.h"
 #include "util.h"
 
 void run_opts_default(run_opts *o) {
@@ -26,17 +31,44 @@ typedef struct {
 } iter_stats;
 
 /* One generation: prefill the prompt, then decode until n_new tokens (or EOG in text mode). */
+/* Text output of one generation: streamed through the detokenizer, stopping at EOG tokens. */
+typedef struct {
+  const q35_tokenizer *tok;
+  q35_detok *dt;
+  FILE *out;       /* where text goes (stdout), NULL: nowhere */
+  char *text;      /* the whole reply, kept for chat history */
+  size_t len, cap;
+} text_sink;
+
+static void sink_put(text_sink *k, const char *p, size_t n) {
+  if (!n) return;
+  if (k->out) {
+    fwrite(p, 1, n, k->out);
+    fflush(k->out);
+  }
+  if (k->len + n + 1 > k->cap) {
+    k->cap = 2 * (k->len + n + 1);
+    k->text = realloc(k->text, k->cap);
+  }
+  memcpy(k->text + k->len, p, n);
+  k->len += n;
+  k->text[k->len] = 0;
+}
+
+/* Prefill prompt[from..n_prompt) then decode. With a text sink, generation stops at an EOG token
+ * (not printed) and text is streamed; otherwise (ids mode) exactly n_new tokens are produced. */
 static int generate(q35_model *m, q35_session *s, const run_opts *o, const q35_sampling *sp0, const int32_t *prompt,
-                    int32_t n_prompt, int32_t *out_ids, int print, iter_stats *st) {
+                    int32_t n_prompt, int32_t from, int32_t *out_ids, int print, text_sink *sink, iter_stats *st) {
   q35_err err = {{0}};
   const int32_t n_total = n_prompt + o->n_new;
   int32_t *hist = malloc(sizeof(int32_t) * (size_t)(n_total + 1));
   memcpy(hist, prompt, sizeof(int32_t) * (size_t)n_prompt);
   q35_sampling sp = *sp0;
-  q35_session_reset(s);
+  if (from == 0) q35_session_reset(s);
   double t0 = q35_now();
   /* all but the last chunk without logits, then the last chunk through the sampling step */
-  int32_t done = 0;
+  int32_t done = from;
+  int32_t n_gen = 0;
   while (n_prompt - done > o->chunk) {
     if (q35_session_eval(s, prompt + done, o->chunk, 0, NULL, 0, &err)) goto fail;
     done += o->chunk;
@@ -63,6 +95,7 @@ static int generate(q35_model *m, q35_session *s, const run_opts *o, const q35_s
     cur = row.token;
     hist[n_prompt + i] = cur;
     out_ids[i] = cur;
+    n_gen = i + 1;
     if (i == 0) {
       st->prefill_s = q35_now() - t0;
       st->ttft_s = st->prefill_s;
@@ -72,11 +105,24 @@ static int generate(q35_model *m, q35_session *s, const run_opts *o, const q35_s
       printf(i ? " %d" : "%d", cur);
       fflush(stdout);
     }
+    if (sink) {
+      if (q35_tokenizer_is_eog(sink->tok, cur)) break;
+      const char *piece;
+      size_t len;
+      if (q35_detok_feed(sink->dt, cur, &piece, &len, &err)) goto fail;
+      sink_put(sink, piece, len);
+    }
+  }
+  if (sink) {
+    const char *piece;
+    size_t len;
+    q35_detok_flush(sink->dt, &piece, &len);
+    sink_put(sink, piece, len);
   }
   if (print && o->n_new > 0) printf("\n");
-  st->decode_s = o->n_new > 1 ? q35_now() - t0 : 0;
-  st->n_prompt = n_prompt;
-  st->n_gen = o->n_new;
+  st->decode_s = n_gen > 1 ? q35_now() - t0 : 0;
+  st->n_prompt = n_prompt - from;
+  st->n_gen = n_gen;
   free(hist);
   return 0;
 fail:
@@ -85,19 +131,112 @@ fail:
   return -1;
 }
 
+static char *read_all(FILE *f, size_t *len) {
+  size_t cap = 4096, n = 0;
+  char *b = malloc(cap);
+  size_t r;
+  while (b && (r = fread(b + n, 1, cap - n - 1, f)) > 0) {
+    n += r;
+    if (cap - n - 1 == 0) {
+      cap *= 2;
+      b = realloc(b, cap);
+    }
+  }
+  if (b) b[n] = 0;
+  *len = n;
+  return b;
+}
+
+/* The tokenizer (and chat template) of the model file, or of --tokenizer_path. */
+static q35_tokenizer *load_tokenizer(const run_opts *o, char **tmpl, char **bos, char **eos) {
+  q35_err err = {{0}};
+  q35_tokenizer *t = NULL;
+  if (o->tokenizer_path) {
+    t = q35_tokenizer_from_json(o->tokenizer_path, NULL, &err);
+  } else {
+    gguf_file *f = gguf_open(o->model, &err);
+    if (f) {
+      t = q35_tokenizer_from_gguf(f, &err);
+      if (t && q35_chat_template_from_gguf(f, tmpl, bos, eos, &err)) {
+        q35_tokenizer_free(t);
+        t = NULL;
+      }
+      gguf_close(f);
+    }
+  }
+  if (!t) fprintf(stderr, "q35 run: %s\n", err.msg);
+  return t;
+}
+
+static void print_stats(const run_opts *o, q35_model *m, double load_s, const iter_stats *sum, int runs, uint64_t seed) {
+  const double k = o->iters;
+  const double pf = sum->prefill_s > 0 ? sum->n_prompt / (sum->prefill_s / k) : 0;
+  const double dec = sum->n_gen > 1 && sum->decode_s > 0 ? (sum->n_gen - 1) / (sum->decode_s / k) : 0;
+  const double samp_ms = 1e3 * q35_model_sample_seconds(m) / runs;
+  fprintf(stderr,
+          "load: %.3f s | prompt: %d tokens, prefill %.2f tok/s | time to first token: %.3f s | "
+          "generated: %d tokens, decode %.2f tok/s | sampling: %.3f ms\n",
+          load_s, sum->n_prompt, pf, sum->ttft_s / k, sum->n_gen, dec, samp_ms);
+  fprintf(stderr,
+          "{\"load_s\": %.6f, \"prompt_tokens\": %d, \"prefill_tok_s\": %.3f, \"ttft_s\": %.6f, "
+          "\"generated_tokens\": %d, \"decode_tok_s\": %.3f, \"sampling_ms\": %.3f, \"iterations\": %d, "
+          "\"seed\": %llu}\n",
+          load_s, sum->n_prompt, pf, sum->ttft_s / k, sum->n_gen, dec, samp_ms, o->iters, (unsigned long long)seed);
+}
+
+static int run_chat(const run_opts *o, q35_model *m, q35_session *s, const q35_tokenizer *tok, const char *tmpl,
+                    const char *bos, const char *eos, q35_sampling *samp, double load_s);
+
 int run_main(const run_opts *o) {
   q35_err err = {{0}};
   int32_t n_prompt = 0;
   int32_t *prompt = NULL;
-  if (!o->tokens_s) {
-    fprintf(stderr, "q35 run: text prompts need the tokenizer, which is not built yet; use --tokens\n");
-    return 2;
+  q35_tokenizer *tok = NULL;
+  char *tmpl = NULL, *bos = NULL, *eos = NULL;
+  if (!o->tokens_s || o->chat) {
+    tok = load_tokenizer(o, &tmpl, &bos, &eos);
+    if (!tok) return 1;
   }
-  prompt = arg_ids("--tokens", o->tokens_s, &n_prompt);
-  if (n_prompt + o->n_new > o->ctx) {
+  if (o->chat) {
+    if (o->tokens_s || o->prompt || o->prompt_file) die("run: --chat reads the conversation from stdin; "
+                                                         "--tokens/--prompt/--prompt_file do not apply");
+  } else if (o->tokens_s) {
+    prompt = arg_ids("--tokens", o->tokens_s, &n_prompt);
+  } else {
+    char *text;
+    size_t len;
+    if (o->prompt) {
+      text = strdup(o->prompt);
+      len = strlen(text);
+    } else {
+      FILE *f = !o->prompt_file || !strcmp(o->prompt_file, "-") ? stdin : fopen(o->prompt_file, "rb");
+      if (!f) {
+        fprintf(stderr, "q35 run: cannot open prompt file %s\n", o->prompt_file);
+        q35_tokenizer_free(tok);
+        return 1;
+      }
+      text = read_all(f, &len);
+      if (f != stdin) fclose(f);
+    }
+    int rc = q35_tokenize(tok, text, len, &prompt, &n_prompt, &err);
+    free(text);
+    if (rc) {
+      fprintf(stderr, "q35 run: prompt: %s\n", err.msg);
+      q35_tokenizer_free(tok);
+      return 1;
+    }
+    if (n_prompt == 0) {
+      fprintf(stderr, "q35 run: the prompt is empty\n");
+      q35_tokenizer_free(tok);
+      free(prompt);
+      return 1;
+    }
+  }
+  if (!o->chat && n_prompt + (o->print_ids ? o->n_new : 1) > o->ctx) {
     fprintf(stderr, "q35 run: the prompt (%d tokens) plus %d new tokens exceed the context limit of %d (raise --ctx)\n",
             n_prompt, o->n_new, o->ctx);
     free(prompt);
+    q35_tokenizer_free(tok);
     return 1;
   }
   double t0 = q35_now();
@@ -131,13 +270,33 @@ int run_main(const run_opts *o) {
   q35_sampling samp = o->sp;
   samp.seed = o->seed < 0 ? q35_random_seed() : (uint64_t)o->seed;
   fprintf(stderr, "seed: %llu\n", (unsigned long long)samp.seed);
+  if (o->chat) {
+    int rc = run_chat(o, m, s, tok, tmpl, bos, eos, &samp, load_s);
+    q35_session_free(s);
+    q35_model_free(m);
+    q35_tokenizer_free(tok);
+    free(tmpl);
+    free(bos);
+    free(eos);
+    return rc;
+  }
+  /* text mode: generation stops at EOG or at the context limit */
+  run_opts oo = *o;
+  if (!o->print_ids && n_prompt + oo.n_new > o->ctx) oo.n_new = o->ctx - n_prompt;
+  o = &oo;
   int32_t *ids = malloc(sizeof(int32_t) * (size_t)(o->n_new + 1));
   int rc = 0;
+  text_sink sink = {tok, tok ? q35_detok_new(tok, 0) : NULL, stdout, NULL, 0, 0};
   iter_stats sum = {0}, st = {0};
   const int runs = o->warmup + o->iters;
   for (int it = 0; it < runs && rc == 0; it++) {
     const double ts0 = q35_model_sample_seconds(m);
-    if (generate(m, s, o, &samp, prompt, n_prompt, ids, it == 0 && o->print_ids, &st)) rc = 1;
+    if (sink.dt) q35_detok_reset(sink.dt);
+    sink.out = it == 0 ? stdout : NULL;
+    if (generate(m, s, o, &samp, prompt, n_prompt, 0, ids, it == 0 && o->print_ids,
+                 o->print_ids || !tok ? NULL : &sink, &st))
+      rc = 1;
+    if (it == 0 && !o->print_ids && tok) printf("\n");
     if (rc == 0 && runs > 1 && o->stats)
       fprintf(stderr, "iteration %d%s: prefill %.2f tok/s, decode %.2f tok/s, sampling %.3f ms\n", it,
               it < o->warmup ? " (warm-up)" : "", st.n_prompt / (st.prefill_s > 0 ? st.prefill_s : 1e-9),
@@ -150,24 +309,105 @@ int run_main(const run_opts *o) {
       sum.n_gen = st.n_gen;
     }
   }
-  if (rc == 0 && o->stats) {
-    const double k = o->iters;
-    const double pf = sum.n_prompt / (sum.prefill_s / k), dec = sum.n_gen > 1 ? (sum.n_gen - 1) / (sum.decode_s / k) : 0;
-    const double samp_ms = 1e3 * q35_model_sample_seconds(m) / runs;
-    fprintf(stderr,
-            "load: %.3f s | prompt: %d tokens, prefill %.2f tok/s | time to first token: %.3f s | "
-            "generated: %d tokens, decode %.2f tok/s | sampling: %.3f ms\n",
-            load_s, sum.n_prompt, pf, sum.ttft_s / k, sum.n_gen, dec, samp_ms);
-    fprintf(stderr,
-            "{\"load_s\": %.6f, \"prompt_tokens\": %d, \"prefill_tok_s\": %.3f, \"ttft_s\": %.6f, "
-            "\"generated_tokens\": %d, \"decode_tok_s\": %.3f, \"sampling_ms\": %.3f, \"iterations\": %d, "
-            "\"seed\": %llu}\n",
-            load_s, sum.n_prompt, pf, sum.ttft_s / k, sum.n_gen, dec, samp_ms, o->iters,
-            (unsigned long long)samp.seed);
-  }
+  if (rc == 0 && o->stats) print_stats(o, m, load_s, &sum, runs, samp.seed);
   free(ids);
+  free(sink.text);
+  q35_detok_free(sink.dt);
+  q35_tokenizer_free(tok);
+  free(tmpl);
+  free(bos);
+  free(eos);
   free(prompt);
   q35_session_free(s);
   q35_model_free(m);
+  return rc;
+}
+
+/* Interactive chat: each line on stdin is a user turn. The conversation is re-rendered with
+ * the template every turn; the session keeps its state and a snapshot at the end of the last
+ * rendered history (before the generation prompt), so a turn prefills only the new tokens
+ * when the re-rendered history still starts with what the session holds. */
+static int run_chat(const run_opts *o, q35_model *m, q35_session *s, const q35_tokenizer *tok, const char *tmpl,
+                    const char *bos, const char *eos, q35_sampling *samp, double load_s) {
+  q35_err err = {{0}};
+  json_t *msgs = json_array();
+  if (o->system) json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", o->system));
+  int32_t *held = NULL, n_held = 0; /* tokens the snapshot covers */
+  q35_snapshot *snap = NULL;
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)(o->n_new + 1));
+  text_sink sink = {tok, q35_detok_new(tok, 0), stdout, NULL, 0, 0};
+  const int think = o->no_think ? 0 : -1;
+  char line[65536];
+  int rc = 0;
+  uint64_t draws = 0;
+  fprintf(stderr, "chat: type a message and press enter (end with Ctrl-D)\n");
+  while (rc == 0) {
+    fprintf(stderr, "> ");
+    if (!fgets(line, sizeof line, stdin)) break;
+    size_t ln = strlen(line);
+    while (ln && (line[ln - 1] == '\n' || line[ln - 1] == '\r')) line[--ln] = 0;
+    if (!ln) continue;
+    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", line));
+    char *base = q35_chat_render(tmpl, msgs, NULL, 0, think, bos, eos, NULL, &err);
+    char *full = base ? q35_chat_render(tmpl, msgs, NULL, 1, think, bos, eos, NULL, &err) : NULL;
+    int32_t *tb = NULL, *tf = NULL, nb = 0, nf = 0;
+    if (!full || q35_tokenize(tok, base, strlen(base), &tb, &nb, &err) ||
+        q35_tokenize(tok, full, strlen(full), &tf, &nf, &err)) {
+      fprintf(stderr, "q35 run: %s\n", err.msg);
+      rc = 1;
+    } else if (nf + o->n_new > o->ctx) {
+      fprintf(stderr, "q35 run: the conversation (%d tokens) would pass the context limit of %d (raise --ctx)\n", nf,
+              o->ctx);
+      rc = 1;
+    } else {
+      /* reuse the snapshot when its tokens start the new prompt */
+      int32_t from = 0;
+      int reuse = snap && n_held <= nb && !memcmp(held, tb, sizeof(int32_t) * (size_t)n_held);
+      if (reuse && q35_session_restore(s, snap, &err) == 0) from = n_held;
+      else q35_session_reset(s);
+      int base_ok = nb <= nf && !memcmp(tb, tf, sizeof(int32_t) * (size_t)nb);
+      if (base_ok && nb > from) {
+        if (q35_session_eval(s, tf + from, nb - from, o->chunk, NULL, 0, &err)) rc = 1;
+        from = nb;
+      }
+      if (rc == 0 && base_ok) {
+        q35_snapshot_free(snap);
+        snap = q35_session_snapshot(s, &err);
+        free(held);
+        held = malloc(sizeof(int32_t) * (size_t)(nb + 1));
+        memcpy(held, tb, sizeof(int32_t) * (size_t)nb);
+        n_held = snap ? nb : 0;
+      }
+      iter_stats st = {0};
+      sink.len = 0;
+      q35_detok_reset(sink.dt);
+      q35_sampling sp = *samp;
+      sp.seed = samp->seed + draws; /* each turn its own stream */
+      if (rc == 0 && (from == nf ? (q35_session_reset(s), 0) : 0)) rc = 1;
+      if (rc == 0 && generate(m, s, o, &sp, tf, nf, from == nf ? 0 : from, ids, 0, &sink, &st)) rc = 1;
+      printf("\n");
+      fflush(stdout);
+      draws++;
+      if (rc == 0) {
+        json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "assistant", "content", sink.text ? sink.text : ""));
+        if (o->stats) {
+          iter_stats one = st;
+          run_opts oo = *o;
+          oo.iters = 1;
+          print_stats(&oo, m, load_s, &one, 1, sp.seed);
+        }
+      }
+    }
+    free(base);
+    free(full);
+    free(tb);
+    free(tf);
+  }
+  q35_snapshot_free(snap);
+  free(held);
+  free(ids);
+  free(sink.text);
+  q35_detok_free(sink.dt);
+  json_decref(msgs);
   return rc;
 }

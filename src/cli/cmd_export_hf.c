@@ -1,8 +1,106 @@
+/* cmd_export_hf.c - q35 export --model-dir DIR -o OUT.gguf: a Hugging Face checkpoint to GGUF. */
 #include <stdio.h>
+#include <string.h>
+
+#include "args.h"
 #include "commands.h"
+#include "export/hf.h"
+#include "quant.h"
+
 int cmd_export_hf(int argc, char **argv);
+
+static void usage(void) {
+  printf(
+      "usage: q35 export --model-dir DIR -o OUT.gguf [--qlinear TYPE] [--qembedding TYPE] [options]\n"
+      "Converts a Hugging Face Qwen3.5 checkpoint (qwen3_5_moe or dense qwen3_5; config.json,\n"
+      "model.safetensors or sharded model-*.safetensors + model.safetensors.index.json, tokenizer.json,\n"
+      "tokenizer_config.json) into a GGUF that q35 and llama.cpp run (llama.cpp's conventions).\n"
+      "Everything is validated before OUT.gguf is written; it appears only when complete.\n"
+      "  --qlinear TYPE     linear weights (attention, DeltaNet, experts, shared expert)  default bf16\n"
+      "  --qembedding TYPE  token_embd                                                    default bf16\n"
+      "  --qoutput TYPE     output.weight (untied models)     default: q6_k if --qlinear q4_k, else --qlinear\n"
+      "      TYPE: q4_0 | q4_k | q5_0 | q5_k | q6_k | q8_0 | iq4_xs | bf16 | f16 | f32, or 4w (= q4_0), 8w (= q8_0).\n"
+      "      Norms, ssm_conv1d, ssm_a, ssm_dt.bias and the routers (ffn_gate_inp, ffn_gate_inp_shexp) stay f32.\n"
+      "  --fallback         a tensor whose row length the type cannot hold (not a multiple of its block:\n"
+      "                     32 for q*_0, 256 for k-quants/iq4_xs) falls back like llama-quantize\n"
+      "                     (q4_k/q5_k/iq4_xs/q4_0 -> q5_0, q6_k/q8_0 -> q8_0, then f16); default: refuse\n"
+      "  --stats            report peak anonymous memory (RssAnon, sampled after each tensor) on stderr\n"
+      "  --quiet            no progress output\n"
+      "Progress goes to stderr: a bar when it is a terminal, a line every 10%% otherwise.\n"
+      "Vision (model.visual.*) and MTP (mtp.*) tensors are skipped; a missing lm_head means tied output.\n");
+}
+
+static int parse_type(const char *flag, const char *v) {
+  if (!strcmp(v, "4w")) return Q35_TYPE_Q4_0;
+  if (!strcmp(v, "8w")) return Q35_TYPE_Q8_0;
+  int t = q35_type_from_name(v);
+  if (t < 0 || !q35_type_supported(t) || t == Q35_TYPE_Q8_K)
+    die("%s: unknown or unsupported type '%s' (q4_0, q4_k, q5_0, q5_k, q6_k, q8_0, iq4_xs, bf16, f16, f32, 4w, 8w)",
+        flag, v);
+  return t;
+}
+
 int cmd_export_hf(int argc, char **argv) {
-  (void)argc; (void)argv;
-  fprintf(stderr, "q35 export: Hugging Face export is not implemented yet (use --tiny-test)\n");
-  return 2;
+  q35_export_opts o = q35_export_default_opts();
+  for (int i = 1; i < argc; i++) {
+    if (arg_is(argc, argv, &i, "--help") || arg_is(argc, argv, &i, "-h")) {
+      usage();
+      return 0;
+    }
+    if (arg_is(argc, argv, &i, "--model_dir") || arg_is(argc, argv, &i, "-m")) {
+      o.model_dir = arg_value(argc, argv, &i);
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "-o") || arg_is(argc, argv, &i, "--output") || arg_is(argc, argv, &i, "--out")) {
+      o.out = arg_value(argc, argv, &i);
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--qlinear")) {
+      o.qlinear = parse_type("--qlinear", arg_value(argc, argv, &i));
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--qembedding")) {
+      o.qembedding = parse_type("--qembedding", arg_value(argc, argv, &i));
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--qoutput")) {
+      o.qoutput = parse_type("--qoutput", arg_value(argc, argv, &i));
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--fallback")) {
+      o.fallback = 1;
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--stats")) {
+      o.stats = 1;
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--quiet") || arg_is(argc, argv, &i, "-q")) {
+      o.progress = 0;
+      continue;
+    }
+    arg_unknown("export", argv[i]);
+  }
+  if (!o.model_dir) {
+    fprintf(stderr, "q35 export: --model-dir DIR is required (see q35 export --help)\n");
+    return 2;
+  }
+  if (!o.out) {
+    fprintf(stderr, "q35 export: -o OUT.gguf is required (see q35 export --help)\n");
+    return 2;
+  }
+  q35_err err = {0};
+  q35_export_stats st;
+  if (q35_export_hf(&o, &st, &err)) {
+    fprintf(stderr, "q35 export: %s\n", err.msg);
+    return 1;
+  }
+  fprintf(stderr, "q35 export: wrote %s: %d tensors, %.1f MiB (largest tensor %.1f MiB)\n", o.out, st.n_tensors,
+          (double)st.bytes_out / 1048576.0, (double)st.largest_out / 1048576.0);
+  if (o.stats)
+    fprintf(stderr, "q35 export: stats: rss_anon_start %llu rss_anon_peak %llu largest_out %llu largest_in %llu "
+                    "bytes_in %llu bytes_out %llu\n", (unsigned long long)st.rss_anon_start,
+            (unsigned long long)st.rss_anon_peak, (unsigned long long)st.largest_out,
+            (unsigned long long)st.largest_in, (unsigned long long)st.bytes_in, (unsigned long long)st.bytes_out);
+  return 0;
 }

@@ -9,7 +9,8 @@
  *    batches of 1 .. 64; also with the SIMD level forced to scalar.
  *  - statistics: empirical frequencies vs the filtered, renormalized softmax computed here in
  *    double with libm (independent of the sampler's exp and fixed-point sums): total
- *    variation below 0.01 and a chi-square test at p ~ 1e-6.
+ *    variation below 0.8 sqrt(bins / N) (twice its expected bound) and a chi-square test
+ *    at p ~ 1e-6.
  *  - support examples, greedy equivalences, seeds, batch independence, validation errors,
  *    bad rows, penalty semantics.
  */
@@ -416,10 +417,13 @@ static void stats_case(q35_sampler *ws, const char *name, const float *l, int V,
   tv *= 0.5;
   /* chi-square critical value at p ~ 1e-6: dof + 7 sqrt(2 dof) + 25 (generous) */
   double crit = dof + 7.0 * sqrt(2.0 * (dof > 0 ? dof : 1)) + 25.0;
-  CHECK(tv < 0.01, "%s: total variation %.4f >= 0.01", name, tv);
+  /* E[TV] <= 0.4 sqrt(bins / N) for multinomial noise; allow twice that */
+  double tv_lim = 0.8 * sqrt((dof + 1.0) / N);
+  CHECK(tv < tv_lim, "%s: total variation %.4f >= %.4f", name, tv, tv_lim);
   CHECK(chi < crit, "%s: chi2 %.1f >= %.1f (%d dof)", name, chi, crit, dof);
   CHECK(zero_hit == 0, "%s: %d tokens outside the support were drawn", name, zero_hit);
-  printf("stats %-38s N=%d bins=%d TV=%.4f chi2=%.1f (dof %d, limit %.1f)\n", name, N, dof + 1, tv, chi, dof, crit);
+  printf("stats %-38s N=%d bins=%d TV=%.4f (limit %.4f) chi2=%.1f (dof %d, limit %.1f)\n", name, N,
+         dof + 1, tv, tv_lim, chi, dof, crit);
   free(prob);
   free(cnt);
 }

@@ -3,12 +3,21 @@
 `q35 logits` and `llama_peer logits`).
 
 usage: compare_logits.py TEST.bin REF.bin --vocab V [--tol X] [--label NAME]
+                         [--quant [--first-tol X] [--mean-tol X] [--tie X]]
 
 Per position p: rel[p] = max_i |test[p,i] - ref[p,i]| / max_i |ref[p,i]|. Fails (exit 1) when
 any rel[p] >= tol, when a value is not finite, or when the argmax (ties to the lowest id)
 differs at a position where the reference's top two logits are further apart than
 2 * tol * max|ref[p]| (a closer pair is a tie within the stated tolerance and is reported, not
-failed). Prints one summary line: the label, positions, max rel error and where, mean rel error,
+failed).
+
+--quant (quantized weights): ggml-cpu quantizes every matmul input row to Q8_0; two engines that
+agree to ~1e-7 in f32 still round an activation that lands within ~1e-7 of a .5 step differently
+(about one such flip per 15-20 tokens on these tiny models), and the flip persists through the
+recurrent state and the KV cache. So instead: position 0 must agree to --first-tol (before any
+flip can propagate), mean rel error < --mean-tol, max rel error < --tol, and the argmax may differ
+only where the reference's top two logits are within --tie * max|ref| of each other.
+Prints one summary line: the label, positions, max rel error and where, mean rel error,
 argmax agreement.
 """
 import argparse
@@ -24,6 +33,10 @@ def main():
     ap.add_argument("--vocab", type=int, required=True)
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--label", default="")
+    ap.add_argument("--quant", action="store_true")
+    ap.add_argument("--first-tol", type=float, default=1e-4)
+    ap.add_argument("--mean-tol", type=float, default=2e-2)
+    ap.add_argument("--tie", type=float, default=None)
     a = ap.parse_args()
 
     t = np.fromfile(a.test, dtype="<f4")
@@ -50,13 +63,25 @@ def main():
     srt = np.sort(r, axis=1)
     gap = (srt[:, -1] - srt[:, -2]) / scale
     mism = np.nonzero(at != ar)[0]
-    hard = [p for p in mism if gap[p] > 2 * a.tol]
+    tie = a.tie if a.tie is not None else 2 * a.tol
+    hard = [p for p in mism if gap[p] > tie]
     worst = int(rel.argmax())
     ok = rel.max() < a.tol and not hard
+    extra = ""
+    if a.quant:
+        onset = np.nonzero(rel > a.first_tol)[0]
+        extra = (f", first divergence (> {a.first_tol:g}) at pos "
+                 f"{onset[0] if len(onset) else '-'}")
+        if rel[0] >= a.first_tol:
+            ok = False
+            extra += f"  FAIL: position 0 rel {rel[0]:.3e} >= {a.first_tol:g}"
+        if rel.mean() >= a.mean_tol:
+            ok = False
+            extra += f"  FAIL: mean rel >= {a.mean_tol:g}"
     print(f"{a.label}: positions {len(rel)}, max rel err {rel.max():.3e} (pos {worst}), "
           f"mean {rel.mean():.3e}, argmax agree {len(rel) - len(mism)}/{len(rel)}"
           + (f" ({len(mism) - len(hard)} near-ties)" if len(mism) > len(hard) else "")
-          + ("" if ok else f"  FAIL (tol {a.tol:g})"))
+          + extra + ("" if ok else f"  FAIL (tol {a.tol:g})"))
     if not ok:
         bad = np.nonzero(rel >= a.tol)[0]
         if len(bad):

@@ -98,7 +98,7 @@ typedef struct nlist {
 } nlist;
 
 struct node {
-  int kind, line, col;
+  int kind, line;
   int op;                 /* E_BIN operator; E_TEST: negated */
   const char *s;          /* names, text, attribute, filter/test/macro name */
   size_t slen;
@@ -194,6 +194,8 @@ typedef struct parser {
   int depth;
   jmp_buf jb;
   q35_err *err;
+  size_t *lines;       /* original offsets where each line starts (for node line numbers) */
+  size_t nlines;
 } parser;
 
 typedef struct render {
@@ -436,7 +438,9 @@ static void lex(parser *p) {
     unsigned char c = (unsigned char)s[i];
     if (c == '\'' || c == '"') {
       size_t start = i++;
-      char *buf = palloc(p, n - i + 1);
+      size_t end = i; /* find the closing quote first: the unescaped text is no longer */
+      while (end < n && (unsigned char)s[end] != c) end += s[end] == '\\' ? 2 : 1;
+      char *buf = palloc(p, (end < n ? end : n) - i + 8);
       size_t bn = 0;
       for (;;) {
         if (i >= n) perr(p, start, "unterminated string literal");
@@ -602,11 +606,14 @@ static const char *expect_ident(parser *p) {
 static node *mknode(parser *p, int kind, size_t pos) {
   node *nd = palloc(p, sizeof *nd);
   nd->kind = kind;
-  int line, col;
   size_t o = pos < p->n ? p->map[pos] : (p->n ? p->map[p->n - 1] : 0);
-  line_col(p->orig, o, &line, &col);
-  nd->line = line;
-  nd->col = col;
+  size_t lo = 0, hi = p->nlines; /* last line start <= o */
+  while (hi - lo > 1) {
+    size_t mid = (lo + hi) / 2;
+    if (p->lines[mid] <= o) lo = mid;
+    else hi = mid;
+  }
+  nd->line = (int)lo + 1;
   return nd;
 }
 
@@ -1328,7 +1335,19 @@ jinja_template *jinja_parse(const char *src, size_t len, q35_err *err) {
   memcpy(orig, src, len);
   orig[len] = 0;
   p->orig = orig;
+  p->nlines = 1;
+  for (size_t i = 0; i < len; i++) p->nlines += src[i] == '\n';
+  p->lines = malloc(p->nlines * sizeof *p->lines);
+  if (!p->lines) {
+    free(orig), free(p), free(map), jinja_free(t);
+    q35_seterr(err, "out of memory");
+    return NULL;
+  }
+  p->lines[0] = 0;
+  for (size_t i = 0, k = 1; i < len; i++)
+    if (src[i] == '\n') p->lines[k++] = i + 1;
   int ok = parse_run(p, t);
+  free(p->lines);
   free(orig);
   free(map);
   free(p);

@@ -406,7 +406,7 @@ static slot *find_named(srv_sched *s, const char *id) {
 /* A slot for q, or NULL to keep it queued (mutex held). */
 static slot *pick_slot(srv_sched *s, seq *q) {
   const srv_job *j = q->job;
-  if (j->session_id && q->choice == 0) {
+  if (j->session_id && q->choice == 0 && s->o.max_sessions > 0) {
     slot *sl = find_named(s, j->session_id);
     if (sl) return sl->busy ? NULL : sl;
     if (s->n_named >= s->o.max_sessions) { /* evict the least recently used idle one */

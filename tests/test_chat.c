@@ -222,6 +222,22 @@ static void test_limits(void) {
   CHECK(out && !strcmp(out, "[Ffalse0]"), "undefined semantics: %s", out ? out : err.msg);
   free(out);
   jinja_free(t);
+  /* Jinja features the reference lacks (expected values from Jinja's documented semantics) */
+  static const struct { const char *src, *want; } py[] = {
+      {"{{ ['k', 'a', 'b'] | reject('in', ['k']) | list }}", "[\"a\", \"b\"]"},
+      {"{{ [1, 2, 3, 4] | select('odd') | list }}{{ [1, 2, 3] | reject('equalto', 2) | list }}", "[1, 3][1, 3]"},
+      {"{{ 6 is divisibleby 3 }}{{ 6 is divisibleby(4) }}{{ 1 is equalto 1 }}", "truefalsetrue"},
+      {"{{ 'xxaxx'.strip('x') }}|{{ '\\n x\\n'.lstrip('\\n') }}|{{ 'hELLO'.capitalize() }}{{ -7 % 3 }}{{ [1, 2] == [1, 2] }}",
+       "a| x\n|Hello2true"},
+      {"{{ 'ñandú'.title() }}{{ 'a-b'.split('-', 1) }}{{ '%s' ~ 1 }}", "Ñandú[\"a\", \"b\"]%s1"},
+  };
+  for (size_t i = 0; i < sizeof py / sizeof py[0]; i++) {
+    jinja_template *pt = jinja_parse(py[i].src, strlen(py[i].src), &err);
+    char *o = pt ? jinja_render(pt, NULL, NULL, NULL, &err) : NULL;
+    CHECK(o && !strcmp(o, py[i].want), "'%s' -> '%s', want '%s'", py[i].src, o ? o : err.msg, py[i].want);
+    free(o);
+    jinja_free(pt);
+  }
   /* API: messages must be an array of objects with a role */
   json_t *bad = json_loads("{\"role\":\"user\"}", 0, NULL);
   CHECK(q35_chat_render(NULL, bad, NULL, 1, -1, NULL, NULL, NULL, &err) == NULL && strstr(err.msg, "array"), "non-array messages");

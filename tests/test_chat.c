@@ -229,6 +229,7 @@ static void test_limits(void) {
       {"{{ 6 is divisibleby 3 }}{{ 6 is divisibleby(4) }}{{ 1 is equalto 1 }}", "truefalsetrue"},
       {"{{ 'xxaxx'.strip('x') }}|{{ '\\n x\\n'.lstrip('\\n') }}|{{ 'hELLO'.capitalize() }}{{ -7 % 3 }}{{ [1, 2] == [1, 2] }}",
        "a| x\n|Hello2true"},
+      {"{{ '-'.join(['a', 'b']) }}", "a-b"},
       {"{{ 'ñandú'.title() }}{{ 'a-b'.split('-', 1) }}{{ '%s' ~ 1 }}", "Ñandú[\"a\", \"b\"]%s1"},
   };
   for (size_t i = 0; i < sizeof py / sizeof py[0]; i++) {

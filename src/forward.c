@@ -17,6 +17,7 @@
  *   Mixer = gated attention (every interval-th layer) or Gated DeltaNet;
  *   FFN   = top-k MoE + sigmoid-gated shared expert (qwen35moe) or SwiGLU (qwen35).
  */
+#include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -196,7 +197,7 @@ static void bufs_layout(q35_model *m, bufs *b, arena *a, int64_t T, int64_t max_
   b->k = arena_get(a, T * nkv * hd * 4);
   b->v = arena_get(a, T * nkv * hd * 4);
   b->o = arena_get(a, T * (nh * hd > DI ? nh * hd : DI) * 4);
-  b->att_stride = (size_t)(nh / nkv) * (size_t)(max_ctx + hd) + 16;
+  b->att_stride = (size_t)(nh / nkv) * (size_t)(max_ctx + 2 * hd) + 32;
   b->att = arena_get(a, (size_t)nthreads * b->att_stride * 4);
   b->qkv = arena_get(a, T * C * 4);
   b->z = arena_get(a, T * DI * 4);
@@ -275,6 +276,20 @@ static void attn_prep(void *vctx, int ith, int nth) {
   }
 }
 
+/* f16 -> f32 with F16C where the CPU has it: exact, so the same bits as the scalar path. */
+__attribute__((target("avx2,f16c"))) static void f16_row_f16c(const uint16_t *src, float *dst, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+  for (; i < n; i++) dst[i] = q35_fp16_to_fp32(src[i]);
+}
+
+static void kv_row_to_f32(int etype, const void *src, float *dst, int n) {
+  static int f16c = -1; /* CPU feature probe, set once (idempotent) */
+  if (f16c < 0) f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+  if (etype == Q35_TYPE_F16 && f16c) f16_row_f16c(src, dst, n);
+  else q35_dequantize_row(etype, src, dst, n);
+}
+
 /* Scores, softmax, weighted V, output gate. Items: (token, KV head); the query heads of one
  * group share each K/V row load. Per query head the arithmetic is the same whatever the
  * grouping: dot in a fixed order, max, exp, sum in double, V accumulated position by position. */
@@ -283,8 +298,10 @@ static void attn_core(void *vctx, int ith, int nth) {
   const q35_hparams *hp = &c->m->hp;
   const int nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim, grp = nh / nkv;
   const float scale = 1.0f / sqrtf((float)hd);
-  float *sc = c->b->att + (size_t)ith * c->b->att_stride; /* [grp][max_ctx] scores, then [grp][hd] acc */
+  /* [grp][max_ctx] scores, [grp][hd] accumulators, [grp][hd] queries in the cache's dot type */
+  float *sc = c->b->att + (size_t)ith * c->b->att_stride;
   float *acc = sc + (size_t)grp * c->b->max_ctx;
+  char *qq = (char *)(acc + (size_t)grp * hd);
   float kvrow[4096]; /* one head: head_dim <= 4096 */
   long i0, i1;
   q35_split(c->b->T * nkv, ith, nth, &i0, &i1);
@@ -298,20 +315,17 @@ static void attn_core(void *vctx, int ith, int nth) {
     const size_t kv_off = q35_row_size(etype, (int64_t)g * hd);
     const char *kc = s->k_cache[li], *vc = s->v_cache[li];
     const float *q0 = c->b->qg + ((size_t)t * nh + (size_t)g * grp) * 2 * hd;
+    /* scores: the query converted to the cache's dot type (as ggml does for an f16 or q8_0
+     * cache), one q35_vec_dot per stored key */
+    const size_t qrb = q35_row_size(etype, hd);
+    for (int h = 0; h < grp; h++) {
+      if (etype == Q35_TYPE_F32) memcpy(qq + (size_t)h * qrb, q0 + (size_t)h * 2 * hd, qrb);
+      else q35_quantize_row(etype, q0 + (size_t)h * 2 * hd, qq + (size_t)h * qrb, hd);
+    }
     for (int p = 0; p <= pos; p++) {
-      const float *kr;
-      if (etype == Q35_TYPE_F32) {
-        kr = (const float *)(kc + (size_t)p * s->kv_row_bytes + kv_off);
-      } else {
-        q35_dequantize_row(etype, kc + (size_t)p * s->kv_row_bytes + kv_off, kvrow, hd);
-        kr = kvrow;
-      }
-      for (int h = 0; h < grp; h++) {
-        const float *q = q0 + (size_t)h * 2 * hd;
-        float d = 0.0f;
-        for (int i = 0; i < hd; i++) d += q[i] * kr[i];
-        sc[(size_t)h * c->b->max_ctx + p] = d * scale;
-      }
+      const char *kr = kc + (size_t)p * s->kv_row_bytes + kv_off;
+      for (int h = 0; h < grp; h++)
+        sc[(size_t)h * c->b->max_ctx + p] = q35_vec_dot(etype, hd, kr, qq + (size_t)h * qrb) * scale;
     }
     for (int h = 0; h < grp; h++) {
       float *sh = sc + (size_t)h * c->b->max_ctx;
@@ -331,7 +345,7 @@ static void attn_core(void *vctx, int ith, int nth) {
       if (etype == Q35_TYPE_F32) {
         vr = (const float *)(vc + (size_t)p * s->kv_row_bytes + kv_off);
       } else {
-        q35_dequantize_row(etype, vc + (size_t)p * s->kv_row_bytes + kv_off, kvrow, hd);
+        kv_row_to_f32(etype, vc + (size_t)p * s->kv_row_bytes + kv_off, kvrow, hd);
         vr = kvrow;
       }
       for (int h = 0; h < grp; h++) {

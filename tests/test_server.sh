@@ -27,7 +27,7 @@ CTX=512 MAX_BODY=65536 PARALLEL=4 MAX_QUEUE=2
 start_server() {
   port=$(free_port)
   "$Q35" serve -m "$tmp/tiny.gguf" --host 127.0.0.1 --port "$port" --parallel $PARALLEL --ctx $CTX -t 2 \
-    --max-sessions 2 --max-queue $MAX_QUEUE --max-body $MAX_BODY >"$tmp/server.log" 2>&1 &
+    --max-sessions 2 --no-think --max-queue $MAX_QUEUE --max-body $MAX_BODY >"$tmp/server.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 200); do
     code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health" || true)

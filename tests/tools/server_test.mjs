@@ -117,6 +117,14 @@ await section('completions: usage, logprobs, seed reproduces, stream == non-stre
   // a token-id prompt gives the same result as the text
   const byIds = await client.completions.create({ ...req, prompt: ids });
   check(byIds.choices[0].text === c0.text, 'token-id prompt == text prompt');
+  // a request that would run past the context stops there with finish_reason length
+  const longPrompt = Array.from({ length: ctx - 6 }, (_, i) => ids[i % ids.length]);
+  const edge = await client.completions.create({ model: modelId, prompt: longPrompt, max_tokens: 100, seed: 3,
+    stop: null, logit_bias: null });
+  check(edge.usage.prompt_tokens === ctx - 6, 'long prompt tokens', edge.usage);
+  check(edge.choices[0].finish_reason === 'length' ? edge.usage.completion_tokens === 6 :
+        edge.usage.completion_tokens < 6, 'generation stops at the context limit', [edge.choices[0].finish_reason,
+          edge.usage.completion_tokens]);
   // n choices
   const nres = await client.completions.create({ ...req, n: 2 });
   check(nres.choices.length === 2 && nres.choices[0].text === c0.text, 'n=2: choice 0 equals n=1',
@@ -134,7 +142,8 @@ await section('chat: non-stream and stream, usage against ChatML', async () => {
   const messages = [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'Hello there' }];
   const req = { model: modelId, messages, max_tokens: 10, seed: 5, temperature: 0.9, logprobs: true, top_logprobs: 2 };
   const a = await client.chat.completions.create(req);
-  const ids = q35Tokens(chatml(messages));
+  // the server runs with --no-think: the generation prompt holds an empty think block
+  const ids = q35Tokens(chatml(messages) + '<think>\n\n</think>\n\n');
   check(a.usage.prompt_tokens === ids.length, 'chat prompt_tokens equals the ChatML rendering', [a.usage.prompt_tokens,
     ids.length]);
   check(a.object === 'chat.completion' && a.choices[0].message.role === 'assistant', 'chat object');
@@ -161,10 +170,10 @@ await section('chat: non-stream and stream, usage against ChatML', async () => {
   check(finish === a.choices[0].finish_reason, 'stream finish reason');
   check(usage && usage.completion_tokens === a.usage.completion_tokens, 'stream usage');
   check(nlp === a.usage.completion_tokens, 'stream logprobs', [nlp, a.usage.completion_tokens]);
-  // thinking off through chat_template_kwargs renders an empty think block: more prompt tokens
-  const off = await client.chat.completions.create({ ...req, chat_template_kwargs: { enable_thinking: false } });
-  const idsOff = q35Tokens(chatml(messages) + '<think>\n\n</think>\n\n');
-  check(off.usage.prompt_tokens === idsOff.length, 'enable_thinking false', [off.usage.prompt_tokens, idsOff.length]);
+  // chat_template_kwargs.enable_thinking overrides --no-think: no empty think block
+  const on = await client.chat.completions.create({ ...req, chat_template_kwargs: { enable_thinking: true } });
+  const idsOn = q35Tokens(chatml(messages));
+  check(on.usage.prompt_tokens === idsOn.length, 'enable_thinking true', [on.usage.prompt_tokens, idsOn.length]);
 });
 
 await section('concurrency: N clients at once get what each gets alone', async () => {

@@ -88,7 +88,8 @@ f32_check() { # NAME
 make_ck moe_a --seed 1 --shards 2 --dtype BF16 --lin-k-heads 2 --lin-v-heads 4 && f32_check moe_a
 make_ck moe_b --seed 2 --text-only --split-experts --dtype F16 --tied --layer-types --layers 6 --interval 3 \
   --lin-k-heads 2 --lin-v-heads 6 --experts 6 --topk 3 --vocab-pad 0 && f32_check moe_b
-make_ck dense_c --seed 3 --dense --dtype F32 --lin-k-heads 1 --lin-v-heads 3 --shards 3 && f32_check dense_c
+make_ck dense_c --seed 3 --dense --dtype F32 --hidden 32 --tied --lin-k-heads 1 --lin-v-heads 3 --shards 3 &&
+  f32_check dense_c
 
 # metadata and tokenizer block of moe_a
 if [ -f "$W/moe_a.f32.gguf.json" ]; then
@@ -162,6 +163,10 @@ q_check() { # NAME TAG LIN EMB OUT FLAGS...
 if [ -d "$W/moe_a" ]; then
   q_check moe_a q8_0 8 8 8 --qlinear q8_0 --qembedding q8_0
   q_check moe_a 4w 2 8 2 --qlinear 4w --qembedding 8w
+  # the conversion threads split rows only: one thread gives the same bytes
+  if [ -f "$W/moe_a.4w.gguf" ] && export_ck moe_a "$W/moe_a.4w.t1.gguf" --qlinear 4w --qembedding 8w -t 1; then
+    cmp -s "$W/moe_a.4w.gguf" "$W/moe_a.4w.t1.gguf" || fail "moe_a 4w: -t 1 output differs from the threaded one"
+  fi
   q_check moe_a q4_k 12 14 14 --qlinear q4_k --qembedding q6_k --fallback
   # without --fallback a row length q4_k cannot hold is refused, naming the tensor and the block size
   if "$Q35" export --model-dir "$W/moe_a" -o "$W/nofb.gguf" --qlinear q4_k >"$W/nofb.log" 2>&1; then
@@ -172,7 +177,7 @@ if [ -d "$W/moe_a" ]; then
     echo "q4_k without --fallback refused: $(head -1 "$W/nofb.log")"
   fi
 fi
-[ -d "$W/dense_c" ] && q_check dense_c bf16 30 1 30 --qlinear bf16 --qembedding f16
+[ -d "$W/dense_c" ] && q_check dense_c bf16 30 1 -1 --qlinear bf16 --qembedding f16
 
 # ---- 4: bad inputs ----
 make_ck bad_base --seed 4 --text-only --dtype F32 --layers 2 --interval 2 --hidden 32 --tied >/dev/null

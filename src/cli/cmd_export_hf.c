@@ -24,6 +24,7 @@ static void usage(void) {
       "  --fallback         a tensor whose row length the type cannot hold (not a multiple of its block:\n"
       "                     32 for q*_0, 256 for k-quants/iq4_xs) falls back like llama-quantize\n"
       "                     (q4_k/q5_k/iq4_xs/q4_0 -> q5_0, q6_k/q8_0 -> q8_0, then f16); default: refuse\n"
+      "  -t, --threads N    conversion threads (default: one per CPU, at most 16)\n"
       "  --stats            report peak anonymous memory (RssAnon, sampled after each tensor) on stderr\n"
       "  --quiet            no progress output\n"
       "Progress goes to stderr: a bar when it is a terminal, a line every 10%% otherwise.\n"
@@ -69,6 +70,10 @@ int cmd_export_hf(int argc, char **argv) {
     }
     if (arg_is(argc, argv, &i, "--fallback")) {
       o.fallback = 1;
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--threads") || arg_is(argc, argv, &i, "-t")) {
+      o.threads = (int)arg_int("--threads", arg_value(argc, argv, &i), 1, 16);
       continue;
     }
     if (arg_is(argc, argv, &i, "--stats")) {

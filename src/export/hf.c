@@ -24,6 +24,7 @@
 #include <jansson.h>
 #include <malloc.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -641,6 +642,31 @@ static void get_row(const plan *p, const otensor *t, int64_t r, float *row, floa
     for (int64_t c = 0; c < n; c++) row[c] = -expf(row[c]);
 }
 
+typedef struct conv_job {
+  const plan *p;
+  const otensor *t;
+  void *buf;
+  float *row, *tmp;
+  int64_t r0, r1, bad_row;
+} conv_job;
+
+/* Convert rows [r0, r1) of a tensor into its slot of the output buffer. */
+static void *conv_worker(void *arg) {
+  conv_job *j = arg;
+  const otensor *t = j->t;
+  const size_t rb = q35_row_size(t->type, t->ne[0]);
+  for (int64_t r = j->r0; r < j->r1; r++) {
+    get_row(j->p, t, r, j->row, j->tmp);
+    for (int64_t c = 0; c < t->ne[0]; c++)
+      if (!isfinite(j->row[c])) {
+        j->bad_row = r;
+        return NULL;
+      }
+    q35_quantize_row(t->type, j->row, (char *)j->buf + (size_t)r * rb, t->ne[0]);
+  }
+  return NULL;
+}
+
 static uint64_t rss_anon(void) {
   FILE *f = fopen("/proc/self/status", "r");
   if (!f) return 0;
@@ -859,9 +885,17 @@ int q35_export_hf(const q35_export_opts *o, q35_export_stats *st, q35_err *err) 
   }
   st->largest_out = maxbuf;
   st->n_tensors = p.n;
+  int nthreads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (nthreads < 1) nthreads = 1;
+  if (nthreads > 16) nthreads = 16;
+  conv_job jobs[16];
   buf = malloc(maxbuf ? maxbuf : 1);
-  row = malloc((size_t)maxrow * sizeof(float));
-  tmp = malloc((size_t)maxrow * sizeof(float));
+  row = malloc((size_t)maxrow * sizeof(float) * (size_t)nthreads);
+  tmp = malloc((size_t)maxrow * sizeof(float) * (size_t)nthreads);
+  for (int k = 0; k < nthreads && row && tmp; k++) {
+    jobs[k].row = row + (size_t)k * (size_t)maxrow;
+    jobs[k].tmp = tmp + (size_t)k * (size_t)maxrow;
+  }
   if (!buf || !row || !tmp) {
     q35_seterr(err, "out of memory (the largest output tensor needs %zu bytes)", maxbuf);
     goto done;
@@ -878,16 +912,32 @@ int q35_export_hf(const q35_export_opts *o, q35_export_stats *st, q35_err *err) 
       const otensor *t = &p.t[i];
       const int64_t rows = t->ne[1] * t->ne[2];
       const size_t rb = q35_row_size(t->type, t->ne[0]);
-      for (int64_t r = 0; r < rows; r++) {
-        get_row(&p, t, r, row, tmp);
-        for (int64_t c = 0; c < t->ne[0]; c++)
-          if (!isfinite(row[c])) {
-            q35_seterr(err, "%s: tensor '%s' (for '%s') holds a non-finite value at row %lld", t->src->file,
-                       t->src->name, t->name, (long long)r);
-            gguf_writer_abort(w);
-            goto done;
-          }
-        q35_quantize_row(t->type, row, (char *)buf + (size_t)r * rb, t->ne[0]);
+      /* rows are independent: split them over the threads */
+      int nth = rows * t->ne[0] >= (1 << 16) ? nthreads : 1;
+      if (nth > rows) nth = (int)rows;
+      pthread_t tid[64];
+      int started = 0;
+      for (int k = 0; k < nth; k++) {
+        conv_job *j = &jobs[k];
+        j->p = &p;
+        j->t = t;
+        j->buf = buf;
+        j->r0 = rows * k / nth;
+        j->r1 = rows * (k + 1) / nth;
+        j->bad_row = -1;
+        if (k > 0 && pthread_create(&tid[k], NULL, conv_worker, j) == 0) started |= 1 << k;
+        else if (k > 0) conv_worker(j); /* could not start a thread: do it here */
+      }
+      conv_worker(&jobs[0]);
+      int64_t bad = -1;
+      for (int k = 0; k < nth; k++) {
+        if (started & (1 << k)) pthread_join(tid[k], NULL);
+        if (jobs[k].bad_row >= 0 && bad < 0) bad = jobs[k].bad_row;
+      }
+      if (bad >= 0) {
+        q35_seterr(err, "%s: tensor '%s' (for '%s') holds a non-finite value at row %lld", t->src->file,
+                   t->src->name, t->name, (long long)bad);
+        goto done;
       }
       if (o->stats) {
         uint64_t ra = rss_anon();

@@ -31,6 +31,7 @@ typedef struct q35_export_opts {
                       (k-quants -> q5_0/q8_0 -> f16); 0: refuse */
   int progress;    /* 0 none, 1 bar (TTY) / periodic lines (not a TTY) on stderr */
   int stats;       /* 1: sample RssAnon after each tensor, report the peak on stderr */
+  int threads;     /* conversion threads; 0: one per online CPU (at most 16) */
 } q35_export_opts;
 
 typedef struct q35_export_stats {

@@ -57,6 +57,12 @@ static const char PCRE_QWEN35[] =
 #define TOKF_ADDED 2   /* matched as a whole string in the input */
 #define TOKF_NOT_SPECIAL 4 /* while loading: control by its looks only, not HF-special */
 
+/* One merge in the pair table: 16 bytes, so a probe touches one cache line. */
+struct pair_ent {
+  uint64_t key; /* a << 32 | b */
+  int32_t rank, new_id;
+};
+
 struct q35_tokenizer {
   int32_t n_vocab;
   char *text;          /* arena: NUL-terminated vocabulary strings */
@@ -72,8 +78,7 @@ struct q35_tokenizer {
   int32_t byte_id[256];
   int32_t n_merges;
   int32_t *merge_a, *merge_b, *merge_new; /* [n_merges] by rank */
-  uint64_t *pair_key;                     /* open addressing: (a << 32 | b) or UINT64_MAX */
-  int32_t *pair_rank;
+  struct pair_ent *pairs;                 /* open addressing on (a, b); key UINT64_MAX: empty */
   uint32_t pair_mask;
 
   int32_t n_added;
@@ -241,7 +246,7 @@ static int32_t text_lookup(const q35_tokenizer *t, const char *s, size_t n) {
     int32_t id = t->text_hash[h];
     if (id < 0) return -1;
     const char *x = t->text + t->text_off[id];
-    if (strlen(x) == n && !memcmp(x, s, n)) return id;
+    if (t->text_off[id + 1] - t->text_off[id] - 1 == n && !memcmp(x, s, n)) return id;
   }
 }
 
@@ -268,35 +273,41 @@ void q35_tokenizer_set_special(q35_tokenizer *t, int32_t bos, int32_t eos, int32
   if (pad != -2) t->pad = pad;
 }
 
-static inline int32_t pair_lookup(const q35_tokenizer *t, int32_t a, int32_t b) {
+/* The merge of (a, b), or NULL. */
+static inline const struct pair_ent *pair_find(const q35_tokenizer *t, int32_t a, int32_t b) {
   uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
   uint32_t h = (uint32_t)hash_u64(key) & t->pair_mask;
   for (;; h = (h + 1) & t->pair_mask) {
-    uint64_t k = t->pair_key[h];
-    if (k == key) return t->pair_rank[h];
-    if (k == UINT64_MAX) return -1;
+    const struct pair_ent *e = &t->pairs[h];
+    if (e->key == key) return e;
+    if (e->key == UINT64_MAX) return NULL;
   }
+}
+
+static inline int32_t pair_lookup(const q35_tokenizer *t, int32_t a, int32_t b) {
+  const struct pair_ent *e = pair_find(t, a, b);
+  return e ? e->rank : -1;
 }
 
 /* ---- building ------------------------------------------------------------------------------- */
 
-/* What the loaders collect before q35_tokenizer is finished. */
+/* A string view into the loader's source (GGUF map or parsed JSON). */
+typedef struct sv {
+  const char *p;
+  size_t n;
+} sv;
+
+/* What the loaders collect before q35_tokenizer is finished (views, nothing copied). */
 typedef struct builder {
   int32_t n;
-  char **text;      /* [n] owned, NUL-terminated (NULL: a gap) */
+  sv *text;         /* [n] (p == NULL: an id no token claims) */
   uint8_t *type;    /* [n] */
   uint8_t *flags;   /* [n] */
   int32_t n_merges;
-  char **merge_l, **merge_r; /* [n_merges] owned */
+  sv *merge_l, *merge_r; /* [n_merges] */
 } builder;
 
 static void builder_free(builder *b) {
-  if (b->text)
-    for (int32_t i = 0; i < b->n; i++) free(b->text[i]);
-  for (int32_t i = 0; i < b->n_merges; i++) {
-    free(b->merge_l[i]);
-    free(b->merge_r[i]);
-  }
   free(b->text);
   free(b->type);
   free(b->flags);
@@ -325,12 +336,12 @@ static char *dupn(const char *s, size_t n) {
 }
 
 /* Split a merge "a b" at the first space after position 0 (a token may itself be " "). */
-static int split_merge(const char *s, size_t n, char **l, char **r) {
+static int split_merge(const char *s, size_t n, sv *l, sv *r) {
   const char *sp = n > 1 ? memchr(s + 1, ' ', n - 1) : NULL;
   if (!sp) return -1;
-  *l = dupn(s, (size_t)(sp - s));
-  *r = dupn(sp + 1, n - (size_t)(sp - s) - 1);
-  return *l && *r ? 0 : -1;
+  *l = (sv){s, (size_t)(sp - s)};
+  *r = (sv){sp + 1, n - (size_t)(sp - s) - 1};
+  return 0;
 }
 
 static int looks_special(const char *s) {
@@ -341,7 +352,7 @@ static int looks_special(const char *s) {
 static int cmp_added(const q35_tokenizer *t, int32_t x, int32_t y) {
   const char *sx = t->text + t->text_off[x], *sy = t->text + t->text_off[y];
   if ((uint8_t)sx[0] != (uint8_t)sy[0]) return (uint8_t)sx[0] < (uint8_t)sy[0] ? -1 : 1;
-  size_t lx = strlen(sx), ly = strlen(sy);
+  size_t lx = t->text_off[x + 1] - t->text_off[x], ly = t->text_off[y + 1] - t->text_off[y];
   if (lx != ly) return lx > ly ? -1 : 1;
   return x < y ? -1 : x > y;
 }
@@ -385,19 +396,23 @@ static q35_tokenizer *finish(builder *b, q35_pre pre, const char *what, q35_err 
   /* Vocabulary strings and their bytes. */
   for (int32_t i = 0; i < b->n; i++) {
     char padname[32];
-    const char *s = b->text[i];
+    const char *s = b->text[i].p;
+    size_t n = b->text[i].n;
     if (!s) { /* an id no token claims: the converter's padding */
-      snprintf(padname, sizeof padname, "[PAD%d]", i);
+      n = (size_t)snprintf(padname, sizeof padname, "[PAD%d]", i);
       s = padname;
       t->type[i] = Q35_TOKEN_UNUSED;
+    }
+    if (memchr(s, 0, n)) {
+      q35_seterr(err, "%s: token %d contains a NUL byte", what, i);
+      goto fail;
     }
     if (t->type[i] < 1 || t->type[i] > 6) {
       q35_seterr(err, "%s: token %d has an invalid token type %d (valid: 1..6)", what, i, t->type[i]);
       goto fail;
     }
-    size_t n = strlen(s);
     t->text_off[i] = (uint32_t)tx.n;
-    if (buf_put(&tx, s, n + 1)) goto oom;
+    if (buf_put(&tx, s, n) || buf_put(&tx, "", 1)) goto oom;
     t->bytes_off[i] = (uint32_t)by.n;
     int ty = t->type[i];
     if (ty == Q35_TOKEN_CONTROL || ty == Q35_TOKEN_USER_DEFINED) {
@@ -442,7 +457,7 @@ static q35_tokenizer *finish(builder *b, q35_pre pre, const char *what, q35_err 
   memset(t->text_hash, 0xff, cap * sizeof *t->text_hash);
   for (int32_t i = 0; i < b->n; i++) {
     const char *s = t->text + t->text_off[i];
-    size_t n = strlen(s);
+    size_t n = t->text_off[i + 1] - t->text_off[i] - 1;
     if (!n) continue;
     if (text_lookup(t, s, n) >= 0) continue;
     uint32_t h = (uint32_t)hash_bytes(s, n) & t->text_mask;
@@ -469,23 +484,23 @@ static q35_tokenizer *finish(builder *b, q35_pre pre, const char *what, q35_err 
   cap = 16;
   while (cap < 2u * (uint32_t)b->n_merges + 16) cap *= 2;
   t->pair_mask = cap - 1;
-  t->pair_key = malloc(cap * sizeof *t->pair_key);
-  t->pair_rank = malloc(cap * sizeof *t->pair_rank);
-  if (!t->merge_a || !t->merge_b || !t->merge_new || !t->pair_key || !t->pair_rank) goto oom;
-  memset(t->pair_key, 0xff, cap * sizeof *t->pair_key);
+  t->pairs = malloc(cap * sizeof *t->pairs);
+  if (!t->merge_a || !t->merge_b || !t->merge_new || !t->pairs) goto oom;
+  for (uint32_t k = 0; k < cap; k++) t->pairs[k].key = UINT64_MAX;
   {
     buf cat = {0};
     for (int32_t r = 0; r < b->n_merges; r++) {
-      const char *l = b->merge_l[r], *rr = b->merge_r[r];
-      int32_t ia = text_lookup(t, l, strlen(l)), ib = text_lookup(t, rr, strlen(rr));
+      sv l = b->merge_l[r], rr = b->merge_r[r];
+      int32_t ia = text_lookup(t, l.p, l.n), ib = text_lookup(t, rr.p, rr.n);
       cat.n = 0;
-      if (buf_put(&cat, l, strlen(l)) || buf_put(&cat, rr, strlen(rr))) {
+      if (buf_put(&cat, l.p, l.n) || buf_put(&cat, rr.p, rr.n)) {
         free(cat.p);
         goto oom;
       }
       int32_t in = text_lookup(t, cat.p, cat.n);
       if (ia < 0 || ib < 0 || in < 0) {
-        q35_seterr(err, "%s: merge %d \"%s %s\" names a token not in the vocabulary", what, r, l, rr);
+        q35_seterr(err, "%s: merge %d \"%.*s %.*s\" names a token not in the vocabulary", what, r,
+                   (int)(l.n > 60 ? 60 : l.n), l.p, (int)(rr.n > 60 ? 60 : rr.n), rr.p);
         free(cat.p);
         goto fail;
       }
@@ -494,9 +509,8 @@ static q35_tokenizer *finish(builder *b, q35_pre pre, const char *what, q35_err 
       t->merge_new[r] = in;
       uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
       uint32_t h = (uint32_t)hash_u64(key) & t->pair_mask;
-      while (t->pair_key[h] != UINT64_MAX && t->pair_key[h] != key) h = (h + 1) & t->pair_mask;
-      t->pair_key[h] = key;
-      t->pair_rank[h] = r;
+      while (t->pairs[h].key != UINT64_MAX && t->pairs[h].key != key) h = (h + 1) & t->pair_mask;
+      t->pairs[h] = (struct pair_ent){key, r, in};
     }
     free(cat.p);
   }
@@ -546,8 +560,7 @@ void q35_tokenizer_free(q35_tokenizer *t) {
   free(t->merge_a);
   free(t->merge_b);
   free(t->merge_new);
-  free(t->pair_key);
-  free(t->pair_rank);
+  free(t->pairs);
   free(t->added);
   if (t->re) pcre2_code_free(t->re);
   free(t->chat_template);
@@ -615,18 +628,13 @@ q35_tokenizer *q35_tokenizer_from_gguf(const gguf_file *f, q35_err *err) {
   }
   if (builder_alloc(&b, (int32_t)tok->arr_n, (int32_t)mer->arr_n)) goto oom;
   for (int32_t i = 0; i < b.n; i++) {
-    gguf_str x = tok->arr_str[i];
-    if (memchr(x.ptr, 0, x.len)) {
-      q35_seterr(err, "%s: token %d contains a NUL byte", path, i);
-      goto fail;
-    }
-    if (!(b.text[i] = dupn(x.ptr, x.len))) goto oom;
+    b.text[i] = (sv){tok->arr_str[i].ptr, tok->arr_str[i].len};
     int64_t ty = gguf_arr_int(typ, (uint64_t)i);
     b.type[i] = (uint8_t)(ty < 0 || ty > 6 ? 0 : ty);
   }
   for (int32_t r = 0; r < b.n_merges; r++) {
     gguf_str x = mer->arr_str[r];
-    if (memchr(x.ptr, 0, x.len) || split_merge(x.ptr, x.len, &b.merge_l[r], &b.merge_r[r])) {
+    if (split_merge(x.ptr, x.len, &b.merge_l[r], &b.merge_r[r])) {
       q35_seterr(err, "%s: tokenizer.ggml.merges[%d] is not of the form \"A B\"", path, r);
       goto fail;
     }
@@ -753,8 +761,7 @@ q35_tokenizer *q35_tokenizer_from_json_ex(const char *path, const char *config_p
   if (builder_alloc(&b, (int32_t)(max_id + 1), (int32_t)json_array_size(merges))) goto oom;
   json_object_foreach(vocab, key, val) {
     int64_t id = json_integer_value(val);
-    free(b.text[id]);
-    if (!(b.text[id] = strdup(key))) goto oom;
+    b.text[id] = (sv){key, strlen(key)};
     b.type[id] = Q35_TOKEN_NORMAL;
   }
   for (size_t i = 0; i < json_array_size(added); i++) {
@@ -762,8 +769,7 @@ q35_tokenizer *q35_tokenizer_from_json_ex(const char *path, const char *config_p
     int64_t id = json_integer_value(json_object_get(a, "id"));
     const char *content = json_string_value(json_object_get(a, "content"));
     int special = json_is_true(json_object_get(a, "special"));
-    free(b.text[id]);
-    if (!(b.text[id] = strdup(content))) goto oom;
+    b.text[id] = (sv){content, json_string_length(json_object_get(a, "content"))};
     /* The converter's rule: special or "<|...|>" -> control, else user-defined. */
     b.type[id] = special || looks_special(content) ? Q35_TOKEN_CONTROL : Q35_TOKEN_USER_DEFINED;
     b.flags[id] = special ? TOKF_SPECIAL : TOKF_NOT_SPECIAL;
@@ -775,9 +781,10 @@ q35_tokenizer *q35_tokenizer_from_json_ex(const char *path, const char *config_p
       ok = !split_merge(json_string_value(m), json_string_length(m), &b.merge_l[r], &b.merge_r[r]);
     } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
                json_is_string(json_array_get(m, 1))) {
-      b.merge_l[r] = strdup(json_string_value(json_array_get(m, 0)));
-      b.merge_r[r] = strdup(json_string_value(json_array_get(m, 1)));
-      ok = b.merge_l[r] && b.merge_r[r];
+      json_t *x = json_array_get(m, 0), *y = json_array_get(m, 1);
+      b.merge_l[r] = (sv){json_string_value(x), json_string_length(x)};
+      b.merge_r[r] = (sv){json_string_value(y), json_string_length(y)};
+      ok = 1;
     }
     if (!ok) {
       q35_seterr(err, "%s: model.merges[%d] is neither \"A B\" nor [\"A\", \"B\"]", path, r);
@@ -818,8 +825,23 @@ fail:
 
 /* ---- encoding ------------------------------------------------------------------------------- */
 
+/* Per-call cache of piece -> ids (long texts repeat words; the tokenizer itself stays
+ * immutable, so the cache lives with the call). Direct-mapped; emptied when its pools fill. */
+#define WC_SLOTS 4096
+#define WC_MAX_PIECE 64
+#define WC_POOL_MAX (1u << 20)
+typedef struct wc_ent {
+  uint64_t h;
+  uint32_t key_off, ids_off;
+  uint16_t key_len, n_ids; /* n_ids 0: empty */
+} wc_ent;
+
 typedef struct enc_ctx {
   const q35_tokenizer *t;
+  wc_ent *wc;               /* NULL: no cache (short text) */
+  buf wc_keys;
+  int32_t *wc_ids;
+  size_t wc_n_ids;
   int32_t *ids;
   size_t n, cap;
   /* BPE scratch */
@@ -885,6 +907,27 @@ static int bpe_word(enc_ctx *c, const uint8_t *w, size_t n) {
     if (!c->scap) return -1;
   }
   int32_t *sym = c->sym, *prev = c->prev, *next = c->next;
+  if (n <= 24) { /* short words: a linear scan for the lowest (rank, position) beats a heap */
+    int32_t *rank = prev; /* rank[i]: rank of the pair starting at symbol i (-1: none) */
+    size_t m = n;
+    for (size_t i = 0; i < n; i++) sym[i] = t->byte_id[w[i]];
+    for (size_t i = 0; i + 1 < m; i++) rank[i] = pair_lookup(t, sym[i], sym[i + 1]);
+    while (m > 1) {
+      size_t best = SIZE_MAX;
+      for (size_t i = 0; i + 1 < m; i++)
+        if (rank[i] >= 0 && (best == SIZE_MAX || rank[i] < rank[best])) best = i;
+      if (best == SIZE_MAX) break;
+      sym[best] = t->merge_new[rank[best]];
+      m--;
+      memmove(sym + best + 1, sym + best + 2, (m - best - 1) * sizeof *sym);
+      memmove(rank + best + 1, rank + best + 2, (m > best + 2 ? m - best - 2 : 0) * sizeof *rank);
+      if (best > 0) rank[best - 1] = pair_lookup(t, sym[best - 1], sym[best]);
+      if (best + 1 < m) rank[best] = pair_lookup(t, sym[best], sym[best + 1]);
+    }
+    for (size_t i = 0; i < m; i++)
+      if (push_id(c, sym[i])) return -1;
+    return 0;
+  }
   uint64_t *heap = c->heap;
   size_t hn = 0;
   for (size_t i = 0; i < n; i++) {
@@ -902,8 +945,9 @@ static int bpe_word(enc_ctx *c, const uint8_t *w, size_t n) {
     int32_t r = (int32_t)(e >> 32), p = (int32_t)(uint32_t)e;
     if (sym[p] < 0) continue;
     int32_t q = next[p];
-    if (q < 0 || pair_lookup(t, sym[p], sym[q]) != r) continue; /* stale */
-    sym[p] = t->merge_new[r];
+    const struct pair_ent *pe = q < 0 ? NULL : pair_find(t, sym[p], sym[q]);
+    if (!pe || pe->rank != r) continue; /* stale */
+    sym[p] = pe->new_id;
     sym[q] = -1;
     next[p] = next[q];
     if (next[q] >= 0) prev[next[q]] = p;
@@ -918,6 +962,36 @@ static int bpe_word(enc_ctx *c, const uint8_t *w, size_t n) {
   }
   for (int32_t i = 0; i >= 0; i = next[i])
     if (push_id(c, sym[i])) return -1;
+  return 0;
+}
+
+/* A piece through the cache. */
+static int bpe_piece(enc_ctx *c, const uint8_t *w, size_t n) {
+  if (n == 1) return push_id(c, c->t->byte_id[w[0]]);
+  if (!c->wc || n > WC_MAX_PIECE) return bpe_word(c, w, n);
+  uint64_t h = hash_bytes((const char *)w, n);
+  wc_ent *e = &c->wc[h & (WC_SLOTS - 1)];
+  if (e->n_ids && e->h == h && e->key_len == n && !memcmp(c->wc_keys.p + e->key_off, w, n)) {
+    for (uint32_t k = 0; k < e->n_ids; k++)
+      if (push_id(c, c->wc_ids[e->ids_off + k])) return -1;
+    return 0;
+  }
+  size_t first = c->n;
+  if (bpe_word(c, w, n)) return -1;
+  size_t m = c->n - first; /* <= n <= WC_MAX_PIECE */
+  if (c->wc_keys.n + n > WC_POOL_MAX || c->wc_n_ids + m > WC_POOL_MAX) { /* full: start over */
+    memset(c->wc, 0, WC_SLOTS * sizeof *c->wc);
+    c->wc_keys.n = 0;
+    c->wc_n_ids = 0;
+  }
+  if (buf_put(&c->wc_keys, w, n)) return 0; /* no memory: just skip caching */
+  e->h = h;
+  e->key_off = (uint32_t)(c->wc_keys.n - n);
+  e->key_len = (uint16_t)n;
+  e->ids_off = (uint32_t)c->wc_n_ids;
+  e->n_ids = (uint16_t)m;
+  memcpy(c->wc_ids + c->wc_n_ids, c->ids + first, m * sizeof *c->ids);
+  c->wc_n_ids += m;
   return 0;
 }
 
@@ -953,9 +1027,9 @@ static int encode_segment(enc_ctx *c, const char *s, size_t n, q35_err *err) {
       rc = q35_seterr(err, "tokenize: pre-tokenizer regex failed: %s", (const char *)msg);
       break;
     }
-    if (ms > pos && bpe_word(c, (const uint8_t *)s + pos, ms - pos)) goto oom; /* a gap */
+    if (ms > pos && bpe_piece(c, (const uint8_t *)s + pos, ms - pos)) goto oom; /* a gap */
     if (me > ms) {
-      if (bpe_word(c, (const uint8_t *)s + ms, me - ms)) goto oom;
+      if (bpe_piece(c, (const uint8_t *)s + ms, me - ms)) goto oom;
       pos = me;
     } else {
       pos = ms < n ? ms + 1 : n; /* cannot happen: no alternative matches empty */
@@ -991,6 +1065,16 @@ int q35_tokenize(const q35_tokenizer *t, const char *text, size_t len, int32_t *
     free(c.ids);
     return q35_seterr(err, "tokenize: out of memory");
   }
+  if (len >= 4096) { /* worth a cache; without memory, go on without one */
+    c.wc = calloc(WC_SLOTS, sizeof *c.wc);
+    c.wc_ids = malloc(WC_POOL_MAX * sizeof *c.wc_ids);
+    if (!c.wc || !c.wc_ids) {
+      free(c.wc);
+      free(c.wc_ids);
+      c.wc = NULL;
+      c.wc_ids = NULL;
+    }
+  }
   int rc = 0;
   size_t pos = 0, seg = 0;
   /* Added tokens first: leftmost-longest over the raw text. */
@@ -1018,6 +1102,9 @@ int q35_tokenize(const q35_tokenizer *t, const char *text, size_t len, int32_t *
   }
   if (!rc) rc = encode_segment(&c, text + seg, len - seg, err);
   pcre2_match_data_free(c.md);
+  free(c.wc);
+  free(c.wc_ids);
+  free(c.wc_keys.p);
   free(c.sym);
   free(c.prev);
   free(c.next);

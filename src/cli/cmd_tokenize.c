@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "gguf.h"
 #include "tokenizer.h"
+#include "util.h"
 
 typedef struct tok_source {
   const char *model, *json, *config, *pre;
@@ -83,29 +84,57 @@ static json_t *next_json_line(const char *cmd, FILE *f, const char *path, long *
 
 static const char TOKENIZE_USAGE[] =
     "usage: q35 tokenize (-m MODEL.gguf | --tokenizer tokenizer.json [--tokenizer-config FILE]\n"
-    "                    [--pre qwen2|qwen35]) (--text TEXT | --jsonl FILE)\n"
+    "                    [--pre qwen2|qwen35]) (--text TEXT | --file FILE | --jsonl FILE) [--timing]\n"
     "  --text TEXT   print the ids of TEXT on one line, space-separated\n"
+    "  --file FILE   the same for the contents of FILE\n"
+    "  --timing      print load and tokenize times on stderr\n"
     "  --jsonl FILE  for each line {\"text\": ...} print {\"ids\": [...]}\n"
     "  (no special tokens are added; special-token strings in the text map to their ids)\n";
 
 int cmd_tokenize(int argc, char **argv) {
   tok_source src = {0};
-  const char *text = NULL, *jsonl = NULL, *write_gguf = NULL;
+  const char *text = NULL, *jsonl = NULL, *write_gguf = NULL, *file = NULL;
+  int timing = 0;
+  char *file_text = NULL;
+  size_t text_len = 0;
   for (int i = 1; i < argc; i++) {
     if (source_arg(argc, argv, &i, &src)) continue;
     if (arg_is(argc, argv, &i, "--text")) text = arg_value(argc, argv, &i);
     else if (arg_is(argc, argv, &i, "--jsonl")) jsonl = arg_value(argc, argv, &i);
+    else if (arg_is(argc, argv, &i, "--file")) file = arg_value(argc, argv, &i);
+    else if (arg_is(argc, argv, &i, "--timing")) timing = 1;
     else if (arg_is(argc, argv, &i, "--write_gguf")) write_gguf = arg_value(argc, argv, &i); /* test helper */
     else if (arg_is(argc, argv, &i, "--help") || arg_is(argc, argv, &i, "-h")) {
       fputs(TOKENIZE_USAGE, stdout);
       return 0;
     } else arg_unknown("tokenize", argv[i]);
   }
-  if (!write_gguf && !text == !jsonl) {
+  if ((!!text + !!jsonl + !!file) > 1 || (!write_gguf && !text && !jsonl && !file)) {
     fputs(TOKENIZE_USAGE, stderr);
     return 2;
   }
+  if (file) {
+    FILE *f = fopen(file, "rb");
+    size_t cap = 1 << 16;
+    file_text = malloc(cap);
+    if (!f || !file_text) {
+      fprintf(stderr, "q35 tokenize: cannot read %s\n", file);
+      if (f) fclose(f);
+      free(file_text);
+      return 1;
+    }
+    for (size_t r; (r = fread(file_text + text_len, 1, cap - text_len, f)) > 0;) {
+      text_len += r;
+      if (text_len == cap && !(file_text = realloc(file_text, cap *= 2))) die("out of memory");
+    }
+    fclose(f);
+    text = file_text;
+  } else if (text) {
+    text_len = strlen(text);
+  }
+  double t0 = q35_now();
   q35_tokenizer *t = load_tokenizer("tokenize", &src);
+  double t1 = q35_now();
   q35_err err = {{0}};
   int rc = 0;
   if (write_gguf) { /* hidden: write a tokenizer-only GGUF (tests compare it with the JSON) */
@@ -119,10 +148,14 @@ int cmd_tokenize(int argc, char **argv) {
   }
   if (text) {
     int32_t *ids, n;
-    if (q35_tokenize(t, text, strlen(text), &ids, &n, &err)) {
+    if (q35_tokenize(t, text, text_len, &ids, &n, &err)) {
       fprintf(stderr, "q35 tokenize: %s\n", err.msg);
       rc = 1;
     } else {
+      double t2 = q35_now();
+      if (timing)
+        fprintf(stderr, "load %.1f ms, tokenize %.1f ms: %zu bytes, %d tokens, %.2f MB/s\n",
+                1e3 * (t1 - t0), 1e3 * (t2 - t1), text_len, n, text_len / 1e6 / (t2 - t1));
       print_ids(ids, n, 0);
       free(ids);
     }
@@ -156,6 +189,7 @@ int cmd_tokenize(int argc, char **argv) {
     if (f != stdin) fclose(f);
   }
   q35_tokenizer_free(t);
+  free(file_text);
   return rc;
 }
 

@@ -420,7 +420,10 @@ static q35_tokenizer *finish(builder *b, q35_pre pre, const char *what, q35_err 
       t->flags[i] |= TOKF_ADDED;
       if (ty == Q35_TOKEN_CONTROL && !(t->flags[i] & TOKF_NOT_SPECIAL)) t->flags[i] |= TOKF_SPECIAL;
     } else if (ty != Q35_TOKEN_UNUSED) {
+      /* Byte-level decode; a token with any character outside the map decodes to its own
+       * UTF-8 text, as Hugging Face's ByteLevel decoder does. */
       const uint8_t *u = (const uint8_t *)s;
+      size_t start = by.n;
       for (size_t k = 0; k < n;) {
         int bad, l = utf8_seq(u + k, n - k, &bad);
         if (l <= 0) {
@@ -428,12 +431,13 @@ static q35_tokenizer *finish(builder *b, q35_pre pre, const char *what, q35_err 
           goto fail;
         }
         uint32_t c = utf8_cp(u + k, l);
-        if (c < 324 && u2b[c] >= 0) {
-          char ch = (char)u2b[c];
-          if (buf_put(&by, &ch, 1)) goto oom;
-        } else if (buf_put(&by, s + k, (size_t)l)) {
-          goto oom;
+        if (c >= 324 || u2b[c] < 0) {
+          by.n = start;
+          if (buf_put(&by, s, n)) goto oom;
+          break;
         }
+        char ch = (char)u2b[c];
+        if (buf_put(&by, &ch, 1)) goto oom;
         k += (size_t)l;
       }
     }

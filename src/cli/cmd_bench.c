@@ -28,12 +28,13 @@ static void usage(void) {
       "  --depth N         tokens already in the context before the measured decode (default 0)\n"
       "  --kv f16|f32|q8_0 KV cache type (default f16)\n"
       "  --chunk N         prefill chunk (default: whole prompt)\n"
+      "  --warmup N        untimed warm-up runs before the timed ones (default 1)\n"
       "  --json            one JSON line on stdout\n");
 }
 
 int cmd_bench(int argc, char **argv) {
   const char *model = NULL;
-  int threads = 0, np = 512, ng = 128, runs = 3, json = 0, depth = 0, chunk = 0;
+  int threads = 0, np = 512, ng = 128, runs = 3, json = 0, depth = 0, chunk = 0, warmup = 1;
   q35_kv_type kv = Q35_KV_F16;
   for (int i = 1; i < argc; i++) {
     if (arg_is(argc, argv, &i, "--help") || arg_is(argc, argv, &i, "-h")) {
@@ -51,6 +52,8 @@ int cmd_bench(int argc, char **argv) {
       runs = (int)arg_int("-r", arg_value(argc, argv, &i), 1, 1000);
     } else if (arg_is(argc, argv, &i, "--depth")) {
       depth = (int)arg_int("--depth", arg_value(argc, argv, &i), 0, 1 << 22);
+    } else if (arg_is(argc, argv, &i, "--warmup")) {
+      warmup = (int)arg_int("--warmup", arg_value(argc, argv, &i), 0, 100);
     } else if (arg_is(argc, argv, &i, "--chunk")) {
       chunk = (int)arg_int("--chunk", arg_value(argc, argv, &i), 1, 1 << 22);
     } else if (arg_is(argc, argv, &i, "--kv")) {
@@ -96,7 +99,7 @@ int cmd_bench(int argc, char **argv) {
   q35_sampling samp = q35_sampling_default();
   samp.temperature = 0;
   int rc = 0;
-  for (int r = -1; r < runs && rc == 0; r++) {
+  for (int r = -warmup; r < runs && rc == 0; r++) {
     q35_session_reset(s);
     if (depth > 0 && q35_session_eval(s, prompt + np, depth, chunk, NULL, 0, &err)) rc = 1;
     q35_row row;

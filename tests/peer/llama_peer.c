@@ -10,8 +10,10 @@
  *       greedy continuation (argmax over the logits, ties to the lowest id; EOG not special):
  *       prints N ids on one line, space separated.
  *   llama_peer bench    -m F.gguf [-p P] [-n N] [-r RUNS] [-t N] [--load-mode -1|0|1]
- *                       [--kv ..] [--flash ..] [--seed S] [--json]
+ *                       [--kv ..] [--flash ..] [--seed S] [--depth D] [--warmup W] [--json]
  *       prefill of P random tokens, then N greedy decode steps; median tok/s over RUNS.
+ *       --depth D first fills the context with D other random tokens (untimed, in batches of
+ *       --batch, default max(P, 512)), so the timed prompt and decode run at context D.
  *       --json prints one line {"engine":"llama.cpp","prefill_tok_s":..,"decode_tok_s":..,...}.
  *
  * Defaults are the strict-parity settings: f32 KV cache, flash attention off.
@@ -169,6 +171,7 @@ static void usage(void) {
           "       llama_peer generate -m F.gguf --tokens 1,2,3 -n N [-t N] [--kv ..] [--flash ..]\n"
           "                           [--batch N]\n"
           "       llama_peer bench    -m F.gguf [-p P] [-n N] [-r RUNS] [-t N] [--load-mode ..]\n"
+          "                           [--depth D] [--warmup W]\n"
           "                           [--kv ..] [--flash ..] [--seed S] [--json]\n"
           "common: -v (llama.cpp log on stderr)\n");
 }
@@ -291,6 +294,7 @@ typedef struct {
   int load_mode;
   int n_gen;
   int n_prompt;
+  int depth;
   int runs;
   int warmup;
   uint64_t seed;
@@ -349,6 +353,8 @@ static void parse_opts(const char *cmd, int argc, char **argv, opts *o) {
       o->n_prompt = (int)parse_long("-p", VAL(), 1, 1 << 20);
     } else if (flag_is(a, "-r", &iv) || flag_is(a, "--runs", &iv)) {
       o->runs = (int)parse_long("--runs", VAL(), 1, 1000);
+    } else if (flag_is(a, "--depth", &iv)) {
+      o->depth = (int)parse_long("--depth", VAL(), 0, 1 << 22);
     } else if (flag_is(a, "--warmup", &iv)) {
       o->warmup = (int)parse_long("--warmup", VAL(), 0, 100);
     } else if (flag_is(a, "--seed", &iv)) {
@@ -577,27 +583,31 @@ static int cmd_bench(int argc, char **argv) {
   opts o;
   parse_opts("bench", argc, argv, &o);
   if (o.n_gen < 0) o.n_gen = 32;
-  int32_t P = o.n_prompt, N = o.n_gen;
+  int32_t P = o.n_prompt, N = o.n_gen, D = o.depth;
   peer p;
-  peer_open(&p, &o, P + N + 1, o.batch > 0 ? o.batch : P);
-  int32_t *ids = malloc((size_t)P * sizeof *ids);
+  double tl = now_s();
+  peer_open(&p, &o, D + P + N + 1, o.batch > 0 ? o.batch : (D > 0 && P < 512 ? 512 : P));
+  const double load_s = now_s() - tl;
+  int32_t *ids = malloc((size_t)(P + D) * sizeof *ids);
   double *pre = malloc((size_t)o.runs * sizeof *pre), *dec = malloc((size_t)o.runs * sizeof *dec);
   if (!ids || !pre || !dec) {
     fprintf(stderr, "llama_peer: out of memory\n");
     return 1;
   }
   uint64_t st = o.seed;
-  for (int32_t i = 0; i < P; i++) ids[i] = (int32_t)(splitmix64(&st) % (uint64_t)p.n_vocab);
+  for (int32_t i = 0; i < P + D; i++) ids[i] = (int32_t)(splitmix64(&st) % (uint64_t)p.n_vocab);
   for (int r = -o.warmup; r < o.runs; r++) {
     llama_memory_clear(llama_get_memory(p.ctx), true);
+    if (D > 0) peer_eval(&p, ids + P, D, 0, 0, NULL, NULL);
+    llama_synchronize(p.ctx);
     int32_t next = -1;
     double t0 = now_s();
-    peer_eval(&p, ids, P, 0, 0, take_argmax, &next);
+    peer_eval(&p, ids, P, D, 0, take_argmax, &next);
     llama_synchronize(p.ctx);
     double t1 = now_s();
     for (int32_t k = 0; k < N; k++) {
       int32_t t = next;
-      peer_eval(&p, &t, 1, P + k, 0, take_argmax, &next);
+      peer_eval(&p, &t, 1, D + P + k, 0, take_argmax, &next);
     }
     llama_synchronize(p.ctx);
     double t2 = now_s();
@@ -609,8 +619,9 @@ static int cmd_bench(int argc, char **argv) {
   double mp = median(pre, o.runs), md = median(dec, o.runs);
   if (o.json)
     printf("{\"engine\":\"llama.cpp\",\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,"
-           "\"prompt\":%d,\"decode\":%d,\"runs\":%d,\"threads\":%d,\"load_mode\":%d}\n",
-           mp, md, P, N, o.runs, o.threads, o.load_mode);
+           "\"prompt\":%d,\"decode\":%d,\"runs\":%d,\"threads\":%d,\"load_mode\":%d,"
+           "\"depth\":%d,\"load_s\":%.4f}\n",
+           mp, md, P, N, o.runs, o.threads, o.load_mode, D, load_s);
   else
     printf("llama.cpp: prefill %d tokens %.2f tok/s, decode %d tokens %.2f tok/s "
            "(median of %d, %d threads)\n",

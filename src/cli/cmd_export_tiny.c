@@ -24,6 +24,9 @@ static void tiny_usage(void) {
       "  --ff N            %d (expert FFN for MoE; dense FFN is --dense-ff, default %d)\n"
       "  --shexp-ff N      %d (0 = no shared expert)\n"
       "  --tied            tie the output matrix to the embedding\n"
+      "  --tokenizer tokenizer.json [--tokenizer-config tokenizer_config.json]\n"
+      "                    use a real Hugging Face tokenizer (and its chat template); --vocab is raised\n"
+      "                    to the tokenizer's size if smaller (default: a synthetic byte-level vocabulary)\n"
       "  --merged-gate-up  write ffn_gate_up_exps instead of separate gate/up experts\n"
       "  --type T          f32 | f16 | bf16 | q8_0 | q4_0 | q5_0 | q4_k | q5_k | q6_k | iq4_xs, or the\n"
       "                    presets q4_k_m (q4_k + q6_k for ffn_down/attn_v/output)  (default f32)\n"
@@ -43,7 +46,7 @@ static int parse_type(const char *flag, const char *v) {
 int cmd_export_tiny(int argc, char **argv) {
   q35_tiny_opts o = q35_tiny_default();
   const char *out = NULL;
-  int dense_ff_set = 0, ff_set = 0, ff = 0;
+  int dense_ff_set = 0, ff_set = 0, ff = 0, vocab_set = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
 #define INT(flag, field, lo, hi) \
@@ -67,7 +70,11 @@ int cmd_export_tiny(int argc, char **argv) {
     INT("--layers", n_layer, 1, 256)
     INT("--interval", interval, 1, 256)
     INT("--embd", n_embd, 1, 16384)
-    INT("--vocab", n_vocab, 1, 1 << 20)
+    if (arg_is(argc, argv, &i, "--vocab")) {
+      o.n_vocab = (int)arg_int("--vocab", arg_value(argc, argv, &i), 1, 1 << 20);
+      vocab_set = 1;
+      continue;
+    }
     INT("--heads", n_head, 1, 256)
     INT("--kv_heads", n_head_kv, 1, 256)
     INT("--head_dim", head_dim, 2, 1024)
@@ -97,6 +104,14 @@ int cmd_export_tiny(int argc, char **argv) {
       o.rope_theta = (float)arg_double("--rope-theta", arg_value(argc, argv, &i));
       continue;
     }
+    if (arg_is(argc, argv, &i, "--tokenizer")) {
+      o.tokenizer_json = arg_value(argc, argv, &i);
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--tokenizer_config")) {
+      o.tokenizer_config = arg_value(argc, argv, &i);
+      continue;
+    }
     if (arg_is(argc, argv, &i, "--tied")) {
       o.tied = 1;
       continue;
@@ -123,6 +138,7 @@ int cmd_export_tiny(int argc, char **argv) {
     arg_unknown("export --tiny-test", a);
   }
   if (!out) die("export --tiny-test: -o OUT.gguf is required");
+  if (o.tokenizer_json && !vocab_set) o.n_vocab = 1; /* take the tokenizer's size */
   if (ff_set) {
     o.n_ff_exp = ff;
     if (!o.moe && !dense_ff_set) o.n_ff = ff;

@@ -21,6 +21,7 @@
 #include "gguf.h"
 #include "quant.h"
 #include "threadpool.h"
+#include "tokenizer.h"
 #include "util.h"
 
 q35_tiny_opts q35_tiny_default(void) {
@@ -267,13 +268,14 @@ int q35_tiny_write(const q35_tiny_opts *o, const char *path, q35_err *err) {
   if (bad) return q35_seterr(err, "tiny model: %s", bad);
 
   const char *arch = o->moe ? "qwen35moe" : "qwen35";
+  int V = o->n_vocab;
   gguf_writer *w = gguf_writer_new();
   keep k = {0};
   k.pool = q35_pool_new((int)sysconf(_SC_NPROCESSORS_ONLN));
   rng r = {o->seed * 0x2545F4914F6CDD1Dull + 12345};
   char key[128], name[128];
   int rc = -1;
-  const int H = o->n_embd, V = o->n_vocab, hd = o->head_dim, nh = o->n_head, nkv = o->n_head_kv;
+  const int H = o->n_embd, hd = o->head_dim, nh = o->n_head, nkv = o->n_head_kv;
   const int Hk = o->ssm_k_heads, Hv = o->ssm_v_heads, dk = o->ssm_head_dim, C = 2 * Hk * dk + Hv * dk;
   const int t_lin = o->type, t_down = o->type_down >= 0 ? o->type_down : o->type;
   const int t_out = o->type_output >= 0 ? o->type_output : o->type;
@@ -320,10 +322,21 @@ int q35_tiny_write(const q35_tiny_opts *o, const char *path, q35_err *err) {
   KU32("full_attention_interval", o->interval);
 #undef KU32
   if (o->tokenizer_json) {
-    rc = q35_seterr(err, "tiny model: --tokenizer is not supported yet");
+    /* a real tokenizer (e.g. Qwen3's tokenizer.json): the vocabulary is padded to --vocab, or
+     * --vocab is raised to the tokenizer's size */
+    q35_tokenizer *t = q35_tokenizer_from_json(o->tokenizer_json, o->tokenizer_config, err);
+    if (!t) goto done;
+    const int32_t nt = q35_tokenizer_n_vocab(t);
+    if (V < nt) V = nt; /* the embedding and output get the tokenizer's size */
+    int wrc = q35_tokenizer_write_gguf_padded(t, w, NULL, V > nt ? V : 0);
+    q35_tokenizer_free(t);
+    if (wrc) {
+      rc = q35_seterr(err, "tiny model: cannot write the tokenizer block");
+      goto done;
+    }
+  } else if (write_synthetic_vocab(w, V, err)) {
     goto done;
   }
-  if (write_synthetic_vocab(w, V, err)) goto done;
 
 #define T2(nm_, ty_, a_, b_, kind_) \
   if (add(w, &k, &r, nm_, ty_, 2, a_, b_, 1, kind_)) goto tensor_fail

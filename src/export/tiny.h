@@ -24,6 +24,7 @@ typedef struct q35_tiny_opts {
   int type_embd;           /* token_embd, -1: same as type */
   uint64_t seed;
   const char *tokenizer_json; /* NULL: a synthetic byte-level BPE vocabulary */
+  const char *tokenizer_config; /* tokenizer_config.json (chat template, specials), or NULL */
   int merged_gate_up;      /* write ffn_gate_up_exps instead of separate gate/up */
 } q35_tiny_opts;
 

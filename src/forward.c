@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "deltanet.h"
 #include "model.h"
 #include "quant.h"
 #include "util.h"
@@ -465,21 +466,7 @@ static void gdn_recur(void *vctx, int ith, int nth) {
       const float g = ssm_a[hv] * softplus(c->b->alpha[t * Hv + hv] + dt_bias[hv]);
       const float decay = expf(g);
       float *o = c->b->o + t * hp->ssm_d_inner + (size_t)hv * dv;
-      for (int j = 0; j < dv; j++) {
-        float *Sj = S + (size_t)j * dk;
-        float kv = 0.0f;
-        for (int a = 0; a < dk; a++) {
-          Sj[a] *= decay;
-          kv += Sj[a] * k[a];
-        }
-        const float d = beta * (v[j] - kv);
-        float oq = 0.0f;
-        for (int a = 0; a < dk; a++) {
-          Sj[a] += k[a] * d;
-          oq += Sj[a] * q[a];
-        }
-        o[j] = oq;
-      }
+      q35_delta_step(S, dv, dk, q, k, v, beta, decay, o);
       /* gated RMSNorm: norm over the head, times w, times silu(z) */
       const float *z = c->b->z + t * hp->ssm_d_inner + (size_t)hv * dv;
       double ss = 0.0;

@@ -1,0 +1,22 @@
+/*
+ * deltanet.h - one token of the gated delta rule for one value head (the hot loop of the
+ * Gated DeltaNet layers during decode and prefill).
+ *
+ * State S is [dv][dk] fp32 (row j = value index, contiguous over the key index). For each row:
+ *   S_j  *= decay;   kv = S_j . k;   d = beta * (v_j - kv);   S_j += d * k;   o_j = S_j . q
+ * The dot products over dk use 16 partial sums (element a goes to lane a mod 16, with fused
+ * multiply-add) reduced by a fixed tree (lane i += lane i+8, then +4, +2, +1). The scalar
+ * reference, the AVX2 path (two 8-lane registers) and the AVX-512 path (one 16-lane register)
+ * therefore give identical bits, and results never depend on the machine's SIMD level.
+ */
+#ifndef Q35_DELTANET_H
+#define Q35_DELTANET_H
+
+void q35_delta_step(float *S, int dv, int dk, const float *q, const float *k, const float *v, float beta, float decay,
+                    float *o);
+void q35_delta_step_ref(float *S, int dv, int dk, const float *q, const float *k, const float *v, float beta,
+                        float decay, float *o);
+/* The path q35_delta_step takes: "avx512", "avx2" or "scalar" (follows q35_simd_level()). */
+const char *q35_delta_level(void);
+
+#endif

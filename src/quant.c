@@ -800,6 +800,10 @@ static void overlay(q35_kernels *dst, const q35_kernels *src) {
     if (src->vec_dot[t]) dst->vec_dot[t] = src->vec_dot[t];
     if (src->quantize[t]) dst->quantize[t] = src->quantize[t];
     if (src->dequantize[t]) dst->dequantize[t] = src->dequantize[t];
+    /* a tile kernel must match the table's vec_dot: a level that brings a vec_dot without a
+     * tile drops the lower level's tile (the loop over vec_dot takes over) */
+    if (src->vec_dot[t]) dst->tile[t] = src->tile[t];
+    else if (src->tile[t]) dst->tile[t] = src->tile[t];
   }
 }
 
@@ -898,4 +902,33 @@ float q35_vec_dot(int type, int64_t n, const void *w, const void *x) {
 float q35_vec_dot_ref(int type, int64_t n, const void *w, const void *x) {
   const q35_kernels *k = kern_ref();
   return type_ok(type) && k->vec_dot[type] ? k->vec_dot[type](n, w, x) : NAN;
+}
+
+void q35_tile_run(const q35_kernels *k, int type, int64_t n, const void *w, size_t ws, int nr, const void *x,
+                  size_t xs, int nc, float *out, size_t ors, size_t ocs) {
+  if (nr <= 0 || nc <= 0) return;
+  if (type_ok(type) && k->tile[type]) {
+    k->tile[type](n, w, ws, nr, x, xs, nc, out, ors, ocs);
+    return;
+  }
+  const q35_vec_dot_fn f = type_ok(type) ? k->vec_dot[type] : NULL;
+  for (int r = 0; r < nr; r++)
+    for (int c = 0; c < nc; c++)
+      out[(size_t)r * ors + (size_t)c * ocs] =
+          f ? f(n, (const char *)w + (size_t)r * ws, (const char *)x + (size_t)c * xs) : NAN;
+}
+
+void q35_vec_dot_tile(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x,
+                      size_t x_stride, int nc, float *out, size_t out_stride) {
+  q35_tile_run(kern(), type, n, w, w_stride, nr, x, x_stride, nc, out, out_stride, 1);
+}
+
+void q35_vec_dot_tile_ex(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x,
+                         size_t x_stride, int nc, float *out, size_t out_rs, size_t out_cs) {
+  q35_tile_run(kern(), type, n, w, w_stride, nr, x, x_stride, nc, out, out_rs, out_cs);
+}
+
+void q35_vec_dot_tile_ref(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x,
+                          size_t x_stride, int nc, float *out, size_t out_stride) {
+  q35_tile_run(kern_ref(), type, n, w, w_stride, nr, x, x_stride, nc, out, out_stride, 1);
 }

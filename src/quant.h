@@ -65,6 +65,21 @@ void q35_quantize_row_ref(int type, const float *src, void *dst, int64_t n);
 float q35_vec_dot(int type, int64_t n, const void *w, const void *x);
 float q35_vec_dot_ref(int type, int64_t n, const void *w, const void *x);
 
+/* Tile product: out[r*out_stride + c] = q35_vec_dot(type, n, w + r*w_stride, x + c*x_stride) for
+ * r < nr, c < nc (strides in bytes for w and x, in floats for out). Bit-identical to calling
+ * q35_vec_dot for each pair (same SIMD level): the kernels keep every pair's float accumulation
+ * order and only share loads and weight decoding between pairs (register blocking), so results
+ * do not depend on nr, nc, strides or where a pair sits in the tile. */
+void q35_vec_dot_tile(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x,
+                      size_t x_stride, int nc, float *out, size_t out_stride);
+/* The reference twin: loops over q35_vec_dot_ref. */
+void q35_vec_dot_tile_ref(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x,
+                          size_t x_stride, int nc, float *out, size_t out_stride);
+/* As q35_vec_dot_tile with a general output layout: out[r*out_rs + c*out_cs] (in floats). E.g.
+ * token-major Y[t][row] (row stride ldy): out = &Y[0][row0], out_rs = 1, out_cs = ldy. */
+void q35_vec_dot_tile_ex(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x,
+                         size_t x_stride, int nc, float *out, size_t out_rs, size_t out_cs);
+
 /* Which SIMD level the dispatcher chose: "avx512", "avx2" or "scalar". Q35_SIMD=scalar|avx2
  * in the environment caps it (for tests and benchmarks). */
 const char *q35_simd_level(void);

@@ -9,6 +9,7 @@
 #ifndef Q35_QUANT_INTERNAL_H
 #define Q35_QUANT_INTERNAL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "quant.h"
@@ -94,6 +95,10 @@ static inline void q35_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t
 typedef float (*q35_vec_dot_fn)(int64_t n, const void *w, const void *x);
 typedef void (*q35_quantize_fn)(const float *src, void *dst, int64_t n);
 typedef void (*q35_dequantize_fn)(const void *src, float *dst, int64_t n);
+/* out[r*ors + c*ocs] = vec_dot(n, w + r*ws, x + c*xs) for r < nr, c < nc, bit-identical to the
+ * same level's vec_dot for every pair. */
+typedef void (*q35_tile_fn)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,
+                            float *out, size_t ors, size_t ocs);
 
 /* Kernel table: one entry per type id, NULL where the level has no special kernel (the
  * dispatcher falls back to the previous level, finally the reference). */
@@ -101,7 +106,12 @@ typedef struct {
   q35_vec_dot_fn vec_dot[Q35_TYPE_COUNT];
   q35_quantize_fn quantize[Q35_TYPE_COUNT];
   q35_dequantize_fn dequantize[Q35_TYPE_COUNT];
+  q35_tile_fn tile[Q35_TYPE_COUNT]; /* NULL: loop over this table's vec_dot (see q35_tile_run) */
 } q35_kernels;
+
+/* The tile product through a table: its tile kernel, or a loop over its vec_dot. */
+void q35_tile_run(const q35_kernels *k, int type, int64_t n, const void *w, size_t ws, int nr, const void *x,
+                  size_t xs, int nc, float *out, size_t ors, size_t ocs);
 
 /* The table for a level (0 scalar, 1 avx2, 2 avx512): -1 if this CPU lacks it. */
 int q35_kernels_get(int level, q35_kernels *out);

@@ -413,6 +413,38 @@ static void test_types(int level, const q35_kernels *k, const q35_kernels *ref) 
   }
 }
 
+/* SIMD dequantize == reference bit for bit on every fp16 / bf16 bit pattern (NaNs, infinities,
+ * subnormals included) and on Q8_0 / Q4_0 blocks of arbitrary bytes (any scale, -128 values),
+ * at odd addresses and lengths that leave a tail. */
+static void test_dequant_exact(int level, const q35_kernels *k, const q35_kernels *ref) {
+  const int n = 65536 + 5;
+  uint8_t *src = malloc(2 * (size_t)n + 1);
+  float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+  for (int i = 0; i < n; i++) put16(src + 1 + 2 * i, (uint16_t)(i * 40503u));
+  const int ht[2] = {Q35_TYPE_F16, Q35_TYPE_BF16};
+  for (int t = 0; t < 2; t++) {
+    memset(a, 0, sizeof(float) * n);
+    memset(b, 0xAB, sizeof(float) * n);
+    ref->dequantize[ht[t]](src + 1, a, n);
+    k->dequantize[ht[t]](src + 1, b, n);
+    CHECK(!memcmp(a, b, sizeof(float) * n), "level %d %s dequantize != reference on all bit patterns", level,
+          q35_type_name(ht[t]));
+  }
+  const int qt[2] = {Q35_TYPE_Q8_0, Q35_TYPE_Q4_0};
+  for (int t = 0; t < 2; t++) {
+    const int m = 32 * 300;
+    uint32_t st = 12345u + (uint32_t)t; /* own stream: leaves the shared one to the other tests */
+    for (size_t i = 0; i < 2 * (size_t)n + 1; i++) src[i] = (uint8_t)((st = st * 1664525u + 1013904223u) >> 24);
+    ref->dequantize[qt[t]](src + 1, a, m);
+    k->dequantize[qt[t]](src + 1, b, m);
+    CHECK(!memcmp(a, b, sizeof(float) * m), "level %d %s dequantize != reference on random bytes", level,
+          q35_type_name(qt[t]));
+  }
+  free(src);
+  free(a);
+  free(b);
+}
+
 static void test_public_api(void) {
   const char *lvl = q35_simd_level();
   CHECK(!strcmp(lvl, "scalar") || !strcmp(lvl, "avx2") || !strcmp(lvl, "avx512"), "simd level %s", lvl);
@@ -451,6 +483,7 @@ int main(void) {
     const int before = failures;
     test_act_simd(level, &k, &ref);
     test_q8_extremes(level, &k, &ref);
+    test_dequant_exact(level, &k, &ref);
     test_types(level, &k, &ref);
     printf("level %s: %s\n", names[level], failures == before ? "ok" : "FAILED");
   }

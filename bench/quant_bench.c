@@ -6,7 +6,7 @@
  * Build (from the repository root, after building the library in build-quant):
  *   gcc -O2 -std=gnu11 -pthread -Iinclude -Isrc bench/quant_bench.c build-quant/libq35.a \
  *       -ljansson -lpcre2-8 -lutf8proc -lm -o /tmp/quant_bench
- * Run: /tmp/quant_bench [MiB per matrix, default 256] [threads, default 1] [tile only: 1]
+ * Run: /tmp/quant_bench [MiB per matrix, default 256] [threads, default 1] [1: tile part only, 2: in-cache part only]
  *
  * Second part: the tile kernel (q35_vec_dot_tile) for prefill, a 2048 x 2048 weight matrix
  * times T = 64 and 512 activation rows, against the per-pair vec_dot loop it replaces, in
@@ -152,6 +152,10 @@ int main(int argc, char **argv) {
   const int nth = argc > 2 ? atoi(argv[2]) : 1;
   if (argc > 3 && atoi(argv[3]) == 1) {
     bench_tile();
+    return 0;
+  }
+  if (argc > 3 && atoi(argv[3]) == 2) {
+    bench_incache();
     return 0;
   }
   const int64_t n = 4096;

@@ -77,9 +77,18 @@ static void mm_run(void *ctx, int ith, int nth) {
   const mm_task *t = ctx;
   long n0, n1;
   q35_split(t->N, ith, nth, &n0, &n1);
-  for (long n = n0; n < n1; n++) {
-    const char *wr = t->w + (size_t)n * t->nb1;
-    for (int64_t j = 0; j < t->T; j++) t->y[j * t->ldy + n] = q35_vec_dot(t->type, t->K, wr, t->x + (size_t)j * t->ldx);
+  /* blocks of tokens x blocks of rows, so a token block's activations stay in cache while the
+   * thread's rows stream past; each output is still exactly one q35_vec_dot's value */
+  enum { TB = 32, RB = 16 };
+  for (int64_t j0 = 0; j0 < t->T; j0 += TB) {
+    const int64_t j1 = j0 + TB < t->T ? j0 + TB : t->T;
+    for (long nb = n0; nb < n1; nb += RB) {
+      const long ne = nb + RB < n1 ? nb + RB : n1;
+      /* register-blocked tile: bit-identical to one q35_vec_dot per (row, token) pair */
+      q35_vec_dot_tile_ex(t->type, t->K, t->w + (size_t)nb * t->nb1, t->nb1, (int)(ne - nb),
+                          t->x + (size_t)j0 * t->ldx, t->ldx, (int)(j1 - j0), t->y + j0 * t->ldy + nb, 1,
+                          (size_t)t->ldy);
+    }
   }
 }
 
@@ -141,7 +150,8 @@ typedef struct {
   int64_t T;              /* tokens in the step */
   float *x, *h, *tmp;     /* residual, normed, mixer/ffn output: [T][H] */
   char *xq;               /* converted activations (largest row kind) */
-  char *xq2;              /* a second conversion buffer */
+  char *xq2;              /* a second conversion buffer (MoE: activations gathered by expert) */
+  char *xq3;              /* MoE: expert hidden activations, converted */
   /* attention */
   float *qg, *k, *v, *o;  /* [T][nh*2hd], [T][nkv*hd] x2, [T][nh*hd] */
   float *att;             /* per thread: scores [grp][n_ctx] + acc [grp][hd] */
@@ -154,6 +164,7 @@ typedef struct {
   float *selw;            /* [T][k] weights */
   int32_t *elist, *ecount, *estart; /* per expert lists of (t*k + slot) */
   int32_t *active;        /* experts with at least one slot */
+  int32_t *inv;           /* slot -> its row in expert order */
   float *gu;              /* [T*k][2I] gate|up, or dense [T][2F] */
   float *act;             /* [T*k][I] or [T][F] */
   float *y;               /* [T*k][H] */
@@ -194,6 +205,7 @@ static void bufs_layout(q35_model *m, bufs *b, arena *a, int64_t T, int64_t max_
   b->tmp = arena_get(a, T * H * 4);
   b->xq = arena_get(a, (size_t)(T * k) * rb);
   b->xq2 = arena_get(a, (size_t)(T * k) * rb);
+  b->xq3 = arena_get(a, (size_t)(T * k) * rb);
   b->qg = arena_get(a, T * nh * 2 * hd * 4);
   b->k = arena_get(a, T * nkv * hd * 4);
   b->v = arena_get(a, T * nkv * hd * 4);
@@ -212,6 +224,7 @@ static void bufs_layout(q35_model *m, bufs *b, arena *a, int64_t T, int64_t max_
   b->ecount = arena_get(a, (E + 1) * 4);
   b->estart = arena_get(a, (E + 1) * 4);
   b->active = arena_get(a, (E + 1) * 4);
+  b->inv = arena_get(a, T * k * 4);
   b->gu = arena_get(a, T * k * 2 * I * 4);
   b->act = arena_get(a, T * k * I * 4);
   b->y = arena_get(a, T * k * H * 4);
@@ -550,42 +563,72 @@ static void moe_mm(void *vctx, int ith, int nth) {
   const q35_hparams *hp = &c->m->hp;
   const q35_layer *L = c->L;
   bufs *b = c->b;
-  const int I = hp->n_ff_exp, H = hp->n_embd, k = hp->n_expert_used;
-  const int rows_per = c->phase == 0 ? 2 * I : H;
+  const int I = hp->n_ff_exp, H = hp->n_embd;
+  enum { RB = 16, CB = 32 };
+  /* units: (active expert, block of RB weight rows); phase 0 has gate blocks then up blocks */
+  const int nbh = (I + RB - 1) / RB;
+  const int nblk = c->phase == 0 ? 2 * nbh : (H + RB - 1) / RB;
   long u0, u1;
-  q35_split((long)c->n_active * rows_per, ith, nth, &u0, &u1);
+  q35_split((long)c->n_active * nblk, ith, nth, &u0, &u1);
   const size_t ldx = c->phase == 0 ? q35_row_size(q35_vec_dot_type(L->gate_up_exps.data ? L->gate_up_exps.type
                                                                                          : L->gate_exps.type), H)
                                    : q35_row_size(q35_vec_dot_type(L->down_exps.type), I);
   for (long u = u0; u < u1; u++) {
-    const int e = c->active[u / rows_per];
-    const int r = (int)(u % rows_per);
+    const int e = c->active[u / nblk], blk = (int)(u % nblk);
     const q35_tensor *w;
     const char *wr;
+    int r0, r1, ocol; /* rows [r0, r1) of the block; output column of row r0 */
+    int64_t K, ldo;
+    float *out;
+    const char *x;
     if (c->phase == 0) {
+      const int part = blk >= nbh; /* 0: gate, 1: up */
+      r0 = (blk % nbh) * RB;
+      r1 = r0 + RB < I ? r0 + RB : I;
       if (L->gate_up_exps.data) {
         w = &L->gate_up_exps;
-        wr = (const char *)w->data + (size_t)e * w->nb2 + (size_t)r * w->nb1;
+        wr = (const char *)w->data + (size_t)e * w->nb2 + (size_t)(part * I + r0) * w->nb1;
       } else {
-        w = r < I ? &L->gate_exps : &L->up_exps;
-        wr = (const char *)w->data + (size_t)e * w->nb2 + (size_t)(r % I) * w->nb1;
+        w = part ? &L->up_exps : &L->gate_exps;
+        wr = (const char *)w->data + (size_t)e * w->nb2 + (size_t)r0 * w->nb1;
       }
+      ocol = part * I + r0;
+      K = H;
+      ldo = 2 * I;
+      out = b->gu;
+      x = b->xq2;
     } else {
+      r0 = blk * RB;
+      r1 = r0 + RB < H ? r0 + RB : H;
       w = &L->down_exps;
-      wr = (const char *)w->data + (size_t)e * w->nb2 + (size_t)r * w->nb1;
+      wr = (const char *)w->data + (size_t)e * w->nb2 + (size_t)r0 * w->nb1;
+      ocol = r0;
+      K = I;
+      ldo = H;
+      out = b->y;
+      x = b->xq3;
     }
-    const int32_t *lst = b->elist + b->estart[e];
-    for (int32_t q = 0; q < b->ecount[e]; q++) {
-      const int32_t slot = lst[q]; /* t * k + j */
-      if (c->phase == 0) {
-        const char *x = b->xq + (size_t)(slot / k) * ldx;
-        b->gu[(size_t)slot * 2 * I + r] = q35_vec_dot(w->type, H, wr, x);
-      } else {
-        const char *x = b->xq2 + (size_t)slot * ldx;
-        b->y[(size_t)slot * H + r] = q35_vec_dot(w->type, I, wr, x);
-      }
+    /* this expert's slots are rows [estart, estart + ecount) of the gathered activations */
+    for (int32_t c0 = 0; c0 < b->ecount[e]; c0 += CB) {
+      const int32_t i0 = b->estart[e] + c0, nc = b->ecount[e] - c0 < CB ? b->ecount[e] - c0 : CB;
+      q35_vec_dot_tile_ex(w->type, K, wr, w->nb1, r1 - r0, x + (size_t)i0 * ldx, ldx, nc,
+                          out + (size_t)i0 * ldo + ocol, 1, (size_t)ldo);
     }
   }
+}
+
+/* Gather the converted activation row of each slot's token, in expert order. */
+typedef struct {
+  bufs *b;
+  int64_t n, k;
+  size_t ld;
+} gather_ctx;
+
+static void gather_run(void *vctx, int ith, int nth) {
+  gather_ctx *g = vctx;
+  long i0, i1;
+  q35_split(g->n, ith, nth, &i0, &i1);
+  for (long i = i0; i < i1; i++) memcpy(g->b->xq2 + (size_t)i * g->ld, g->b->xq + (size_t)(g->b->elist[i] / g->k) * g->ld, g->ld);
 }
 
 typedef struct {
@@ -627,16 +670,19 @@ static void layer_moe(q35_model *m, const q35_layer *L, bufs *b) {
     const int e = b->sel[s];
     b->elist[b->estart[e] + b->ecount[e]++] = (int32_t)s;
   }
-  /* gate + up for every routed (token, slot) */
+  for (int64_t i = 0; i < T * k; i++) b->inv[b->elist[i]] = (int32_t)i;
+  /* gate + up for every routed (token, slot), on the activations gathered in expert order */
   const int gtype = L->gate_up_exps.data ? L->gate_up_exps.type : L->gate_exps.type;
   qact xa = {-1, NULL, 0};
   qact_make(m, &xa, q35_vec_dot_type(gtype), b->h, H, H, T, b->xq);
+  gather_ctx ga = {b, T * k, k, xa.ld};
+  q35_pool_run(m->pool, gather_run, &ga);
   c->phase = 0;
   q35_pool_run(m->pool, moe_mm, c);
   swiglu_ctx sw = {b, T * k, I, b->gu, b->act};
   q35_pool_run(m->pool, swiglu_run, &sw);
   qact aa = {-1, NULL, 0};
-  qact_make(m, &aa, q35_vec_dot_type(L->down_exps.type), b->act, I, I, T * k, b->xq2);
+  qact_make(m, &aa, q35_vec_dot_type(L->down_exps.type), b->act, I, I, T * k, b->xq3);
   c->phase = 1;
   q35_pool_run(m->pool, moe_mm, c);
   /* shared expert */
@@ -665,7 +711,7 @@ static void layer_moe(q35_model *m, const q35_layer *L, bufs *b) {
     for (int64_t i = 0; i < H; i++) out[i] = 0.0f;
     for (int64_t j = 0; j < k; j++) {
       const float w = b->selw[t * k + j];
-      const float *y = b->y + (t * k + j) * H;
+      const float *y = b->y + (int64_t)b->inv[t * k + j] * H;
       for (int64_t i = 0; i < H; i++) out[i] += y[i] * w;
     }
     if (Is > 0) {

@@ -383,10 +383,8 @@ static void layer_attention(q35_model *m, const q35_layer *L, bufs *b, q35_fwd_r
   qact xa = {-1, NULL, 0};
   qact_make(m, &xa, q35_vec_dot_type(L->wq.type), b->h, hp->n_embd, hp->n_embd, T, b->xq);
   matmul(m, &L->wq, &xa, T, b->qg, nh * 2 * hd);
-  if (q35_vec_dot_type(L->wk.type) != xa.type) xa.type = -1;
   qact_make(m, &xa, q35_vec_dot_type(L->wk.type), b->h, hp->n_embd, hp->n_embd, T, b->xq);
   matmul(m, &L->wk, &xa, T, b->k, nkv * hd);
-  if (q35_vec_dot_type(L->wv.type) != xa.type) xa.type = -1;
   qact_make(m, &xa, q35_vec_dot_type(L->wv.type), b->h, hp->n_embd, hp->n_embd, T, b->xq);
   matmul(m, &L->wv, &xa, T, b->v, nkv * hd);
   attn_ctx c = {m, L, b, rows, row_start};
@@ -500,7 +498,6 @@ static void layer_deltanet(q35_model *m, const q35_layer *L, bufs *b, q35_fwd_ro
   float *outs[4] = {b->qkv, b->z, b->beta, b->alpha};
   const int64_t lds[4] = {C, hp->ssm_d_inner, Hv, Hv};
   for (int i = 0; i < 4; i++) {
-    if (xa.type != q35_vec_dot_type(ws[i]->type)) xa.type = -1;
     qact_make(m, &xa, q35_vec_dot_type(ws[i]->type), b->h, H, H, T, b->xq);
     matmul(m, ws[i], &xa, T, outs[i], lds[i]);
   }
@@ -649,6 +646,19 @@ static void swiglu_run(void *vctx, int ith, int nth) {
   }
 }
 
+/* out = down(silu(gate h) * up h) for the normed activations b->h; xa caches their conversion. */
+static void swiglu_ffn(q35_model *m, const q35_tensor *gate, const q35_tensor *up, const q35_tensor *down, bufs *b,
+                       qact *xa, float *out) {
+  const int64_t T = b->T, H = m->hp.n_embd, F = gate->ne[1];
+  qact_make(m, xa, q35_vec_dot_type(gate->type), b->h, H, H, T, b->xq);
+  matmul(m, gate, xa, T, b->gu, 2 * F);
+  qact_make(m, xa, q35_vec_dot_type(up->type), b->h, H, H, T, b->xq);
+  matmul(m, up, xa, T, b->gu + F, 2 * F);
+  swiglu_ctx s = {b, T, F, b->gu, b->act};
+  q35_pool_run(m->pool, swiglu_run, &s);
+  matmul_f(m, down, b->act, F, T, out, H, b->xq2);
+}
+
 static void layer_moe(q35_model *m, const q35_layer *L, bufs *b) {
   const q35_hparams *hp = &m->hp;
   const int64_t T = b->T, H = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used, I = hp->n_ff_exp;
@@ -688,17 +698,7 @@ static void layer_moe(q35_model *m, const q35_layer *L, bufs *b) {
   /* shared expert */
   const int64_t Is = hp->n_ff_shexp;
   if (Is > 0) {
-    if (xa.type != q35_vec_dot_type(L->gate_shexp.type)) xa.type = -1;
-    qact_make(m, &xa, q35_vec_dot_type(L->gate_shexp.type), b->h, H, H, T, b->xq);
-    matmul(m, &L->gate_shexp, &xa, T, b->gu, 2 * Is);
-    if (xa.type != q35_vec_dot_type(L->up_shexp.type)) {
-      xa.type = -1;
-      qact_make(m, &xa, q35_vec_dot_type(L->up_shexp.type), b->h, H, H, T, b->xq);
-    }
-    matmul(m, &L->up_shexp, &xa, T, b->gu + Is, 2 * Is);
-    swiglu_ctx s2 = {b, T, Is, b->gu, b->act};
-    q35_pool_run(m->pool, swiglu_run, &s2);
-    matmul_f(m, &L->down_shexp, b->act, Is, T, b->sh, H, b->xq2);
+    swiglu_ffn(m, &L->gate_shexp, &L->up_shexp, &L->down_shexp, b, &xa, b->sh);
     if (L->shexp_gate.data) {
       q35_tensor g = L->shexp_gate;
       g.ne[1] = 1;
@@ -723,19 +723,8 @@ static void layer_moe(q35_model *m, const q35_layer *L, bufs *b) {
 }
 
 static void layer_dense_ffn(q35_model *m, const q35_layer *L, bufs *b) {
-  const q35_hparams *hp = &m->hp;
-  const int64_t T = b->T, H = hp->n_embd, F = hp->n_ff;
   qact xa = {-1, NULL, 0};
-  qact_make(m, &xa, q35_vec_dot_type(L->ffn_gate.type), b->h, H, H, T, b->xq);
-  matmul(m, &L->ffn_gate, &xa, T, b->gu, 2 * F);
-  if (xa.type != q35_vec_dot_type(L->ffn_up.type)) {
-    xa.type = -1;
-    qact_make(m, &xa, q35_vec_dot_type(L->ffn_up.type), b->h, H, H, T, b->xq);
-  }
-  matmul(m, &L->ffn_up, &xa, T, b->gu + F, 2 * F);
-  swiglu_ctx s = {b, T, F, b->gu, b->act};
-  q35_pool_run(m->pool, swiglu_run, &s);
-  matmul_f(m, &L->ffn_down, b->act, F, T, b->tmp, H, b->xq2);
+  swiglu_ffn(m, &L->ffn_gate, &L->ffn_up, &L->ffn_down, b, &xa, b->tmp);
 }
 
 /* ------------------------------------------------------------------------------------------ */

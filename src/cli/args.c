@@ -101,3 +101,10 @@ void die(const char *fmt, ...) {
   va_end(ap);
   exit(2);
 }
+
+q35_kv_type arg_kv(const char *v) {
+  if (!strcmp(v, "f32")) return Q35_KV_F32;
+  if (!strcmp(v, "f16")) return Q35_KV_F16;
+  if (!strcmp(v, "q8_0")) return Q35_KV_Q8_0;
+  die("--kv: '%s' is not f32, f16 or q8_0", v);
+}

@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include "q35.h"
+
 /* Does argv[*i] name flag `name` (given with underscores; '-' and '_' are interchangeable
  * after the leading dashes)? If the argument has the form --flag=value, the value is kept
  * for the next arg_value call. */
@@ -20,6 +22,8 @@ const char *arg_value(int argc, char **argv, int *i);
 /* Strict numeric parsing; on error print "q35 CMD: FLAG: ..." to stderr and exit(2). */
 int64_t arg_int(const char *flag, const char *v, int64_t lo, int64_t hi);
 double arg_double(const char *flag, const char *v);
+/* A KV cache type name (f32, f16, q8_0); exits(2) naming --kv otherwise. */
+q35_kv_type arg_kv(const char *v);
 /* Parse "1,2,3" (or space-separated) into a malloc'ed array; exits(2) on bad input. */
 int32_t *arg_ids(const char *flag, const char *v, int32_t *n);
 /* Print "q35 CMD: unknown option X (see q35 CMD --help)" and exit(2). */

@@ -57,11 +57,7 @@ int cmd_bench(int argc, char **argv) {
     } else if (arg_is(argc, argv, &i, "--chunk")) {
       chunk = (int)arg_int("--chunk", arg_value(argc, argv, &i), 1, 1 << 22);
     } else if (arg_is(argc, argv, &i, "--kv")) {
-      const char *v = arg_value(argc, argv, &i);
-      if (!strcmp(v, "f32")) kv = Q35_KV_F32;
-      else if (!strcmp(v, "f16")) kv = Q35_KV_F16;
-      else if (!strcmp(v, "q8_0")) kv = Q35_KV_Q8_0;
-      else die("--kv: '%s' is not f32, f16 or q8_0", v);
+      kv = arg_kv(arg_value(argc, argv, &i));
     } else if (arg_is(argc, argv, &i, "--json")) {
       json = 1;
     } else {

@@ -44,11 +44,7 @@ int cmd_logits(int argc, char **argv) {
     } else if (arg_is(argc, argv, &i, "--ctx")) {
       ctx = (int)arg_int("--ctx", arg_value(argc, argv, &i), 1, 1 << 24);
     } else if (arg_is(argc, argv, &i, "--kv")) {
-      const char *v = arg_value(argc, argv, &i);
-      if (!strcmp(v, "f32")) kv = Q35_KV_F32;
-      else if (!strcmp(v, "f16")) kv = Q35_KV_F16;
-      else if (!strcmp(v, "q8_0")) kv = Q35_KV_Q8_0;
-      else die("--kv: '%s' is not f32, f16 or q8_0", v);
+      kv = arg_kv(arg_value(argc, argv, &i));
     } else {
       arg_unknown("logits", argv[i]);
     }

@@ -100,11 +100,7 @@ int cmd_run(int argc, char **argv) {
     } else if (arg_is(argc, argv, &i, "--chunk")) {
       o.chunk = (int)arg_int("--chunk", arg_value(argc, argv, &i), 1, 1 << 24);
     } else if (arg_is(argc, argv, &i, "--kv")) {
-      const char *v = arg_value(argc, argv, &i);
-      if (!strcmp(v, "f32")) o.kv = Q35_KV_F32;
-      else if (!strcmp(v, "f16")) o.kv = Q35_KV_F16;
-      else if (!strcmp(v, "q8_0")) o.kv = Q35_KV_Q8_0;
-      else die("--kv: '%s' is not f32, f16 or q8_0", v);
+      o.kv = arg_kv(arg_value(argc, argv, &i));
     } else if (arg_is(argc, argv, &i, "--warmup")) {
       o.warmup = (int)arg_int("--warmup", arg_value(argc, argv, &i), 0, 1000);
     } else if (arg_is(argc, argv, &i, "--num_iters")) {

@@ -101,12 +101,21 @@ int cmd_sample(int argc, char **argv) {
     die("sample: --logits FILE is required");
   }
   if (V <= 0) die("sample: --vocab V is required");
-  if (n_prompt > n_hist) die("sample: --n_prompt %lld exceeds the --history length %d",
-                             (long long)n_prompt, (int)n_hist);
+  if (n_prompt > n_hist) {
+    free(hist);
+    die("sample: --n_prompt %lld exceeds the --history length %d", (long long)n_prompt, (int)n_hist);
+  }
   for (int32_t j = 0; j < n_hist; j++)
-    if (hist[j] >= V) die("sample: --history token %d out of range [0, %lld)", (int)hist[j], (long long)V);
+    if (hist[j] >= V) {
+      const int bad = hist[j];
+      free(hist);
+      die("sample: --history token %d out of range [0, %lld)", bad, (long long)V);
+    }
   q35_err err;
-  if (q35_sampling_validate(&p, &err)) die("sample: %s", err.msg);
+  if (q35_sampling_validate(&p, &err)) {
+    free(hist);
+    die("sample: %s", err.msg);
+  }
   if (!have_seed) p.seed = q35_random_seed();
 
   FILE *f = fopen(path, "rb");

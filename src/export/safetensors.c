@@ -171,7 +171,7 @@ static int add_file(st_set *s, const char *path, q35_err *err) {
                            "truncated file?", path, key, (unsigned long long)o0, (unsigned long long)o1, dsize);
       break;
     }
-    if (esize && (uint64_t)n * esize != o1 - o0) {
+    if (esize && ((uint64_t)n > (o1 - o0) / esize || (uint64_t)n * esize != o1 - o0)) {
       rc = q35_seterr(err, "%s: tensor '%s': shape holds %lld %s elements (%llu bytes) but data_offsets span %llu "
                            "bytes", path, key, (long long)n, t->dtype_name, (unsigned long long)n * esize,
                       (unsigned long long)(o1 - o0));

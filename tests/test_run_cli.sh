@@ -7,7 +7,8 @@
 #     (npm `tokenizers`, tests/tools/tok_hf.mjs);
 #   - --prompt_file, stdin and the anchor's flag names (--model_path, --prompt, --tokenizer_path)
 #     give the same output as -p for the same seed;
-#   - text output == HF decode of the --print-ids output up to the first end-of-generation token;
+#   - text output == HF decode of the --print-ids output up to the first end-of-generation token,
+#     and on a synthetic 300-token vocabulary a sampled EOG token stops the text there;
 #   - --chat with two lines on stdin: two turns, exit 0, and the output equals two cold runs of
 #     the conversations rendered by @huggingface/jinja (the second turn's messages include the
 #     first reply), with the per-turn seeds (seed + turn);
@@ -136,6 +137,36 @@ print(",".join(out))' "$(cat "$W/ids.out")" "$EOG")
   fi
 else
   fail "--print-ids run failed (exit $(rc ids)) or no EOG ids"
+fi
+
+# ---- generation stops at an end-of-generation token (a synthetic 300-token vocabulary, where
+# sampling at temperature 2 reaches <|im_end|> / <|endoftext|> within 200 tokens for some seed) ----
+S=$W/s.gguf
+"$Q35" export --tiny-test -o "$S" --vocab 300 --embd 64 --heads 2 --kv-heads 1 --head-dim 32 --rot 8 \
+  --ssm-k-heads 2 --ssm-v-heads 4 --ssm-head-dim 16 --ff 32 --shexp-ff 32 --seed 5 >"$W/export2.log" 2>&1 ||
+  fail "export of the synthetic-vocabulary model: $(tail -2 "$W/export2.log")"
+SEOG=$("$Q35" tokenize -m "$S" --text "<|im_end|><|endoftext|>" | tr ' ' ',')
+found=
+for seed in 1 2 3 4 5 6 7 8; do
+  "$Q35" run -m "$S" -p "hello world" -n 200 --temperature 2 --seed $seed -t 1 --print-ids >"$W/e.out" 2>/dev/null || break
+  k=$("$PY" -c '
+import sys
+ids = sys.argv[1].split(); eog = set(sys.argv[2].split(","))
+print(next((i for i, t in enumerate(ids) if t in eog), -1))' "$(cat "$W/e.out")" "$SEOG")
+  if [ "$k" -gt 0 ]; then found=$seed; break; fi
+done
+if [ -z "$found" ]; then
+  fail "no end-of-generation token ($SEOG) in 200 sampled tokens for seeds 1-8: cannot check the stop"
+else
+  CUT=$(cut -d' ' -f1-"$k" "$W/e.out" | tr ' ' ',')
+  { "$Q35" detokenize -m "$S" --ids "$CUT"; printf '\n'; } >"$W/e_detok.txt"
+  q etext -m "$S" -p "hello world" -n 200 --temperature 2 --seed $found -t 1
+  G=$(tail -1 "$W/etext.err" | "$PY" -c 'import json,sys; print(json.loads(sys.stdin.read())["generated_tokens"])' 2>/dev/null)
+  if [ "$(rc etext)" = 0 ] && cmp -s "$W/e_detok.txt" "$W/etext.out" && { [ "$G" = "$k" ] || [ "$G" = $((k + 1)) ]; }; then
+    ok "text stops at the EOG token sampled at position $k (seed $found): output == detokenize(ids before it), generated_tokens $G"
+  else
+    fail "EOG stop (seed $found, EOG at $k, generated_tokens ${G:-?}): text output differs from detokenize of the ids before the EOG"
+  fi
 fi
 
 # ---- flag spellings ----

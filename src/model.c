@@ -389,6 +389,12 @@ int q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, int32_t c
   if (n < 1) return q35_seterr(err, "no tokens to evaluate");
   if (chunk <= 0 || chunk > n) chunk = n;
   const int V = s->model->hp.n_vocab;
+  /* validate everything before the first chunk runs, so a refused call leaves the session as it was */
+  if ((int64_t)s->pos + n > s->params.n_ctx)
+    return q35_seterr(err, "%d tokens at position %d exceed the context limit of %d tokens (raise --ctx)", n, s->pos,
+                      s->params.n_ctx);
+  for (int32_t i = 0; i < n; i++)
+    if (tokens[i] < 0 || tokens[i] >= V) return q35_seterr(err, "token id %d is out of range [0, %d)", tokens[i], V);
   for (int32_t i = 0; i < n; i += chunk) {
     int32_t c = n - i < chunk ? n - i : chunk;
     int last = i + c == n;

@@ -168,11 +168,12 @@ static q35_tokenizer *load_tokenizer(const run_opts *o, char **tmpl, char **bos,
   return t;
 }
 
-static void print_stats(const run_opts *o, q35_model *m, double load_s, const iter_stats *sum, int runs, uint64_t seed) {
+/* sample_s: seconds in the sampling head per run */
+static void print_stats(const run_opts *o, double load_s, const iter_stats *sum, double sample_s, uint64_t seed) {
   const double k = o->iters;
   const double pf = sum->prefill_s > 0 ? sum->n_prompt / (sum->prefill_s / k) : 0;
   const double dec = sum->n_gen > 1 && sum->decode_s > 0 ? (sum->n_gen - 1) / (sum->decode_s / k) : 0;
-  const double samp_ms = 1e3 * q35_model_sample_seconds(m) / runs;
+  const double samp_ms = 1e3 * sample_s;
   fprintf(stderr,
           "load: %.3f s | prompt: %d tokens, prefill %.2f tok/s | time to first token: %.3f s | "
           "generated: %d tokens, decode %.2f tok/s | sampling: %.3f ms\n",
@@ -203,8 +204,8 @@ int run_main(const run_opts *o) {
   } else if (o->tokens_s) {
     prompt = arg_ids("--tokens", o->tokens_s, &n_prompt);
   } else {
-    char *text;
-    size_t len;
+    char *text = NULL;
+    size_t len = 0;
     if (o->prompt) {
       text = strdup(o->prompt);
       len = strlen(text);
@@ -212,32 +213,26 @@ int run_main(const run_opts *o) {
       FILE *f = !o->prompt_file || !strcmp(o->prompt_file, "-") ? stdin : fopen(o->prompt_file, "rb");
       if (!f) {
         fprintf(stderr, "q35 run: cannot open prompt file %s\n", o->prompt_file);
-        q35_tokenizer_free(tok);
-        return 1;
+        goto early_fail;
       }
       text = read_all(f, &len);
       if (f != stdin) fclose(f);
     }
-    int rc = q35_tokenize(tok, text, len, &prompt, &n_prompt, &err);
+    int trc = q35_tokenize(tok, text, len, &prompt, &n_prompt, &err);
     free(text);
-    if (rc) {
+    if (trc) {
       fprintf(stderr, "q35 run: prompt: %s\n", err.msg);
-      q35_tokenizer_free(tok);
-      return 1;
+      goto early_fail;
     }
     if (n_prompt == 0) {
       fprintf(stderr, "q35 run: the prompt is empty\n");
-      q35_tokenizer_free(tok);
-      free(prompt);
-      return 1;
+      goto early_fail;
     }
   }
   if (!o->chat && n_prompt + (o->print_ids ? o->n_new : 1) > o->ctx) {
     fprintf(stderr, "q35 run: the prompt (%d tokens) plus %d new tokens exceed the context limit of %d (raise --ctx)\n",
-            n_prompt, o->n_new, o->ctx);
-    free(prompt);
-    q35_tokenizer_free(tok);
-    return 1;
+            n_prompt, o->print_ids ? o->n_new : 1, o->ctx);
+    goto early_fail;
   }
   double t0 = q35_now();
   q35_model_params mp = q35_model_default_params();
@@ -246,16 +241,14 @@ int run_main(const run_opts *o) {
   q35_model *m = q35_model_load(o->model, &mp, &err);
   if (!m) {
     fprintf(stderr, "q35 run: %s\n", err.msg);
-    free(prompt);
-    return 1;
+    goto early_fail;
   }
   const double load_s = q35_now() - t0;
   for (int32_t i = 0; i < n_prompt; i++)
     if (prompt[i] < 0 || prompt[i] >= q35_model_n_vocab(m)) {
       fprintf(stderr, "q35 run: prompt token id %d is out of range [0, %d)\n", prompt[i], q35_model_n_vocab(m));
       q35_model_free(m);
-      free(prompt);
-      return 1;
+      goto early_fail;
     }
   q35_session_params sp = q35_session_default_params();
   sp.n_ctx = o->ctx;
@@ -264,8 +257,7 @@ int run_main(const run_opts *o) {
   if (!s) {
     fprintf(stderr, "q35 run: %s\n", err.msg);
     q35_model_free(m);
-    free(prompt);
-    return 1;
+    goto early_fail;
   }
   q35_sampling samp = o->sp;
   samp.seed = o->seed < 0 ? q35_random_seed() : (uint64_t)o->seed;
@@ -309,7 +301,7 @@ int run_main(const run_opts *o) {
       sum.n_gen = st.n_gen;
     }
   }
-  if (rc == 0 && o->stats) print_stats(o, m, load_s, &sum, runs, samp.seed);
+  if (rc == 0 && o->stats) print_stats(o, load_s, &sum, q35_model_sample_seconds(m) / runs, samp.seed);
   free(ids);
   free(sink.text);
   q35_detok_free(sink.dt);
@@ -321,6 +313,13 @@ int run_main(const run_opts *o) {
   q35_session_free(s);
   q35_model_free(m);
   return rc;
+early_fail:
+  free(prompt);
+  q35_tokenizer_free(tok);
+  free(tmpl);
+  free(bos);
+  free(eos);
+  return 1;
 }
 
 /* Interactive chat: each line on stdin is a user turn. The conversation is re-rendered with
@@ -366,10 +365,13 @@ static int run_chat(const run_opts *o, q35_model *m, q35_session *s, const q35_t
       if (reuse && q35_session_restore(s, snap, &err) == 0) from = n_held;
       else q35_session_reset(s);
       int base_ok = nb <= nf && !memcmp(tb, tf, sizeof(int32_t) * (size_t)nb);
+      const int32_t from0 = from;
+      const double tb0 = q35_now();
       if (base_ok && nb > from) {
         if (q35_session_eval(s, tf + from, nb - from, o->chunk, NULL, 0, &err)) rc = 1;
         from = nb;
       }
+      const double t_hist = q35_now() - tb0; /* part of this turn's prefill */
       if (rc == 0 && base_ok) {
         q35_snapshot_free(snap);
         snap = q35_session_snapshot(s, &err);
@@ -384,17 +386,23 @@ static int run_chat(const run_opts *o, q35_model *m, q35_session *s, const q35_t
       q35_sampling sp = *samp;
       sp.seed = samp->seed + draws; /* each turn its own stream */
       if (rc == 0 && (from == nf ? (q35_session_reset(s), 0) : 0)) rc = 1;
+      const double ts0 = q35_model_sample_seconds(m);
       if (rc == 0 && generate(m, s, o, &sp, tf, nf, from == nf ? 0 : from, ids, 0, &sink, &st)) rc = 1;
+      if (from != nf) { /* the history prefill belongs to this turn's prompt and time to first token */
+        st.n_prompt += from - from0;
+        st.prefill_s += t_hist;
+        st.ttft_s += t_hist;
+      }
+      const double turn_sample_s = q35_model_sample_seconds(m) - ts0;
       printf("\n");
       fflush(stdout);
       draws++;
       if (rc == 0) {
         json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "assistant", "content", sink.text ? sink.text : ""));
         if (o->stats) {
-          iter_stats one = st;
           run_opts oo = *o;
           oo.iters = 1;
-          print_stats(&oo, m, load_s, &one, 1, sp.seed);
+          print_stats(&oo, load_s, &st, turn_sample_s, sp.seed);
         }
       }
     }

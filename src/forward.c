@@ -84,7 +84,13 @@ static void mm_run(void *ctx, int ith, int nth) {
     const int64_t j1 = j0 + TB < t->T ? j0 + TB : t->T;
     for (long nb = n0; nb < n1; nb += RB) {
       const long ne = nb + RB < n1 ? nb + RB : n1;
-      /* register-blocked tile: bit-identical to one q35_vec_dot per (row, token) pair */
+      /* register-blocked tile: bit-identical to one q35_vec_dot per (row, token) pair; a single
+       * token (decode) goes straight to the row kernels */
+      if (j1 - j0 == 1) {
+        for (long n = nb; n < ne; n++)
+          t->y[j0 * t->ldy + n] = q35_vec_dot(t->type, t->K, t->w + (size_t)n * t->nb1, t->x + (size_t)j0 * t->ldx);
+        continue;
+      }
       q35_vec_dot_tile_ex(t->type, t->K, t->w + (size_t)nb * t->nb1, t->nb1, (int)(ne - nb),
                           t->x + (size_t)j0 * t->ldx, t->ldx, (int)(j1 - j0), t->y + j0 * t->ldy + nb, 1,
                           (size_t)t->ldy);

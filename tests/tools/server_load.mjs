@@ -407,7 +407,7 @@ async function round(n) {
     `${st.slowReads}), unseeded ${st.unseeded}, aborted mid-stream ${st.aborted}, invalid ${st.invalid} ` +
     `(connection closed on oversized ${st.connErrors}), 429 ${st.rejected429}, errors ${st.errors}, ` +
     `hangs ${st.hangs}; VmHWM ${(mem.hwm / 1024).toFixed(1)} MB, VmRSS ${(mem.rss / 1024).toFixed(1)} MB`);
-  return { st, mem };
+  return { st, mem, secs };
 }
 
 // ---- main ------------------------------------------------------------------------------------
@@ -447,7 +447,7 @@ for (const { st } of [r1, r2]) {
 }
 const total = r1.st.requests + r2.st.requests;
 const errs = r1.st.errors + r2.st.errors;
-console.log(`total: ${nClients} clients, ${total} requests, ${(2 * roundMs / 1000).toFixed(0)} s of load, ` +
+console.log(`total: ${nClients} clients, ${total} requests, ${(r1.secs + r2.secs).toFixed(1)} s of load, ` +
   `errors ${errs}, 429 ${r1.st.rejected429 + r2.st.rejected429}`);
 for (const [k, n] of failNotes) console.error(`  ${n}x ${k}`);
 process.exit(failures ? 1 : 0);

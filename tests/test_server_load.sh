@@ -49,16 +49,6 @@ Q35_URL="http://127.0.0.1:$port" Q35_PID=$pid Q35_MODEL_ID=tiny.gguf Q35_CTX=$CT
   Q35_RSS_MARGIN_MB=$MARGIN_MB NODE_PATH="$Q35_SRC/tests/node_modules" \
   timeout 240 node "$Q35_SRC/tests/tools/server_load.mjs" || rc=$?
 if ! kill -0 "$pid" 2>/dev/null; then
-  # Known bug (src/server/sched.c hold_release): memmove(q->hold, q->hold + keep_from, 0) while
-  # q->hold is still NULL (a sequence whose first tokens decode to no text yet) is undefined; the
-  # UBSan build stops the server there under this load. PENDING until fixed (Q35_TEST_PENDING=1
-  # makes it a failure); any other death or sanitizer report fails.
-  if [ "${Q35_TEST_PENDING:-0}" != 1 ] &&
-    grep -qE 'sched\.c:[0-9]+:[0-9]+: runtime error: null pointer passed as argument 1' "$tmp/server.log" &&
-    [ "$(grep -cE 'runtime error|ERROR: AddressSanitizer|ERROR: LeakSanitizer' "$tmp/server.log")" = 1 ]; then
-    echo "PENDING (known bug) the server stopped under UBSan: $(grep -m1 'runtime error' "$tmp/server.log")"
-    exit 0
-  fi
   echo "FAIL: the server died under load"; tail -n 40 "$tmp/server.log"; exit 1
 fi
 code=$(curl -s -m 10 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health" || true)

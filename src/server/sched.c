@@ -339,7 +339,7 @@ static int hold_release(seq *q, int final, char **out, size_t *out_len) {
   if (matched) {
     q->hold_len = 0;
   } else {
-    memmove(q->hold, q->hold + keep_from, q->hold_len - keep_from);
+    if (q->hold_len > keep_from) memmove(q->hold, q->hold + keep_from, q->hold_len - keep_from);
     q->hold_len -= keep_from;
   }
   return matched;

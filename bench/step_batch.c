@@ -1,0 +1,68 @@
+/*
+ * step_batch.c - decode cost of one q35_step with B = 1, 2, 4, 8 sessions (library level, no
+ * HTTP): milliseconds per step and aggregate tokens/s, to see what batching rows buys.
+ *
+ * Build (after cmake --build build):
+ *   cc -O2 -Iinclude -Isrc bench/step_batch.c build/libq35.a -o build/step_batch \
+ *      $(pkg-config --libs jansson libpcre2-8 libutf8proc) -lm -pthread
+ * Run: build/step_batch MODEL.gguf [THREADS] [STEPS]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "q35.h"
+#include "util.h"
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: step_batch MODEL.gguf [THREADS] [STEPS]\n");
+    return 2;
+  }
+  q35_err e;
+  q35_model_params mp = q35_model_default_params();
+  mp.n_threads = argc > 2 ? atoi(argv[2]) : 0;
+  const int N = argc > 3 ? atoi(argv[3]) : 16;
+  q35_model *m = q35_model_load(argv[1], &mp, &e);
+  if (!m) {
+    fprintf(stderr, "%s\n", e.msg);
+    return 1;
+  }
+  double one = 0;
+  for (int B = 1; B <= 8; B *= 2) {
+    q35_session *s[8];
+    q35_row rows[8];
+    int32_t tok[8];
+    q35_sampling sp = q35_sampling_default();
+    sp.temperature = 0;
+    q35_session_params pp = q35_session_default_params();
+    pp.n_ctx = N + 8;
+    for (int b = 0; b < B; b++) {
+      s[b] = q35_session_new(m, &pp, &e);
+      tok[b] = 100 + 7 * b;
+    }
+    double t0 = 0;
+    for (int it = 0; it < N + 2; it++) { /* two untimed steps */
+      if (it == 2) t0 = q35_now();
+      for (int b = 0; b < B; b++) {
+        memset(&rows[b], 0, sizeof rows[b]);
+        rows[b].session = s[b];
+        rows[b].tokens = &tok[b];
+        rows[b].n_tokens = 1;
+        rows[b].sampling = &sp;
+        rows[b].n_top_logprobs = -1;
+      }
+      if (q35_step(m, rows, B, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+      }
+      for (int b = 0; b < B; b++) tok[b] = rows[b].token;
+    }
+    const double dt = (q35_now() - t0) / N;
+    if (B == 1) one = 1 / dt;
+    printf("B=%d: %.1f ms per step, %.1f tok/s aggregate, %.2fx one row\n", B, dt * 1e3, B / dt, B / dt / one);
+    for (int b = 0; b < B; b++) q35_session_free(s[b]);
+  }
+  q35_model_free(m);
+  return 0;
+}

@@ -5,14 +5,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-pkgs="build-essential cmake pkg-config libjansson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev"
-missing=""
-for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
-if [ -n "$missing" ]; then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
-fi
+bash tools/install-deps.sh build-essential cmake pkg-config libjansson-dev libmicrohttpd-dev libpcre2-dev \
+  libutf8proc-dev
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target q35 >/dev/null
 mkdir -p .cache

@@ -288,7 +288,10 @@ int run_main(const run_opts *o) {
     if (generate(m, s, o, &samp, prompt, n_prompt, 0, ids, it == 0 && o->print_ids,
                  o->print_ids || !tok ? NULL : &sink, &st))
       rc = 1;
-    if (it == 0 && !o->print_ids && tok) printf("\n");
+    if (it == 0 && !o->print_ids && tok) {
+      printf("\n");
+      fflush(stdout);
+    }
     if (rc == 0 && runs > 1 && o->stats)
       fprintf(stderr, "iteration %d%s: prefill %.2f tok/s, decode %.2f tok/s, sampling %.3f ms\n", it,
               it < o->warmup ? " (warm-up)" : "", st.n_prompt / (st.prefill_s > 0 ? st.prefill_s : 1e-9),

@@ -42,7 +42,8 @@ for bin in "$B"/*_fuzz; do
     echo "FAIL $name: no seed corpus in fuzz/corpus/$name"; fail=1
   fi
   mkdir -p "$tmp/c-$name" "$tmp/x-$name"
-  if "$bin" -max_total_time="$secs" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
+  # a fixed seed keeps CI reproducible (FUZZ_SEED=0 asks libFuzzer for a random one)
+  if "$bin" -seed="${FUZZ_SEED:-1}" -max_total_time="$secs" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
        -artifact_prefix="$tmp/x-$name/" "$tmp/c-$name" "$Q35_SRC/fuzz/corpus/$name" >"$tmp/$name.fuzz" 2>&1; then
     echo "ok   $name: fuzzed ${secs}s, $(grep -a -m1 number_of_executed_units "$tmp/$name.fuzz" | awk '{print $2}') executions"
   else

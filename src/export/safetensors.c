@@ -192,7 +192,7 @@ static int add_file(st_set *s, const char *path, q35_err *err) {
 }
 
 static st_set *finish(st_set *s, q35_err *err) {
-  qsort(s->t, s->n, sizeof *s->t, cmp_tensor);
+  if (s->n > 1) qsort(s->t, s->n, sizeof *s->t, cmp_tensor); /* t is NULL when there are none */
   for (size_t i = 1; i < s->n; i++)
     if (!strcmp(s->t[i].name, s->t[i - 1].name)) {
       q35_seterr(err, "tensor '%s' appears twice: in %s and in %s", s->t[i].name, s->t[i - 1].file, s->t[i].file);

@@ -73,9 +73,15 @@ typedef enum q35_kv_type {
 typedef struct q35_session_params {
   int32_t n_ctx;          /* context limit in tokens (default 4096) */
   q35_kv_type kv_type;    /* KV cache element type (default F16) */
+  uint64_t mem_budget;    /* bytes; 0 = no limit (default). q35_session_new refuses, before allocating,
+                             when the state (q35_session_state_bytes) would exceed it */
 } q35_session_params;
 
 q35_session_params q35_session_default_params(void);
+/* Bytes of KV cache + recurrent (DeltaNet conv + delta-rule) state a session with these params
+ * allocates, computed without allocating; 0 when the params are invalid. With recurrent != NULL,
+ * *recurrent receives the recurrent part alone (the size of one snapshot's data). */
+uint64_t q35_session_state_bytes(const q35_model *model, const q35_session_params *params, uint64_t *recurrent);
 q35_session *q35_session_new(q35_model *model, const q35_session_params *params, q35_err *err);
 void q35_session_reset(q35_session *s); /* back to position 0, empty state */
 void q35_session_free(q35_session *s);

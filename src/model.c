@@ -23,7 +23,7 @@ q35_model_params q35_model_default_params(void) {
 }
 
 q35_session_params q35_session_default_params(void) {
-  q35_session_params p = {4096, Q35_KV_F16};
+  q35_session_params p = {4096, Q35_KV_F16, 0};
   return p;
 }
 
@@ -319,6 +319,25 @@ const char *q35_model_desc(const q35_model *m) { return m->desc; }
 
 /* ---- sessions ---- */
 
+static const char *fmt_bytes(char *b, size_t n, uint64_t x) {
+  if (x >= (1ull << 30)) snprintf(b, n, "%.2f GiB", x / 1073741824.0);
+  else if (x >= (1ull << 20)) snprintf(b, n, "%.2f MiB", x / 1048576.0);
+  else snprintf(b, n, "%llu bytes", (unsigned long long)x);
+  return b;
+}
+
+uint64_t q35_session_state_bytes(const q35_model *m, const q35_session_params *p, uint64_t *recurrent) {
+  const q35_hparams *hp = &m->hp;
+  if (recurrent) *recurrent = 0;
+  if (p->n_ctx < 1 || (p->kv_type != Q35_KV_F32 && p->kv_type != Q35_KV_F16 && p->kv_type != Q35_KV_Q8_0)) return 0;
+  const uint64_t kv_row = q35_row_size(p->kv_type, (int64_t)hp->n_head_kv * hp->head_dim);
+  const uint64_t C = 2 * (uint64_t)hp->ssm_n_group * hp->ssm_d_state + (uint64_t)hp->ssm_d_inner;
+  const uint64_t rec = ((uint64_t)(hp->conv_kernel - 1) * C + (uint64_t)hp->ssm_dt_rank * hp->ssm_d_state *
+                        hp->ssm_d_state) * sizeof(float) * (uint64_t)m->n_gdn_layers;
+  if (recurrent) *recurrent = rec;
+  return 2 * kv_row * (uint64_t)p->n_ctx * (uint64_t)m->n_attn_layers + rec;
+}
+
 q35_session *q35_session_new(q35_model *m, const q35_session_params *params, q35_err *err) {
   q35_session_params dp = q35_session_default_params();
   if (!params) params = &dp;
@@ -335,6 +354,13 @@ q35_session *q35_session_new(q35_model *m, const q35_session_params *params, q35
   const int64_t kv_width = (int64_t)hp->n_head_kv * hp->head_dim;
   if (kvt == Q35_KV_Q8_0 && hp->head_dim % 32) {
     q35_seterr(err, "KV cache type q8_0 needs the head dimension (%d) to be a multiple of 32", hp->head_dim);
+    return NULL;
+  }
+  const uint64_t need = q35_session_state_bytes(m, params, NULL);
+  if (params->mem_budget && need > params->mem_budget) {
+    char a[32], b[32];
+    q35_seterr(err, "the session needs %s of KV/state for --ctx %d, the memory budget is %s; lower --ctx or raise "
+               "--mem-budget", fmt_bytes(a, sizeof a, need), params->n_ctx, fmt_bytes(b, sizeof b, params->mem_budget));
     return NULL;
   }
   q35_session *s = calloc(1, sizeof *s);

@@ -1,0 +1,75 @@
+/*
+ * hfconfig_fuzz.c - libFuzzer target for the Hugging Face config.json reader of the exporter
+ * (read_config in src/export/hf.c, a static function: this file #includes hf.c to reach it).
+ * The input is the whole config.json; it is written into a private temporary directory and
+ * read through the reader's own path (json_load_file on DIR/config.json).
+ * Properties: the file is either accepted, or refused with a message that names the file;
+ * an accepted config has every value the GGUF writer later relies on in range: layers,
+ * heads and head dims positive, attention heads a multiple of KV heads, value heads a
+ * multiple of key heads, an even rotary dimension in [2, head_dim], a full-attention interval
+ * in [1, layers + 1], positive rope theta and norm epsilon, top-k experts
+ * <= experts, non-negative M-RoPE sections, a NUL-terminated model type.
+ */
+// needs: src/export/hf.c src/export/safetensors.c
+#define _GNU_SOURCE
+#include "../src/export/hf.c"
+
+#include <sys/stat.h>
+
+static void check(int cond, const char *what) {
+  if (!cond) {
+    fprintf(stderr, "hfconfig_fuzz: property failed: %s\n", what);
+    abort();
+  }
+}
+
+static char dir[256];
+static char file[300];
+
+static void cleanup(void) {
+  unlink(file);
+  rmdir(dir);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (!dir[0]) {
+    const char *t = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/q35_hfconfig_fuzz.XXXXXX", t && *t ? t : "/tmp");
+    check(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    atexit(cleanup);
+  }
+  FILE *f = fopen(file, "wb");
+  check(f != NULL, "fopen config.json");
+  check(fwrite(data, 1, size, f) == size, "fwrite");
+  check(fclose(f) == 0, "fclose");
+  hfcfg c;
+  q35_err err = {{0}};
+  int rc = read_config(dir, &c, &err);
+  if (rc) {
+    check(rc == -1, "failure returns -1");
+    check(err.msg[0] != 0, "a refused config has a message");
+    check(strstr(err.msg, "config.json") != NULL, "the message names config.json");
+    return 0;
+  }
+  check(memchr(c.model_type, 0, sizeof c.model_type) != NULL, "model_type NUL-terminated");
+  check(c.moe == 0 || c.moe == 1, "moe flag");
+  check(c.vocab >= 1 && c.H >= 1 && c.H <= 65536 && c.L >= 1 && c.L <= 4096, "vocab/hidden/layers in range");
+  check(c.nh >= 1 && c.nkv >= 1 && c.nh % c.nkv == 0, "heads a multiple of kv heads");
+  check(c.hd >= 2 && c.hd <= 4096, "head_dim in range");
+  check(c.Hk >= 1 && c.Hv >= 1 && c.Hv % c.Hk == 0, "value heads a multiple of key heads");
+  check(c.dk >= 1 && c.dv >= 1 && c.conv_k >= 1 && c.conv_k <= 16, "DeltaNet dims in range");
+  check(c.n_rot >= 2 && c.n_rot % 2 == 0 && c.n_rot <= c.hd, "rotary dims even, in [2, head_dim]");
+  check(c.interval >= 1 && c.interval <= c.L + 1, "full_attention_interval in [1, layers + 1]");
+  check(c.theta > 0 && c.eps > 0, "rope theta and eps positive");
+  check(c.ctx >= 1, "context positive");
+  for (int i = 0; i < 4; i++) check(c.sections[i] >= 0 && c.sections[i] <= 4096, "mrope sections in range");
+  if (c.moe) {
+    check(c.E >= 1 && c.topk >= 1 && c.topk <= c.E, "top-k experts <= experts");
+    check(c.I >= 1 && c.Is >= 0, "expert FFN sizes");
+  } else {
+    check(c.F >= 1, "FFN size");
+  }
+  check(c.tied == 0 || c.tied == 1, "tied flag");
+  return 0;
+}

@@ -15,6 +15,12 @@
  *       --depth D first fills the context with D other random tokens (untimed, in batches of
  *       --batch, default max(P, 512)), so the timed prompt and decode run at context D.
  *       --json prints one line {"engine":"llama.cpp","prefill_tok_s":..,"decode_tok_s":..,...}.
+ *   llama_peer parallel -m F.gguf --seqs S [-p P] [-n N] [-r RUNS] [-t N] [--kv ..] [--flash ..]
+ *                       [--seed S] [--warmup W] [--json]
+ *       S sequences on one context (n_seq_max S): each prefills its own P random tokens, then N
+ *       decode steps, each ONE llama_decode of S tokens (one per sequence, greedy argmax per
+ *       sequence): the library-level counterpart of S concurrent server streams. Prints the
+ *       median aggregate decode tok/s (S * N / decode seconds) over RUNS.
  *
  * Defaults are the strict-parity settings: f32 KV cache, flash attention off.
  * The llama.cpp declarations below are written here from include/llama.h of that commit (the
@@ -173,6 +179,8 @@ static void usage(void) {
           "       llama_peer bench    -m F.gguf [-p P] [-n N] [-r RUNS] [-t N] [--load-mode ..]\n"
           "                           [--depth D] [--warmup W]\n"
           "                           [--kv ..] [--flash ..] [--seed S] [--json]\n"
+          "       llama_peer parallel -m F.gguf --seqs S [-p P] [-n N] [-r RUNS] [-t N] [--kv ..]\n"
+          "                           [--flash ..] [--seed S] [--warmup W] [--json]\n"
           "common: -v (llama.cpp log on stderr)\n");
 }
 
@@ -299,6 +307,7 @@ typedef struct {
   int warmup;
   uint64_t seed;
   int json;
+  int seqs; /* parallel sequences (n_seq_max); 0: 1 */
 } opts;
 
 static void parse_opts(const char *cmd, int argc, char **argv, opts *o) {
@@ -357,6 +366,8 @@ static void parse_opts(const char *cmd, int argc, char **argv, opts *o) {
       o->depth = (int)parse_long("--depth", VAL(), 0, 1 << 22);
     } else if (flag_is(a, "--warmup", &iv)) {
       o->warmup = (int)parse_long("--warmup", VAL(), 0, 100);
+    } else if (flag_is(a, "--seqs", &iv) || flag_is(a, "--parallel", &iv)) {
+      o->seqs = (int)parse_long("--seqs", VAL(), 1, 256);
     } else if (flag_is(a, "--seed", &iv)) {
       o->seed = (uint64_t)parse_long("--seed", VAL(), 0, INT32_MAX);
     } else if (flag_is(a, "-h", &iv) || flag_is(a, "--help", &iv)) {
@@ -429,7 +440,7 @@ static void peer_open(peer *p, const opts *o, int32_t n_ctx_need, int32_t n_batc
   cp.n_ctx = (uint32_t)n_ctx;
   cp.n_batch = (uint32_t)n_batch;
   cp.n_ubatch = (uint32_t)n_batch;
-  cp.n_seq_max = 1;
+  cp.n_seq_max = o->seqs > 1 ? (uint32_t)o->seqs : 1;
   cp.n_threads = o->threads;
   cp.n_threads_batch = o->threads;
   cp.flash_attn_type = o->flash;
@@ -634,6 +645,96 @@ static int cmd_bench(int argc, char **argv) {
   return 0;
 }
 
+/* ---- parallel --------------------------------------------------------------------------- */
+
+static int cmd_parallel(int argc, char **argv) {
+  opts o;
+  parse_opts("parallel", argc, argv, &o);
+  if (o.seqs < 1) o.seqs = 1;
+  if (o.n_gen < 0) o.n_gen = 32;
+  const int32_t S = o.seqs, P = o.n_prompt, N = o.n_gen;
+  if (N < 1) usage_error("%s: -n must be at least 1", "parallel");
+  /* the attention cache is split evenly between the sequences (not unified) */
+  const int32_t per_seq = (P + N + 1 + 255) / 256 * 256;
+  peer p;
+  double tl = now_s();
+  peer_open(&p, &o, S * per_seq, P > S ? P : S);
+  const double load_s = now_s() - tl;
+  int32_t *ids = malloc((size_t)S * (size_t)P * sizeof *ids);
+  int32_t *next = malloc((size_t)S * sizeof *next);
+  double *dec = malloc((size_t)o.runs * sizeof *dec);
+  if (!ids || !next || !dec) {
+    fprintf(stderr, "llama_peer: out of memory\n");
+    return 1;
+  }
+  uint64_t st = o.seed;
+  for (int32_t i = 0; i < S * P; i++) ids[i] = (int32_t)(splitmix64(&st) % (uint64_t)p.n_vocab);
+  struct llama_batch *b = &p.batch;
+  for (int r = -o.warmup; r < o.runs; r++) {
+    llama_memory_clear(llama_get_memory(p.ctx), true);
+    for (int32_t s = 0; s < S; s++) { /* prefill: one sequence per llama_decode */
+      b->n_tokens = P;
+      for (int32_t i = 0; i < P; i++) {
+        b->token[i] = ids[s * P + i];
+        b->pos[i] = i;
+        b->n_seq_id[i] = 1;
+        b->seq_id[i][0] = s;
+        b->logits[i] = (int8_t)(i == P - 1);
+      }
+      if (llama_decode(p.ctx, *b) != 0) {
+        fprintf(stderr, "llama_peer: llama_decode failed (prefill of sequence %d)\n", s);
+        return 1;
+      }
+      const float *l = llama_get_logits_ith(p.ctx, P - 1);
+      if (!l) {
+        fprintf(stderr, "llama_peer: no logits for sequence %d\n", s);
+        return 1;
+      }
+      next[s] = argmax(l, p.n_vocab);
+    }
+    llama_synchronize(p.ctx);
+    const double t0 = now_s();
+    for (int32_t k = 0; k < N; k++) { /* decode: every sequence's token in one llama_decode */
+      b->n_tokens = S;
+      for (int32_t s = 0; s < S; s++) {
+        b->token[s] = next[s];
+        b->pos[s] = P + k;
+        b->n_seq_id[s] = 1;
+        b->seq_id[s][0] = s;
+        b->logits[s] = 1;
+      }
+      if (llama_decode(p.ctx, *b) != 0) {
+        fprintf(stderr, "llama_peer: llama_decode failed (decode step %d of %d sequences)\n", k, S);
+        return 1;
+      }
+      for (int32_t s = 0; s < S; s++) {
+        const float *l = llama_get_logits_ith(p.ctx, s);
+        if (!l) {
+          fprintf(stderr, "llama_peer: no logits for sequence %d\n", s);
+          return 1;
+        }
+        next[s] = argmax(l, p.n_vocab);
+      }
+    }
+    llama_synchronize(p.ctx);
+    if (r >= 0) dec[r] = (double)S * N / (now_s() - t0);
+  }
+  const double md = median(dec, o.runs);
+  if (o.json)
+    printf("{\"engine\":\"llama.cpp\",\"mode\":\"parallel\",\"seqs\":%d,\"decode_tok_s\":%.3f,"
+           "\"prompt\":%d,\"decode\":%d,\"runs\":%d,\"threads\":%d,\"load_s\":%.4f}\n",
+           S, md, P, N, o.runs, o.threads, load_s);
+  else
+    printf("llama.cpp: %d sequences, decode %d steps: %.2f tok/s aggregate (median of %d, %d threads)\n", S, N,
+           md, o.runs, o.threads);
+  fflush(stdout);
+  free(ids);
+  free(next);
+  free(dec);
+  peer_close(&p);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage();
@@ -643,6 +744,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "logits")) return cmd_logits(argc, argv);
   if (!strcmp(cmd, "generate")) return cmd_generate(argc, argv);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc, argv);
+  if (!strcmp(cmd, "parallel")) return cmd_parallel(argc, argv);
   if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
     usage();
     return 0;

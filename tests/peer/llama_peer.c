@@ -15,12 +15,13 @@
  *       --depth D first fills the context with D other random tokens (untimed, in batches of
  *       --batch, default max(P, 512)), so the timed prompt and decode run at context D.
  *       --json prints one line {"engine":"llama.cpp","prefill_tok_s":..,"decode_tok_s":..,...}.
- *   llama_peer parallel -m F.gguf --seqs S [-p P] [-n N] [-r RUNS] [-t N] [--kv ..] [--flash ..]
- *                       [--seed S] [--warmup W] [--json]
+ *   llama_peer parallel -m F.gguf --seqs S[,S2,...] [-p P] [-n N] [-r RUNS] [-t N] [--kv ..]
+ *                       [--flash ..] [--load-mode ..] [--seed S] [--warmup W] [--json]
  *       S sequences on one context (n_seq_max S): each prefills its own P random tokens, then N
  *       decode steps, each ONE llama_decode of S tokens (one per sequence, greedy argmax per
  *       sequence): the library-level counterpart of S concurrent server streams. Prints the
- *       median aggregate decode tok/s (S * N / decode seconds) over RUNS.
+ *       median aggregate decode tok/s (S * N / decode seconds) over RUNS, one line per count
+ *       in the list (the model is loaded once, each count gets a fresh context).
  *
  * Defaults are the strict-parity settings: f32 KV cache, flash attention off.
  * The llama.cpp declarations below are written here from include/llama.h of that commit (the
@@ -179,8 +180,8 @@ static void usage(void) {
           "       llama_peer bench    -m F.gguf [-p P] [-n N] [-r RUNS] [-t N] [--load-mode ..]\n"
           "                           [--depth D] [--warmup W]\n"
           "                           [--kv ..] [--flash ..] [--seed S] [--json]\n"
-          "       llama_peer parallel -m F.gguf --seqs S [-p P] [-n N] [-r RUNS] [-t N] [--kv ..]\n"
-          "                           [--flash ..] [--seed S] [--warmup W] [--json]\n"
+          "       llama_peer parallel -m F.gguf --seqs S[,S2..] [-p P] [-n N] [-r RUNS] [-t N]\n"
+          "                           [--kv ..] [--flash ..] [--load-mode ..] [--seed S] [--warmup W] [--json]\n"
           "common: -v (llama.cpp log on stderr)\n");
 }
 
@@ -308,6 +309,7 @@ typedef struct {
   uint64_t seed;
   int json;
   int seqs; /* parallel sequences (n_seq_max); 0: 1 */
+  const char *seqs_arg;
 } opts;
 
 static void parse_opts(const char *cmd, int argc, char **argv, opts *o) {
@@ -367,7 +369,8 @@ static void parse_opts(const char *cmd, int argc, char **argv, opts *o) {
     } else if (flag_is(a, "--warmup", &iv)) {
       o->warmup = (int)parse_long("--warmup", VAL(), 0, 100);
     } else if (flag_is(a, "--seqs", &iv) || flag_is(a, "--parallel", &iv)) {
-      o->seqs = (int)parse_long("--seqs", VAL(), 1, 256);
+      o->seqs_arg = VAL();
+      if (!o->seqs_arg) usage_error("%s: missing value", a);
     } else if (flag_is(a, "--seed", &iv)) {
       o->seed = (uint64_t)parse_long("--seed", VAL(), 0, INT32_MAX);
     } else if (flag_is(a, "-h", &iv) || flag_is(a, "--help", &iv)) {
@@ -414,6 +417,8 @@ static void check_defaults(const struct llama_model_params *mp,
   }
 }
 
+static void peer_ctx_open(peer *p, const opts *o, int32_t n_ctx_need, int32_t n_batch);
+
 static void peer_open(peer *p, const opts *o, int32_t n_ctx_need, int32_t n_batch) {
   memset(p, 0, sizeof *p);
   llama_log_set(log_cb, NULL);
@@ -433,7 +438,12 @@ static void peer_open(peer *p, const opts *o, int32_t n_ctx_need, int32_t n_batc
     exit(1);
   }
   p->n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(p->model));
+  peer_ctx_open(p, o, n_ctx_need, n_batch);
+}
 
+/* A (new) context and batch on p's model. */
+static void peer_ctx_open(peer *p, const opts *o, int32_t n_ctx_need, int32_t n_batch) {
+  struct llama_context_params cp = llama_context_default_params();
   if (n_batch < 1) n_batch = 1;
   int32_t n_ctx = n_ctx_need < 1 ? 1 : n_ctx_need;
   n_ctx = (n_ctx + 255) / 256 * 256;
@@ -650,84 +660,108 @@ static int cmd_bench(int argc, char **argv) {
 static int cmd_parallel(int argc, char **argv) {
   opts o;
   parse_opts("parallel", argc, argv, &o);
-  if (o.seqs < 1) o.seqs = 1;
   if (o.n_gen < 0) o.n_gen = 32;
-  const int32_t S = o.seqs, P = o.n_prompt, N = o.n_gen;
+  int32_t n_list = 0;
+  int32_t *list = o.seqs_arg ? parse_ids(o.seqs_arg, &n_list) : NULL;
+  if (!list) {
+    list = malloc(sizeof *list);
+    if (!list) return 1;
+    list[0] = 1;
+    n_list = 1;
+  }
+  int32_t smax = 1;
+  for (int32_t k = 0; k < n_list; k++) {
+    if (list[k] < 1 || list[k] > 256) usage_error("%s: each sequence count must be in [1, 256]", "--seqs");
+    if (list[k] > smax) smax = list[k];
+  }
+  const int32_t P = o.n_prompt, N = o.n_gen;
   if (N < 1) usage_error("%s: -n must be at least 1", "parallel");
   /* the attention cache is split evenly between the sequences (not unified) */
   const int32_t per_seq = (P + N + 1 + 255) / 256 * 256;
-  peer p;
-  double tl = now_s();
-  peer_open(&p, &o, S * per_seq, P > S ? P : S);
-  const double load_s = now_s() - tl;
-  int32_t *ids = malloc((size_t)S * (size_t)P * sizeof *ids);
-  int32_t *next = malloc((size_t)S * sizeof *next);
+  int32_t *ids = malloc((size_t)smax * (size_t)P * sizeof *ids);
+  int32_t *next = malloc((size_t)smax * sizeof *next);
   double *dec = malloc((size_t)o.runs * sizeof *dec);
   if (!ids || !next || !dec) {
     fprintf(stderr, "llama_peer: out of memory\n");
     return 1;
   }
-  uint64_t st = o.seed;
-  for (int32_t i = 0; i < S * P; i++) ids[i] = (int32_t)(splitmix64(&st) % (uint64_t)p.n_vocab);
-  struct llama_batch *b = &p.batch;
-  for (int r = -o.warmup; r < o.runs; r++) {
-    llama_memory_clear(llama_get_memory(p.ctx), true);
-    for (int32_t s = 0; s < S; s++) { /* prefill: one sequence per llama_decode */
-      b->n_tokens = P;
-      for (int32_t i = 0; i < P; i++) {
-        b->token[i] = ids[s * P + i];
-        b->pos[i] = i;
-        b->n_seq_id[i] = 1;
-        b->seq_id[i][0] = s;
-        b->logits[i] = (int8_t)(i == P - 1);
-      }
-      if (llama_decode(p.ctx, *b) != 0) {
-        fprintf(stderr, "llama_peer: llama_decode failed (prefill of sequence %d)\n", s);
-        return 1;
-      }
-      const float *l = llama_get_logits_ith(p.ctx, P - 1);
-      if (!l) {
-        fprintf(stderr, "llama_peer: no logits for sequence %d\n", s);
-        return 1;
-      }
-      next[s] = argmax(l, p.n_vocab);
+  peer p;
+  double load_s = 0;
+  for (int32_t li = 0; li < n_list; li++) {
+    const int32_t S = list[li];
+    o.seqs = S;
+    if (li == 0) {
+      const double tl = now_s();
+      peer_open(&p, &o, S * per_seq, P > S ? P : S);
+      load_s = now_s() - tl;
+      uint64_t st = o.seed;
+      for (int32_t i = 0; i < smax * P; i++) ids[i] = (int32_t)(splitmix64(&st) % (uint64_t)p.n_vocab);
+    } else { /* a fresh context for this sequence count on the loaded model */
+      llama_batch_free(p.batch);
+      llama_free(p.ctx);
+      peer_ctx_open(&p, &o, S * per_seq, P > S ? P : S);
     }
-    llama_synchronize(p.ctx);
-    const double t0 = now_s();
-    for (int32_t k = 0; k < N; k++) { /* decode: every sequence's token in one llama_decode */
-      b->n_tokens = S;
-      for (int32_t s = 0; s < S; s++) {
-        b->token[s] = next[s];
-        b->pos[s] = P + k;
-        b->n_seq_id[s] = 1;
-        b->seq_id[s][0] = s;
-        b->logits[s] = 1;
-      }
-      if (llama_decode(p.ctx, *b) != 0) {
-        fprintf(stderr, "llama_peer: llama_decode failed (decode step %d of %d sequences)\n", k, S);
-        return 1;
-      }
-      for (int32_t s = 0; s < S; s++) {
-        const float *l = llama_get_logits_ith(p.ctx, s);
+    struct llama_batch *b = &p.batch;
+    for (int r = -o.warmup; r < o.runs; r++) {
+      llama_memory_clear(llama_get_memory(p.ctx), true);
+      for (int32_t s = 0; s < S; s++) { /* prefill: one sequence per llama_decode */
+        b->n_tokens = P;
+        for (int32_t i = 0; i < P; i++) {
+          b->token[i] = ids[s * P + i];
+          b->pos[i] = i;
+          b->n_seq_id[i] = 1;
+          b->seq_id[i][0] = s;
+          b->logits[i] = (int8_t)(i == P - 1);
+        }
+        if (llama_decode(p.ctx, *b) != 0) {
+          fprintf(stderr, "llama_peer: llama_decode failed (prefill of sequence %d)\n", s);
+          return 1;
+        }
+        const float *l = llama_get_logits_ith(p.ctx, P - 1);
         if (!l) {
           fprintf(stderr, "llama_peer: no logits for sequence %d\n", s);
           return 1;
         }
         next[s] = argmax(l, p.n_vocab);
       }
+      llama_synchronize(p.ctx);
+      const double t0 = now_s();
+      for (int32_t k = 0; k < N; k++) { /* decode: every sequence's token in one llama_decode */
+        b->n_tokens = S;
+        for (int32_t s = 0; s < S; s++) {
+          b->token[s] = next[s];
+          b->pos[s] = P + k;
+          b->n_seq_id[s] = 1;
+          b->seq_id[s][0] = s;
+          b->logits[s] = 1;
+        }
+        if (llama_decode(p.ctx, *b) != 0) {
+          fprintf(stderr, "llama_peer: llama_decode failed (decode step %d of %d sequences)\n", k, S);
+          return 1;
+        }
+        for (int32_t s = 0; s < S; s++) {
+          const float *l = llama_get_logits_ith(p.ctx, s);
+          if (!l) {
+            fprintf(stderr, "llama_peer: no logits for sequence %d\n", s);
+            return 1;
+          }
+          next[s] = argmax(l, p.n_vocab);
+        }
+      }
+      llama_synchronize(p.ctx);
+      if (r >= 0) dec[r] = (double)S * N / (now_s() - t0);
     }
-    llama_synchronize(p.ctx);
-    if (r >= 0) dec[r] = (double)S * N / (now_s() - t0);
+    const double md = median(dec, o.runs);
+    if (o.json)
+      printf("{\"engine\":\"llama.cpp\",\"mode\":\"parallel\",\"seqs\":%d,\"decode_tok_s\":%.3f,"
+             "\"prompt\":%d,\"decode\":%d,\"runs\":%d,\"threads\":%d,\"load_mode\":%d,\"load_s\":%.4f}\n",
+             S, md, P, N, o.runs, o.threads, o.load_mode, load_s);
+    else
+      printf("llama.cpp: %d sequences, decode %d steps: %.2f tok/s aggregate (median of %d, %d threads)\n", S,
+             N, md, o.runs, o.threads);
+    fflush(stdout);
   }
-  const double md = median(dec, o.runs);
-  if (o.json)
-    printf("{\"engine\":\"llama.cpp\",\"mode\":\"parallel\",\"seqs\":%d,\"decode_tok_s\":%.3f,"
-           "\"prompt\":%d,\"decode\":%d,\"runs\":%d,\"threads\":%d,\"load_s\":%.4f}\n",
-           S, md, P, N, o.runs, o.threads, load_s);
-  else
-    printf("llama.cpp: %d sequences, decode %d steps: %.2f tok/s aggregate (median of %d, %d threads)\n", S, N,
-           md, o.runs, o.threads);
-  fflush(stdout);
+  free(list);
   free(ids);
   free(next);
   free(dec);

@@ -108,3 +108,41 @@ q35_kv_type arg_kv(const char *v) {
   if (!strcmp(v, "q8_0")) return Q35_KV_Q8_0;
   die("--kv: '%s' is not f32, f16 or q8_0", v);
 }
+
+uint64_t arg_size(const char *flag, const char *v) {
+  if (!strcmp(v, "off") || !strcmp(v, "none")) return 0;
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (errno == ERANGE || end == v || !(x >= 0) || v[0] == '-')
+    die("%s: '%s' is not a size (e.g. 512M, 4G, 1.5GiB, 0 = no limit)", flag, v);
+  double mul = 1;
+  switch (*end) {
+  case 'k': case 'K': mul = 1024.0; end++; break;
+  case 'm': case 'M': mul = 1048576.0; end++; break;
+  case 'g': case 'G': mul = 1073741824.0; end++; break;
+  case 't': case 'T': mul = 1099511627776.0; end++; break;
+  default: break;
+  }
+  if (mul > 1 && *end == 'i') end++;
+  if (*end == 'B' || *end == 'b') end++;
+  if (*end) die("%s: '%s' is not a size (e.g. 512M, 4G, 1.5GiB, 0 = no limit)", flag, v);
+  x *= mul;
+  if (x >= 18446744073709549568.0) die("%s: '%s' is too large", flag, v);
+  return (uint64_t)x;
+}
+
+uint64_t mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  fclose(f);
+  return (uint64_t)kb * 1024;
+}
+
+uint64_t mem_budget_default(void) {
+  return mem_available() / 4 * 3;
+}

@@ -26,6 +26,13 @@ double arg_double(const char *flag, const char *v);
 q35_kv_type arg_kv(const char *v);
 /* Parse "1,2,3" (or space-separated) into a malloc'ed array; exits(2) on bad input. */
 int32_t *arg_ids(const char *flag, const char *v, int32_t *n);
+/* A byte size: a number with an optional K/M/G/T suffix (binary, optional "i" and "B": 512M,
+ * 4G, 1.5GiB); "0", "off" or "none" = 0 (no limit). Exits(2) naming the flag otherwise. */
+uint64_t arg_size(const char *flag, const char *v);
+/* MemAvailable from /proc/meminfo in bytes (0 when unknown). */
+uint64_t mem_available(void);
+/* The default --mem-budget: 3/4 of MemAvailable (0 = no limit when unknown). */
+uint64_t mem_budget_default(void);
 /* Print "q35 CMD: unknown option X (see q35 CMD --help)" and exit(2). */
 void arg_unknown(const char *cmd, const char *arg) __attribute__((noreturn));
 /* Print "q35: " + formatted message + newline to stderr. */

@@ -42,6 +42,8 @@ static void usage(void) {
       "  --ctx N                          context limit (default 4096)\n"
       "  --kv f16|f32|q8_0                KV cache type (default f16)\n"
       "  --chunk N                        prefill chunk size (default 512)\n"
+      "  --mem-budget SIZE                memory for the KV cache + recurrent state (e.g. 512M, 4G;\n"
+      "                                   0 = no limit; default 3/4 of MemAvailable); refused up front\n"
       "  --warmup N --num_iters M         benchmark mode: N untimed + M timed runs (default 0 / 1)\n"
       "  --no-stats                       no statistics on stderr\n"
       "Long flags accept '-' or '_' (e.g. --top-k / --top_k).\n");
@@ -50,6 +52,7 @@ static void usage(void) {
 int cmd_run(int argc, char **argv) {
   run_opts o;
   run_opts_default(&o);
+  int budget_set = 0;
   for (int i = 1; i < argc; i++) {
     if (arg_is(argc, argv, &i, "--help") || arg_is(argc, argv, &i, "-h")) {
       usage();
@@ -101,6 +104,9 @@ int cmd_run(int argc, char **argv) {
       o.chunk = (int)arg_int("--chunk", arg_value(argc, argv, &i), 1, 1 << 24);
     } else if (arg_is(argc, argv, &i, "--kv")) {
       o.kv = arg_kv(arg_value(argc, argv, &i));
+    } else if (arg_is(argc, argv, &i, "--mem_budget")) {
+      o.mem_budget = arg_size("--mem-budget", arg_value(argc, argv, &i));
+      budget_set = 1;
     } else if (arg_is(argc, argv, &i, "--warmup")) {
       o.warmup = (int)arg_int("--warmup", arg_value(argc, argv, &i), 0, 1000);
     } else if (arg_is(argc, argv, &i, "--num_iters")) {
@@ -112,6 +118,7 @@ int cmd_run(int argc, char **argv) {
     }
   }
   if (!o.model) die("run: -m MODEL.gguf is required (see q35 run --help)");
+  if (!budget_set) o.mem_budget = mem_budget_default();
   q35_err err = {{0}};
   q35_sampling chk = o.sp;
   if (q35_sampling_validate(&chk, &err)) die("run: %s", err.msg);

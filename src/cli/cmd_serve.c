@@ -27,6 +27,11 @@ static void usage(void) {
       "  --kv f16|f32|q8_0       KV cache type (default f16)\n"
       "  --chunk N               prefill tokens per step (default 256)\n"
       "  --snap-every N          snapshot the recurrent state every N prompt tokens (default 1024)\n"
+      "  --mem-budget SIZE       memory for all sessions' KV cache + recurrent state + snapshots\n"
+      "                          (e.g. 512M, 4G; 0 = no limit; default 3/4 of MemAvailable)\n"
+      "  --session-idle-timeout S  free sessions unused for S seconds (default 600, 0 = never)\n"
+      "  --timeout S             drop clients that stall S seconds sending a request or reading\n"
+      "                          a response (default 30, 0 = never); computing never times out\n"
       "  -v, --verbose           log requests on stderr\n"
       "Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,\n"
       "POST /tokenize, POST /detokenize, GET /metrics, DELETE /v1/sessions/ID,\n"
@@ -36,6 +41,7 @@ static void usage(void) {
 int cmd_serve(int argc, char **argv) {
   q35_server_opts o;
   q35_server_default_opts(&o);
+  int budget_set = 0;
   for (int i = 1; i < argc; i++) {
     if (arg_is(argc, argv, &i, "--help") || arg_is(argc, argv, &i, "-h")) {
       usage();
@@ -75,6 +81,13 @@ int cmd_serve(int argc, char **argv) {
       o.chunk = (int32_t)arg_int("--chunk", arg_value(argc, argv, &i), 1, 1 << 20);
     } else if (arg_is(argc, argv, &i, "--snap_every")) {
       o.snap_every = (int32_t)arg_int("--snap-every", arg_value(argc, argv, &i), 0, 1 << 24);
+    } else if (arg_is(argc, argv, &i, "--mem_budget")) {
+      o.mem_budget = arg_size("--mem-budget", arg_value(argc, argv, &i));
+      budget_set = 1;
+    } else if (arg_is(argc, argv, &i, "--session_idle_timeout")) {
+      o.idle_timeout = (int)arg_int("--session-idle-timeout", arg_value(argc, argv, &i), 0, 1 << 30);
+    } else if (arg_is(argc, argv, &i, "--timeout")) {
+      o.timeout = (int)arg_int("--timeout", arg_value(argc, argv, &i), 0, 1 << 20);
     } else if (arg_is(argc, argv, &i, "-v") || arg_is(argc, argv, &i, "--verbose")) {
       o.verbose = 1;
     } else {
@@ -85,5 +98,6 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "q35 serve: -m MODEL.gguf is required (see q35 serve --help)\n");
     return 2;
   }
+  if (!budget_set) o.mem_budget = mem_budget_default();
   return q35_server_run(&o);
 }

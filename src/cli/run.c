@@ -253,6 +253,7 @@ int run_main(const run_opts *o) {
   q35_session_params sp = q35_session_default_params();
   sp.n_ctx = o->ctx;
   sp.kv_type = o->kv;
+  sp.mem_budget = o->mem_budget;
   q35_session *s = q35_session_new(m, &sp, &err);
   if (!s) {
     fprintf(stderr, "q35 run: %s\n", err.msg);

@@ -12,6 +12,7 @@ typedef struct run_opts {
   int n_new, threads, ctx, chunk, warmup, iters;
   q35_kv_type kv;
   int64_t seed;   /* -1: random */
+  uint64_t mem_budget; /* KV/state bytes allowed for the session (0: no limit) */
   q35_sampling sp;
 } run_opts;
 

@@ -37,6 +37,7 @@ typedef struct slot {
   char *id;           /* named session id, or NULL */
   int busy;
   uint64_t last_used;
+  double last_time;   /* q35_now() when last taken or released (idle eviction) */
   struct slot *next;  /* in the named list */
 } slot;
 
@@ -81,6 +82,9 @@ struct srv_sched {
   /* metrics */
   uint64_t m_requests, m_prompt_tokens, m_cached_tokens, m_gen_tokens, m_steps, m_step_rows, m_errors,
       m_rejected, m_cancelled, m_evictions;
+  uint64_t m_idle_evictions, m_mem_evictions, m_mem_refused, m_snaps_skipped;
+  /* memory budget: bytes one new session and one snapshot take */
+  uint64_t sess_need, snap_need;
   double m_step_seconds;
 };
 
@@ -181,6 +185,35 @@ static void slot_destroy(slot *sl) {
   sl->id = NULL;
 }
 
+static uint64_t slot_bytes(const slot *sl) {
+  if (!sl->sess) return 0;
+  uint64_t b = q35_session_bytes(sl->sess);
+  for (int k = 0; k < sl->n_snaps; k++) b += q35_snapshot_bytes(sl->snap[k]);
+  return b;
+}
+
+/* Bytes held by every slot's session and snapshots (mutex held or scheduler thread). */
+static uint64_t sched_bytes(const srv_sched *s) {
+  uint64_t b = 0;
+  for (int i = 0; i < s->o.parallel; i++) b += slot_bytes(&s->anon[i]);
+  for (const slot *sl = s->named; sl; sl = sl->next) b += slot_bytes(sl);
+  return b;
+}
+
+/* Free an idle slot's session and snapshots (the slot and its id stay). */
+static void slot_release_state(slot *sl) {
+  slot_clear(sl);
+  if (sl->sess) q35_session_free(sl->sess);
+  sl->sess = NULL;
+}
+
+static const char *fmt_bytes(char *b, size_t n, uint64_t x) {
+  if (x >= (1ull << 30)) snprintf(b, n, "%.2f GiB", x / 1073741824.0);
+  else if (x >= (1ull << 20)) snprintf(b, n, "%.2f MiB", x / 1048576.0);
+  else snprintf(b, n, "%llu bytes", (unsigned long long)x);
+  return b;
+}
+
 static int slot_push_toks(slot *sl, const int32_t *t, int32_t n) {
   if (sl->n_toks + n > sl->cap) {
     int32_t cap = sl->cap ? sl->cap : 256;
@@ -213,6 +246,7 @@ static int32_t slot_prepare(srv_sched *s, slot *sl, const int32_t *p, int32_t n,
     q35_session_params sp = q35_session_default_params();
     sp.n_ctx = s->o.n_ctx;
     sp.kv_type = s->o.kv_type;
+    sp.mem_budget = s->o.mem_budget;
     sl->sess = q35_session_new(s->model, &sp, err);
     if (!sl->sess) return -1;
     sl->n_toks = 0;
@@ -236,7 +270,11 @@ static int32_t slot_prepare(srv_sched *s, slot *sl, const int32_t *p, int32_t n,
   return 0;
 }
 
-static void slot_snapshot(slot *sl) {
+static void slot_snapshot(srv_sched *s, slot *sl) {
+  if (s->o.mem_budget && sl->n_snaps < MAX_SNAPS && sched_bytes(s) + s->snap_need > s->o.mem_budget) {
+    s->m_snaps_skipped++; /* prefix reuse only: skipping it changes no output */
+    return;
+  }
   q35_err err;
   q35_snapshot *sn = q35_session_snapshot(sl->sess, &err);
   if (!sn) return;
@@ -267,6 +305,7 @@ static void seq_finish(srv_sched *s, seq *q) {
   if (q->sl) {
     q->sl->busy = 0;
     q->sl->last_used = ++s->clock;
+    q->sl->last_time = q35_now();
   }
   j->completion_tokens += q->n_gen;
   s->m_gen_tokens += (uint64_t)q->n_gen;
@@ -397,6 +436,64 @@ static int seq_on_token(srv_sched *s, seq *q, const q35_row *r) {
 
 /* ---- admission ---- */
 
+/* Memory budget: make room for a new session in slot `for_sl` by freeing idle sessions, least
+ * recently used first. 1: it fits; 0: it does not fit now but busy sessions may free memory
+ * later; -1: it cannot fit (msg filled). Mutex held, scheduler thread. */
+static int make_room(srv_sched *s, const slot *for_sl, char *msg, size_t msgsz) {
+  if (!s->o.mem_budget || for_sl->sess) return 1;
+  for (;;) {
+    const uint64_t used = sched_bytes(s);
+    if (used + s->sess_need <= s->o.mem_budget) return 1;
+    slot *victim = NULL;
+    for (int i = 0; i < s->o.parallel; i++) {
+      slot *c = &s->anon[i];
+      if (c != for_sl && !c->busy && c->sess && (!victim || c->last_used < victim->last_used)) victim = c;
+    }
+    for (slot *c = s->named; c; c = c->next)
+      if (c != for_sl && !c->busy && c->sess && (!victim || c->last_used < victim->last_used)) victim = c;
+    if (!victim) {
+      int busy = 0;
+      for (int i = 0; i < s->o.parallel; i++) busy |= s->anon[i].busy && s->anon[i].sess;
+      for (slot *c = s->named; c; c = c->next) busy |= c->busy && c->sess;
+      if (busy) return 0;
+      char a[32], b[32], c[32];
+      snprintf(msg, msgsz,
+               "not enough memory for a session: it needs %s of KV/state for a context of %d tokens, %s is in "
+               "use, the memory budget is %s (--mem-budget); lower --ctx or raise --mem-budget",
+               fmt_bytes(a, sizeof a, s->sess_need), s->o.n_ctx, fmt_bytes(b, sizeof b, used),
+               fmt_bytes(c, sizeof c, s->o.mem_budget));
+      return -1;
+    }
+    slot_release_state(victim);
+    s->m_mem_evictions++;
+  }
+}
+
+/* Free the sessions unused for idle_timeout seconds (mutex held, scheduler thread). */
+static void evict_idle(srv_sched *s) {
+  if (s->o.idle_timeout <= 0) return;
+  const double now = q35_now();
+  for (int i = 0; i < s->o.parallel; i++) {
+    slot *sl = &s->anon[i];
+    if (!sl->busy && sl->sess && now - sl->last_time >= s->o.idle_timeout) {
+      slot_release_state(sl);
+      s->m_idle_evictions++;
+    }
+  }
+  for (slot **pp = &s->named; *pp;) {
+    slot *sl = *pp;
+    if (!sl->busy && now - sl->last_time >= s->o.idle_timeout) {
+      *pp = sl->next;
+      s->n_named--;
+      if (sl->sess) s->m_idle_evictions++;
+      slot_destroy(sl);
+      free(sl);
+    } else {
+      pp = &sl->next;
+    }
+  }
+}
+
 static slot *find_named(srv_sched *s, const char *id) {
   for (slot *sl = s->named; sl; sl = sl->next)
     if (!strcmp(sl->id, id)) return sl;
@@ -428,6 +525,7 @@ static slot *pick_slot(srv_sched *s, seq *q) {
       free(sl);
       return NULL;
     }
+    sl->last_time = q35_now();
     sl->next = s->named;
     s->named = sl;
     s->n_named++;
@@ -458,6 +556,7 @@ static int seq_start(srv_sched *s, seq *q, slot *sl) {
   q->sl = sl;
   sl->busy = 1;
   sl->last_used = ++s->clock;
+  sl->last_time = q35_now();
   q->fed = pos;
   if (q->choice == 0) j->cached_tokens = pos;
   s->m_cached_tokens += (uint64_t)pos;
@@ -571,8 +670,20 @@ static void admit(srv_sched *s) {
       pp = &q->next;
       continue;
     }
+    char msg[400];
+    const int room = make_room(s, sl, msg, sizeof msg);
+    if (room == 0) { /* wait for a busy session to finish */
+      pp = &q->next;
+      continue;
+    }
     *pp = q->next;
     s->n_queued--;
+    if (room < 0) {
+      s->m_mem_refused++;
+      job_fail(q->job, 503, msg);
+      seq_finish(s, q);
+      continue;
+    }
     if (seq_start(s, q, sl)) {
       seq_finish(s, q);
       continue;
@@ -598,6 +709,7 @@ static void *sched_main(void *arg) {
   pthread_mutex_lock(&s->mu);
   while (!s->stop) {
     free_deleted(s);
+    evict_idle(s);
     admit(s);
     /* drop cancelled or failed sequences */
     for (seq **pp = &s->active; *pp;) {
@@ -611,7 +723,17 @@ static void *sched_main(void *arg) {
       }
     }
     if (!s->active) {
-      pthread_cond_wait(&s->cv, &s->mu);
+      if (s->o.idle_timeout > 0) { /* wake to evict idle sessions */
+        double w = s->o.idle_timeout / 2 < 1.0 ? s->o.idle_timeout / 2 : 1.0;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        long ns = ts.tv_nsec + (long)(w * 1e9);
+        ts.tv_sec += ns / 1000000000L;
+        ts.tv_nsec = ns % 1000000000L;
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+      } else {
+        pthread_cond_wait(&s->cv, &s->mu);
+      }
       continue;
     }
     /* one row per active sequence: decode rows always, prefill rows within the budget */
@@ -674,7 +796,7 @@ static void *sched_main(void *arg) {
         slot_push_toks(q->sl, r->tokens, r->n_tokens);
         if (q->fed < q->job->n_prompt) {
           q->fed += r->n_tokens;
-          if (q->snap_i < q->n_snaps_at && q->snaps_at[q->snap_i] == q->fed) slot_snapshot(q->sl);
+          if (q->snap_i < q->n_snaps_at && q->snaps_at[q->snap_i] == q->fed) slot_snapshot(s, q->sl);
           if (q->fed < q->job->n_prompt) continue;
         }
         ended = seq_on_token(s, q, r);
@@ -707,6 +829,22 @@ srv_sched *srv_sched_new(q35_model *model, const q35_tokenizer *tok, const srv_s
   if (s->o.parallel < 1) s->o.parallel = 1;
   if (s->o.chunk < 1) s->o.chunk = 256;
   s->im_start = q35_tokenizer_im_start(tok);
+  {
+    q35_session_params sp = q35_session_default_params();
+    sp.n_ctx = s->o.n_ctx;
+    sp.kv_type = s->o.kv_type;
+    uint64_t rec = 0;
+    s->sess_need = q35_session_state_bytes(model, &sp, &rec);
+    s->snap_need = rec + 64; /* + the snapshot header */
+    if (s->o.mem_budget && s->sess_need > s->o.mem_budget) {
+      char a[32], b[32];
+      q35_seterr(err, "a session needs %s of KV/state for --ctx %d, the memory budget is %s; lower --ctx or raise "
+                 "--mem-budget", fmt_bytes(a, sizeof a, s->sess_need), s->o.n_ctx,
+                 fmt_bytes(b, sizeof b, s->o.mem_budget));
+      free(s);
+      return NULL;
+    }
+  }
   s->anon = calloc((size_t)s->o.parallel, sizeof *s->anon);
   s->rows = calloc((size_t)s->o.parallel, sizeof *s->rows);
   s->row_seq = calloc((size_t)s->o.parallel, sizeof *s->row_seq);
@@ -839,11 +977,23 @@ char *srv_sched_metrics(srv_sched *s) {
     M("step_errors_total", "counter", "Failed model steps.", "%llu", (unsigned long long)s->m_errors);
     M("session_evictions_total", "counter", "Named sessions evicted (LRU).", "%llu",
       (unsigned long long)s->m_evictions);
+    M("session_idle_evictions_total", "counter", "Sessions freed after --session-idle-timeout unused.", "%llu",
+      (unsigned long long)s->m_idle_evictions);
+    M("session_memory_evictions_total", "counter", "Idle sessions freed to fit a new one in --mem-budget.", "%llu",
+      (unsigned long long)s->m_mem_evictions);
+    M("requests_memory_refused_total", "counter", "Sequences refused (503): a session does not fit --mem-budget.",
+      "%llu", (unsigned long long)s->m_mem_refused);
+    M("snapshots_skipped_total", "counter", "Snapshots skipped to stay within --mem-budget.", "%llu",
+      (unsigned long long)s->m_snaps_skipped);
     M("requests_active", "gauge", "Sequences being generated.", "%d", s->n_active);
     M("requests_queued", "gauge", "Sequences waiting for a slot.", "%d", s->n_queued);
     M("sessions_active", "gauge", "Sessions holding state (anonymous and named).", "%d", n_sess);
     M("sessions_named", "gauge", "Named sessions.", "%d", s->n_named);
     M("session_bytes", "gauge", "Bytes held by session states and snapshots.", "%zu", bytes);
+    M("memory_budget_bytes", "gauge", "--mem-budget for session states and snapshots (0: no limit).", "%llu",
+      (unsigned long long)s->o.mem_budget);
+    M("session_need_bytes", "gauge", "KV/state bytes one new session allocates.", "%llu",
+      (unsigned long long)s->sess_need);
 #undef M
     fclose(f);
   }

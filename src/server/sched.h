@@ -12,6 +12,13 @@
  * one whose tokens share the longest usable prefix with its prompt) and up to `max_sessions`
  * named slots (the `session_id` header), evicted least recently used when idle.
  *
+ * Host limits: a slot's q35_session is created when a sequence first needs it. With a memory
+ * budget, the bytes every slot holds (q35_session_state_bytes + snapshots) are counted before
+ * each creation; if the new session does not fit, idle sessions are freed (least recently
+ * used first); if it still does not fit, the sequence waits while busy sessions may free
+ * memory, and fails with 503 when none can. Snapshots that would pass the budget are skipped.
+ * Sessions unused for idle_timeout seconds are freed (a named session is forgotten).
+ *
  * Prefix reuse: the DeltaNet state cannot be rolled back, so a slot keeps snapshots taken at
  * the start of every <|im_start|> in a prompt (the end of each rendered message, before the
  * assistant reply) and every `snap_every` tokens. A new prompt restores the furthest state
@@ -82,6 +89,8 @@ typedef struct srv_sched_opts {
   q35_kv_type kv_type;
   int32_t chunk;           /* prefill tokens per step */
   int32_t snap_every;      /* periodic snapshot interval in tokens */
+  uint64_t mem_budget;     /* bytes for all sessions + snapshots (0: no limit) */
+  double idle_timeout;     /* seconds; sessions unused this long are freed (<= 0: never) */
 } srv_sched_opts;
 
 typedef struct srv_sched srv_sched;

@@ -695,6 +695,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     if (st->ended) return st->error ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
     int done = 0;
     srv_event *e = srv_job_take(st->S->sched, st->r.job, 100, &done);
+    if ((e || done) && st->S->o.timeout > 0) { /* restart the inactivity clock: waiting for tokens is not stalling */
+      MHD_set_connection_option(st->c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+      MHD_set_connection_option(st->c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)st->S->o.timeout);
+    }
     process_events(st->S, &st->r, st->ch, e, &st->out);
     srv_events_free(e);
     if (done) stream_finish(st);
@@ -921,11 +925,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   json_t *body = json_loadb(cn->body.p ? cn->body.p : "", cn->body.len, 0, &je);
   if (!body) return send_error(c, 400, NULL, "malformed JSON body: %s (line %d, column %d)", je.text, je.line, je.column);
   enum MHD_Result rc;
+  const int compute = json_is_object(body) && (!strcmp(path, "/chat/completions") || !strcmp(path, "/completions"));
+  if (compute && S->o.timeout > 0) MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
   if (!json_is_object(body)) rc = send_error(c, 400, NULL, "the request body must be a JSON object");
   else if (!strcmp(path, "/chat/completions")) rc = do_completion(S, c, body, 1);
   else if (!strcmp(path, "/completions")) rc = do_completion(S, c, body, 0);
   else if (!strcmp(path, "/tokenize")) rc = do_tokenize(S, c, body);
   else rc = do_detokenize(S, c, body);
+  /* from 0 back to --timeout restarts the inactivity clock now (MHD 0.9.75 connection.c), so a
+   * computation longer than the timeout does not get its response dropped */
+  if (compute && S->o.timeout > 0) MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)S->o.timeout);
   json_decref(body);
   return rc;
 }
@@ -955,6 +964,8 @@ void q35_server_default_opts(q35_server_opts *o) {
   o->kv_type = Q35_KV_F16;
   o->chunk = 256;
   o->snap_every = 1024;
+  o->idle_timeout = 600;
+  o->timeout = 30;
 }
 
 static volatile sig_atomic_t g_stop; /* set by the signal handler (the one process-wide flag) */
@@ -989,7 +1000,8 @@ int q35_server_run(const q35_server_opts *o) {
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
   S->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, S, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                           MHD_OPTION_NOTIFY_COMPLETED, on_completed, S, MHD_OPTION_CONNECTION_LIMIT, 512u,
-                          MHD_OPTION_CONNECTION_TIMEOUT, 3600u, MHD_OPTION_END);
+                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o->timeout > 0 ? o->timeout : 0),
+                          MHD_OPTION_END);
   freeaddrinfo(ai);
   if (!S->d) {
     fprintf(stderr, "q35 serve: cannot listen on %s:%d (%s)\n", o->host, o->port, strerror(errno));
@@ -1018,7 +1030,9 @@ int q35_server_run(const q35_server_opts *o) {
                        .n_ctx = o->n_ctx,
                        .kv_type = o->kv_type,
                        .chunk = o->chunk,
-                       .snap_every = o->snap_every};
+                       .snap_every = o->snap_every,
+                       .mem_budget = o->mem_budget,
+                       .idle_timeout = o->idle_timeout};
   if (S->model) S->sched = srv_sched_new(S->model, S->tok, &so, &err);
   if (!S->sched) {
     fprintf(stderr, "q35 serve: %s\n", err.msg);
@@ -1032,6 +1046,18 @@ int q35_server_run(const q35_server_opts *o) {
   atomic_store(&S->ready, 1);
   fprintf(stderr, "q35 serve: ready: model '%s' (%s), %d parallel, context %d\n", S->model_id,
           q35_model_desc(S->model), o->parallel, o->n_ctx);
+  {
+    q35_session_params sp = q35_session_default_params();
+    sp.n_ctx = o->n_ctx;
+    sp.kv_type = o->kv_type;
+    const uint64_t need = q35_session_state_bytes(S->model, &sp, NULL);
+    const uint64_t most = (uint64_t)o->parallel + (uint64_t)o->max_sessions;
+    if (o->mem_budget)
+      fprintf(stderr, "q35 serve: memory budget %.1f MiB: a session needs %.1f MiB, %llu of %llu sessions fit at once%s\n",
+              o->mem_budget / 1048576.0, need / 1048576.0,
+              (unsigned long long)(need ? o->mem_budget / need : most), (unsigned long long)most,
+              need && o->mem_budget / need < most ? " (idle ones are freed to make room)" : "");
+  }
   while (!g_stop) {
     struct timespec ts = {0, 100000000L};
     nanosleep(&ts, NULL);

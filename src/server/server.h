@@ -35,6 +35,11 @@ typedef struct q35_server_opts {
   int32_t chunk;           /* prefill tokens per step, default 256 */
   int32_t snap_every;      /* periodic snapshot interval, default 1024 */
   int verbose;             /* log each request on stderr */
+  uint64_t mem_budget;     /* bytes for every session's KV/state + snapshots together; 0 = no limit */
+  int idle_timeout;        /* free sessions unused for this many seconds (0 = never), default 600 */
+  int timeout;             /* drop a client idle this many seconds while sending its request or not
+                              reading its response (0 = never), default 30; never while a
+                              request is being computed */
 } q35_server_opts;
 
 void q35_server_default_opts(q35_server_opts *o);

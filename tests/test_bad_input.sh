@@ -132,6 +132,14 @@ expect "--seed xyz" "seed" -- "${R[@]}" --seed xyz
 expect "-n -5" "-n|max_new_tokens|tokens" -- "${R[@]}" -n -5
 expect "--threads 0x" "thread|-t" -- "${R[@]}" -t 0x
 
+# ---- host limits ----
+expect "--mem-budget 12Q" "mem-budget" -- "${R[@]}" --mem-budget 12Q
+expect "--mem-budget -1G" "mem-budget" -- "${R[@]}" --mem-budget -1G
+expect "--ctx 1M under --mem-budget 64M" "mem-budget.*ctx|ctx.*mem-budget" -- "${R[@]}" --ctx 1048576 --mem-budget 64M
+expect "serve --mem-budget x" "mem-budget" -- "$Q35" serve -m "$T/tiny.gguf" --mem-budget x
+expect "serve --timeout -1" "timeout" -- "$Q35" serve -m "$T/tiny.gguf" --timeout -1
+expect "serve --session-idle-timeout abc" "idle" -- "$Q35" serve -m "$T/tiny.gguf" --session-idle-timeout abc
+
 # ---- usage ----
 expect "unknown flag" "bogus" -- "${R[@]}" --bogus
 expect "flag without its value" "temperature" -- "$Q35" run -m "$T/tiny.gguf" --tokens 1,2 --temperature

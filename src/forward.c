@@ -87,8 +87,8 @@ static void mm_run(void *ctx, int ith, int nth) {
       /* register-blocked tile: bit-identical to one q35_vec_dot per (row, token) pair; a single
        * token (decode) goes straight to the row kernels */
       if (j1 - j0 == 1) {
-        for (long n = nb; n < ne; n++)
-          t->y[j0 * t->ldy + n] = q35_vec_dot(t->type, t->K, t->w + (size_t)n * t->nb1, t->x + (size_t)j0 * t->ldx);
+        q35_vec_dot_rows(t->type, t->K, t->w + (size_t)nb * t->nb1, t->nb1, (int)(ne - nb), t->x + (size_t)j0 * t->ldx,
+                         t->y + j0 * t->ldy + nb);
         continue;
       }
       q35_vec_dot_tile_ex(t->type, t->K, t->w + (size_t)nb * t->nb1, t->nb1, (int)(ne - nb),

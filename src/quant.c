@@ -629,17 +629,39 @@ static float dot_bf16(int64_t n, const void *w, const void *x) {
   return (float)s;
 }
 
+/* Q4_0 x Q8_0X (the activation's Q8_0 blocks read back from their Q8_0X places) */
 static float dot_q4_0(int64_t n, const void *w, const void *x) {
   const blk_q4_0 *a = w;
-  const blk_q8_0 *b = x;
+  const int64_t nb = n / QK8_0;
   float sumf = 0;
-  for (int64_t i = 0; i < n / QK8_0; i++) {
+  for (int64_t i = 0; i < nb; i++) {
+    blk_q8_0 b;
+    q8x_get(x, nb, i, &b);
     int isum = 0;
     for (int j = 0; j < 16; j++)
-      isum += ((a[i].qs[j] & 0xF) - 8) * b[i].qs[j] + ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + 16];
-    sumf += (float)isum * (q35_fp16_to_fp32(a[i].d) * q35_fp16_to_fp32(b[i].d));
+      isum += ((a[i].qs[j] & 0xF) - 8) * b.qs[j] + ((a[i].qs[j] >> 4) - 8) * b.qs[j + 16];
+    sumf += (float)isum * (q35_fp16_to_fp32(a[i].d) * q35_fp16_to_fp32(b.d));
   }
   return sumf;
+}
+
+/* Q8_0X: Q8_0's quantization block by block, stored in the Q8_0X layout */
+static void quant_q8_0x(const float *x, void *dst, int64_t n) {
+  const int64_t nb = n / QK8_0;
+  for (int64_t i = 0; i < nb; i++) {
+    blk_q8_0 b;
+    q35_quantize_q8_0_block_ref(x + i * QK8_0, &b);
+    q8x_put(dst, nb, i, &b);
+  }
+}
+
+static void dequant_q8_0x(const void *src, float *y, int64_t n) {
+  const int64_t nb = n / QK8_0;
+  for (int64_t i = 0; i < nb; i++) {
+    blk_q8_0 b;
+    q8x_get(src, nb, i, &b);
+    dequant_q8_0(&b, y + i * QK8_0, QK8_0);
+  }
 }
 
 static float dot_q5_0(int64_t n, const void *w, const void *x) {
@@ -779,6 +801,7 @@ static void kernels_ref(q35_kernels *k) {
   SET(Q35_TYPE_Q6_K, dequant_q6_k, quant_q6_k, dot_q6_k);
   SET(Q35_TYPE_IQ4_XS, dequant_iq4_xs, quant_iq4_xs, dot_iq4_xs);
   SET(Q35_TYPE_Q8_K, dequant_q8_k, quant_q8_k, NULL);
+  SET(Q35_TYPE_Q8_0X, dequant_q8_0x, quant_q8_0x, NULL);
 #undef SET
 }
 
@@ -804,6 +827,8 @@ static void overlay(q35_kernels *dst, const q35_kernels *src) {
      * tile drops the lower level's tile (the loop over vec_dot takes over) */
     if (src->vec_dot[t]) dst->tile[t] = src->tile[t];
     else if (src->tile[t]) dst->tile[t] = src->tile[t];
+    if (src->vec_dot[t]) dst->gemv[t] = src->gemv[t];
+    else if (src->gemv[t]) dst->gemv[t] = src->gemv[t];
   }
 }
 
@@ -862,7 +887,8 @@ const char *q35_simd_level(void) {
 int q35_vec_dot_type(int type) {
   switch (type) {
   case Q35_TYPE_F32: case Q35_TYPE_F16: case Q35_TYPE_BF16: case Q35_TYPE_Q8_0: return type;
-  case Q35_TYPE_Q4_0: case Q35_TYPE_Q5_0: return Q35_TYPE_Q8_0;
+  case Q35_TYPE_Q4_0: return Q35_TYPE_Q8_0X;
+  case Q35_TYPE_Q5_0: return Q35_TYPE_Q8_0;
   case Q35_TYPE_Q4_K: case Q35_TYPE_Q5_K: case Q35_TYPE_Q6_K: case Q35_TYPE_IQ4_XS: return Q35_TYPE_Q8_K;
   default: return -1;
   }
@@ -916,6 +942,17 @@ void q35_tile_run(const q35_kernels *k, int type, int64_t n, const void *w, size
     for (int c = 0; c < nc; c++)
       out[(size_t)r * ors + (size_t)c * ocs] =
           f ? f(n, (const char *)w + (size_t)r * ws, (const char *)x + (size_t)c * xs) : NAN;
+}
+
+void q35_vec_dot_rows(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x, float *out) {
+  const q35_kernels *k = kern();
+  if (nr <= 0) return;
+  if (type_ok(type) && k->gemv[type]) {
+    k->gemv[type](n, w, w_stride, nr, x, 0, 1, out, 1, 0);
+    return;
+  }
+  const q35_vec_dot_fn f = type_ok(type) ? k->vec_dot[type] : NULL;
+  for (int r = 0; r < nr; r++) out[r] = f ? f(n, (const char *)w + (size_t)r * w_stride, x) : NAN;
 }
 
 void q35_vec_dot_tile(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x,

@@ -7,7 +7,9 @@
  * Matrix-vector products follow ggml-cpu: each weight type has a "vec_dot type" into which
  * the activation row is converted first (Q4_0/Q5_0/Q8_0 -> Q8_0, K-quants and IQ4_XS -> Q8_K,
  * F16 -> F16, BF16 -> BF16, F32 -> F32); the dot product then runs on the weight blocks and
- * the converted activation blocks (integer dot products for the quantized types).
+ * the converted activation blocks (integer dot products for the quantized types). Q4_0 takes
+ * Q8_0X: the same Q8_0 values (byte-identical quantization), laid out so the kernels need no
+ * shuffles of the activation (quant_internal.h).
  *
  * Every kernel has a plain scalar reference twin (suffix _ref) and SIMD paths (AVX2,
  * AVX-512) selected once at run time from the CPU's features; tests hold them equal.
@@ -30,12 +32,15 @@ enum q35_type {
   Q35_TYPE_Q8_K = 15,
   Q35_TYPE_IQ4_XS = 23,
   Q35_TYPE_BF16 = 30,
-  Q35_TYPE_COUNT = 40, /* upper bound of GGML type ids we know the names of */
+  /* q35-internal activation type, never in a file: Q8_0 values laid out for the Q4_0 kernels
+   * (see quant_internal.h). GGML's ids end below 40. */
+  Q35_TYPE_Q8_0X = 40,
+  Q35_TYPE_COUNT = 41, /* upper bound of the type ids above */
 };
 
 /* GGML's name for any GGML type id ("q4_K", "iq2_xxs", ...), or NULL for an unknown id. */
 const char *q35_type_name(int type);
-/* Is this a type q35 computes with (the list above, Q8_K excluded as a weight type)? */
+/* Is this a type q35 computes with (the list above; Q8_K and Q8_0X excluded as weight types)? */
 int q35_type_supported(int type);
 /* Elements per block (1 for F32/F16/BF16, 32 for Q*_0, 256 for K-quants/IQ4_XS). 0 if unknown. */
 int q35_type_block(int type);
@@ -75,6 +80,9 @@ void q35_vec_dot_tile(int type, int64_t n, const void *w, size_t w_stride, int n
 /* The reference twin: loops over q35_vec_dot_ref. */
 void q35_vec_dot_tile_ref(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x,
                           size_t x_stride, int nc, float *out, size_t out_stride);
+/* out[r] = q35_vec_dot(type, n, w + r*w_stride, x) for r < nr, bit for bit: one activation row
+ * against many weight rows (decode), through whichever kernel is fastest for that. */
+void q35_vec_dot_rows(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x, float *out);
 /* As q35_vec_dot_tile with a general output layout: out[r*out_rs + c*out_cs] (in floats). E.g.
  * token-major Y[t][row] (row stride ldy): out = &Y[0][row0], out_rs = 1, out_cs = ldy. */
 void q35_vec_dot_tile_ex(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x,

@@ -11,8 +11,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "quant.h"
+#include "util.h"
 
 #define QK8_0 32
 #define QK_K 256
@@ -32,6 +34,49 @@ typedef struct __attribute__((packed)) {
   uint16_t d;
   int8_t qs[QK8_0];
 } blk_q8_0;
+
+/*
+ * Q8_0X (q35-internal activation type for Q4_0 weights): the Q8_0 values of a row, laid out so
+ * that the Q4_0 kernels load everything a group of four blocks needs with four plain loads.
+ * Blocks go in groups of 4; the last group may hold k = 1..3. A group of k blocks is 64k bytes:
+ *   [0, 16k)    yl:  block p's elements 0..15 at 16p (int8)
+ *   [16k, 32k)  yh:  its elements 16..31 at 16k + 16p
+ *   [32k, 48k)  off: 4 int32 at 32k + 16p; lane j = -8 * (sum of elements 4j..4j+3 and 16+4j..16+4j+3)
+ *   [48k, 64k)  d:   the block's scale as a float (exact: it is an fp16 value), 4 times
+ * A Q4_0 block's nibbles q give dot(q - 8, y) = dot(q, y) + sum(off): four int32 lanes per block
+ * (lane j covers elements 4j..4j+3 and 16+4j..16+4j+3), each exact.
+ */
+#define Q8X_BLOCK 64
+static inline uint8_t *q8x_at(const void *row, int64_t nb, int64_t b, int *k, int *p) {
+  const int64_t g = b / 4;
+  *p = (int)(b % 4);
+  *k = nb - 4 * g >= 4 ? 4 : (int)(nb - 4 * g);
+  return (uint8_t *)row + (size_t)g * 4 * Q8X_BLOCK;
+}
+static inline void q8x_put(void *row, int64_t nb, int64_t b, const blk_q8_0 *q) {
+  int k, p;
+  uint8_t *o = q8x_at(row, nb, b, &k, &p);
+  int32_t off[4];
+  for (int j = 0; j < 4; j++) {
+    int s = 0;
+    for (int i = 0; i < 4; i++) s += q->qs[4 * j + i] + q->qs[16 + 4 * j + i];
+    off[j] = -8 * s;
+  }
+  const float d = q35_fp16_to_fp32(q->d), d4[4] = {d, d, d, d};
+  memcpy(o + 16 * p, q->qs, 16);
+  memcpy(o + 16 * k + 16 * p, q->qs + 16, 16);
+  memcpy(o + 32 * k + 16 * p, off, 16);
+  memcpy(o + 48 * k + 16 * p, d4, 16);
+}
+static inline void q8x_get(const void *row, int64_t nb, int64_t b, blk_q8_0 *q) {
+  int k, p;
+  const uint8_t *o = q8x_at(row, nb, b, &k, &p);
+  float d;
+  memcpy(q->qs, o + 16 * p, 16);
+  memcpy(q->qs + 16, o + 16 * k + 16 * p, 16);
+  memcpy(&d, o + 48 * k + 16 * p, 4);
+  q->d = q35_fp32_to_fp16(d);
+}
 
 typedef struct __attribute__((packed)) {
   uint16_t d;             /* super-block scale for the 6-bit sub-block scales */
@@ -107,6 +152,7 @@ typedef struct {
   q35_quantize_fn quantize[Q35_TYPE_COUNT];
   q35_dequantize_fn dequantize[Q35_TYPE_COUNT];
   q35_tile_fn tile[Q35_TYPE_COUNT]; /* NULL: loop over this table's vec_dot (see q35_tile_run) */
+  q35_tile_fn gemv[Q35_TYPE_COUNT]; /* one activation row (nc = 1) where a tile beats vec_dot calls */
 } q35_kernels;
 
 /* The tile product through a table: its tile kernel, or a loop over its vec_dot. */

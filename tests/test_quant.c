@@ -217,7 +217,9 @@ static void test_hand_blocks(void) {
     for (int j = 0; j < 32; j++) x[2 + j] = (uint8_t)(int8_t)(j - 16);
     double want = 0;
     for (int j = 0; j < 16; j++) want += (j - 8) * 0.5 * (j - 16) + (7 - j) * 0.5 * (j);
-    CHECK(q35_vec_dot_ref(Q35_TYPE_Q4_0, 32, w, x) == (float)want, "q4_0 hand vec_dot");
+    uint8_t xx[64];
+    q8x_put(xx, 1, 0, (const blk_q8_0 *)(const void *)x); /* Q4_0 takes its Q8_0X form */
+    CHECK(q35_vec_dot_ref(Q35_TYPE_Q4_0, 32, w, xx) == (float)want, "q4_0 hand vec_dot");
   }
 }
 
@@ -280,15 +282,15 @@ static void fill_nasty(float *x, int nb, int blk) {
 static void test_act_simd(int level, const q35_kernels *k, const q35_kernels *ref) {
   const int n = 4096 + 256;
   float *x = malloc(sizeof(float) * n);
-  uint8_t *a = malloc(q35_row_size(Q35_TYPE_Q8_K, n) + 64), *b = malloc(q35_row_size(Q35_TYPE_Q8_K, n) + 64);
-  const int types[2] = {Q35_TYPE_Q8_0, Q35_TYPE_Q8_K};
+  uint8_t *a = malloc(q35_row_size(Q35_TYPE_Q8_0X, n) + 64), *b = malloc(q35_row_size(Q35_TYPE_Q8_0X, n) + 64);
+  const int types[3] = {Q35_TYPE_Q8_0, Q35_TYPE_Q8_K, Q35_TYPE_Q8_0X};
   for (int rep = 0; rep < 6; rep++) {
     if (rep < 3) {
       const int blk = rep == 1 ? 256 : 32;
       fill_nasty(x, n / blk, blk);
     }
     else for (int i = 0; i < n; i++) x[i] = rng_gauss() * (rep == 3 ? 1.0f : rep == 4 ? 1e-3f : 50.0f);
-    for (int t = 0; t < 2; t++) {
+    for (int t = 0; t < 3; t++) {
       const size_t rs = q35_row_size(types[t], n);
       memset(a, 0xAA, rs);
       memset(b, 0x55, rs);
@@ -301,6 +303,47 @@ static void test_act_simd(int level, const q35_kernels *k, const q35_kernels *re
   free(x);
   free(a);
   free(b);
+}
+
+/* Q8_0X (the Q4_0 activation layout, quant_internal.h) built here from its description and the
+ * Q8_0 bytes: groups of 4 blocks (last one k = nb % 4), per group yl | yh | off | d sub-arrays of
+ * 16k bytes each. Every level's quantizer must produce exactly these bytes, and dequantize
+ * Q8_0X must give Q8_0's floats. */
+static void test_q8x_layout(int level, const q35_kernels *k) {
+  static const int nbs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 64, 65};
+  for (size_t c = 0; c < sizeof nbs / sizeof nbs[0]; c++) {
+    const int nb = nbs[c], n = 32 * nb;
+    float *x = malloc(sizeof(float) * n), *d0 = malloc(sizeof(float) * n), *d1 = malloc(sizeof(float) * n);
+    uint8_t *q = malloc(34 * (size_t)nb), *want = malloc(64 * (size_t)nb), *got = malloc(64 * (size_t)nb + 1);
+    for (int i = 0; i < n; i++) x[i] = rng_gauss() * (i % 97 == 0 ? 9.0f : 1.0f);
+    q35_quantize_row_ref(Q35_TYPE_Q8_0, x, q, n);
+    for (int b = 0; b < nb; b++) {
+      const int g = b / 4, p = b % 4, kk = nb - 4 * g < 4 ? nb - 4 * g : 4;
+      uint8_t *o = want + 256 * g;
+      const uint8_t *blk = q + 34 * b;
+      uint16_t h;
+      memcpy(&h, blk, 2);
+      for (int j = 0; j < 16; j++) {
+        o[16 * p + j] = blk[2 + j];
+        o[16 * kk + 16 * p + j] = blk[2 + 16 + j];
+      }
+      for (int l = 0; l < 4; l++) {
+        int32_t s = 0;
+        for (int i = 0; i < 4; i++) s += (int8_t)blk[2 + 4 * l + i] + (int8_t)blk[2 + 16 + 4 * l + i];
+        s *= -8;
+        memcpy(o + 32 * kk + 16 * p + 4 * l, &s, 4);
+        const float d = q35_fp16_to_fp32(h);
+        memcpy(o + 48 * kk + 16 * p + 4 * l, &d, 4);
+      }
+    }
+    memset(got, 0xCD, 64 * (size_t)nb + 1);
+    k->quantize[Q35_TYPE_Q8_0X](x, got + 1, n);
+    CHECK(!memcmp(want, got + 1, 64 * (size_t)nb), "level %d q8_0x layout (nb=%d)", level, nb);
+    q35_dequantize_row_ref(Q35_TYPE_Q8_0, q, d0, n);
+    k->dequantize[Q35_TYPE_Q8_0X](got + 1, d1, n);
+    CHECK(!memcmp(d0, d1, sizeof(float) * n), "level %d q8_0x dequantize != q8_0's (nb=%d)", level, nb);
+    free(x); free(d0); free(d1); free(q); free(want); free(got);
+  }
 }
 
 /* Q8_0 blocks full of -128 (possible in a GGUF; our activation quantizer makes them only
@@ -448,7 +491,7 @@ static void test_dequant_exact(int level, const q35_kernels *k, const q35_kernel
 static void test_public_api(void) {
   const char *lvl = q35_simd_level();
   CHECK(!strcmp(lvl, "scalar") || !strcmp(lvl, "avx2") || !strcmp(lvl, "avx512"), "simd level %s", lvl);
-  CHECK(q35_vec_dot_type(Q35_TYPE_Q4_0) == Q35_TYPE_Q8_0 && q35_vec_dot_type(Q35_TYPE_Q5_0) == Q35_TYPE_Q8_0 &&
+  CHECK(q35_vec_dot_type(Q35_TYPE_Q4_0) == Q35_TYPE_Q8_0X && q35_vec_dot_type(Q35_TYPE_Q5_0) == Q35_TYPE_Q8_0 &&
             q35_vec_dot_type(Q35_TYPE_Q4_K) == Q35_TYPE_Q8_K && q35_vec_dot_type(Q35_TYPE_IQ4_XS) == Q35_TYPE_Q8_K &&
             q35_vec_dot_type(Q35_TYPE_Q6_K) == Q35_TYPE_Q8_K && q35_vec_dot_type(Q35_TYPE_BF16) == Q35_TYPE_BF16 &&
             q35_vec_dot_type(Q35_TYPE_F16) == Q35_TYPE_F16 && q35_vec_dot_type(Q35_TYPE_F32) == Q35_TYPE_F32,
@@ -482,6 +525,7 @@ int main(void) {
     }
     const int before = failures;
     test_act_simd(level, &k, &ref);
+    test_q8x_layout(level, &k);
     test_q8_extremes(level, &k, &ref);
     test_dequant_exact(level, &k, &ref);
     test_types(level, &k, &ref);

@@ -114,6 +114,7 @@ static void run_cpu_variant(void *cpu, void *base, const char *variant) {
     float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n);
     float *d1 = malloc(sizeof(float) * n), *d2 = malloc(sizeof(float) * n), *dx = malloc(sizeof(float) * n);
     uint8_t *a = malloc((size_t)n * 4 + 64), *b = malloc((size_t)n * 4 + 64), *c = malloc((size_t)n * 4 + 64);
+    uint8_t *cq = malloc((size_t)n * 4 + 64);
 
     /* activation quantizers and half conversions: byte-identical */
     for (int v = 0; v < 3; v++) {
@@ -170,12 +171,14 @@ static void run_cpu_variant(void *cpu, void *base, const char *variant) {
       vec_dot_fn gdot = (vec_dot_fn)must(cpu, types[t].dot);
       const uint8_t *rows[2] = {a, b};
       for (int r = 0; r < (types[t].deq ? 2 : 1); r++) {
-        q35_quantize_row(vt, x, c, n);
+        /* ggml takes Q8_0 where q35 takes its own layout of the same values (Q8_0X) */
+        q35_quantize_row(vt == Q35_TYPE_Q8_0X ? Q35_TYPE_Q8_0 : vt, x, c, n);
+        q35_quantize_row(vt, x, cq, n);
         float want = 0;
         gdot(n, &want, 0, rows[r], 0, c, 0, 1);
-        const float got = q35_vec_dot(type, n, rows[r], c), ref = q35_vec_dot_ref(type, n, rows[r], c);
+        const float got = q35_vec_dot(type, n, rows[r], cq), ref = q35_vec_dot_ref(type, n, rows[r], cq);
         q35_dequantize_row(type, rows[r], d1, n);
-        q35_dequantize_row(vt, c, dx, n);
+        q35_dequantize_row(vt, cq, dx, n);
         double mag = 0;
         for (int i = 0; i < n; i++) mag += fabs((double)d1[i] * dx[i]);
         const double tol = 1e-5 * mag + 1e-30;
@@ -186,7 +189,7 @@ static void run_cpu_variant(void *cpu, void *base, const char *variant) {
       }
       (void)ws;
     }
-    free(x); free(w); free(d1); free(d2); free(dx); free(a); free(b); free(c);
+    free(x); free(w); free(d1); free(d2); free(dx); free(a); free(b); free(c); free(cq);
   }
   printf("%s: worst |q35 vec_dot - ggml| / sum|w*x| = %.3g\n", variant, worst_dot);
 }

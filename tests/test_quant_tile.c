@@ -166,7 +166,7 @@ int main(void) {
       const int type = types[t];
       const int blk = q35_type_block(type) < 32 ? 8 : q35_type_block(type);
       /* n: one block, a few, odd block counts; float types also lengths with a scalar tail */
-      int64_t ns[5] = {blk, 3 * blk, 2 * 256 + (blk == 32 ? 32 : 0), 1024 + 256, 37};
+      int64_t ns[5] = {blk, 3 * blk, 2 * 256 + (blk == 32 ? 64 : 0), 1024 + 256, 37};
       const int nn = q35_type_block(type) == 1 ? 5 : 4;
       for (int ni = 0; ni < nn; ni++) {
         f64_check(names[level], &k, type, ns[ni]);

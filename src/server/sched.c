@@ -734,6 +734,19 @@ static void *sched_main(void *arg) {
       } else {
         pthread_cond_wait(&s->cv, &s->mu);
       }
+      /* Woken from idle by a request: requests sent together (a client's n concurrent streams)
+       * arrive a few ms apart; wait while they keep coming (2 ms each, 10 ms at most) so they
+       * share the first step instead of queueing behind a one-row prefill step. */
+      for (int k = 0; k < 5 && s->queue && !s->stop; k++) {
+        const int nq = s->n_queued;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 2000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        if (s->n_queued <= nq) break;
+      }
       continue;
     }
     /* one row per active sequence: decode rows always, prefill rows within the budget */

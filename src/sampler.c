@@ -65,6 +65,12 @@ typedef unsigned __int128 u128;
 #define BLOCK 1024         /* elements per block sum in the full-row draw */
 #define SLACK 64           /* extra elements at the end of scratch buffers (SIMD stores) */
 #define FIX_SCALE 0x1p61f  /* W = trunc(w * 2^61) */
+#define FUSED_MIN 16384    /* one-pass top-p (see sample_topp_fused) from this row size */
+#define FUSED_HB 16        /* its head blocks taken exactly */
+#define FUSED_MS 4096      /* its sample size (at most) */
+#define FUSED_Z 5.0        /* its window half-width in standard deviations */
+#define FUSED_BINS 64      /* its estimate's bins per unit of s = (l - m) / T */
+#define FUSED_NBIN 2048    /* its number of bins (s below -32 share the last) */
 
 /* ---- parameters ----------------------------------------------------------------------- */
 
@@ -241,7 +247,11 @@ struct q35_sampler {
   float *tmp, *tmp2; /* selection scratch */
   int32_t *ids;    /* candidate ids (ascending) */
   u128 *bsum;      /* block sums */
+  float *bmax;     /* block maxima of the row (top-p pass) */
+  double *bins;    /* 2 * FUSED_NBIN estimate bins (top-p pass) */
   vid *pairs, *pairs2; /* reference sorts */
+  int fused;       /* top-p in one pass: 1 on, 0 off, 2 testing (a deliberately wrong window) */
+  int64_t n_fused, n_fused_miss; /* rows that took the one-pass top-p path; of them, misses */
 };
 
 q35_sampler *q35_sampler_new(int32_t n_vocab, q35_err *err) {
@@ -262,10 +272,13 @@ q35_sampler *q35_sampler_new(int32_t n_vocab, q35_err *err) {
   ws->tmp2 = malloc(n * sizeof(float));
   ws->ids = malloc(n * sizeof(int32_t));
   ws->bsum = malloc(((size_t)n_vocab / BLOCK + 2) * sizeof(u128));
+  ws->bmax = malloc(((size_t)n_vocab / BLOCK + 2) * sizeof(float));
+  ws->bins = malloc(2 * FUSED_NBIN * sizeof(double));
+  ws->fused = 1;
   ws->pairs = malloc(n * sizeof(vid));
   ws->pairs2 = malloc(n * sizeof(vid));
   if (!ws->lp || !ws->cnt || !ws->w || !ws->s || !ws->tmp || !ws->tmp2 || !ws->ids ||
-      !ws->bsum || !ws->pairs || !ws->pairs2)
+      !ws->bsum || !ws->bmax || !ws->bins || !ws->pairs || !ws->pairs2)
     goto oom;
   return ws;
 oom:
@@ -284,6 +297,8 @@ void q35_sampler_free(q35_sampler *ws) {
   free(ws->tmp2);
   free(ws->ids);
   free(ws->bsum);
+  free(ws->bmax);
+  free(ws->bins);
   free(ws->pairs);
   free(ws->pairs2);
   free(ws);
@@ -295,6 +310,13 @@ void q35_sampler_set_simd(q35_sampler *ws, int level) {
   int l = detect_simd();
   ws->simd = level < l ? level : l;
   if (ws->simd == 1) ws->simd = 0;
+}
+
+void q35_sampler_set_fused(q35_sampler *ws, int mode) { ws->fused = mode >= 0 && mode <= 2 ? mode : 1; }
+
+void q35_sampler_fused_stats(const q35_sampler *ws, int64_t *rows, int64_t *fallbacks) {
+  if (rows) *rows = ws->n_fused;
+  if (fallbacks) *fallbacks = ws->n_fused_miss;
 }
 
 /* 1 / T when T is a power of two whose reciprocal is a normal float (then x / T == x * (1/T)
@@ -384,6 +406,60 @@ static int32_t window_scalar(const float *a, int32_t n, float lo, float hi, floa
 
 static void exp_array_scalar(const float *x, float *y, int32_t n) {
   for (int32_t i = 0; i < n; i++) y[i] = q35_sampler_exp(x[i]);
+}
+
+/* Sum of W over a_j >= cut. */
+static u128 wsum_ge_scalar(const float *a, int32_t n, float cut) {
+  u128 acc = 0;
+  for (int32_t j = 0; j < n; j++)
+    if (a[j] >= cut) acc += fix_w(a[j]);
+  return acc;
+}
+
+/* scan_scalar plus the maximum of every BLOCK elements into bmax. */
+static float scan_blocks_scalar(const float *l, int32_t n, float *bmax, int32_t *bad) {
+  float m = -INFINITY;
+  *bad = -1;
+  for (int32_t b = 0; b * BLOCK < n; b++) {
+    int32_t e = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n;
+    float bm = -INFINITY;
+    for (int32_t i = b * BLOCK; i < e; i++) {
+      float x = l[i];
+      if (x != x || x == INFINITY) {
+        *bad = i;
+        return m;
+      }
+      if (x > bm) bm = x;
+    }
+    bmax[b] = bm;
+    if (bm > m) m = bm;
+  }
+  return m;
+}
+
+/* The one pass of the top-p path: w = exp((l - m) / T) of every element (not stored); the
+ * exact total of W; per block b, the mass of w > hi in bsum[b], and the elements with
+ * lo <= w <= hi copied out in order (values only), cstart[b] the index of the block's first.
+ * Returns their count. */
+static int32_t fused_scalar(const float *l, int32_t n, float m, float temp, float lo, float hi,
+                            u128 *bsum, int32_t *cstart, u128 *total, float *cw) {
+  u128 tot = 0;
+  int32_t c = 0;
+  for (int32_t b = 0; b * BLOCK < n; b++) {
+    int32_t e = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n;
+    u128 acc = 0;
+    cstart[b] = c;
+    for (int32_t i = b * BLOCK; i < e; i++) {
+      float w = q35_sampler_exp((l[i] - m) / temp);
+      uint64_t W = fix_w(w);
+      tot += W;
+      if (w > hi) acc += W;
+      else if (w >= lo) cw[c++] = w;
+    }
+    bsum[b] = acc;
+  }
+  *total = tot;
+  return c;
 }
 
 /* ---- kernels: AVX-512 ------------------------------------------------------------------- */
@@ -587,6 +663,107 @@ T512 static int32_t window_512(const float *a, int32_t n, float lo, float hi, fl
   return c;
 }
 
+T512 static u128 wsum_ge_512(const float *a, int32_t n, float cut) {
+  __m512 cv = _mm512_set1_ps(cut);
+  __m512i hi = _mm512_setzero_si512(), lo = hi;
+  int32_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    __m512 x = _mm512_loadu_ps(a + j);
+    acc_fix512(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, cv, _CMP_GE_OQ), x), &hi, &lo);
+  }
+  if (j < n) {
+    __mmask16 k = (__mmask16)((1u << (n - j)) - 1);
+    __m512 x = _mm512_maskz_loadu_ps(k, a + j);
+    acc_fix512(_mm512_maskz_mov_ps(k & _mm512_cmp_ps_mask(x, cv, _CMP_GE_OQ), x), &hi, &lo);
+  }
+  return fold512(hi, lo);
+}
+
+T512 static float scan_blocks_512(const float *l, int32_t n, float *bmax, int32_t *bad) {
+  __m512 pinf = _mm512_set1_ps(INFINITY), g = _mm512_set1_ps(-INFINITY);
+  __mmask16 badm = 0;
+  for (int32_t b = 0; b * BLOCK < n; b++) {
+    int32_t e = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n, i = b * BLOCK;
+    __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+    for (; i + 64 <= e; i += 64) {
+      __m512 x0 = _mm512_loadu_ps(l + i), x1 = _mm512_loadu_ps(l + i + 16);
+      __m512 x2 = _mm512_loadu_ps(l + i + 32), x3 = _mm512_loadu_ps(l + i + 48);
+      badm |= _mm512_cmp_ps_mask(x0, pinf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(x1, pinf, _CMP_NLT_UQ) |
+              _mm512_cmp_ps_mask(x2, pinf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(x3, pinf, _CMP_NLT_UQ);
+      m0 = _mm512_max_ps(m0, x0);
+      m1 = _mm512_max_ps(m1, x1);
+      m2 = _mm512_max_ps(m2, x2);
+      m3 = _mm512_max_ps(m3, x3);
+    }
+    for (; i < e; i += 16) {
+      __mmask16 k = e - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (e - i)) - 1);
+      __m512 x = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, l + i);
+      badm |= _mm512_cmp_ps_mask(x, pinf, _CMP_NLT_UQ);
+      m0 = _mm512_max_ps(m0, x);
+    }
+    __m512 mm = _mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3));
+    bmax[b] = _mm512_reduce_max_ps(mm);
+    g = _mm512_max_ps(g, mm);
+  }
+  if (badm) return scan_blocks_scalar(l, n, bmax, bad);
+  *bad = -1;
+  return _mm512_reduce_max_ps(g);
+}
+
+/* fused_scalar's twin; pow2: multiply by inv = 1 / T instead of dividing (same bits).
+ * W of lanes 0-7 and 8-15 goes into separate 64-bit lanes: W <= 2^61, so four vectors add at
+ * most 2^63 to a lane; every four vectors the lanes are split into 32-bit halves and added
+ * into wide accumulators (as acc_fix512 does per vector). */
+T512 static inline __attribute__((always_inline)) int32_t
+fused_512_body(const float *l, int32_t n, float m, float temp, float inv, int pow2, float lo,
+               float hi, u128 *bsum, int32_t *cstart, u128 *total, float *cw) {
+  __m512 mv = _mm512_set1_ps(m), tv = _mm512_set1_ps(temp), invv = _mm512_set1_ps(inv);
+  __m512 lv = _mm512_set1_ps(lo), hv = _mm512_set1_ps(hi), sc = _mm512_set1_ps(FIX_SCALE);
+  __m512i m32 = _mm512_set1_epi64(0xffffffffll), z = _mm512_setzero_si512();
+  __m512i th = z, tl = z; /* total: high and low 32-bit halves */
+  int32_t c = 0;
+  for (int32_t b = 0; b * BLOCK < n; b++) {
+    int32_t e = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n, i = b * BLOCK;
+    __m512i ah = z, al = z; /* mass above hi, halves */
+    cstart[b] = c;
+    while (i < e) {
+      __m512i ta = z, tb = z, ua = z, ub = z;
+      for (int u = 0; u < 4 && i < e; u++, i += 16) {
+        __mmask16 k = e - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (e - i)) - 1);
+        __m512 d = _mm512_sub_ps(_mm512_mask_loadu_ps(mv, k, l + i), mv);
+        __m512 x = pow2 ? _mm512_mul_ps(d, invv) : _mm512_div_ps(d, tv);
+        __m512 y = _mm512_maskz_mov_ps(k, exp512(x));
+        __m512 ys = _mm512_mul_ps(y, sc);
+        __m512i wa = _mm512_cvttps_epi64(_mm512_castps512_ps256(ys));
+        __m512i wb = _mm512_cvttps_epi64(_mm512_extractf32x8_ps(ys, 1));
+        ta = _mm512_add_epi64(ta, wa);
+        tb = _mm512_add_epi64(tb, wb);
+        /* branch-free: the masks are data dependent and often mixed */
+        __mmask16 up = _mm512_cmp_ps_mask(y, hv, _CMP_GT_OQ);
+        ua = _mm512_mask_add_epi64(ua, (__mmask8)up, ua, wa);
+        ub = _mm512_mask_add_epi64(ub, (__mmask8)(up >> 8), ub, wb);
+        __mmask16 in = _mm512_mask_cmp_ps_mask(k & (__mmask16)~up, y, lv, _CMP_GE_OQ);
+        _mm512_storeu_ps(cw + c, _mm512_maskz_compress_ps(in, y));
+        c += __builtin_popcount(in);
+      }
+      th = _mm512_add_epi64(th, _mm512_add_epi64(_mm512_srli_epi64(ta, 32), _mm512_srli_epi64(tb, 32)));
+      tl = _mm512_add_epi64(tl, _mm512_add_epi64(_mm512_and_si512(ta, m32), _mm512_and_si512(tb, m32)));
+      ah = _mm512_add_epi64(ah, _mm512_add_epi64(_mm512_srli_epi64(ua, 32), _mm512_srli_epi64(ub, 32)));
+      al = _mm512_add_epi64(al, _mm512_add_epi64(_mm512_and_si512(ua, m32), _mm512_and_si512(ub, m32)));
+    }
+    bsum[b] = fold512(ah, al);
+  }
+  *total = fold512(th, tl);
+  return c;
+}
+
+T512 static int32_t fused_512(const float *l, int32_t n, float m, float temp, float lo, float hi,
+                              u128 *bsum, int32_t *cstart, u128 *total, float *cw) {
+  float inv = pow2_recip(temp);
+  if (inv != 0.0f) return fused_512_body(l, n, m, temp, inv, 1, lo, hi, bsum, cstart, total, cw);
+  return fused_512_body(l, n, m, temp, 0.0f, 0, lo, hi, bsum, cstart, total, cw);
+}
+
 T512 static void exp_array_512(const float *x, float *y, int32_t n) {
   int32_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, exp512(_mm512_loadu_ps(x + i)));
@@ -636,6 +813,26 @@ static int32_t k_window(const q35_sampler *ws, const float *a, int32_t n, float 
   if (ws->simd >= 3) return window_512(a, n, lo, hi, out, m_above, m_in);
 #endif
   return window_scalar(a, n, lo, hi, out, m_above, m_in);
+}
+static float k_scan_blocks(const q35_sampler *ws, const float *l, int32_t n, float *bmax,
+                           int32_t *bad) {
+#if Q35_X86
+  if (ws->simd >= 3) return scan_blocks_512(l, n, bmax, bad);
+#endif
+  return scan_blocks_scalar(l, n, bmax, bad);
+}
+static u128 k_wsum_ge(const q35_sampler *ws, const float *a, int32_t n, float cut) {
+#if Q35_X86
+  if (ws->simd >= 3) return wsum_ge_512(a, n, cut);
+#endif
+  return wsum_ge_scalar(a, n, cut);
+}
+static int32_t k_fused(const q35_sampler *ws, const float *l, int32_t n, float m, float temp,
+                       float lo, float hi, u128 *bsum, int32_t *cstart, u128 *total, float *cw) {
+#if Q35_X86
+  if (ws->simd >= 3) return fused_512(l, n, m, temp, lo, hi, bsum, cstart, total, cw);
+#endif
+  return fused_scalar(l, n, m, temp, lo, hi, bsum, cstart, total, cw);
 }
 static void k_exp_array(int simd, const float *x, float *y, int32_t n) {
 #if Q35_X86
@@ -1120,6 +1317,179 @@ static int32_t sample_full(q35_sampler *ws, const float *l, int32_t V, float m,
   return 0;
 }
 
+/* ---- top-p on keep-all rows in one pass ------------------------------------------------
+ * sample_full stores w, then finds v* with partition passes over it and sums the survivors
+ * in another pass. This path reads the row once more after the maximum scan and touches only
+ * a small candidate set afterwards:
+ *   1. the scan also records every block's maximum;
+ *   2. an estimate of v* (speed only, never correctness): the elements of the 16 blocks with
+ *      the highest maxima that are >= the 16th of those maxima (the heavy head, exactly),
+ *      plus a strided sample of the rest scaled up; a window [lo, hi] around the estimated
+ *      crossing, widened by FUSED_Z standard deviations of the sample's estimate;
+ *   3. one pass: w of every element (same arithmetic as exp_row), the exact total, per block
+ *      the exact mass of w > hi, and the elements in the window copied out with their ids;
+ *   4. exact integer tests (as in select_vstar) say whether v* is in the window: the mass
+ *      above hi is <= thr and the mass above hi plus the window's is > thr. Then v* is
+ *      select_vstar over the window alone, and the survivors are the elements above hi plus
+ *      the window's >= cut, so per-block survivor sums are the pass's sums plus the window's
+ *      survivors by block. The draw walks the blocks and recomputes w in the one block it
+ *      lands in (the same kernel, the same bits).
+ * Otherwise (a miss, or min-p cutting above hi) the row goes through sample_full. Both give
+ * the reference's token: the window only selects which elements are looked at. */
+
+/* The estimated window [lo, hi] for top_p q; see above. bmax: the row's block maxima.
+ * Estimates are binned by s = (l - m) / T in bins of 1/FUSED_BINS (s below -FUSED_SMAX
+ * share the last bin): per bin the estimated mass (head entries count once, sample entries
+ * f times) and the sample's sum of w^2 (for the variance). */
+static void fused_window(q35_sampler *ws, const float *l, int32_t V, float m, float T, double q,
+                         const float *bmax, float *plo, float *phi) {
+  int32_t nb = (V + BLOCK - 1) / BLOCK;
+  float *hs = ws->tmp, *ss = ws->tmp2, *hw = ws->tmp + FUSED_MS, *sw = ws->tmp2 + FUSED_MS;
+  int32_t *idb = ws->ids;
+  /* 1. the head: h = FUSED_HB-th largest block maximum; every element >= h (they are in the
+   * blocks whose maximum is >= h). With many blocks tied at h, only those above h; with too
+   * many elements, no head (h = inf). The sample below skips elements >= h. */
+  for (int32_t b = 0; b < nb; b++) hs[b] = bmax[b];
+  float h = select_kth_largest(hs, nb, nb < FUSED_HB ? nb : FUSED_HB);
+  int32_t nhb = 0;
+  for (int32_t b = 0; b < nb; b++) nhb += bmax[b] >= h;
+  if (nhb > 2 * FUSED_HB) h = nextafterf(h, INFINITY);
+  int32_t nh = 0;
+  for (int32_t b = 0; b < nb && h < INFINITY; b++) {
+    if (!(bmax[b] >= h)) continue;
+    int32_t s0 = b * BLOCK, e = (b + 1) * BLOCK < V ? (b + 1) * BLOCK : V;
+    int32_t c = k_filter_ge(ws, l + s0, e - s0, h, idb);
+    if (nh + c > FUSED_MS) {
+      h = INFINITY;
+      nh = 0;
+      break;
+    }
+    for (int32_t j = 0; j < c; j++) hs[nh++] = (l[s0 + idb[j]] - m) / T;
+  }
+  /* 2. the strided sample of the rest */
+  int32_t ms = V / 4 < FUSED_MS ? V / 4 : FUSED_MS, ns = 0;
+  int64_t off = V / (2 * ms);
+  for (int32_t j = 0; j < ms; j++) {
+    float x = l[(int64_t)j * V / ms + off];
+    ss[ns] = (x - m) / T;
+    ns += x < h;
+  }
+  k_exp_array(ws->simd, hs, hw, nh);
+  k_exp_array(ws->simd, ss, sw, ns);
+  /* 3. bins */
+  double *bm = ws->bins, *bq = ws->bins + FUSED_NBIN;
+  memset(ws->bins, 0, 2 * FUSED_NBIN * sizeof(double));
+  double f = ns > 0 ? (double)(V - nh) / ns : 0.0, tot = 0.0, s2 = 0.0;
+  for (int32_t j = 0; j < nh; j++) {
+    float x = -hs[j] * FUSED_BINS;
+    int32_t k = x < FUSED_NBIN - 1 ? (int32_t)x : FUSED_NBIN - 1;
+    bm[k] += hw[j];
+    tot += hw[j];
+  }
+  for (int32_t j = 0; j < ns; j++) {
+    float x = -ss[j] * FUSED_BINS;
+    int32_t k = x < FUSED_NBIN - 1 ? (int32_t)x : FUSED_NBIN - 1;
+    double w = sw[j];
+    bm[k] += f * w;
+    bq[k] += w * w;
+    tot += f * w;
+    s2 += w * w;
+  }
+  /* 4. walk the bins from the top: r = estimated mass fraction at or above the bin's lower
+   * edge; the ratio estimator's variance is f^2 ((1 - r)^2 sum_above w^2 + r^2 sum_below w^2)
+   * / tot^2. hi: the lower edge of the last bin with r + z sd + slack <= q; lo: the lower
+   * edge of the first with r - z sd - slack > q. Compared squared (no square roots). Edges
+   * are turned into weights with the shared exp, widened by a few ulp. */
+  int32_t khi = -1, klo = FUSED_NBIN - 1;
+  double itot = 1.0 / tot, a = 0.0, sa2 = 0.0, slack = 2.0 / (ms > 0 ? ms : 1);
+  double zf2 = FUSED_Z * FUSED_Z * f * f * itot * itot;
+  int hi_open = 1;
+  for (int32_t k = 0; k < FUSED_NBIN; k++) {
+    if (bm[k] == 0.0) continue;
+    a += bm[k];
+    sa2 += bq[k];
+    double r = a * itot;
+    double var = zf2 * ((1 - r) * (1 - r) * sa2 + r * r * (s2 - sa2));
+    if (hi_open) {
+      double g = q - r - slack;
+      if (g >= 0 && g * g >= var) khi = k;
+      else hi_open = 0;
+    }
+    double g = r - q - slack;
+    if (g > 0 && g * g > var) {
+      klo = k;
+      break;
+    }
+  }
+  /* bin k holds s in (-(k + 1) / B, -k / B] */
+  float hi = khi < 0 ? INFINITY : q35_sampler_exp(-(float)(khi + 1) / FUSED_BINS) * (1.0f + 0x1p-20f);
+  float lo = klo >= FUSED_NBIN - 1 ? 0.0f : q35_sampler_exp(-(float)(klo + 1) / FUSED_BINS) * (1.0f - 0x1p-20f);
+  if (lo > hi) lo = hi;
+  if (ws->fused == 2) { /* testing: a window that misses v* (below it, then above it) */
+    lo = hi = (ws->n_fused & 1) ? 0.0f : 2.0f;
+  }
+  *plo = lo;
+  *phi = hi;
+}
+
+/* Returns the token, or -1 on a miss (the caller then uses sample_full). */
+static int32_t sample_topp_fused(q35_sampler *ws, const float *l, int32_t V, float m,
+                                 const q35_sampling *p, const float *bmax) {
+  const float T = p->temperature;
+  float lo, hi;
+  fused_window(ws, l, V, m, T, (double)p->top_p, bmax, &lo, &hi);
+  /* min-p: cmin = min_p * w_max (w_max = exp(0) = 1). When it is above the window, the cut is
+   * cmin as soon as v* < cmin, i.e. as soon as the mass of w >= cmin is <= thr: take
+   * hi = the float below cmin (w > hi <=> w >= cmin) and no window. */
+  float cmin = p->min_p * q35_sampler_exp(0.0f);
+  int minp_mode = p->min_p > 0.0f && cmin > hi && ws->fused != 2;
+  if (minp_mode) hi = lo = nextafterf(cmin, 0.0f);
+  u128 *bs = ws->bsum, t1;
+  float *cw = ws->s;
+  int32_t *cst = ws->ids;
+  int32_t nb = (V + BLOCK - 1) / BLOCK;
+  int32_t nc = k_fused(ws, l, V, m, T, lo, hi, bs, cst, &t1, cw);
+  cst[nb] = nc;
+  ws->n_fused++;
+  u128 base = 0, in = 0;
+  for (int32_t b = 0; b < nb; b++) base += bs[b];
+  u128 thr = thr_topp(p->top_p, t1);
+  float cut;
+  if (minp_mode) {
+    if (base > thr) goto miss;
+    cut = cmin; /* no window element is >= cmin */
+  } else {
+    in = k_wsum_ge(ws, cw, nc, 0.0f);
+    if (nc == 0 || base > thr || base + in <= thr) goto miss;
+    cut = select_vstar(ws, cw, nc, in, thr - base, ws->tmp, ws->tmp2);
+    if (p->min_p > 0.0f && cmin > cut) cut = cmin; /* <= hi here */
+    for (int32_t b = 0; b < nb; b++)
+      if (cst[b + 1] > cst[b]) bs[b] += k_wsum_ge(ws, cw + cst[b], cst[b + 1] - cst[b], cut);
+  }
+  u128 t2 = 0;
+  for (int32_t b = 0; b < nb; b++) t2 += bs[b];
+  u128 thd = thr_draw(q35_draw_u53(p->seed, p->draw_index), t2), r = 0;
+  for (int32_t b = 0; b < nb; b++) {
+    if (r + bs[b] <= thd) {
+      r += bs[b];
+      continue;
+    }
+    int32_t s0 = b * BLOCK, e = (b + 1) * BLOCK < V ? (b + 1) * BLOCK : V;
+    u128 dummy;
+    k_exp_row(ws, l + s0, e - s0, m, T, ws->w, &dummy);
+    for (int32_t i = s0; i < e; i++)
+      if (ws->w[i - s0] >= cut) {
+        r += fix_w(ws->w[i - s0]);
+        if (r > thd) return i;
+      }
+    break; /* unreachable: the block's sum exceeds the remainder */
+  }
+  return -1; /* unreachable (k < 2^53 and t2 > 0): sample_full decides */
+miss:
+  ws->n_fused_miss++;
+  return -1;
+}
+
 int q35_sample(q35_sampler *ws, const float *logits, int32_t n_vocab, const q35_sampling *p,
                const int32_t *history, int32_t n_history, int32_t n_prompt, int32_t n_top,
                q35_sample_result *out, q35_err *err) {
@@ -1135,7 +1505,10 @@ int q35_sample(q35_sampler *ws, const float *logits, int32_t n_vocab, const q35_
     l = ws->lp;
     penalized = 1;
   }
-  float m = k_scan(ws, l, V, &bad);
+  const int32_t K0 = (p->top_k <= 0 || p->top_k >= V) ? V : (int32_t)p->top_k;
+  const int fused = ws->fused && p->temperature != 0.0f && K0 == V && p->top_p < 1.0f &&
+                    V >= FUSED_MIN;
+  float m = fused ? k_scan_blocks(ws, l, V, ws->bmax, &bad) : k_scan(ws, l, V, &bad);
   if (bad >= 0) return row_error(err, l, bad, penalized);
   if (m == -INFINITY) return q35_seterr(err, "logits: all %d entries are -inf", (int)V);
   const float T = p->temperature;
@@ -1184,7 +1557,8 @@ int q35_sample(q35_sampler *ws, const float *logits, int32_t n_vocab, const q35_
       for (int32_t j = 0; j < nc; j++) cv[j] = (l[ids[j]] - m) / T;
       tok = sample_list(ws, l, p, ids, cv, nc, -INFINITY);
     } else {
-      tok = sample_full(ws, l, V, m, p);
+      tok = fused ? sample_topp_fused(ws, l, V, m, p, ws->bmax) : -1;
+      if (tok < 0) tok = sample_full(ws, l, V, m, p);
     }
   }
   out->token = tok;

@@ -96,5 +96,10 @@ void q35_sampler_exp_array(const float *x, float *y, int32_t n);
 int q35_sampler_simd_level(void);
 /* Testing aid: cap this workspace's SIMD level (never raises it above what the CPU has). */
 void q35_sampler_set_simd(q35_sampler *ws, int level);
+/* Testing aids for the one-pass top-p path (keep-all rows with top_p < 1, see sampler.c):
+ * mode 1 (the default) uses it, 0 never, 2 with a deliberately misplaced window so that
+ * rows take its fallback. Stats: rows that entered it, and of those, rows that fell back. */
+void q35_sampler_set_fused(q35_sampler *ws, int mode);
+void q35_sampler_fused_stats(const q35_sampler *ws, int64_t *rows, int64_t *fallbacks);
 
 #endif

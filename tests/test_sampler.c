@@ -331,6 +331,71 @@ static void test_fast_vs_ref(int n_rows) {
   q35_sampler_free(ws0);
 }
 
+/* The one-pass top-p path (keep-all rows, top_p < 1, V >= 16384) against the reference on
+ * rows built to be hard for its estimate: flat, peaked, a hidden heavy subpopulation, ties,
+ * sorted, tiny and huge ranges; with its window on, deliberately misplaced (every row takes
+ * the fallback) and with scalar kernels. */
+static void test_fused_topp(int n_rows) {
+  const int32_t VMAX = 70000;
+  q35_err err;
+  q35_sampler *ws[3];
+  for (int k = 0; k < 3; k++) ws[k] = q35_sampler_new(VMAX, &err);
+  q35_sampler_set_fused(ws[1], 2);
+  q35_sampler_set_simd(ws[2], 0);
+  float *l = malloc(sizeof(float) * VMAX);
+  static const float tps[] = {0.9f, 0.5f, 0.95f, 0.99f, 0.3f, 1e-6f, 0.99999994f, 0.7f};
+  static const float temps[] = {1.0f, 0.7f, 1.5f, 0.25f, 3.0f, 1e-4f};
+  static const float mps[] = {0.0f, 0.0f, 0.01f, 0.2f, 1e-6f};
+  int mism = 0;
+  for (int r = 0; r < n_rows; r++) {
+    int32_t V = 16384 + (int32_t)(rnd() % (uint64_t)(VMAX - 16384));
+    int kind = r % 8;
+    for (int32_t i = 0; i < V; i++) l[i] = (float)gauss();
+    switch (kind) {
+    case 1: for (int j = 0; j < 10; j++) l[rnd() % (uint64_t)V] = 12.0f + (float)gauss(); break;
+    case 2: /* a few hundred heavy entries spread over the row */
+      for (int32_t i = 0; i < V; i++) l[i] = (float)(1.5 * gauss() - 5);
+      for (int j = 0; j < 200; j++) l[rnd() % (uint64_t)V] = 5.0f + 3.0f * (float)unif();
+      break;
+    case 3: for (int32_t i = 0; i < V; i++) l[i] = (float)(rnd() % 7); break;
+    case 4: for (int32_t i = 0; i < V; i++) l[i] = (float)i * 1e-3f; break;
+    case 5: for (int32_t i = 0; i < V; i++) l[i] = (float)(3.0 * gauss()); break;
+    case 6: for (int32_t i = 0; i < V; i++) l[i] = (float)(-log(-log(unif() + 1e-300) + 1e-300) * 2); break;
+    case 7: for (int32_t i = 0; i < V; i++) l[i] = 1.0f + (float)(rnd() % 3) * 1e-7f; break;
+    default: break;
+    }
+    q35_sampling p = q35_sampling_default();
+    p.top_p = tps[rnd() % 8];
+    p.temperature = temps[rnd() % 6];
+    p.min_p = mps[rnd() % 5];
+    p.seed = rnd();
+    p.draw_index = rnd() % 100;
+    q35_sample_result want, got;
+    CHECK(q35_sample_ref(ws[0], l, V, &p, NULL, 0, 0, -1, &want, &err) == 0, "ref: %s", err.msg);
+    for (int k = 0; k < 3; k++) {
+      CHECK(q35_sample(ws[k], l, V, &p, NULL, 0, 0, -1, &got, &err) == 0, "fast: %s", err.msg);
+      if (got.token != want.token && mism++ < 5) {
+        CHECK(0, "one-pass top-p (workspace %d, kind %d) != ref: token %d vs %d", k, kind,
+              got.token, want.token);
+        dump_case("case", V, &p, got.token, want.token);
+      }
+    }
+  }
+  int64_t rows[3], fb[3];
+  for (int k = 0; k < 3; k++) q35_sampler_fused_stats(ws[k], &rows[k], &fb[k]);
+  CHECK(rows[0] == n_rows && rows[1] == n_rows && rows[2] == n_rows,
+        "every row should enter the one-pass path: %lld %lld %lld of %d", (long long)rows[0],
+        (long long)rows[1], (long long)rows[2], n_rows);
+  CHECK(fb[0] < n_rows / 2, "one-pass path fell back on %lld of %d rows", (long long)fb[0], n_rows);
+  CHECK(fb[1] == n_rows, "the misplaced window fell back on only %lld of %d rows",
+        (long long)fb[1], n_rows);
+  printf("one-pass top-p == ref: %d rows x 3 workspaces; fallbacks: %lld (window on), %lld "
+         "(misplaced), %lld (scalar)\n",
+         n_rows, (long long)fb[0], (long long)fb[1], (long long)fb[2]);
+  free(l);
+  for (int k = 0; k < 3; k++) q35_sampler_free(ws[k]);
+}
+
 /* ---- statistics ---- */
 
 /* The contract's distribution in double, with libm exp and sorting: an independent model. */
@@ -692,6 +757,7 @@ int main(void) {
   test_validation();
   test_examples();
   test_stats(sanitize ? 20000 : 200000);
+  test_fused_topp(sanitize ? 40 : 200);
   test_fast_vs_ref(sanitize ? 4000 : 100000);
   if (failures) {
     fprintf(stderr, "%d failures\n", failures);

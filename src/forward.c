@@ -337,10 +337,11 @@ static void attn_core(void *vctx, int ith, int nth) {
     const float *q0 = c->b->qg + ((size_t)t * nh + (size_t)g * grp) * 2 * hd;
     /* scores: the query converted to the cache's dot type (as ggml does for an f16 or q8_0
      * cache), one q35_vec_dot per stored key */
-    const size_t qrb = q35_row_size(etype, hd);
+    const int qtype = q35_vec_dot_type(etype);
+    const size_t qrb = q35_row_size(qtype, hd);
     for (int h = 0; h < grp; h++) {
       if (etype == Q35_TYPE_F32) memcpy(qq + (size_t)h * qrb, q0 + (size_t)h * 2 * hd, qrb);
-      else q35_quantize_row(etype, q0 + (size_t)h * 2 * hd, qq + (size_t)h * qrb, hd);
+      else q35_quantize_row(qtype, q0 + (size_t)h * 2 * hd, qq + (size_t)h * qrb, hd);
     }
     for (int p = 0; p <= pos; p++) {
       const char *kr = kc + (size_t)p * s->kv_row_bytes + kv_off;

@@ -682,15 +682,37 @@ static float dot_q5_0(int64_t n, const void *w, const void *x) {
   return sumf;
 }
 
+/* Q8_0 x Q8_0Y (the activation's Q8_0 blocks read back from their Q8_0Y places) */
 static float dot_q8_0(int64_t n, const void *w, const void *x) {
-  const blk_q8_0 *a = w, *b = x;
+  const blk_q8_0 *a = w;
+  const int64_t nb = n / QK8_0;
   float sumf = 0;
-  for (int64_t i = 0; i < n / QK8_0; i++) {
+  for (int64_t i = 0; i < nb; i++) {
+    blk_q8_0 b;
+    q8y_get(x, nb, i, &b);
     int isum = 0;
-    for (int j = 0; j < QK8_0; j++) isum += a[i].qs[j] * b[i].qs[j];
-    sumf += (float)isum * (q35_fp16_to_fp32(a[i].d) * q35_fp16_to_fp32(b[i].d));
+    for (int j = 0; j < QK8_0; j++) isum += a[i].qs[j] * b.qs[j];
+    sumf += (float)isum * (q35_fp16_to_fp32(a[i].d) * q35_fp16_to_fp32(b.d));
   }
   return sumf;
+}
+
+static void quant_q8_0y(const float *x, void *dst, int64_t n) {
+  const int64_t nb = n / QK8_0;
+  for (int64_t i = 0; i < nb; i++) {
+    blk_q8_0 b;
+    q35_quantize_q8_0_block_ref(x + i * QK8_0, &b);
+    q8y_put(dst, nb, i, &b);
+  }
+}
+
+static void dequant_q8_0y(const void *src, float *y, int64_t n) {
+  const int64_t nb = n / QK8_0;
+  for (int64_t i = 0; i < nb; i++) {
+    blk_q8_0 b;
+    q8y_get(src, nb, i, &b);
+    dequant_q8_0(&b, y + i * QK8_0, QK8_0);
+  }
 }
 
 /* Q4_K/Q5_K: sum_j sc_j * (q . y)_j and sum_j m_j * bsum_j; sumf += d*isum - dmin*msum. */
@@ -802,6 +824,7 @@ static void kernels_ref(q35_kernels *k) {
   SET(Q35_TYPE_IQ4_XS, dequant_iq4_xs, quant_iq4_xs, dot_iq4_xs);
   SET(Q35_TYPE_Q8_K, dequant_q8_k, quant_q8_k, NULL);
   SET(Q35_TYPE_Q8_0X, dequant_q8_0x, quant_q8_0x, NULL);
+  SET(Q35_TYPE_Q8_0Y, dequant_q8_0y, quant_q8_0y, NULL);
 #undef SET
 }
 
@@ -886,7 +909,8 @@ const char *q35_simd_level(void) {
 
 int q35_vec_dot_type(int type) {
   switch (type) {
-  case Q35_TYPE_F32: case Q35_TYPE_F16: case Q35_TYPE_BF16: case Q35_TYPE_Q8_0: return type;
+  case Q35_TYPE_F32: case Q35_TYPE_F16: case Q35_TYPE_BF16: return type;
+  case Q35_TYPE_Q8_0: return Q35_TYPE_Q8_0Y;
   case Q35_TYPE_Q4_0: return Q35_TYPE_Q8_0X;
   case Q35_TYPE_Q5_0: return Q35_TYPE_Q8_0;
   case Q35_TYPE_Q4_K: case Q35_TYPE_Q5_K: case Q35_TYPE_Q6_K: case Q35_TYPE_IQ4_XS: return Q35_TYPE_Q8_K;

@@ -68,6 +68,39 @@ static inline void q8x_put(void *row, int64_t nb, int64_t b, const blk_q8_0 *q) 
   memcpy(o + 32 * k + 16 * p, off, 16);
   memcpy(o + 48 * k + 16 * p, d4, 16);
 }
+/*
+ * Q8_0Y (q35-internal activation type for Q8_0 weights): Q8_0 values in groups of 2 blocks (the
+ * last group may hold k = 1); a group of k blocks is 96k bytes:
+ *   [0, 32k)    y:   block p's 32 int8 at 32p
+ *   [32k, 64k)  off: 8 int32 at 32k + 32p; lane j = -128 * (sum of elements 4j..4j+3)
+ *   [64k, 96k)  d:   the block's scale as a float, 8 times
+ * With weights biased to unsigned bytes (w + 128), dot(w + 128, y) + sum(off) = dot(w, y).
+ */
+#define Q8Y_BLOCK 96
+static inline uint8_t *q8y_at(const void *row, int64_t nb, int64_t b, int *k, int *p) {
+  const int64_t g = b / 2;
+  *p = (int)(b % 2);
+  *k = nb - 2 * g >= 2 ? 2 : 1;
+  return (uint8_t *)row + (size_t)g * 2 * Q8Y_BLOCK;
+}
+static inline void q8y_put(void *row, int64_t nb, int64_t b, const blk_q8_0 *q) {
+  int k, p;
+  uint8_t *o = q8y_at(row, nb, b, &k, &p);
+  int32_t off[8];
+  for (int j = 0; j < 8; j++) off[j] = -128 * (q->qs[4 * j] + q->qs[4 * j + 1] + q->qs[4 * j + 2] + q->qs[4 * j + 3]);
+  const float d = q35_fp16_to_fp32(q->d), d8[8] = {d, d, d, d, d, d, d, d};
+  memcpy(o + 32 * p, q->qs, 32);
+  memcpy(o + 32 * k + 32 * p, off, 32);
+  memcpy(o + 64 * k + 32 * p, d8, 32);
+}
+static inline void q8y_get(const void *row, int64_t nb, int64_t b, blk_q8_0 *q) {
+  int k, p;
+  const uint8_t *o = q8y_at(row, nb, b, &k, &p);
+  float d;
+  memcpy(q->qs, o + 32 * p, 32);
+  memcpy(&d, o + 64 * k + 32 * p, 4);
+  q->d = q35_fp32_to_fp16(d);
+}
 static inline void q8x_get(const void *row, int64_t nb, int64_t b, blk_q8_0 *q) {
   int k, p;
   const uint8_t *o = q8x_at(row, nb, b, &k, &p);

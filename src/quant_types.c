@@ -11,7 +11,7 @@ static const char *const type_names[Q35_TYPE_COUNT] = {
     [17] = "iq2_xs",  [18] = "iq3_xxs", [19] = "iq1_s",  [20] = "iq4_nl", [21] = "iq3_s",
     [22] = "iq2_s",   [23] = "iq4_xs", [24] = "i8",      [25] = "i16",    [26] = "i32",
     [27] = "i64",     [28] = "f64",    [29] = "iq1_m",   [30] = "bf16",   [34] = "tq1_0",
-    [35] = "tq2_0",   [39] = "mxfp4", [40] = "q8_0x",
+    [35] = "tq2_0",   [39] = "mxfp4", [40] = "q8_0x", [41] = "q8_0y",
 };
 
 static const struct {
@@ -22,6 +22,7 @@ static const struct {
     [Q35_TYPE_Q4_0] = {32, 18},    [Q35_TYPE_Q5_0] = {32, 22},   [Q35_TYPE_Q8_0] = {32, 34},
     [Q35_TYPE_Q4_K] = {256, 144},  [Q35_TYPE_Q5_K] = {256, 176}, [Q35_TYPE_Q6_K] = {256, 210},
     [Q35_TYPE_Q8_K] = {256, 292},  [Q35_TYPE_IQ4_XS] = {256, 136}, [Q35_TYPE_Q8_0X] = {32, 64},
+    [Q35_TYPE_Q8_0Y] = {32, 96},
 };
 
 const char *q35_type_name(int type) {
@@ -31,7 +32,7 @@ const char *q35_type_name(int type) {
 
 int q35_type_supported(int type) {
   return type >= 0 && type < Q35_TYPE_COUNT && traits[type].block > 0 && type != Q35_TYPE_Q8_K &&
-         type != Q35_TYPE_Q8_0X;
+         type != Q35_TYPE_Q8_0X && type != Q35_TYPE_Q8_0Y;
 }
 
 int q35_type_block(int type) {

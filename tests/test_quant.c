@@ -282,15 +282,15 @@ static void fill_nasty(float *x, int nb, int blk) {
 static void test_act_simd(int level, const q35_kernels *k, const q35_kernels *ref) {
   const int n = 4096 + 256;
   float *x = malloc(sizeof(float) * n);
-  uint8_t *a = malloc(q35_row_size(Q35_TYPE_Q8_0X, n) + 64), *b = malloc(q35_row_size(Q35_TYPE_Q8_0X, n) + 64);
-  const int types[3] = {Q35_TYPE_Q8_0, Q35_TYPE_Q8_K, Q35_TYPE_Q8_0X};
+  uint8_t *a = malloc(q35_row_size(Q35_TYPE_Q8_0Y, n) + 64), *b = malloc(q35_row_size(Q35_TYPE_Q8_0Y, n) + 64);
+  const int types[4] = {Q35_TYPE_Q8_0, Q35_TYPE_Q8_K, Q35_TYPE_Q8_0X, Q35_TYPE_Q8_0Y};
   for (int rep = 0; rep < 6; rep++) {
     if (rep < 3) {
       const int blk = rep == 1 ? 256 : 32;
       fill_nasty(x, n / blk, blk);
     }
     else for (int i = 0; i < n; i++) x[i] = rng_gauss() * (rep == 3 ? 1.0f : rep == 4 ? 1e-3f : 50.0f);
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 4; t++) {
       const size_t rs = q35_row_size(types[t], n);
       memset(a, 0xAA, rs);
       memset(b, 0x55, rs);
@@ -342,6 +342,30 @@ static void test_q8x_layout(int level, const q35_kernels *k) {
     q35_dequantize_row_ref(Q35_TYPE_Q8_0, q, d0, n);
     k->dequantize[Q35_TYPE_Q8_0X](got + 1, d1, n);
     CHECK(!memcmp(d0, d1, sizeof(float) * n), "level %d q8_0x dequantize != q8_0's (nb=%d)", level, nb);
+    /* Q8_0Y: groups of 2 blocks (last k = nb % 2), y | off | d sub-arrays of 32k bytes */
+    uint8_t *wy = malloc(96 * (size_t)nb), *gy = malloc(96 * (size_t)nb + 1);
+    for (int b = 0; b < nb; b++) {
+      const int g = b / 2, p = b % 2, kk = nb - 2 * g < 2 ? nb - 2 * g : 2;
+      uint8_t *o = wy + 192 * g;
+      const uint8_t *blk = q + 34 * b;
+      uint16_t h;
+      memcpy(&h, blk, 2);
+      memcpy(o + 32 * p, blk + 2, 32);
+      for (int l = 0; l < 8; l++) {
+        int32_t s = 0;
+        for (int i = 0; i < 4; i++) s += (int8_t)blk[2 + 4 * l + i];
+        s *= -128;
+        memcpy(o + 32 * kk + 32 * p + 4 * l, &s, 4);
+        const float d = q35_fp16_to_fp32(h);
+        memcpy(o + 64 * kk + 32 * p + 4 * l, &d, 4);
+      }
+    }
+    memset(gy, 0xCD, 96 * (size_t)nb + 1);
+    k->quantize[Q35_TYPE_Q8_0Y](x, gy + 1, n);
+    CHECK(!memcmp(wy, gy + 1, 96 * (size_t)nb), "level %d q8_0y layout (nb=%d)", level, nb);
+    k->dequantize[Q35_TYPE_Q8_0Y](gy + 1, d1, n);
+    CHECK(!memcmp(d0, d1, sizeof(float) * n), "level %d q8_0y dequantize != q8_0's (nb=%d)", level, nb);
+    free(wy); free(gy);
     free(x); free(d0); free(d1); free(q); free(want); free(got);
   }
 }
@@ -358,14 +382,19 @@ static void test_q8_extremes(int level, const q35_kernels *k, const q35_kernels 
       b[i].qs[j] = (int8_t)(i == 0 ? -128 : (j % 3 ? -128 : 127));
     }
   }
+  /* Q8_0 weights take the activation in its Q8_0Y layout */
+  uint8_t y1[Q8Y_BLOCK], y2[2 * Q8Y_BLOCK];
+  q8y_put(y1, 1, 0, &b[0]);
+  q8y_put(y2, 2, 0, &b[0]);
+  q8y_put(y2, 2, 1, &b[1]);
   float want = 32.0f * 16384.0f;
-  CHECK(ref->vec_dot[Q35_TYPE_Q8_0](32, a, b) == want, "q8_0 ref -128 x -128");
+  CHECK(ref->vec_dot[Q35_TYPE_Q8_0](32, a, y1) == want, "q8_0 ref -128 x -128");
   double w2 = 0;
   for (int j = 0; j < 32; j++) w2 += (double)a[1].qs[j] * b[1].qs[j];
-  CHECK(ref->vec_dot[Q35_TYPE_Q8_0](64, a, b) == (float)(want + w2), "q8_0 ref extremes");
+  CHECK(ref->vec_dot[Q35_TYPE_Q8_0](64, a, y2) == (float)(want + w2), "q8_0 ref extremes");
   if (level == 2)
-    CHECK(k->vec_dot[Q35_TYPE_Q8_0](64, a, b) == (float)(want + w2), "avx512 q8_0 extremes: %g vs %g",
-          k->vec_dot[Q35_TYPE_Q8_0](64, a, b), want + w2);
+    CHECK(k->vec_dot[Q35_TYPE_Q8_0](64, a, y2) == (float)(want + w2), "avx512 q8_0 extremes: %g vs %g",
+          k->vec_dot[Q35_TYPE_Q8_0](64, a, y2), want + w2);
 }
 
 /* ======================= 3. round trips and dot products ======================= */
@@ -491,7 +520,8 @@ static void test_dequant_exact(int level, const q35_kernels *k, const q35_kernel
 static void test_public_api(void) {
   const char *lvl = q35_simd_level();
   CHECK(!strcmp(lvl, "scalar") || !strcmp(lvl, "avx2") || !strcmp(lvl, "avx512"), "simd level %s", lvl);
-  CHECK(q35_vec_dot_type(Q35_TYPE_Q4_0) == Q35_TYPE_Q8_0X && q35_vec_dot_type(Q35_TYPE_Q5_0) == Q35_TYPE_Q8_0 &&
+  CHECK(q35_vec_dot_type(Q35_TYPE_Q4_0) == Q35_TYPE_Q8_0X && q35_vec_dot_type(Q35_TYPE_Q8_0) == Q35_TYPE_Q8_0Y &&
+            q35_vec_dot_type(Q35_TYPE_Q5_0) == Q35_TYPE_Q8_0 &&
             q35_vec_dot_type(Q35_TYPE_Q4_K) == Q35_TYPE_Q8_K && q35_vec_dot_type(Q35_TYPE_IQ4_XS) == Q35_TYPE_Q8_K &&
             q35_vec_dot_type(Q35_TYPE_Q6_K) == Q35_TYPE_Q8_K && q35_vec_dot_type(Q35_TYPE_BF16) == Q35_TYPE_BF16 &&
             q35_vec_dot_type(Q35_TYPE_F16) == Q35_TYPE_F16 && q35_vec_dot_type(Q35_TYPE_F32) == Q35_TYPE_F32,

@@ -11,6 +11,11 @@
  * (503 while loading), POST /tokenize, POST /detokenize, GET /metrics (Prometheus text),
  * DELETE /v1/sessions/{id}, POST /v1/sessions/{id}/reset. Errors are OpenAI-style bodies
  * {"error": {"message", "type", "param", "code"}}.
+ *
+ * Host limits (docs/HARDENING.md): body size (413), queue (429), memory budget for all
+ * sessions' KV/state (idle sessions freed for room, else the request waits or gets 503), idle
+ * session eviction, and an inactivity timeout for clients (MHD's connection timeout) that is
+ * suspended while a completion computes and restarted whenever a stream hands over tokens.
  */
 #ifndef Q35_SERVER_H
 #define Q35_SERVER_H

@@ -65,10 +65,13 @@ typedef unsigned __int128 u128;
 #define BLOCK 1024         /* elements per block sum in the full-row draw */
 #define SLACK 64           /* extra elements at the end of scratch buffers (SIMD stores) */
 #define FIX_SCALE 0x1p61f  /* W = trunc(w * 2^61) */
+#define CHUNK 64           /* elements per maximum recorded by the top-p path's scan */
 #define FUSED_MIN 16384    /* one-pass top-p (see sample_topp_fused) from this row size */
-#define FUSED_HB 16        /* its head blocks taken exactly */
+#define FUSED_HK 4         /* its head: elements above the FUSED_HK-th largest sampled one */
 #define FUSED_MS 4096      /* its sample size (at most) */
 #define FUSED_Z 5.0        /* its window half-width in standard deviations */
+#define FUSED_EPS 0.001    /* its head: elements heavier than this share of the total over f */
+#define FUSED_HMAX 8192    /* its head's largest size */
 #define FUSED_BINS 64      /* its estimate's bins per unit of s = (l - m) / T */
 #define FUSED_NBIN 2048    /* its number of bins (s below -32 share the last) */
 
@@ -247,7 +250,7 @@ struct q35_sampler {
   float *tmp, *tmp2; /* selection scratch */
   int32_t *ids;    /* candidate ids (ascending) */
   u128 *bsum;      /* block sums */
-  float *bmax;     /* block maxima of the row (top-p pass) */
+  float *bmax;     /* maxima of the row's CHUNKs (top-p pass) */
   double *bins;    /* 2 * FUSED_NBIN estimate bins (top-p pass) */
   vid *pairs, *pairs2; /* reference sorts */
   int fused;       /* top-p in one pass: 1 on, 0 off, 2 testing (a deliberately wrong window) */
@@ -272,7 +275,7 @@ q35_sampler *q35_sampler_new(int32_t n_vocab, q35_err *err) {
   ws->tmp2 = malloc(n * sizeof(float));
   ws->ids = malloc(n * sizeof(int32_t));
   ws->bsum = malloc(((size_t)n_vocab / BLOCK + 2) * sizeof(u128));
-  ws->bmax = malloc(((size_t)n_vocab / BLOCK + 2) * sizeof(float));
+  ws->bmax = malloc(((size_t)n_vocab / CHUNK + 2) * sizeof(float));
   ws->bins = malloc(2 * FUSED_NBIN * sizeof(double));
   ws->fused = 1;
   ws->pairs = malloc(n * sizeof(vid));
@@ -416,14 +419,14 @@ static u128 wsum_ge_scalar(const float *a, int32_t n, float cut) {
   return acc;
 }
 
-/* scan_scalar plus the maximum of every BLOCK elements into bmax. */
-static float scan_blocks_scalar(const float *l, int32_t n, float *bmax, int32_t *bad) {
+/* scan_scalar plus the maximum of every CHUNK elements into cmax. */
+static float scan_chunks_scalar(const float *l, int32_t n, float *cmax, int32_t *bad) {
   float m = -INFINITY;
   *bad = -1;
-  for (int32_t b = 0; b * BLOCK < n; b++) {
-    int32_t e = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n;
+  for (int32_t b = 0; b * CHUNK < n; b++) {
+    int32_t e = (b + 1) * CHUNK < n ? (b + 1) * CHUNK : n;
     float bm = -INFINITY;
-    for (int32_t i = b * BLOCK; i < e; i++) {
+    for (int32_t i = b * CHUNK; i < e; i++) {
       float x = l[i];
       if (x != x || x == INFINITY) {
         *bad = i;
@@ -431,7 +434,7 @@ static float scan_blocks_scalar(const float *l, int32_t n, float *bmax, int32_t 
       }
       if (x > bm) bm = x;
     }
-    bmax[b] = bm;
+    cmax[b] = bm;
     if (bm > m) m = bm;
   }
   return m;
@@ -679,33 +682,31 @@ T512 static u128 wsum_ge_512(const float *a, int32_t n, float cut) {
   return fold512(hi, lo);
 }
 
-T512 static float scan_blocks_512(const float *l, int32_t n, float *bmax, int32_t *bad) {
-  __m512 pinf = _mm512_set1_ps(INFINITY), g = _mm512_set1_ps(-INFINITY);
+T512 static float scan_chunks_512(const float *l, int32_t n, float *cmax, int32_t *bad) {
+  __m512 pinf = _mm512_set1_ps(INFINITY), ninf = _mm512_set1_ps(-INFINITY), g = ninf;
   __mmask16 badm = 0;
-  for (int32_t b = 0; b * BLOCK < n; b++) {
-    int32_t e = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n, i = b * BLOCK;
-    __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
-    for (; i + 64 <= e; i += 64) {
-      __m512 x0 = _mm512_loadu_ps(l + i), x1 = _mm512_loadu_ps(l + i + 16);
-      __m512 x2 = _mm512_loadu_ps(l + i + 32), x3 = _mm512_loadu_ps(l + i + 48);
-      badm |= _mm512_cmp_ps_mask(x0, pinf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(x1, pinf, _CMP_NLT_UQ) |
-              _mm512_cmp_ps_mask(x2, pinf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(x3, pinf, _CMP_NLT_UQ);
-      m0 = _mm512_max_ps(m0, x0);
-      m1 = _mm512_max_ps(m1, x1);
-      m2 = _mm512_max_ps(m2, x2);
-      m3 = _mm512_max_ps(m3, x3);
-    }
-    for (; i < e; i += 16) {
-      __mmask16 k = e - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (e - i)) - 1);
-      __m512 x = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, l + i);
-      badm |= _mm512_cmp_ps_mask(x, pinf, _CMP_NLT_UQ);
-      m0 = _mm512_max_ps(m0, x);
-    }
-    __m512 mm = _mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3));
-    bmax[b] = _mm512_reduce_max_ps(mm);
+  int32_t i = 0, b = 0;
+  for (; i + CHUNK <= n; i += CHUNK, b++) { /* CHUNK = 64: four vectors */
+    __m512 x0 = _mm512_loadu_ps(l + i), x1 = _mm512_loadu_ps(l + i + 16);
+    __m512 x2 = _mm512_loadu_ps(l + i + 32), x3 = _mm512_loadu_ps(l + i + 48);
+    badm |= _mm512_cmp_ps_mask(x0, pinf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(x1, pinf, _CMP_NLT_UQ) |
+            _mm512_cmp_ps_mask(x2, pinf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(x3, pinf, _CMP_NLT_UQ);
+    __m512 mm = _mm512_max_ps(_mm512_max_ps(x0, x1), _mm512_max_ps(x2, x3));
+    cmax[b] = _mm512_reduce_max_ps(mm);
     g = _mm512_max_ps(g, mm);
   }
-  if (badm) return scan_blocks_scalar(l, n, bmax, bad);
+  if (i < n) {
+    __m512 mm = ninf;
+    for (; i < n; i += 16) {
+      __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+      __m512 x = _mm512_mask_loadu_ps(ninf, k, l + i);
+      badm |= _mm512_cmp_ps_mask(x, pinf, _CMP_NLT_UQ);
+      mm = _mm512_max_ps(mm, x);
+    }
+    cmax[b] = _mm512_reduce_max_ps(mm);
+    g = _mm512_max_ps(g, mm);
+  }
+  if (badm) return scan_chunks_scalar(l, n, cmax, bad);
   *bad = -1;
   return _mm512_reduce_max_ps(g);
 }
@@ -728,11 +729,12 @@ fused_512_body(const float *l, int32_t n, float m, float temp, float inv, int po
     cstart[b] = c;
     while (i < e) {
       __m512i ta = z, tb = z, ua = z, ub = z;
+      int full = e - i >= 64; /* four whole vectors: no masks (the common case) */
       for (int u = 0; u < 4 && i < e; u++, i += 16) {
-        __mmask16 k = e - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (e - i)) - 1);
-        __m512 d = _mm512_sub_ps(_mm512_mask_loadu_ps(mv, k, l + i), mv);
+        __mmask16 k = full || e - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (e - i)) - 1);
+        __m512 d = _mm512_sub_ps(full ? _mm512_loadu_ps(l + i) : _mm512_mask_loadu_ps(mv, k, l + i), mv);
         __m512 x = pow2 ? _mm512_mul_ps(d, invv) : _mm512_div_ps(d, tv);
-        __m512 y = _mm512_maskz_mov_ps(k, exp512(x));
+        __m512 y = full ? exp512(x) : _mm512_maskz_mov_ps(k, exp512(x));
         __m512 ys = _mm512_mul_ps(y, sc);
         __m512i wa = _mm512_cvttps_epi64(_mm512_castps512_ps256(ys));
         __m512i wb = _mm512_cvttps_epi64(_mm512_extractf32x8_ps(ys, 1));
@@ -814,12 +816,12 @@ static int32_t k_window(const q35_sampler *ws, const float *a, int32_t n, float 
 #endif
   return window_scalar(a, n, lo, hi, out, m_above, m_in);
 }
-static float k_scan_blocks(const q35_sampler *ws, const float *l, int32_t n, float *bmax,
+static float k_scan_chunks(const q35_sampler *ws, const float *l, int32_t n, float *cmax,
                            int32_t *bad) {
 #if Q35_X86
-  if (ws->simd >= 3) return scan_blocks_512(l, n, bmax, bad);
+  if (ws->simd >= 3) return scan_chunks_512(l, n, cmax, bad);
 #endif
-  return scan_blocks_scalar(l, n, bmax, bad);
+  return scan_chunks_scalar(l, n, cmax, bad);
 }
 static u128 k_wsum_ge(const q35_sampler *ws, const float *a, int32_t n, float cut) {
 #if Q35_X86
@@ -1321,13 +1323,13 @@ static int32_t sample_full(q35_sampler *ws, const float *l, int32_t V, float m,
  * sample_full stores w, then finds v* with partition passes over it and sums the survivors
  * in another pass. This path reads the row once more after the maximum scan and touches only
  * a small candidate set afterwards:
- *   1. the scan also records every block's maximum;
- *   2. an estimate of v* (speed only, never correctness): the elements of the 16 blocks with
- *      the highest maxima that are >= the 16th of those maxima (the heavy head, exactly),
- *      plus a strided sample of the rest scaled up; a window [lo, hi] around the estimated
- *      crossing, widened by FUSED_Z standard deviations of the sample's estimate;
+ *   1. the scan also records the maximum of every CHUNK elements;
+ *   2. an estimate of v* (speed only, never correctness): the heavy head of the row taken
+ *      exactly (every element >= h, found through the chunk maxima), plus a strided sample of
+ *      the rest scaled up; a window [lo, hi] around the estimated crossing, widened by
+ *      FUSED_Z standard deviations of the sample's estimate and a slack (fused_window);
  *   3. one pass: w of every element (same arithmetic as exp_row), the exact total, per block
- *      the exact mass of w > hi, and the elements in the window copied out with their ids;
+ *      the exact mass of w > hi, and the elements in the window copied out in id order;
  *   4. exact integer tests (as in select_vstar) say whether v* is in the window: the mass
  *      above hi is <= thr and the mass above hi plus the window's is > thr. Then v* is
  *      select_vstar over the window alone, and the survivors are the elements above hi plus
@@ -1343,43 +1345,91 @@ static int32_t sample_full(q35_sampler *ws, const float *l, int32_t V, float m,
  * f times) and the sample's sum of w^2 (for the variance). */
 static void fused_window(q35_sampler *ws, const float *l, int32_t V, float m, float T, double q,
                          const float *bmax, float *plo, float *phi) {
-  int32_t nb = (V + BLOCK - 1) / BLOCK;
-  float *hs = ws->tmp, *ss = ws->tmp2, *hw = ws->tmp + FUSED_MS, *sw = ws->tmp2 + FUSED_MS;
+  int32_t nch = (V + CHUNK - 1) / CHUNK;
+  float *hs = ws->tmp, *ss = ws->tmp2, *hw = ws->tmp + FUSED_HMAX, *sw = ws->tmp2 + FUSED_MS;
   int32_t *idb = ws->ids;
-  /* 1. the head: h = FUSED_HB-th largest block maximum; every element >= h (they are in the
-   * blocks whose maximum is >= h). With many blocks tied at h, only those above h; with too
-   * many elements, no head (h = inf). The sample below skips elements >= h. */
-  for (int32_t b = 0; b < nb; b++) hs[b] = bmax[b];
-  float h = select_kth_largest(hs, nb, nb < FUSED_HB ? nb : FUSED_HB);
-  int32_t nhb = 0;
-  for (int32_t b = 0; b < nb; b++) nhb += bmax[b] >= h;
-  if (nhb > 2 * FUSED_HB) h = nextafterf(h, INFINITY);
-  int32_t nh = 0;
-  for (int32_t b = 0; b < nb && h < INFINITY; b++) {
-    if (!(bmax[b] >= h)) continue;
-    int32_t s0 = b * BLOCK, e = (b + 1) * BLOCK < V ? (b + 1) * BLOCK : V;
-    int32_t c = k_filter_ge(ws, l + s0, e - s0, h, idb);
-    if (nh + c > FUSED_MS) {
-      h = INFINITY;
-      nh = 0;
-      break;
-    }
-    for (int32_t j = 0; j < c; j++) hs[nh++] = (l[s0 + idb[j]] - m) / T;
-  }
-  /* 2. the strided sample of the rest */
+  /* 1. the strided sample: l, s and w of FUSED_MS elements */
+  float *sl = ws->tmp2 + 2 * FUSED_MS;
   int32_t ms = V / 4 < FUSED_MS ? V / 4 : FUSED_MS, ns = 0;
   int64_t off = V / (2 * ms);
   for (int32_t j = 0; j < ms; j++) {
-    float x = l[(int64_t)j * V / ms + off];
-    ss[ns] = (x - m) / T;
-    ns += x < h;
+    sl[j] = l[(int64_t)j * V / ms + off];
+    ss[j] = (sl[j] - m) / T;
   }
-  k_exp_array(ws->simd, hs, hw, nh);
-  k_exp_array(ws->simd, ss, sw, ns);
+  k_exp_array(ws->simd, ss, sw, ms);
+  /* 2. the head, taken exactly: every element >= h (they are in the chunks whose maximum is
+   * >= h). First h = the FUSED_HK-th largest sampled l (the top of the row, which a sample
+   * sees too rarely). Then h drops to where one element's weight is FUSED_EPS of the
+   * estimated total over f (the sample's scale): below h, an element seen or missed by the
+   * sample moves the estimate by at most about FUSED_EPS. It does not drop when the sample
+   * says that would take more than about FUSED_HMAX / 2 elements; a head over FUSED_HMAX
+   * elements keeps the previous h (or none: h = inf). The sample counts only elements
+   * below h. */
+  float top[FUSED_HK]; /* the FUSED_HK largest sampled values, descending */
+  for (int k = 0; k < FUSED_HK; k++) top[k] = -INFINITY;
+  for (int32_t j = 0; j < ms; j++) {
+    float x = sl[j];
+    if (!(x > top[FUSED_HK - 1])) continue;
+    int k = FUSED_HK - 1;
+    for (; k > 0 && top[k - 1] < x; k--) top[k] = top[k - 1];
+    top[k] = x;
+  }
+  float h = top[FUSED_HK - 1] == -INFINITY ? INFINITY : top[FUSED_HK - 1], hprev = INFINITY;
+  int32_t nh = 0;
+  double f = 0.0;
+  for (int iter = 0;; iter++) {
+    nh = 0;
+    for (int32_t b = 0; b < nch && h < INFINITY; b++) {
+      if (!(bmax[b] >= h)) continue;
+      int32_t s0 = b * CHUNK, e = (b + 1) * CHUNK < V ? (b + 1) * CHUNK : V;
+      int32_t c = k_filter_ge(ws, l + s0, e - s0, h, idb);
+      if (nh + c > FUSED_HMAX) { /* too many: back to the previous head */
+        h = hprev;
+        nh = 0;
+        b = -1;
+        hprev = INFINITY;
+        iter = 99;
+        continue;
+      }
+      for (int32_t j = 0; j < c; j++) hs[nh++] = (l[s0 + idb[j]] - m) / T;
+    }
+    k_exp_array(ws->simd, hs, hw, nh);
+    ns = 0;
+    double st = 0.0, ht = 0.0;
+    for (int32_t j = 0; j < ms; j++)
+      if (sl[j] < h) {
+        ns++;
+        st += sw[j];
+      }
+    for (int32_t j = 0; j < nh; j++) ht += hw[j];
+    f = ns > 0 ? (double)(V - nh) / ns : 0.0;
+    if (iter >= 3 || f <= 0.0) break;
+    double wh = FUSED_EPS * (ht + f * st) / f;
+    if (!(wh < 1.0)) break;
+    double lh = (double)m + (double)T * log(wh);
+    if (!(lh < (double)h) || lh < -3.4e38) break;
+    float hn = (float)lh;
+    if ((double)hn > lh) hn = nextafterf(hn, -INFINITY);
+    int32_t cnt = 0;
+    for (int32_t j = 0; j < ms; j++) cnt += sl[j] >= hn;
+    if ((double)cnt * f > FUSED_HMAX / 2) break;
+    hprev = h;
+    h = hn;
+  }
+  /* keep the sample below h, in place */
+  {
+    int32_t c = 0;
+    for (int32_t j = 0; j < ms; j++)
+      if (sl[j] < h) {
+        ss[c] = ss[j];
+        sw[c++] = sw[j];
+      }
+    ns = c;
+  }
   /* 3. bins */
   double *bm = ws->bins, *bq = ws->bins + FUSED_NBIN;
   memset(ws->bins, 0, 2 * FUSED_NBIN * sizeof(double));
-  double f = ns > 0 ? (double)(V - nh) / ns : 0.0, tot = 0.0, s2 = 0.0;
+  double tot = 0.0, s2 = 0.0;
   for (int32_t j = 0; j < nh; j++) {
     float x = -hs[j] * FUSED_BINS;
     int32_t k = x < FUSED_NBIN - 1 ? (int32_t)x : FUSED_NBIN - 1;
@@ -1401,7 +1451,7 @@ static void fused_window(q35_sampler *ws, const float *l, int32_t V, float m, fl
    * edge of the first with r - z sd - slack > q. Compared squared (no square roots). Edges
    * are turned into weights with the shared exp, widened by a few ulp. */
   int32_t khi = -1, klo = FUSED_NBIN - 1;
-  double itot = 1.0 / tot, a = 0.0, sa2 = 0.0, slack = 2.0 / (ms > 0 ? ms : 1);
+  double itot = 1.0 / tot, a = 0.0, sa2 = 0.0, slack = 2.0 / (ms > 0 ? ms : 1) + 2 * FUSED_EPS;
   double zf2 = FUSED_Z * FUSED_Z * f * f * itot * itot;
   int hi_open = 1;
   for (int32_t k = 0; k < FUSED_NBIN; k++) {
@@ -1508,7 +1558,7 @@ int q35_sample(q35_sampler *ws, const float *logits, int32_t n_vocab, const q35_
   const int32_t K0 = (p->top_k <= 0 || p->top_k >= V) ? V : (int32_t)p->top_k;
   const int fused = ws->fused && p->temperature != 0.0f && K0 == V && p->top_p < 1.0f &&
                     V >= FUSED_MIN;
-  float m = fused ? k_scan_blocks(ws, l, V, ws->bmax, &bad) : k_scan(ws, l, V, &bad);
+  float m = fused ? k_scan_chunks(ws, l, V, ws->bmax, &bad) : k_scan(ws, l, V, &bad);
   if (bad >= 0) return row_error(err, l, bad, penalized);
   if (m == -INFINITY) return q35_seterr(err, "logits: all %d entries are -inf", (int)V);
   const float T = p->temperature;

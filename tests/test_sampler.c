@@ -757,8 +757,8 @@ int main(void) {
   test_validation();
   test_examples();
   test_stats(sanitize ? 20000 : 200000);
-  test_fused_topp(sanitize ? 40 : 200);
   test_fast_vs_ref(sanitize ? 4000 : 100000);
+  test_fused_topp(sanitize ? 40 : 200);
   if (failures) {
     fprintf(stderr, "%d failures\n", failures);
     return 1;

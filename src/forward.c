@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn.h"
 #include "deltanet.h"
 #include "model.h"
 #include "quant.h"
@@ -335,44 +336,51 @@ static void attn_core(void *vctx, int ith, int nth) {
     const size_t kv_off = q35_row_size(etype, (int64_t)g * hd);
     const char *kc = s->k_cache[li], *vc = s->v_cache[li];
     const float *q0 = c->b->qg + ((size_t)t * nh + (size_t)g * grp) * 2 * hd;
-    /* scores: the query converted to the cache's dot type (as ggml does for an f16 or q8_0
-     * cache), one q35_vec_dot per stored key */
-    const int qtype = q35_vec_dot_type(etype);
-    const size_t qrb = q35_row_size(qtype, hd);
-    for (int h = 0; h < grp; h++) {
-      if (etype == Q35_TYPE_F32) memcpy(qq + (size_t)h * qrb, q0 + (size_t)h * 2 * hd, qrb);
-      else q35_quantize_row(qtype, q0 + (size_t)h * 2 * hd, qq + (size_t)h * qrb, hd);
-    }
-    for (int p = 0; p <= pos; p++) {
-      const char *kr = kc + (size_t)p * s->kv_row_bytes + kv_off;
-      for (int h = 0; h < grp; h++)
-        sc[(size_t)h * c->b->max_ctx + p] = q35_vec_dot(etype, hd, kr, qq + (size_t)h * qrb) * scale;
-    }
-    for (int h = 0; h < grp; h++) {
-      float *sh = sc + (size_t)h * c->b->max_ctx;
-      float mx = -INFINITY;
-      for (int p = 0; p <= pos; p++) mx = sh[p] > mx ? sh[p] : mx;
-      double sum = 0.0;
-      for (int p = 0; p <= pos; p++) {
-        sh[p] = expf(sh[p] - mx);
-        sum += sh[p];
+    if (etype == Q35_TYPE_F16) { /* the default cache: src/attn.c */
+      const q35_attn_job job = {hd, grp, pos + 1, (const uint16_t *)(const void *)(kc + kv_off),
+                                (const uint16_t *)(const void *)(vc + kv_off), s->kv_row_bytes / 2, q0, (size_t)2 * hd,
+                                scale, sc, (size_t)c->b->max_ctx, (float *)(void *)qq, acc, (size_t)hd};
+      q35_attn_f16(&job);
+    } else {
+      /* scores: the query converted to the cache's dot type (as ggml does for an f16 or q8_0
+       * cache), one q35_vec_dot per stored key */
+      const int qtype = q35_vec_dot_type(etype);
+      const size_t qrb = q35_row_size(qtype, hd);
+      for (int h = 0; h < grp; h++) {
+        if (etype == Q35_TYPE_F32) memcpy(qq + (size_t)h * qrb, q0 + (size_t)h * 2 * hd, qrb);
+        else q35_quantize_row(qtype, q0 + (size_t)h * 2 * hd, qq + (size_t)h * qrb, hd);
       }
-      const float inv = (float)(1.0 / sum);
-      for (int p = 0; p <= pos; p++) sh[p] *= inv;
-      memset(acc + (size_t)h * hd, 0, (size_t)hd * sizeof(float));
-    }
-    for (int p = 0; p <= pos; p++) {
-      const float *vr;
-      if (etype == Q35_TYPE_F32) {
-        vr = (const float *)(vc + (size_t)p * s->kv_row_bytes + kv_off);
-      } else {
-        kv_row_to_f32(etype, vc + (size_t)p * s->kv_row_bytes + kv_off, kvrow, hd);
-        vr = kvrow;
+      for (int p = 0; p <= pos; p++) {
+        const char *kr = kc + (size_t)p * s->kv_row_bytes + kv_off;
+        for (int h = 0; h < grp; h++)
+          sc[(size_t)h * c->b->max_ctx + p] = q35_vec_dot(etype, hd, kr, qq + (size_t)h * qrb) * scale;
       }
       for (int h = 0; h < grp; h++) {
-        const float w = sc[(size_t)h * c->b->max_ctx + p];
-        float *a = acc + (size_t)h * hd;
-        for (int i = 0; i < hd; i++) a[i] += w * vr[i];
+        float *sh = sc + (size_t)h * c->b->max_ctx;
+        float mx = -INFINITY;
+        for (int p = 0; p <= pos; p++) mx = sh[p] > mx ? sh[p] : mx;
+        double sum = 0.0;
+        for (int p = 0; p <= pos; p++) {
+          sh[p] = expf(sh[p] - mx);
+          sum += sh[p];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int p = 0; p <= pos; p++) sh[p] *= inv;
+        memset(acc + (size_t)h * hd, 0, (size_t)hd * sizeof(float));
+      }
+      for (int p = 0; p <= pos; p++) {
+        const float *vr;
+        if (etype == Q35_TYPE_F32) {
+          vr = (const float *)(vc + (size_t)p * s->kv_row_bytes + kv_off);
+        } else {
+          kv_row_to_f32(etype, vc + (size_t)p * s->kv_row_bytes + kv_off, kvrow, hd);
+          vr = kvrow;
+        }
+        for (int h = 0; h < grp; h++) {
+          const float w = sc[(size_t)h * c->b->max_ctx + p];
+          float *a = acc + (size_t)h * hd;
+          for (int i = 0; i < hd; i++) a[i] += w * vr[i];
+        }
       }
     }
     for (int h = 0; h < grp; h++) {

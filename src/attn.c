@@ -1,0 +1,174 @@
+/*
+ * attn.c - attention over an F16 KV cache for one (token, KV group) item; see attn.h.
+ */
+#include "attn.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "quant.h"
+#include "util.h"
+
+/* ----------------------------------- reference ----------------------------------- */
+
+void q35_attn_f16_ref(const q35_attn_job *j) {
+  const int hd = j->hd;
+  for (int h = 0; h < j->grp; h++) {
+    float *qh = j->qs + (size_t)h * hd, *s = j->sc + (size_t)h * j->sc_stride, *o = j->out + (size_t)h * j->out_stride;
+    for (int i = 0; i < hd; i++) qh[i] = q35_fp16_to_fp32(q35_fp32_to_fp16(j->q[(size_t)h * j->q_stride + i]));
+    float mx = -INFINITY;
+    for (int p = 0; p < j->npos; p++) {
+      const uint16_t *kr = j->k + (size_t)p * j->row_stride;
+      double d = 0;
+      for (int i = 0; i < hd; i++) d += (double)qh[i] * q35_fp16_to_fp32(kr[i]);
+      s[p] = (float)d * j->scale;
+      mx = s[p] > mx ? s[p] : mx;
+    }
+    double sum = 0;
+    for (int p = 0; p < j->npos; p++) sum += s[p] = expf(s[p] - mx);
+    for (int i = 0; i < hd; i++) {
+      double a = 0;
+      for (int p = 0; p < j->npos; p++) a += (double)s[p] * q35_fp16_to_fp32(j->v[(size_t)p * j->row_stride + i]);
+      o[i] = (float)(a / sum);
+    }
+  }
+}
+
+/* ----------------------------------- AVX-512 ----------------------------------- */
+
+#define A5 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+
+/* exp(x) for x <= 0 (x - max of the scores): 2^(x log2 e) = 2^n 2^f, f in [-1/2, 1/2], 2^f by a
+ * degree-6 Taylor polynomial (relative error < 2e-7); results below 2^-126 flush to 0. */
+A5 static inline __m512 exp_neg(__m512 x) {
+  const __m512 t = _mm512_mul_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(1.44269504088896341f));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_set1_ps(1.540353039338161e-4f); /* Taylor: ln2^k / k! */
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.333355814642844e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265069591007e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471805599453e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  const __m512i e = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23);
+  const __m512 r = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GT_OQ), r);
+}
+
+enum { GMAX = 8, PBLK = 128 };
+
+/* heads h0..h0+ng-1 (ng <= GMAX) */
+A5 static void attn_heads_avx512(const q35_attn_job *j, int h0, int ng) {
+  const int hd = j->hd, np = j->npos, nc = hd / 16;
+  const float *qh[GMAX];
+  float *sh[GMAX];
+  for (int h = 0; h < ng; h++) {
+    float *q = j->qs + (size_t)(h0 + h) * hd;
+    const float *src = j->q + (size_t)(h0 + h) * j->q_stride;
+    for (int c = 0; c < nc; c++) /* round to fp16 and back */
+      _mm512_storeu_ps(q + 16 * c, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(src + 16 * c), _MM_FROUND_TO_NEAREST_INT)));
+    qh[h] = q;
+    sh[h] = j->sc + (size_t)(h0 + h) * j->sc_stride;
+  }
+  /* scores: one pass over K, each key converted once for all heads */
+  for (int p = 0; p < np; p++) {
+    const uint16_t *kr = j->k + (size_t)p * j->row_stride;
+    __m512 acc[GMAX];
+    for (int h = 0; h < ng; h++) acc[h] = _mm512_setzero_ps();
+    for (int c = 0; c < nc; c++) {
+      const __m512 kv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kr + 16 * c)));
+      for (int h = 0; h < ng; h++) acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(qh[h] + 16 * c), kv, acc[h]);
+    }
+    for (int h = 0; h < ng; h++) sh[h][p] = _mm512_reduce_add_ps(acc[h]) * j->scale;
+  }
+  /* softmax weights, normalized */
+  for (int h = 0; h < ng; h++) {
+    float *s = sh[h];
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    int p = 0;
+    for (; p + 16 <= np; p += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + p));
+    float mx = _mm512_reduce_max_ps(m);
+    for (; p < np; p++) mx = s[p] > mx ? s[p] : mx;
+    const __m512 vm = _mm512_set1_ps(mx);
+    __m512 sum = _mm512_setzero_ps();
+    for (p = 0; p < np; p += 16) {
+      const __mmask16 k = np - p >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (np - p)) - 1);
+      const __m512 e = exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + p), vm));
+      _mm512_mask_storeu_ps(s + p, k, e);
+      sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, e));
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+    for (p = 0; p < np; p += 16) {
+      const __mmask16 k = np - p >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (np - p)) - 1);
+      _mm512_mask_storeu_ps(s + p, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + p), inv));
+    }
+  }
+  /* out_h = sum_p w[h][p] V[p]: 32 dims x all heads in registers, positions in blocks of PBLK */
+  for (int h = 0; h < ng; h++) memset(j->out + (size_t)(h0 + h) * j->out_stride, 0, sizeof(float) * (size_t)hd);
+  for (int p0 = 0; p0 < np; p0 += PBLK) {
+    const int p1 = np - p0 < PBLK ? np : p0 + PBLK;
+    for (int c = 0; c + 2 <= nc; c += 2) {
+      __m512 a0[GMAX], a1[GMAX];
+      for (int h = 0; h < ng; h++) {
+        float *o = j->out + (size_t)(h0 + h) * j->out_stride + 16 * c;
+        a0[h] = _mm512_loadu_ps(o);
+        a1[h] = _mm512_loadu_ps(o + 16);
+      }
+      for (int p = p0; p < p1; p++) {
+        const uint16_t *vr = j->v + (size_t)p * j->row_stride + 16 * c;
+        const __m512 v0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)vr));
+        const __m512 v1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16)));
+        for (int h = 0; h < ng; h++) {
+          const __m512 w = _mm512_set1_ps(sh[h][p]);
+          a0[h] = _mm512_fmadd_ps(w, v0, a0[h]);
+          a1[h] = _mm512_fmadd_ps(w, v1, a1[h]);
+        }
+      }
+      for (int h = 0; h < ng; h++) {
+        float *o = j->out + (size_t)(h0 + h) * j->out_stride + 16 * c;
+        _mm512_storeu_ps(o, a0[h]);
+        _mm512_storeu_ps(o + 16, a1[h]);
+      }
+    }
+    if (nc % 2) { /* a last 16-dim chunk */
+      const int c = nc - 1;
+      for (int h = 0; h < ng; h++) {
+        float *o = j->out + (size_t)(h0 + h) * j->out_stride + 16 * c;
+        __m512 a = _mm512_loadu_ps(o);
+        for (int p = p0; p < p1; p++)
+          a = _mm512_fmadd_ps(_mm512_set1_ps(sh[h][p]),
+                              _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(j->v + (size_t)p * j->row_stride + 16 * c))), a);
+        _mm512_storeu_ps(o, a);
+      }
+    }
+  }
+}
+
+A5 static void attn_avx512(const q35_attn_job *j) {
+  for (int h0 = 0; h0 < j->grp; h0 += GMAX) attn_heads_avx512(j, h0, j->grp - h0 < GMAX ? j->grp - h0 : GMAX);
+}
+
+/* ----------------------------------- dispatch ----------------------------------- */
+
+static int use_avx512;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void pick(void) {
+  __builtin_cpu_init();
+  use_avx512 = !strcmp(q35_simd_level(), "avx512") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("f16c");
+}
+
+const char *q35_attn_level(void) {
+  pthread_once(&once, pick);
+  return use_avx512 ? "avx512" : "scalar";
+}
+
+void q35_attn_f16(const q35_attn_job *j) {
+  pthread_once(&once, pick);
+  if (use_avx512 && j->hd % 16 == 0) attn_avx512(j);
+  else q35_attn_f16_ref(j);
+}

@@ -43,6 +43,14 @@ static void *arena_get(arena *a, size_t bytes) {
   return a->base && a->used <= a->cap ? a->base + off : NULL;
 }
 
+/* Run fn over the pool, or inline on this thread when the work is too small to pay for a launch
+ * (decode: one token). The tasks split their items with q35_split and compute each item the same
+ * way whoever runs it, so the results are the same bits either way. */
+static void pool_or_inline(q35_pool *pool, void (*fn)(void *, int, int), void *ctx, int inline_ok) {
+  if (inline_ok) fn(ctx, 0, 1);
+  else q35_pool_run(pool, fn, ctx);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* small math helpers (scalar; their order of operations is part of the invariance)           */
 
@@ -74,10 +82,8 @@ typedef struct {
   int64_t ldy;
 } mm_task;
 
-static void mm_run(void *ctx, int ith, int nth) {
-  const mm_task *t = ctx;
-  long n0, n1;
-  q35_split(t->N, ith, nth, &n0, &n1);
+/* rows [n0, n1) of one product */
+static void mm_rows(const mm_task *t, long n0, long n1) {
   /* blocks of tokens x blocks of rows, so a token block's activations stay in cache while the
    * thread's rows stream past; each output is still exactly one q35_vec_dot's value */
   enum { TB = 32, RB = 16 };
@@ -96,6 +102,34 @@ static void mm_run(void *ctx, int ith, int nth) {
                           t->x + (size_t)j0 * t->ldx, t->ldx, (int)(j1 - j0), t->y + j0 * t->ldy + nb, 1,
                           (size_t)t->ldy);
     }
+  }
+}
+
+static void mm_run(void *ctx, int ith, int nth) {
+  const mm_task *t = ctx;
+  long n0, n1;
+  q35_split(t->N, ith, nth, &n0, &n1);
+  mm_rows(t, n0, n1);
+}
+
+/* Several products on the same activations in one launch: the threads split the rows of all of
+ * them as one list (each row's value is the same whichever thread computes it). */
+typedef struct {
+  mm_task t[4];
+  int n;
+} mm_multi;
+
+static void mm_multi_run(void *ctx, int ith, int nth) {
+  const mm_multi *mm = ctx;
+  int64_t total = 0;
+  for (int i = 0; i < mm->n; i++) total += mm->t[i].N;
+  long a0, a1;
+  q35_split(total, ith, nth, &a0, &a1);
+  int64_t base = 0;
+  for (int i = 0; i < mm->n; i++) {
+    const int64_t lo = a0 > base ? a0 : base, hi = a1 < base + mm->t[i].N ? a1 : base + mm->t[i].N;
+    if (lo < hi) mm_rows(&mm->t[i], (long)(lo - base), (long)(hi - base));
+    base += mm->t[i].N;
   }
 }
 
@@ -131,7 +165,7 @@ static void qact_make(q35_model *m, qact *q, int vtype, const float *x, int64_t 
                       char *buf) {
   if (q->type == vtype) return;
   cvt_task c = {x, ldx, K, T, vtype, buf, q35_row_size(vtype, K)};
-  q35_pool_run(m->pool, cvt_run, &c);
+  pool_or_inline(m->pool, cvt_run, &c, T <= 2);
   q->type = vtype;
   q->data = buf;
   q->ld = c.ldo;
@@ -148,6 +182,27 @@ static void matmul_f(q35_model *m, const q35_tensor *w, const float *x, int64_t 
   qact q = {-1, NULL, 0};
   qact_make(m, &q, q35_vec_dot_type(w->type), x, ldx, w->ne[0], T, buf);
   matmul(m, w, &q, T, y, ldy);
+}
+
+/* y_i = W_i x for n (<= 4) weights on the same float activations x (T rows of K = W_i->ne[0],
+ * stride ldx): one conversion and one launch when their vec_dot types agree. xa caches the
+ * conversion (into buf) for later products on the same x. */
+static void matmul_same(q35_model *m, const q35_tensor *const *ws, float *const *ys, const int64_t *ldy, int n, qact *xa,
+                        const float *x, int64_t ldx, int64_t T, char *buf) {
+  int same = 1;
+  for (int i = 1; i < n; i++) same &= q35_vec_dot_type(ws[i]->type) == q35_vec_dot_type(ws[0]->type);
+  if (!same) {
+    for (int i = 0; i < n; i++) {
+      qact_make(m, xa, q35_vec_dot_type(ws[i]->type), x, ldx, ws[i]->ne[0], T, buf);
+      matmul(m, ws[i], xa, T, ys[i], ldy[i]);
+    }
+    return;
+  }
+  qact_make(m, xa, q35_vec_dot_type(ws[0]->type), x, ldx, ws[0]->ne[0], T, buf);
+  mm_multi mm = {.n = n};
+  for (int i = 0; i < n; i++)
+    mm.t[i] = (mm_task){ws[i]->data, ws[i]->type, ws[i]->nb1, ws[i]->ne[0], ws[i]->ne[1], T, xa->data, xa->ld, ys[i], ldy[i]};
+  q35_pool_run(m->pool, mm_multi_run, &mm);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -396,14 +451,12 @@ static void layer_attention(q35_model *m, const q35_layer *L, bufs *b, q35_fwd_r
   const q35_hparams *hp = &m->hp;
   const int64_t T = b->T, nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim;
   qact xa = {-1, NULL, 0};
-  qact_make(m, &xa, q35_vec_dot_type(L->wq.type), b->h, hp->n_embd, hp->n_embd, T, b->xq);
-  matmul(m, &L->wq, &xa, T, b->qg, nh * 2 * hd);
-  qact_make(m, &xa, q35_vec_dot_type(L->wk.type), b->h, hp->n_embd, hp->n_embd, T, b->xq);
-  matmul(m, &L->wk, &xa, T, b->k, nkv * hd);
-  qact_make(m, &xa, q35_vec_dot_type(L->wv.type), b->h, hp->n_embd, hp->n_embd, T, b->xq);
-  matmul(m, &L->wv, &xa, T, b->v, nkv * hd);
+  const q35_tensor *ws[3] = {&L->wq, &L->wk, &L->wv};
+  float *ys[3] = {b->qg, b->k, b->v};
+  const int64_t lds[3] = {nh * 2 * hd, nkv * hd, nkv * hd};
+  matmul_same(m, ws, ys, lds, 3, &xa, b->h, hp->n_embd, T, b->xq);
   attn_ctx c = {m, L, b, rows, row_start};
-  q35_pool_run(m->pool, attn_prep, &c);
+  pool_or_inline(m->pool, attn_prep, &c, T == 1);
   q35_pool_run(m->pool, attn_core, &c);
   matmul_f(m, &L->wo, b->o, nh * hd, T, b->tmp, hp->n_embd, b->xq);
 }
@@ -512,13 +565,10 @@ static void layer_deltanet(q35_model *m, const q35_layer *L, bufs *b, q35_fwd_ro
   const q35_tensor *ws[4] = {&L->wqkv, &L->wz, &L->wbeta, &L->walpha};
   float *outs[4] = {b->qkv, b->z, b->beta, b->alpha};
   const int64_t lds[4] = {C, hp->ssm_d_inner, Hv, Hv};
-  for (int i = 0; i < 4; i++) {
-    qact_make(m, &xa, q35_vec_dot_type(ws[i]->type), b->h, H, H, T, b->xq);
-    matmul(m, ws[i], &xa, T, outs[i], lds[i]);
-  }
+  matmul_same(m, ws, outs, lds, 4, &xa, b->h, H, T, b->xq);
   gdn_ctx c = {m, L, b, rows, row_start, n_rows};
   q35_pool_run(m->pool, gdn_conv, &c);
-  q35_pool_run(m->pool, gdn_qk_norm, &c);
+  pool_or_inline(m->pool, gdn_qk_norm, &c, T == 1);
   q35_pool_run(m->pool, gdn_recur, &c);
   matmul_f(m, &L->ssm_out, b->o, hp->ssm_d_inner, T, b->tmp, H, b->xq);
 }
@@ -665,12 +715,12 @@ static void swiglu_run(void *vctx, int ith, int nth) {
 static void swiglu_ffn(q35_model *m, const q35_tensor *gate, const q35_tensor *up, const q35_tensor *down, bufs *b,
                        qact *xa, float *out) {
   const int64_t T = b->T, H = m->hp.n_embd, F = gate->ne[1];
-  qact_make(m, xa, q35_vec_dot_type(gate->type), b->h, H, H, T, b->xq);
-  matmul(m, gate, xa, T, b->gu, 2 * F);
-  qact_make(m, xa, q35_vec_dot_type(up->type), b->h, H, H, T, b->xq);
-  matmul(m, up, xa, T, b->gu + F, 2 * F);
+  const q35_tensor *ws[2] = {gate, up};
+  float *ys[2] = {b->gu, b->gu + F};
+  const int64_t lds[2] = {2 * F, 2 * F};
+  matmul_same(m, ws, ys, lds, 2, xa, b->h, H, T, b->xq);
   swiglu_ctx s = {b, T, F, b->gu, b->act};
-  q35_pool_run(m->pool, swiglu_run, &s);
+  pool_or_inline(m->pool, swiglu_run, &s, T * F <= 8192);
   matmul_f(m, down, b->act, F, T, out, H, b->xq2);
 }
 
@@ -701,11 +751,11 @@ static void layer_moe(q35_model *m, const q35_layer *L, bufs *b) {
   qact xa = {-1, NULL, 0};
   qact_make(m, &xa, q35_vec_dot_type(gtype), b->h, H, H, T, b->xq);
   gather_ctx ga = {b, T * k, k, xa.ld};
-  q35_pool_run(m->pool, gather_run, &ga);
+  pool_or_inline(m->pool, gather_run, &ga, T <= 2);
   c->phase = 0;
   q35_pool_run(m->pool, moe_mm, c);
   swiglu_ctx sw = {b, T * k, I, b->gu, b->act};
-  q35_pool_run(m->pool, swiglu_run, &sw);
+  pool_or_inline(m->pool, swiglu_run, &sw, T * k * I <= 8192);
   qact aa = {-1, NULL, 0};
   qact_make(m, &aa, q35_vec_dot_type(L->down_exps.type), b->act, I, I, T * k, b->xq3);
   c->phase = 1;
@@ -811,12 +861,12 @@ int q35_forward(q35_model *m, q35_fwd_row *rows, int n_rows, q35_err *err) {
   for (int il = 0; il < hp->n_layer; il++) {
     const q35_layer *L = &m->layers[il];
     norm_ctx nc = {&b, b.h, b.x, L->attn_norm.data, H, hp->eps, 0};
-    q35_pool_run(m->pool, norm_run, &nc);
+    pool_or_inline(m->pool, norm_run, &nc, T == 1);
     if (L->is_attn) layer_attention(m, L, &b, rows, row_start);
     else layer_deltanet(m, L, &b, rows, row_start, n_rows);
     for (int64_t i = 0; i < T * H; i++) b.x[i] += b.tmp[i];
     nc.w = L->post_norm.data;
-    q35_pool_run(m->pool, norm_run, &nc);
+    pool_or_inline(m->pool, norm_run, &nc, T == 1);
     if (hp->is_moe) layer_moe(m, L, &b);
     else layer_dense_ffn(m, L, &b);
     for (int64_t i = 0; i < T * H; i++) b.x[i] += b.tmp[i];

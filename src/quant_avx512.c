@@ -147,7 +147,6 @@ void q35_kernels_avx512(q35_kernels *k) {
   qs_fill_256(k);
   k->vec_dot[Q35_TYPE_Q8_0] = t_q8y_dot;
   k->tile[Q35_TYPE_Q8_0] = t_q8y_tile;
-  k->gemv[Q35_TYPE_Q8_0] = t_q8y_tile;
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512vbmi")) {
     for (int i = 0; i < 64; i++) {
@@ -158,6 +157,5 @@ void q35_kernels_avx512(q35_kernels *k) {
     }
     k->vec_dot[Q35_TYPE_Q4_0] = t_q4x_dot;
     k->tile[Q35_TYPE_Q4_0] = t_q4x_tile;
-    k->gemv[Q35_TYPE_Q4_0] = t_q4x_tile;
   }
 }

@@ -23,8 +23,7 @@ QSI void q8y_group(const int R, const int C, const int FULL, const uint8_t *w, s
     const blk_q8_0 *a = (const blk_q8_0 *)(w + (size_t)r * ws) + 2 * g;
     const __m256 d0 = _mm256_set1_ps(h2f(a[0].d));
     if (FULL) {
-      _mm_prefetch((const char *)a + (size_t)R * ws, _MM_HINT_T0); /* as in q4x_group */
-      _mm_prefetch((const char *)a + (size_t)R * ws + 64, _MM_HINT_T0);
+      pf_span((const char *)a + (size_t)R * ws, 68); /* as in q4x_group */
       wq[r] = _mm512_xor_si512(join256(loadu256(a[0].qs), loadu256(a[1].qs)), bias);
       D[r] = _mm512_castsi512_ps(join256(_mm256_castps_si256(d0), _mm256_castps_si256(_mm256_set1_ps(h2f(a[1].d)))));
     } else {
@@ -91,8 +90,7 @@ QSI void q4x_group(const int R, const int C, const int FULL, const uint8_t *w, s
     if (FULL) {
       /* the same group of the next tile's rows: file-backed weights sit in 4 KiB pages, where
        * the hardware prefetchers stop at every page boundary */
-      _mm_prefetch((const char *)a + (size_t)R * ws, _MM_HINT_T0);
-      _mm_prefetch((const char *)a + (size_t)R * ws + 64, _MM_HINT_T0);
+      pf_span((const char *)a + (size_t)R * ws, 72);
       raw0 = _mm512_loadu_si512(a);
       q = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(a + 2)));
       q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(a + 20)), 1);

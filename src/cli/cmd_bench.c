@@ -29,12 +29,13 @@ static void usage(void) {
       "  --kv f16|f32|q8_0 KV cache type (default f16)\n"
       "  --chunk N         prefill chunk (default: whole prompt)\n"
       "  --warmup N        untimed warm-up runs before the timed ones (default 1)\n"
+      "  --no-mmap         read the weights into memory instead of mapping the file (default: mmap)\n"
       "  --json            one JSON line on stdout\n");
 }
 
 int cmd_bench(int argc, char **argv) {
   const char *model = NULL;
-  int threads = 0, np = 512, ng = 128, runs = 3, json = 0, depth = 0, chunk = 0, warmup = 1;
+  int threads = 0, np = 512, ng = 128, runs = 3, json = 0, depth = 0, chunk = 0, warmup = 1, no_mmap = 0;
   q35_kv_type kv = Q35_KV_F16;
   for (int i = 1; i < argc; i++) {
     if (arg_is(argc, argv, &i, "--help") || arg_is(argc, argv, &i, "-h")) {
@@ -60,6 +61,8 @@ int cmd_bench(int argc, char **argv) {
       kv = arg_kv(arg_value(argc, argv, &i));
     } else if (arg_is(argc, argv, &i, "--json")) {
       json = 1;
+    } else if (arg_is(argc, argv, &i, "--no_mmap")) {
+      no_mmap = 1;
     } else {
       arg_unknown("bench", argv[i]);
     }
@@ -68,6 +71,7 @@ int cmd_bench(int argc, char **argv) {
   q35_err err = {{0}};
   q35_model_params mp = q35_model_default_params();
   mp.n_threads = threads;
+  mp.no_mmap = no_mmap;
   double t0 = q35_now();
   q35_model *m = q35_model_load(model, &mp, &err);
   if (!m) {

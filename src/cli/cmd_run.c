@@ -42,6 +42,7 @@ static void usage(void) {
       "  --ctx N                          context limit (default 4096)\n"
       "  --kv f16|f32|q8_0                KV cache type (default f16)\n"
       "  --chunk N                        prefill chunk size (default 512)\n"
+      "  --no-mmap                        read the weights into memory instead of mapping the file\n"
       "  --mem-budget SIZE                memory for the KV cache + recurrent state (e.g. 512M, 4G;\n"
       "                                   0 = no limit; default 3/4 of MemAvailable); refused up front\n"
       "  --warmup N --num_iters M         benchmark mode: N untimed + M timed runs (default 0 / 1)\n"
@@ -104,6 +105,8 @@ int cmd_run(int argc, char **argv) {
       o.chunk = (int)arg_int("--chunk", arg_value(argc, argv, &i), 1, 1 << 24);
     } else if (arg_is(argc, argv, &i, "--kv")) {
       o.kv = arg_kv(arg_value(argc, argv, &i));
+    } else if (arg_is(argc, argv, &i, "--no_mmap")) {
+      o.no_mmap = 1;
     } else if (arg_is(argc, argv, &i, "--mem_budget")) {
       o.mem_budget = arg_size("--mem-budget", arg_value(argc, argv, &i));
       budget_set = 1;

@@ -27,6 +27,7 @@ static void usage(void) {
       "  --kv f16|f32|q8_0       KV cache type (default f16)\n"
       "  --chunk N               prefill tokens per step (default 256)\n"
       "  --snap-every N          snapshot the recurrent state every N prompt tokens (default 1024)\n"
+      "  --no-mmap               read the weights into memory instead of mapping the file\n"
       "  --mem-budget SIZE       memory for all sessions' KV cache + recurrent state + snapshots\n"
       "                          (e.g. 512M, 4G; 0 = no limit; default 3/4 of MemAvailable)\n"
       "  --session-idle-timeout S  free sessions unused for S seconds (default 600, 0 = never)\n"
@@ -81,6 +82,8 @@ int cmd_serve(int argc, char **argv) {
       o.chunk = (int32_t)arg_int("--chunk", arg_value(argc, argv, &i), 1, 1 << 20);
     } else if (arg_is(argc, argv, &i, "--snap_every")) {
       o.snap_every = (int32_t)arg_int("--snap-every", arg_value(argc, argv, &i), 0, 1 << 24);
+    } else if (arg_is(argc, argv, &i, "--no_mmap")) {
+      o.no_mmap = 1;
     } else if (arg_is(argc, argv, &i, "--mem_budget")) {
       o.mem_budget = arg_size("--mem-budget", arg_value(argc, argv, &i));
       budget_set = 1;

@@ -238,6 +238,7 @@ int run_main(const run_opts *o) {
   q35_model_params mp = q35_model_default_params();
   mp.n_threads = o->threads;
   mp.progress = o->stats;
+  mp.no_mmap = o->no_mmap;
   q35_model *m = q35_model_load(o->model, &mp, &err);
   if (!m) {
     fprintf(stderr, "q35 run: %s\n", err.msg);

@@ -13,6 +13,7 @@ typedef struct run_opts {
   q35_kv_type kv;
   int64_t seed;   /* -1: random */
   uint64_t mem_budget; /* KV/state bytes allowed for the session (0: no limit) */
+  int no_mmap;         /* read the weights into memory (--no-mmap) */
   q35_sampling sp;
 } run_opts;
 

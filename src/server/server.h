@@ -35,6 +35,7 @@ typedef struct q35_server_opts {
   int max_queue;           /* queued sequences before 429, default 64 */
   int no_think;            /* thinking off by default */
   int n_threads;
+  int no_mmap;             /* read the weights into memory instead of mapping the file */
   int64_t max_body;        /* request body limit in bytes, default 8 MiB */
   q35_kv_type kv_type;
   int32_t chunk;           /* prefill tokens per step, default 256 */

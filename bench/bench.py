@@ -125,7 +125,9 @@ class Bench:
                 "--json"]
         if depth:
             argv += ["--depth", str(depth), "--chunk", "512", "--warmup", "0"]
-        return self.engine_run("q35", argv)
+        if self.a.q35_load == "read":
+            argv += ["--no-mmap"]
+        return self.engine_run("q35/%s" % self.a.q35_load, argv)
 
     def llama_run(self, model, threads, p, n, depth, mode):
         argv = [self.a.peer, "bench", "-m", model, "-t", str(threads), "-p", str(p), "-n", str(n), "-r", "1",
@@ -297,6 +299,9 @@ def main():
     ap.add_argument("--depth-gen", type=int, default=32)
     ap.add_argument("--modes", default=None, help="llama.cpp load modes at 2 threads (default 0,-1; quick 0)")
     ap.add_argument("--modes-1t", default="0", help="llama.cpp load modes at 1 thread (default 0)")
+    ap.add_argument("--q35-load", default="read", choices=["read", "mmap"],
+                    help="q35's load mode: read (--no-mmap, the faster one on VMs whose file mappings stream "
+                         "slowly) or mmap (zero copy); default read")
     ap.add_argument("--membw-mib", type=int, default=1024)
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--json-out", default=None, help="also write the final JSON to this file")
@@ -350,7 +355,7 @@ def main():
         "loadavg_start": la0, "loadavg_end": loadavg(), "elapsed_s": time.time() - t_start,
         "settings": {"quick": q, "threads": threads, "rounds": rounds, "prompt": a.prompt, "gen": a.gen,
                      "depths": depths, "depth_rounds": depth_rounds, "depth_gen": a.depth_gen,
-                     "llama_modes_2t": modes2, "llama_modes_1t": modes1, "types": types, "layers": layers,
+                     "llama_modes_2t": modes2, "llama_modes_1t": modes1, "q35_load": a.q35_load, "types": types, "layers": layers,
                      "kv": "f16 (both); llama.cpp flash attention auto"},
         "bandwidth": {str(t): b.bw_of(t) for t in sorted(b.bw)}, "bandwidth_samples": b.bw,
         "results": b.results, "errors": b.errors,

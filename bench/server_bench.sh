@@ -32,7 +32,8 @@ ntok=${BENCH_TOKENS:-32}
 port=$(node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')
 log=$(mktemp)
 out=$(mktemp)
-"$Q35" serve -m "$model" --host 127.0.0.1 --port "$port" --parallel 8 --ctx 1024 -t "$threads" >"$log" 2>&1 &
+# SERVE_ARGS: extra flags for q35 serve (default --no-mmap, the faster load mode here; see bench/README.md)
+"$Q35" serve -m "$model" --host 127.0.0.1 --port "$port" --parallel 8 --ctx 1024 -t "$threads" ${SERVE_ARGS---no-mmap} >"$log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log" "$out"' EXIT
 for _ in $(seq 1 600); do

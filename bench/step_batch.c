@@ -8,7 +8,8 @@
  * Build (after cmake --build build):
  *   cc -O2 -Iinclude -Isrc bench/step_batch.c build/libq35.a -o build/step_batch \
  *      $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lm -pthread
- * Run: build/step_batch MODEL.gguf [THREADS] [STEPS] [TEMP] [LOGPROBS] [MAXB]
+ * Run: build/step_batch MODEL.gguf [THREADS] [STEPS] [TEMP] [LOGPROBS] [MAXB]   (Q35_NO_MMAP=1: weights
+ * read into memory, as q35 bench --no-mmap)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@ int main(int argc, char **argv) {
   q35_err e;
   q35_model_params mp = q35_model_default_params();
   mp.n_threads = argc > 2 ? atoi(argv[2]) : 0;
+  mp.no_mmap = getenv("Q35_NO_MMAP") && atoi(getenv("Q35_NO_MMAP")); /* Q35_NO_MMAP=1: like --no-mmap */
   const int N = argc > 3 ? atoi(argv[3]) : 16;
   const float temp = argc > 4 ? (float)atof(argv[4]) : 0.0f;
   const int lp = argc > 5 ? atoi(argv[5]) : -1;

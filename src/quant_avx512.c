@@ -64,7 +64,7 @@ QSI void t_q8y(const int R, const int C, TILE_ARGS) {
   if (nb % 2) q8y_group(R, C, 0, w, ws, x, xs, nb / 2, acc);
   FOR_R FOR_C OUT(r, c) = hsum16(acc[r][c]);
 }
-QS_TILE(t_q8y, 2, 4)
+QS_TILE(t_q8y, 4, 8)
 
 /*
  * Q4_0 x Q8_0X with 512-bit registers (needs VBMI for the byte permutes). A group of four blocks
@@ -139,7 +139,7 @@ QSI void t_q4x(const int R, const int C, TILE_ARGS) {
   if (nb % 4) q4x_group(R, C, 0, w, ws, x, xs, ng, (int)(nb % 4), acc);
   FOR_R FOR_C OUT(r, c) = hsum16(acc[r][c]);
 }
-QS_TILE(t_q4x, 2, 4)
+QS_TILE(t_q4x, 4, 8)
 
 void q35_kernels_avx512(q35_kernels *k) {
   qs_fill_256(k);

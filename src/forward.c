@@ -235,7 +235,13 @@ typedef struct {
   int32_t *row_of;        /* token -> row */
   int32_t *pos_of;        /* token -> absolute position */
   int64_t max_ctx;
+  float *lg;              /* joint output product of several rows: [LG_COLS][V] (NULL: one row) */
 } bufs;
+
+/* Logit columns of one joint pass over the output matrix (the largest weight: 0.29 GB in Q4_0
+ * for 35B-A3B). Several rows' logits are computed in groups of up to LG_COLS columns into
+ * b->lg and copied out, so a decode step of B rows reads the matrix once, not B times. */
+enum { LG_COLS = 16 };
 
 static size_t max_row_bytes(const q35_model *m) {
   const q35_hparams *hp = &m->hp;
@@ -252,7 +258,7 @@ static size_t max_row_bytes(const q35_model *m) {
   return best + 64;
 }
 
-static void bufs_layout(q35_model *m, bufs *b, arena *a, int64_t T, int64_t max_ctx, int nthreads) {
+static void bufs_layout(q35_model *m, bufs *b, arena *a, int64_t T, int64_t max_ctx, int nthreads, int joint) {
   const q35_hparams *hp = &m->hp;
   const int64_t H = hp->n_embd, nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim;
   const int64_t C = 2 * (int64_t)hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner;
@@ -294,6 +300,7 @@ static void bufs_layout(q35_model *m, bufs *b, arena *a, int64_t T, int64_t max_
   b->shg = arena_get(a, T * 4);
   b->row_of = arena_get(a, T * 4);
   b->pos_of = arena_get(a, T * 4);
+  b->lg = joint ? arena_get(a, (int64_t)LG_COLS * hp->n_vocab * 4) : NULL;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -834,11 +841,16 @@ int q35_forward(q35_model *m, q35_fwd_row *rows, int n_rows, q35_err *err) {
     T += rows[r].n;
     if (s->params.n_ctx > max_ctx) max_ctx = s->params.n_ctx;
   }
+  /* rows that want logits: one of them writes straight into its buffer; several share passes
+   * over the output matrix through b.lg */
+  int n_want = 0;
+  for (int r = 0; r < n_rows; r++) n_want += rows[r].want != 0;
+  const int joint = n_want > 1;
   /* size and carve the scratch */
   const int nth = q35_pool_size(m->pool);
   arena a = {NULL, 0, 0};
   bufs b;
-  bufs_layout(m, &b, &a, T, max_ctx, nth);
+  bufs_layout(m, &b, &a, T, max_ctx, nth, joint);
   if (a.used > m->scratch_size) {
     free(m->scratch);
     m->scratch = malloc(a.used);
@@ -847,7 +859,7 @@ int q35_forward(q35_model *m, q35_fwd_row *rows, int n_rows, q35_err *err) {
                                        (long long)T);
   }
   a = (arena){m->scratch, 0, m->scratch_size};
-  bufs_layout(m, &b, &a, T, max_ctx, nth);
+  bufs_layout(m, &b, &a, T, max_ctx, nth, joint);
 
   for (int r = 0; r < n_rows; r++)
     for (int32_t i = 0; i < rows[r].n; i++) {
@@ -885,17 +897,31 @@ int q35_forward(q35_model *m, q35_fwd_row *rows, int n_rows, q35_err *err) {
   }
   for (int r = 0; r < n_rows; r++) rows[r].s->pos += rows[r].n;
   if (G == 0) return 0;
-  /* output rows go straight into the callers' buffers when there is one row, else via a copy */
+  /* one row: straight into its buffer. Several: groups of LG_COLS columns (each output is one
+   * vec_dot whatever the group, so a row's logits do not depend on its neighbours) */
   qact xa = {-1, NULL, 0};
   qact_make(m, &xa, q35_vec_dot_type(m->output.type), b.h, H, H, G, b.xq);
-  int64_t g = 0;
-  for (int r = 0; r < n_rows; r++) {
-    if (!rows[r].want) continue;
-    const int64_t cnt = rows[r].want == 1 ? 1 : rows[r].n;
+  if (!joint) {
+    for (int r = 0; r < n_rows; r++)
+      if (rows[r].want) matmul(m, &m->output, &xa, rows[r].want == 1 ? 1 : rows[r].n, rows[r].logits, V);
+    return 0;
+  }
+  int r = 0;
+  int64_t done_in_row = 0; /* columns of row r already copied out */
+  for (int64_t g0 = 0; g0 < G; g0 += LG_COLS) {
+    const int64_t cnt = G - g0 < LG_COLS ? G - g0 : LG_COLS;
     qact part = xa;
-    part.data = xa.data + (size_t)g * xa.ld;
-    matmul(m, &m->output, &part, cnt, rows[r].logits, V);
-    g += cnt;
+    part.data = xa.data + (size_t)g0 * xa.ld;
+    matmul(m, &m->output, &part, cnt, b.lg, V);
+    for (int64_t c = 0; c < cnt;) { /* hand the group's columns to their rows, in order */
+      while (!rows[r].want) r++;
+      const int64_t need = rows[r].want == 1 ? 1 : rows[r].n;
+      const int64_t take = need - done_in_row < cnt - c ? need - done_in_row : cnt - c;
+      memcpy(rows[r].logits + done_in_row * V, b.lg + c * V, (size_t)(take * V) * sizeof(float));
+      c += take;
+      done_in_row += take;
+      if (done_in_row == need) r++, done_in_row = 0;
+    }
   }
   return 0;
 }

@@ -94,6 +94,10 @@ static int cfg_num(cfgctx *c, json_t *obj, const char *oname, const char *key, d
   return 0;
 }
 
+/* parse_config: the checks of read_config on an already parsed document (path only names it
+ * in messages). Takes ownership of root. Separate so the fuzz target can skip the file. */
+static int parse_config(const char *path, json_t *root, hfcfg *cfg, q35_err *err);
+
 static int read_config(const char *dir, hfcfg *cfg, q35_err *err) {
   char path[4096];
   snprintf(path, sizeof path, "%s/config.json", dir);
@@ -102,6 +106,11 @@ static int read_config(const char *dir, hfcfg *cfg, q35_err *err) {
   json_error_t je;
   json_t *root = json_load_file(path, 0, &je);
   if (!root) return q35_seterr(err, "%s: malformed JSON: %s (line %d, column %d)", path, je.text, je.line, je.column);
+  return parse_config(path, root, cfg, err);
+}
+
+static int parse_config(const char *path, json_t *root, hfcfg *cfg, q35_err *err) {
+  memset(cfg, 0, sizeof *cfg);
   cfgctx c = {path, root, root, "", err};
   int rc = -1;
   if (!json_is_object(root)) {
@@ -277,6 +286,9 @@ static int read_config(const char *dir, hfcfg *cfg, q35_err *err) {
   } else if (cfg_int(&c, "full_attention_interval", &cfg->interval, 0, 4, 1, 4096)) {
     goto done;
   }
+  /* an interval past the last layer (e.g. the default 4 with 2 layers) means no full-attention
+   * layer, which L + 1 says too: one value per pattern (found by the hfconfig fuzz target) */
+  if (cfg->interval > cfg->L + 1) cfg->interval = cfg->L + 1;
   /* tie_word_embeddings: text_config's, else top level, else false */
   json_t *tw = json_object_get(c.text, "tie_word_embeddings");
   if (!tw) tw = json_object_get(root, "tie_word_embeddings");

@@ -853,7 +853,7 @@ int q35_forward(q35_model *m, q35_fwd_row *rows, int n_rows, q35_err *err) {
   bufs_layout(m, &b, &a, T, max_ctx, nth, joint);
   if (a.used > m->scratch_size) {
     free(m->scratch);
-    m->scratch = malloc(a.used);
+    m->scratch = q35_alloc64(a.used, 0);
     m->scratch_size = m->scratch ? a.used : 0;
     if (!m->scratch) return q35_seterr(err, "out of memory (%zu bytes of scratch for %lld tokens)", a.used,
                                        (long long)T);

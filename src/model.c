@@ -416,8 +416,8 @@ q35_session *q35_session_new(q35_model *m, const q35_session_params *params, q35
   if (!s->k_cache || !s->v_cache || !s->conv_state || !s->ssm_state) goto oom;
   const size_t kv_bytes = s->kv_row_bytes * (size_t)params->n_ctx;
   for (int i = 0; i < m->n_attn_layers; i++) {
-    s->k_cache[i] = malloc(kv_bytes);
-    s->v_cache[i] = malloc(kv_bytes);
+    s->k_cache[i] = q35_alloc64(kv_bytes, 0);
+    s->v_cache[i] = q35_alloc64(kv_bytes, 0);
     if (!s->k_cache[i] || !s->v_cache[i]) goto oom;
     s->bytes += 2 * kv_bytes;
   }
@@ -425,8 +425,8 @@ q35_session *q35_session_new(q35_model *m, const q35_session_params *params, q35
   const size_t conv_n = (size_t)(hp->conv_kernel - 1) * C, ssm_n = (size_t)hp->ssm_dt_rank * hp->ssm_d_state *
                                                                       hp->ssm_d_state;
   for (int i = 0; i < m->n_gdn_layers; i++) {
-    s->conv_state[i] = calloc(conv_n + 1, sizeof(float));
-    s->ssm_state[i] = calloc(ssm_n, sizeof(float));
+    s->conv_state[i] = q35_alloc64((conv_n + 1) * sizeof(float), 1);
+    s->ssm_state[i] = q35_alloc64(ssm_n * sizeof(float), 1);
     if (!s->conv_state[i] || !s->ssm_state[i]) goto oom;
     s->bytes += (conv_n + ssm_n) * sizeof(float);
   }

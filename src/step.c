@@ -42,7 +42,7 @@ int q35_step(q35_model *m, q35_row *rows, int32_t n_rows, q35_err *err) {
   if (n_rows > m->step_cap) { /* grown rarely; the per-token path allocates nothing */
     free(m->step_logits);
     free(m->step_rows);
-    m->step_logits = malloc((size_t)n_rows * V * sizeof(float));
+    m->step_logits = q35_alloc64((size_t)n_rows * V * sizeof(float), 0);
     m->step_rows = malloc((size_t)n_rows * sizeof *m->step_rows);
     m->step_cap = n_rows;
     if (!m->step_logits || !m->step_rows) {

@@ -1,6 +1,9 @@
 #include "util.h"
 
 #include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 int q35_seterr(q35_err *e, const char *fmt, ...) {
@@ -11,6 +14,14 @@ int q35_seterr(q35_err *e, const char *fmt, ...) {
     va_end(ap);
   }
   return -1;
+}
+
+void *q35_alloc64(size_t n, int zero) {
+  if (n > SIZE_MAX - 63) return NULL;
+  const size_t r = (n + 63) & ~(size_t)63;
+  void *p = aligned_alloc(64, r ? r : 64);
+  if (p && zero) memset(p, 0, r ? r : 64);
+  return p;
 }
 
 double q35_now(void) {

@@ -12,6 +12,7 @@
  * way in both paths cannot pass.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,9 +152,102 @@ static void public_api(void) {
   CHECK(o[0] == 1 && o[1] == 1, "empty tile writes nothing");
 }
 
+/*
+ * Cross-level identity for the K-quant kernels: the avx512 level's Q4_K / Q5_K / Q6_K kernels
+ * (512-bit integer sums in quant_avx512.c) must give the avx2 level's bits (quant_simd.inc's
+ * 256-bit kernels, whose integer sums and float steps they reproduce) for every row pair, as
+ * vec_dot and as tiles. Rows are raw random bytes (every 4/6-bit code, every scale and min),
+ * scales patched to finite fp16 with edge values, activations with extreme bytes (-128, 127),
+ * sums that do not match their bytes, and tiny, zero and huge scales.
+ */
+static const uint16_t fp16_edges[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x0400, 0x7bff, 0xfbff, 0x3c00, 0x1400, 0x9400};
+static uint16_t rnd_fp16(void) {
+  if (rng_u64() % 8 == 0) return fp16_edges[rng_u64() % (sizeof fp16_edges / sizeof fp16_edges[0])];
+  return (uint16_t)((rng_u64() % 2) << 15 | (0x0400 + rng_u64() % (0x7800 - 0x0400))); /* finite, normal */
+}
+static void rnd_q8k_row(uint8_t *x, int64_t n, int wild) {
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    blk_q8_k *b = (blk_q8_k *)(void *)(x + (size_t)i * sizeof(blk_q8_k));
+    const int mode = (int)(rng_u64() % 6);
+    for (int j = 0; j < QK_K; j++) {
+      int v = (int)(int8_t)rng_u64();
+      if (mode == 1) v = -128;
+      if (mode == 2) v = 127;
+      if (mode == 3) v = j % 2 ? -128 : 127;
+      if (mode == 4) v = (int)(rng_u64() % 255) - 127;
+      b->qs[j] = (int8_t)v;
+    }
+    for (int g = 0; g < QK_K / 16; g++) {
+      int sum = 0;
+      for (int j = 0; j < 16; j++) sum += b->qs[16 * g + j];
+      b->bsums[g] = mode == 5 ? (int16_t)rng_u64() : (int16_t)sum;
+    }
+    const int dm = (int)(rng_u64() % 10);
+    b->d = dm == 0 ? 0.0f : dm == 1 ? 1e-30f : dm == 2 && wild ? 1e30f : dm == 3 ? -3e-5f : rng_gauss() * 0.01f;
+  }
+}
+static void rnd_kquant_row(int type, uint8_t *w, int64_t n) {
+  const size_t bs = q35_row_size(type, QK_K);
+  for (size_t i = 0; i < bs * (size_t)(n / QK_K); i++) w[i] = (uint8_t)rng_u64();
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    uint8_t *b = w + (size_t)i * bs;
+    uint16_t d = rnd_fp16(), dm = rnd_fp16();
+    if (type == Q35_TYPE_Q6_K) memcpy(b + offsetof(blk_q6_k, d), &d, 2);
+    else memcpy(b, &d, 2), memcpy(b + 2, &dm, 2);
+  }
+}
+static int same_float(float a, float b) { return memcmp(&a, &b, 4) == 0 || (isnan(a) && isnan(b)); }
+
+static void kquant_cross_level(void) {
+  q35_kernels k1, k2;
+  if (q35_kernels_get(1, &k1) != 0 || q35_kernels_get(2, &k2) != 0) {
+    printf("k-quant cross-level: avx2 or avx512 not available, skipped\n");
+    return;
+  }
+  static const int kt[] = {Q35_TYPE_Q4_K, Q35_TYPE_Q5_K, Q35_TYPE_Q6_K};
+  long pairs = 0, finite = 0;
+  for (int t = 0; t < 3; t++) {
+    const int type = kt[t];
+    const int64_t nmax = 16 * QK_K;
+    const size_t wrs = q35_row_size(type, nmax), xrs = q35_row_size(Q35_TYPE_Q8_K, nmax);
+    const int NR = 9, NC = 9;
+    uint8_t *w = malloc(wrs * NR + 1), *x = malloc(xrs * NC + 1);
+    float got[81], want[81];
+    for (int rep = 0; rep < 120; rep++) {
+      const int64_t n = QK_K * (1 + (int64_t)(rng_u64() % 16));
+      const size_t ws = q35_row_size(type, n), xs = q35_row_size(Q35_TYPE_Q8_K, n);
+      const int nr = 1 + (int)(rng_u64() % NR), nc = 1 + (int)(rng_u64() % NC);
+      uint8_t *wo = w + rep % 2, *xo = x + (rep / 2) % 2; /* odd addresses too */
+      for (int r = 0; r < nr; r++) rnd_kquant_row(type, wo + (size_t)r * ws, n);
+      for (int c = 0; c < nc; c++) rnd_q8k_row(xo + (size_t)c * xs, n, rep % 8 == 7);
+      int bad = 0;
+      for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) {
+          want[r * nc + c] = k1.vec_dot[type](n, wo + (size_t)r * ws, xo + (size_t)c * xs);
+          const float v = k2.vec_dot[type](n, wo + (size_t)r * ws, xo + (size_t)c * xs);
+          bad += !same_float(v, want[r * nc + c]);
+          pairs++;
+          finite += isfinite(v) && v != 0;
+        }
+      CHECK(!bad, "%s n=%lld: avx512 vec_dot != avx2 vec_dot in %d of %d pairs", q35_type_name(type), (long long)n,
+            bad, nr * nc);
+      q35_tile_run(&k2, type, n, wo, ws, nr, xo, xs, nc, got, (size_t)nc, 1);
+      bad = 0;
+      for (int i = 0; i < nr * nc; i++) bad += !same_float(got[i], want[i]);
+      CHECK(!bad, "%s n=%lld %dx%d: avx512 tile != avx2 vec_dot in %d pairs", q35_type_name(type), (long long)n, nr, nc,
+            bad);
+    }
+    free(w);
+    free(x);
+  }
+  CHECK(finite * 4 > pairs * 3, "k-quant cross-level: only %ld of %ld results finite and nonzero", finite, pairs);
+  printf("k-quant cross-level: %ld pairs, %ld finite and nonzero\n", pairs, finite);
+}
+
 int main(void) {
   static const char *names[3] = {"scalar", "avx2", "avx512"};
   public_api();
+  kquant_cross_level();
   long cases = 0;
   for (int level = 0; level <= 2; level++) {
     q35_kernels k;

@@ -76,15 +76,16 @@ QS_TILE(t_q8y, 4, 8)
  * exact int32 sums. The float steps are quant_simd.inc's, operation for operation, so the
  * results are bit-identical to the 256-bit kernels' (tests/test_quant_tile.c compares them).
  */
-/* vpermw indices into a block's 16 int16 scales: Q4_K step k (elements 64k..64k+63): lanes
- * 0..15 scale 2k, 16..31 scale 2k+1, in q4k_sm16's order (sc0..3 mn0..3 sc4..7 mn4..7); Q4_K
- * mins, lanes 2j, 2j+1 = min j; Q6_K step s (elements 64s..64s+63): lane l scale 4s + l/8 */
-static const int16_t k4_idx[4][32] = {
-    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
-    {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
-    {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9},
-    {10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11, 11, 11, 11, 11, 11, 11, 11, 11}};
-static const int16_t k4_idx_min[16] = {4, 4, 5, 5, 6, 6, 7, 7, 12, 12, 13, 13, 14, 14, 15, 15};
+/* Q4_K step k (elements 64k..64k+63): vpshufb indices that make int16 lanes 0..15 scale 2k and
+ * 16..31 scale 2k+1 out of q4k_sm8's bytes repeated in every 128-bit lane; the mins, int16
+ * lanes 2j, 2j+1 = min j; Q6_K step s (elements 64s..64s+63): vpermw indices, lane l scale
+ * 4s + l/8 */
+static const int8_t k4_idx[4][64] = {
+    {0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128},
+    {2, -128, 2, -128, 2, -128, 2, -128, 2, -128, 2, -128, 2, -128, 2, -128, 2, -128, 2, -128, 2, -128, 2, -128, 2, -128, 2, -128, 2, -128, 2, -128, 3, -128, 3, -128, 3, -128, 3, -128, 3, -128, 3, -128, 3, -128, 3, -128, 3, -128, 3, -128, 3, -128, 3, -128, 3, -128, 3, -128, 3, -128, 3, -128},
+    {8, -128, 8, -128, 8, -128, 8, -128, 8, -128, 8, -128, 8, -128, 8, -128, 8, -128, 8, -128, 8, -128, 8, -128, 8, -128, 8, -128, 8, -128, 8, -128, 9, -128, 9, -128, 9, -128, 9, -128, 9, -128, 9, -128, 9, -128, 9, -128, 9, -128, 9, -128, 9, -128, 9, -128, 9, -128, 9, -128, 9, -128, 9, -128},
+    {10, -128, 10, -128, 10, -128, 10, -128, 10, -128, 10, -128, 10, -128, 10, -128, 10, -128, 10, -128, 10, -128, 10, -128, 10, -128, 10, -128, 10, -128, 10, -128, 11, -128, 11, -128, 11, -128, 11, -128, 11, -128, 11, -128, 11, -128, 11, -128, 11, -128, 11, -128, 11, -128, 11, -128, 11, -128, 11, -128, 11, -128, 11, -128}};
+static const int8_t k4_idx_min[32] = {4, -128, 4, -128, 5, -128, 5, -128, 6, -128, 6, -128, 7, -128, 7, -128, 12, -128, 12, -128, 13, -128, 13, -128, 14, -128, 14, -128, 15, -128, 15, -128};
 static const int16_t k6_idx[4][32] = {
     {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
     {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
@@ -93,66 +94,59 @@ static const int16_t k6_idx[4][32] = {
 
 QSF __m512i ld_idx(const int16_t *p) { return _mm512_loadu_si512(p); }
 
-/* a Q4_K/Q5_K block's 6-bit scales and mins as 16 int16: sc0..3 mn0..3 sc4..7 mn4..7 (the
+/* a Q4_K/Q5_K block's 6-bit scales and mins as 16 bytes: sc0..3 mn0..3 sc4..7 mn4..7 (the
  * 16-byte load stays inside the block: scales sit at bytes 4..15, qs follow) */
-QSF __m256i q4k_sm16(const uint8_t *s) {
+QSF __m128i q4k_sm8(const uint8_t *s) {
   const __m128i v = _mm_loadu_si128((const __m128i *)s);
   const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 1, 0)); /* u0 u1 u2 u2 */
   const __m128i b = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 0, 0)); /* -- -- u0 u1 */
   const __m128i lo = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
                                    _mm_setr_epi32(0x3f3f3f3f, 0x3f3f3f3f, 0x0f0f0f0f, 0x0f0f0f0f));
   const __m128i hi = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0, 0x30303030, 0x30303030));
-  return _mm256_cvtepu8_epi16(_mm_or_si128(lo, hi));
+  return _mm_or_si128(lo, hi);
 }
 
-/* integer accumulators per pair: two chains when the tile has few pairs (latency), else one */
-#define KNA(R, C) ((R) * (C) <= 2 ? 2 : 1)
-
-/* the 8 lanes quant_simd.inc's kernels hold: lanes j + 8 + j of the accumulators */
-QSF __m256i k5_fold(__m512i a, __m512i b, int two) {
-  const __m512i t = two ? _mm512_add_epi32(a, b) : a;
-  return _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
-}
+/* the 8 lanes quant_simd.inc's kernels hold: lanes j + 8 + j */
+QSF __m256i k5_fold(__m512i t) { return _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1)); }
 
 QSI void t_q4k5(const int R, const int C, TILE_ARGS) {
   const __m512i m4 = _mm512_set1_epi8(0xF);
   const __m512i cnt = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-  const int NA = KNA(R, C);
   __m256 acc[TRM][TCM];
   FOR_R FOR_C acc[r][c] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / QK_K; i++) {
-    __m512i sm[TRM], isum[TRM][TCM][2];
+    __m512i sm[TRM], isum[TRM][TCM];
     __m256i m16[TRM];
     float wd[TRM], wm[TRM];
     FOR_R {
       const blk_q4_k *a = (const blk_q4_k *)(w + (size_t)r * ws) + i;
       pf_span((const uint8_t *)a + (size_t)R * ws, sizeof *a);
-      const __m256i s16 = q4k_sm16(a->scales);
-      sm[r] = _mm512_castsi256_si512(s16);
-      m16[r] = _mm256_permutexvar_epi16(_mm256_loadu_si256((const __m256i *)k4_idx_min), s16);
+      const __m128i s8 = q4k_sm8(a->scales);
+      sm[r] = _mm512_broadcast_i32x4(s8);
+      m16[r] = _mm256_shuffle_epi8(_mm512_castsi512_si256(sm[r]), _mm256_loadu_si256((const __m256i *)k4_idx_min));
       wd[r] = h2f(a->d);
       wm[r] = h2f(a->dmin);
     }
-    FOR_R FOR_C isum[r][c][0] = isum[r][c][1] = _mm512_setzero_si512();
+    FOR_R FOR_C isum[r][c] = _mm512_setzero_si512();
     _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
       __m512i q[TRM], s[TRM];
       FOR_R {
         const blk_q4_k *a = (const blk_q4_k *)(w + (size_t)r * ws) + i;
         const __m512i qb = _mm512_broadcast_i64x4(loadu256(a->qs + 32 * k));
         q[r] = _mm512_and_si512(_mm512_srlv_epi16(qb, cnt), m4);
-        s[r] = _mm512_permutexvar_epi16(ld_idx(k4_idx[k]), sm[r]);
+        s[r] = _mm512_shuffle_epi8(sm[r], _mm512_loadu_si512(k4_idx[k]));
       }
       FOR_C {
         const blk_q8_k *b = (const blk_q8_k *)(x + (size_t)c * xs) + i;
         const __m512i y = _mm512_loadu_si512(b->qs + 64 * k);
-        FOR_R isum[r][c][k % NA] = _mm512_dpwssd_epi32(isum[r][c][k % NA], _mm512_maddubs_epi16(q[r], y), s[r]);
+        FOR_R isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q[r], y), s[r]);
       }
     }
     FOR_C {
       const blk_q8_k *b = (const blk_q8_k *)(x + (size_t)c * xs) + i;
       const __m256i bs = loadu256(b->bsums);
       FOR_R {
-        const __m256i is = k5_fold(isum[r][c][0], isum[r][c][1], NA == 2);
+        const __m256i is = k5_fold(isum[r][c]);
         const __m256i msum = _mm256_madd_epi16(bs, m16[r]);
         acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wd[r] * b->d), _mm256_cvtepi32_ps(is), acc[r][c]);
         acc[r][c] = _mm256_fnmadd_ps(_mm256_set1_ps(wm[r] * b->d), _mm256_cvtepi32_ps(msum), acc[r][c]);
@@ -168,11 +162,10 @@ QSI void t_q6k5(const int R, const int C, TILE_ARGS) {
   /* the 2 high bits of step 2p's elements to bits 4..5: half 0 << 4 / >> 0, half 1 << 2 / >> 2 */
   const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
   const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-  const int NA = KNA(R, C);
   __m256 acc[TRM][TCM];
   FOR_R FOR_C acc[r][c] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / QK_K; i++) {
-    __m512i isum[TRM][TCM][2];
+    __m512i isum[TRM][TCM];
     __m256i sc16[TRM];
     float wd[TRM];
     FOR_R {
@@ -181,7 +174,7 @@ QSI void t_q6k5(const int R, const int C, TILE_ARGS) {
       sc16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a->scales));
       wd[r] = h2f(a->d);
     }
-    FOR_R FOR_C isum[r][c][0] = isum[r][c][1] = _mm512_setzero_si512();
+    FOR_R FOR_C isum[r][c] = _mm512_setzero_si512();
     _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
       __m512i ql[TRM], qh[TRM];
       FOR_R {
@@ -200,7 +193,7 @@ QSI void t_q6k5(const int R, const int C, TILE_ARGS) {
         FOR_C {
           const blk_q8_k *b = (const blk_q8_k *)(x + (size_t)c * xs) + i;
           const __m512i y = _mm512_loadu_si512(b->qs + 128 * h + 64 * p);
-          FOR_R isum[r][c][p % NA] = _mm512_dpwssd_epi32(isum[r][c][p % NA], _mm512_maddubs_epi16(q[r], y), s[r]);
+          FOR_R isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q[r], y), s[r]);
         }
       }
     }
@@ -209,7 +202,7 @@ QSI void t_q6k5(const int R, const int C, TILE_ARGS) {
       const __m256i bs = loadu256(b->bsums);
       FOR_R {
         const __m256i corr = _mm256_madd_epi16(bs, sc16[r]);
-        const __m256i is = _mm256_sub_epi32(k5_fold(isum[r][c][0], isum[r][c][1], NA == 2), _mm256_slli_epi32(corr, 5));
+        const __m256i is = _mm256_sub_epi32(k5_fold(isum[r][c]), _mm256_slli_epi32(corr, 5));
         acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wd[r] * b->d), _mm256_cvtepi32_ps(is), acc[r][c]);
       }
     }

@@ -80,6 +80,7 @@ typedef struct {
   size_t ldx;
   float *y;
   int64_t ldy;
+  q35_pool *pool; /* whose claim hands out the rows */
 } mm_task;
 
 /* rows [n0, n1) of one product */
@@ -105,11 +106,16 @@ static void mm_rows(const mm_task *t, long n0, long n1) {
   }
 }
 
+/* Rows go out in claimed pieces (q35_claim_next): a thread that streams faster or starts earlier
+ * takes more of them. RB-row chunks, so each piece is whole row blocks. */
+enum { MM_GRAIN = 16 };
+
 static void mm_run(void *ctx, int ith, int nth) {
   const mm_task *t = ctx;
+  (void)nth;
   long n0, n1;
-  q35_split(t->N, ith, nth, &n0, &n1);
-  mm_rows(t, n0, n1);
+  int from = 0;
+  while (q35_claim_next(t->pool, ith, &from, &n0, &n1)) mm_rows(t, n0, n1);
 }
 
 /* Several products on the same activations in one launch: the threads split the rows of all of
@@ -121,15 +127,16 @@ typedef struct {
 
 static void mm_multi_run(void *ctx, int ith, int nth) {
   const mm_multi *mm = ctx;
-  int64_t total = 0;
-  for (int i = 0; i < mm->n; i++) total += mm->t[i].N;
+  (void)nth;
   long a0, a1;
-  q35_split(total, ith, nth, &a0, &a1);
-  int64_t base = 0;
-  for (int i = 0; i < mm->n; i++) {
-    const int64_t lo = a0 > base ? a0 : base, hi = a1 < base + mm->t[i].N ? a1 : base + mm->t[i].N;
-    if (lo < hi) mm_rows(&mm->t[i], (long)(lo - base), (long)(hi - base));
-    base += mm->t[i].N;
+  int from = 0;
+  while (q35_claim_next(mm->t[0].pool, ith, &from, &a0, &a1)) {
+    int64_t base = 0;
+    for (int i = 0; i < mm->n; i++) {
+      const int64_t lo = a0 > base ? a0 : base, hi = a1 < base + mm->t[i].N ? a1 : base + mm->t[i].N;
+      if (lo < hi) mm_rows(&mm->t[i], (long)(lo - base), (long)(hi - base));
+      base += mm->t[i].N;
+    }
   }
 }
 
@@ -172,7 +179,8 @@ static void qact_make(q35_model *m, qact *q, int vtype, const float *x, int64_t 
 }
 
 static void matmul(q35_model *m, const q35_tensor *w, const qact *xa, int64_t T, float *y, int64_t ldy) {
-  mm_task t = {w->data, w->type, w->nb1, w->ne[0], w->ne[1], T, xa->data, xa->ld, y, ldy};
+  mm_task t = {w->data, w->type, w->nb1, w->ne[0], w->ne[1], T, xa->data, xa->ld, y, ldy, m->pool};
+  q35_claim_init(m->pool, (long)t.N, MM_GRAIN);
   q35_pool_run(m->pool, mm_run, &t);
 }
 
@@ -200,8 +208,13 @@ static void matmul_same(q35_model *m, const q35_tensor *const *ws, float *const 
   }
   qact_make(m, xa, q35_vec_dot_type(ws[0]->type), x, ldx, ws[0]->ne[0], T, buf);
   mm_multi mm = {.n = n};
-  for (int i = 0; i < n; i++)
-    mm.t[i] = (mm_task){ws[i]->data, ws[i]->type, ws[i]->nb1, ws[i]->ne[0], ws[i]->ne[1], T, xa->data, xa->ld, ys[i], ldy[i]};
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) {
+    mm.t[i] = (mm_task){ws[i]->data, ws[i]->type, ws[i]->nb1, ws[i]->ne[0], ws[i]->ne[1], T,
+                        xa->data,    xa->ld,      ys[i],      ldy[i],       m->pool};
+    total += ws[i]->ne[1];
+  }
+  q35_claim_init(m->pool, (long)total, MM_GRAIN);
   q35_pool_run(m->pool, mm_multi_run, &mm);
 }
 
@@ -627,61 +640,69 @@ typedef struct {
   const int32_t *active;
 } moe_ctx;
 
+/* units: (active expert, block of MOE_RB weight rows); phase 0 has gate blocks then up blocks */
+enum { MOE_RB = 16, MOE_CB = 32 };
+static int moe_blocks(const q35_hparams *hp, int phase) {
+  const int nbh = (hp->n_ff_exp + MOE_RB - 1) / MOE_RB;
+  return phase == 0 ? 2 * nbh : (hp->n_embd + MOE_RB - 1) / MOE_RB;
+}
+
+/* Units go out in claimed pieces (q35_claim_next), one unit per chunk. */
 static void moe_mm(void *vctx, int ith, int nth) {
   moe_ctx *c = vctx;
   const q35_hparams *hp = &c->m->hp;
   const q35_layer *L = c->L;
   bufs *b = c->b;
   const int I = hp->n_ff_exp, H = hp->n_embd;
-  enum { RB = 16, CB = 32 };
-  /* units: (active expert, block of RB weight rows); phase 0 has gate blocks then up blocks */
-  const int nbh = (I + RB - 1) / RB;
-  const int nblk = c->phase == 0 ? 2 * nbh : (H + RB - 1) / RB;
+  const int nbh = (I + MOE_RB - 1) / MOE_RB, nblk = moe_blocks(hp, c->phase);
+  (void)nth;
   long u0, u1;
-  q35_split((long)c->n_active * nblk, ith, nth, &u0, &u1);
+  int from = 0;
   const size_t ldx = c->phase == 0 ? q35_row_size(q35_vec_dot_type(L->gate_up_exps.data ? L->gate_up_exps.type
                                                                                          : L->gate_exps.type), H)
                                    : q35_row_size(q35_vec_dot_type(L->down_exps.type), I);
-  for (long u = u0; u < u1; u++) {
-    const int e = c->active[u / nblk], blk = (int)(u % nblk);
-    const q35_tensor *w;
-    const char *wr;
-    int r0, r1, ocol; /* rows [r0, r1) of the block; output column of row r0 */
-    int64_t K, ldo;
-    float *out;
-    const char *x;
-    if (c->phase == 0) {
-      const int part = blk >= nbh; /* 0: gate, 1: up */
-      r0 = (blk % nbh) * RB;
-      r1 = r0 + RB < I ? r0 + RB : I;
-      if (L->gate_up_exps.data) {
-        w = &L->gate_up_exps;
-        wr = (const char *)w->data + (size_t)e * w->nb2 + (size_t)(part * I + r0) * w->nb1;
+  while (q35_claim_next(c->m->pool, ith, &from, &u0, &u1)) {
+    for (long u = u0; u < u1; u++) {
+      const int e = c->active[u / nblk], blk = (int)(u % nblk);
+      const q35_tensor *w;
+      const char *wr;
+      int r0, r1, ocol; /* rows [r0, r1) of the block; output column of row r0 */
+      int64_t K, ldo;
+      float *out;
+      const char *x;
+      if (c->phase == 0) {
+        const int part = blk >= nbh; /* 0: gate, 1: up */
+        r0 = (blk % nbh) * MOE_RB;
+        r1 = r0 + MOE_RB < I ? r0 + MOE_RB : I;
+        if (L->gate_up_exps.data) {
+          w = &L->gate_up_exps;
+          wr = (const char *)w->data + (size_t)e * w->nb2 + (size_t)(part * I + r0) * w->nb1;
+        } else {
+          w = part ? &L->up_exps : &L->gate_exps;
+          wr = (const char *)w->data + (size_t)e * w->nb2 + (size_t)r0 * w->nb1;
+        }
+        ocol = part * I + r0;
+        K = H;
+        ldo = 2 * I;
+        out = b->gu;
+        x = b->xq2;
       } else {
-        w = part ? &L->up_exps : &L->gate_exps;
+        r0 = blk * MOE_RB;
+        r1 = r0 + MOE_RB < H ? r0 + MOE_RB : H;
+        w = &L->down_exps;
         wr = (const char *)w->data + (size_t)e * w->nb2 + (size_t)r0 * w->nb1;
+        ocol = r0;
+        K = I;
+        ldo = H;
+        out = b->y;
+        x = b->xq3;
       }
-      ocol = part * I + r0;
-      K = H;
-      ldo = 2 * I;
-      out = b->gu;
-      x = b->xq2;
-    } else {
-      r0 = blk * RB;
-      r1 = r0 + RB < H ? r0 + RB : H;
-      w = &L->down_exps;
-      wr = (const char *)w->data + (size_t)e * w->nb2 + (size_t)r0 * w->nb1;
-      ocol = r0;
-      K = I;
-      ldo = H;
-      out = b->y;
-      x = b->xq3;
-    }
-    /* this expert's slots are rows [estart, estart + ecount) of the gathered activations */
-    for (int32_t c0 = 0; c0 < b->ecount[e]; c0 += CB) {
-      const int32_t i0 = b->estart[e] + c0, nc = b->ecount[e] - c0 < CB ? b->ecount[e] - c0 : CB;
-      q35_vec_dot_tile_ex(w->type, K, wr, w->nb1, r1 - r0, x + (size_t)i0 * ldx, ldx, nc,
-                          out + (size_t)i0 * ldo + ocol, 1, (size_t)ldo);
+      /* this expert's slots are rows [estart, estart + ecount) of the gathered activations */
+      for (int32_t c0 = 0; c0 < b->ecount[e]; c0 += MOE_CB) {
+        const int32_t i0 = b->estart[e] + c0, nc = b->ecount[e] - c0 < MOE_CB ? b->ecount[e] - c0 : MOE_CB;
+        q35_vec_dot_tile_ex(w->type, K, wr, w->nb1, r1 - r0, x + (size_t)i0 * ldx, ldx, nc,
+                            out + (size_t)i0 * ldo + ocol, 1, (size_t)ldo);
+      }
     }
   }
 }
@@ -760,12 +781,14 @@ static void layer_moe(q35_model *m, const q35_layer *L, bufs *b) {
   gather_ctx ga = {b, T * k, k, xa.ld};
   pool_or_inline(m->pool, gather_run, &ga, T <= 2);
   c->phase = 0;
+  q35_claim_init(m->pool, (long)c->n_active * moe_blocks(hp, 0), 1);
   q35_pool_run(m->pool, moe_mm, c);
   swiglu_ctx sw = {b, T * k, I, b->gu, b->act};
   pool_or_inline(m->pool, swiglu_run, &sw, T * k * I <= 8192);
   qact aa = {-1, NULL, 0};
   qact_make(m, &aa, q35_vec_dot_type(L->down_exps.type), b->act, I, I, T * k, b->xq3);
   c->phase = 1;
+  q35_claim_init(m->pool, (long)c->n_active * moe_blocks(hp, 1), 1);
   q35_pool_run(m->pool, moe_mm, c);
   /* shared expert */
   const int64_t Is = hp->n_ff_shexp;

@@ -66,9 +66,11 @@ struct q35_model {
   /* scratch for the forward pass, grown on demand (one step at a time per model) */
   void *scratch;
   size_t scratch_size;
-  struct q35_sampler *sampler; /* sampling workspace (created by the first q35_step) */
+  struct q35_sampler **samplers; /* sampling workspaces, one per pool thread (created on demand) */
+  int n_samplers;
   float *step_logits;           /* [step_cap][n_vocab] */
   struct q35_fwd_row *step_rows;
+  struct q35_step_out *step_out; /* [step_cap]: each row's sampling result or error */
   int32_t step_cap;
   double t_sample;              /* seconds in the sampling head */
 };

@@ -920,17 +920,22 @@ static int row_error(q35_err *err, const float *l, int32_t bad, int penalized) {
 
 /* log(sum exp(l)) of a row with maximum m: m + log(sum exp(l - m)) with the shared exp and
  * double accumulation. Shared by both paths, so their log-probabilities agree exactly. */
+/* m + log(sum of exp(l - m)). The sum runs in eight double lanes (element i in lane i % 8),
+ * combined pairwise at the end: a fixed order, and eight independent add chains instead of one
+ * (one chain over a 248k vocabulary was most of a logprobs row's cost). */
 static double row_lse(const q35_sampler *ws, const float *l, int32_t n, float m) {
   float buf[256], ex[256];
-  double sum = 0.0;
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int32_t i = 0; i < n; i += 256) {
     int32_t c = n - i < 256 ? n - i : 256;
     for (int32_t j = 0; j < c; j++) buf[j] = l[i + j] - m;
     k_exp_array(ws->simd, buf, ex, c);
-    double s = 0.0;
-    for (int32_t j = 0; j < c; j++) s += ex[j];
-    sum += s;
+    int32_t j = 0;
+    for (; j + 8 <= c; j += 8)
+      for (int q = 0; q < 8; q++) acc[q] += (double)ex[j + q];
+    for (; j < c; j++) acc[j % 8] += (double)ex[j]; /* i is a multiple of 8: lane (i + j) % 8 */
   }
+  const double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   return (double)m + log(sum);
 }
 

@@ -5,6 +5,12 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <immintrin.h>
+#include <stdint.h>
+
+/* one thread's share of a claim: [front, back) in chunks, packed front | back << 32 */
+typedef struct {
+  _Alignas(64) atomic_uint_least64_t fb;
+} share;
 
 struct q35_pool {
   int n;
@@ -16,6 +22,8 @@ struct q35_pool {
   atomic_int quit;
   q35_task_fn fn;
   void *ctx;
+  share *shares;         /* n of them, for q35_claim_* */
+  long claim_n, claim_grain;
 };
 
 typedef struct {
@@ -57,6 +65,13 @@ q35_pool *q35_pool_new(int n_threads) {
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
   p->threads = calloc((size_t)n_threads, sizeof *p->threads);
+  p->shares = aligned_alloc(64, sizeof(share) * (size_t)n_threads);
+  if (!p->threads || !p->shares) {
+    free(p->threads);
+    free(p->shares);
+    free(p);
+    return NULL;
+  }
   for (int i = 1; i < n_threads; i++) {
     worker_arg *wa = malloc(sizeof *wa);
     wa->p = p;
@@ -81,6 +96,7 @@ void q35_pool_free(q35_pool *p) {
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
   free(p->threads);
+  free(p->shares);
   free(p);
 }
 
@@ -103,4 +119,51 @@ void q35_pool_run(q35_pool *p, q35_task_fn fn, void *ctx) {
     if (spins % 64 == 63) sched_yield();
     else _mm_pause();
   }
+}
+
+void q35_claim_init(q35_pool *p, long n, long grain) {
+  if (grain < 1) grain = 1;
+  const long chunks = (n + grain - 1) / grain;
+  p->claim_n = n;
+  p->claim_grain = grain;
+  for (int i = 0; i < p->n; i++) {
+    long c0, c1;
+    q35_split(chunks, i, p->n, &c0, &c1);
+    atomic_store_explicit(&p->shares[i].fb, (uint64_t)c0 | (uint64_t)c1 << 32, memory_order_relaxed);
+  }
+  /* published to the workers by q35_pool_run's release of the task */
+}
+
+/* Take a piece of share s: from the front (owner) or the back (anyone else); a quarter of what
+ * is left, at least one chunk. */
+static int take(share *s, int front, long *c0, long *c1) {
+  uint64_t v = atomic_load_explicit(&s->fb, memory_order_relaxed);
+  for (;;) {
+    const uint64_t f = v & 0xffffffffu, b = v >> 32;
+    if (f >= b) return 0;
+    uint64_t k = (b - f) / 4;
+    if (k < 1) k = 1;
+    const uint64_t nv = front ? (f + k) | b << 32 : f | (b - k) << 32;
+    if (atomic_compare_exchange_weak_explicit(&s->fb, &v, nv, memory_order_relaxed, memory_order_relaxed)) {
+      *c0 = (long)(front ? f : b - k);
+      *c1 = (long)(front ? f + k : b);
+      return 1;
+    }
+  }
+}
+
+int q35_claim_next(q35_pool *p, int ith, int *from, long *i0, long *i1) {
+  const int nth = p->n;
+  if (ith < 0 || ith >= nth) return 0; /* a task run inline (nth 1) owns everything: see below */
+  long c0, c1;
+  while (*from < nth) {
+    const int s = (ith + *from) % nth;
+    if (take(&p->shares[s], *from == 0, &c0, &c1)) {
+      *i0 = c0 * p->claim_grain;
+      *i1 = c1 * p->claim_grain < p->claim_n ? c1 * p->claim_grain : p->claim_n;
+      return 1;
+    }
+    ++*from;
+  }
+  return 0;
 }

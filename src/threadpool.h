@@ -18,6 +18,19 @@ void q35_pool_free(q35_pool *p);
 int q35_pool_size(const q35_pool *p);
 void q35_pool_run(q35_pool *p, q35_task_fn fn, void *ctx);
 
+/*
+ * Work claiming inside one task, for items whose cost varies per thread (memory streams, a
+ * worker that wakes late): q35_claim_init(p, n, grain) before q35_pool_run splits n items into
+ * chunks of `grain` and gives thread ith the ith contiguous share, as q35_split would. In the
+ * task, thread ith calls q35_claim_next(p, ith, &from, &i0, &i1) until it returns 0 (from starts
+ * at 0): it takes its own share from the front in shrinking pieces, then pieces from the back of
+ * the other shares. Every item is handed out exactly once, so a result that depends only on the
+ * item (as every output of the forward pass does) is the same whichever thread computes it.
+ * One claim per pool at a time: init it in the launching thread, use it in that launch only.
+ */
+void q35_claim_init(q35_pool *p, long n, long grain);
+int q35_claim_next(q35_pool *p, int ith, int *from, long *i0, long *i1);
+
 /* The [start, end) part of n items that thread ith of nth takes (contiguous, balanced). */
 static inline void q35_split(long n, int ith, int nth, long *start, long *end) {
   long per = n / nth, rem = n % nth;

@@ -21,6 +21,13 @@
 #include "quant.h"
 #include "quant_internal.h"
 
+/* Activation bytes per row that every level's kernels may read: Q4_0 takes Q8_0Z at the AVX-512
+ * VBMI level and Q8_0X below it (one buffer serves all levels here; only the speed is measured). */
+static size_t act_row(int vt, int64_t n) {
+  const size_t a = q35_row_size(vt, n), b = q35_row_size(Q35_TYPE_Q8_0X, n);
+  return vt == Q35_TYPE_Q8_0Z && b > a ? b : a;
+}
+
 static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -56,7 +63,7 @@ static void bench_tile(void) {
   printf("%-7s %5s %26s %26s\n", "type", "T", lvl[1], lvl[2]);
   for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
     const int type = types[t], vt = q35_vec_dot_type(type);
-    const size_t wrs = q35_row_size(type, K), xrs = q35_row_size(vt, K);
+    const size_t wrs = q35_row_size(type, K), xrs = act_row(vt, K);
     uint8_t *w = malloc(wrs * N), *x = malloc(xrs * 512);
     for (int64_t r = 0; r < N; r++) {
       for (int64_t i = 0; i < K; i++) f[i] = (float)(((r + 1) * (i + 3) * 2654435761u) % 1000) / 50000.0f - 0.01f;
@@ -115,7 +122,7 @@ static void bench_incache(void) {
     const int type = types[t], vt = q35_vec_dot_type(type);
     const size_t wrs = q35_row_size(type, K);
     const int64_t rows = (int64_t)(bytes / wrs) ? (int64_t)(bytes / wrs) : 1;
-    uint8_t *w = malloc(wrs * rows), *x = malloc(q35_row_size(vt, K));
+    uint8_t *w = malloc(wrs * rows), *x = malloc(act_row(vt, K));
     for (int64_t i = 0; i < K; i++) f[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
     q35_quantize_row_ref(vt, f, x, K);
     for (int64_t r = 0; r < rows; r++) {
@@ -189,7 +196,7 @@ int main(int argc, char **argv) {
     const int type = types[t], vt = q35_vec_dot_type(type);
     const size_t rb = q35_row_size(type, n);
     const int64_t rows = (int64_t)(total / rb);
-    uint8_t *x = malloc(q35_row_size(vt, n));
+    uint8_t *x = malloc(act_row(vt, n));
     q35_quantize_row_ref(vt, xf, x, n);
     q35_quantize_row_ref(type, wf, src, n); /* one real row, replicated */
     for (int64_t r = 1; r < rows; r++) memcpy(src + r * rb, src, rb);

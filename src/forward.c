@@ -265,7 +265,9 @@ static size_t max_row_bytes(const q35_model *m) {
   for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
     K = ks[i];
     if (K <= 0) continue;
-    size_t b = (size_t)K * sizeof(float); /* F32 conversion is the largest per element */
+    size_t b = (size_t)K * sizeof(float); /* F32 conversion is the largest per element... */
+    const size_t z = q35_row_size(Q35_TYPE_Q8_0Z, K); /* ...except Q8_0Z's padding on short rows */
+    if (z > b) b = z;
     if (b > best) best = b;
   }
   return best + 64;

@@ -655,6 +655,27 @@ static void quant_q8_0x(const float *x, void *dst, int64_t n) {
   }
 }
 
+/* Q8_0Z: the same blocks in the Q8_0Z layout (padding zeroed) */
+static void quant_q8_0z(const float *x, void *dst, int64_t n) {
+  const int64_t nb = n / QK8_0;
+  memset(dst, 0, q35_row_size(Q35_TYPE_Q8_0Z, n));
+  for (int64_t i = 0; i < nb; i++) {
+    blk_q8_0 b;
+    q35_quantize_q8_0_block_ref(x + i * QK8_0, &b);
+    q8z_put(dst, i, &b);
+  }
+}
+
+static void dequant_q8_0z(const void *src, float *y, int64_t n) {
+  const int64_t nb = n / QK8_0;
+  for (int64_t i = 0; i < nb; i++) {
+    blk_q8_0 b;
+    q8z_get(src, i, &b);
+    const float d = q35_fp16_to_fp32(b.d);
+    for (int j = 0; j < QK8_0; j++) y[i * QK8_0 + j] = (float)b.qs[j] * d;
+  }
+}
+
 static void dequant_q8_0x(const void *src, float *y, int64_t n) {
   const int64_t nb = n / QK8_0;
   for (int64_t i = 0; i < nb; i++) {
@@ -825,7 +846,9 @@ static void kernels_ref(q35_kernels *k) {
   SET(Q35_TYPE_Q8_K, dequant_q8_k, quant_q8_k, NULL);
   SET(Q35_TYPE_Q8_0X, dequant_q8_0x, quant_q8_0x, NULL);
   SET(Q35_TYPE_Q8_0Y, dequant_q8_0y, quant_q8_0y, NULL);
+  SET(Q35_TYPE_Q8_0Z, dequant_q8_0z, quant_q8_0z, NULL);
 #undef SET
+  k->q4_0_act = Q35_TYPE_Q8_0X;
 }
 
 static int cpu_has_avx2(void) {
@@ -842,6 +865,7 @@ static int cpu_has_avx512(void) {
 
 /* Overlay a level's entries onto a table (NULL entries keep what is there). */
 static void overlay(q35_kernels *dst, const q35_kernels *src) {
+  if (src->q4_0_act) dst->q4_0_act = src->q4_0_act;
   for (int t = 0; t < Q35_TYPE_COUNT; t++) {
     if (src->vec_dot[t]) dst->vec_dot[t] = src->vec_dot[t];
     if (src->quantize[t]) dst->quantize[t] = src->quantize[t];
@@ -907,15 +931,39 @@ const char *q35_simd_level(void) {
   return g_level == 2 ? "avx512" : g_level == 1 ? "avx2" : "scalar";
 }
 
-int q35_vec_dot_type(int type) {
+int q35_kernels_vec_dot_type(const q35_kernels *k, int type) {
   switch (type) {
   case Q35_TYPE_F32: case Q35_TYPE_F16: case Q35_TYPE_BF16: return type;
   case Q35_TYPE_Q8_0: return Q35_TYPE_Q8_0Y;
-  case Q35_TYPE_Q4_0: return Q35_TYPE_Q8_0X;
+  case Q35_TYPE_Q4_0: return k->q4_0_act ? k->q4_0_act : Q35_TYPE_Q8_0X;
   case Q35_TYPE_Q5_0: return Q35_TYPE_Q8_0;
   case Q35_TYPE_Q4_K: case Q35_TYPE_Q5_K: case Q35_TYPE_Q6_K: case Q35_TYPE_IQ4_XS: return Q35_TYPE_Q8_K;
   default: return -1;
   }
+}
+
+int q35_vec_dot_type(int type) { return q35_kernels_vec_dot_type(kern(), type); }
+
+/* The _ref entry points take activations in q35_vec_dot_type's layout; where that is not the
+ * reference table's own (Q8_0Z), they read the same Q8_0 blocks into the reference's layout
+ * first. Returns x itself or a malloc'ed copy in *tmp (NULL on allocation failure). */
+static const void *ref_act(int type, int64_t n, const void *x, size_t xs, int nc, size_t *rxs, void **tmp) {
+  *tmp = NULL;
+  *rxs = xs;
+  if (type != Q35_TYPE_Q4_0 || kern()->q4_0_act != Q35_TYPE_Q8_0Z) return x;
+  const int64_t nb = n / QK8_0;
+  const size_t rs = q35_row_size(Q35_TYPE_Q8_0X, n);
+  uint8_t *o = malloc(rs * (size_t)(nc > 0 ? nc : 1));
+  if (!o) return NULL;
+  for (int c = 0; c < nc; c++)
+    for (int64_t i = 0; i < nb; i++) {
+      blk_q8_0 b;
+      q8z_get((const uint8_t *)x + (size_t)c * xs, i, &b);
+      q8x_put(o + (size_t)c * rs, nb, i, &b);
+    }
+  *tmp = o;
+  *rxs = rs;
+  return o;
 }
 
 static inline int type_ok(int type) { return type >= 0 && type < Q35_TYPE_COUNT; }
@@ -951,7 +999,13 @@ float q35_vec_dot(int type, int64_t n, const void *w, const void *x) {
 
 float q35_vec_dot_ref(int type, int64_t n, const void *w, const void *x) {
   const q35_kernels *k = kern_ref();
-  return type_ok(type) && k->vec_dot[type] ? k->vec_dot[type](n, w, x) : NAN;
+  if (!type_ok(type) || !k->vec_dot[type]) return NAN;
+  void *tmp;
+  size_t rxs;
+  const void *rx = ref_act(type, n, x, 0, 1, &rxs, &tmp);
+  const float v = rx ? k->vec_dot[type](n, w, rx) : NAN;
+  free(tmp);
+  return v;
 }
 
 void q35_tile_run(const q35_kernels *k, int type, int64_t n, const void *w, size_t ws, int nr, const void *x,
@@ -960,6 +1014,10 @@ void q35_tile_run(const q35_kernels *k, int type, int64_t n, const void *w, size
   /* one column: the 1 x 1 kernels stream faster than the R x 1 tiles (same bits either way) */
   if (type_ok(type) && k->tile[type] && nc > 1) {
     k->tile[type](n, w, ws, nr, x, xs, nc, out, ors, ocs);
+    return;
+  }
+  if (type_ok(type) && k->gemv[type] && nc == 1) {
+    k->gemv[type](n, w, ws, nr, x, xs, 1, out, ors, ocs);
     return;
   }
   const q35_vec_dot_fn f = type_ok(type) ? k->vec_dot[type] : NULL;
@@ -992,5 +1050,14 @@ void q35_vec_dot_tile_ex(int type, int64_t n, const void *w, size_t w_stride, in
 
 void q35_vec_dot_tile_ref(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x,
                           size_t x_stride, int nc, float *out, size_t out_stride) {
-  q35_tile_run(kern_ref(), type, n, w, w_stride, nr, x, x_stride, nc, out, out_stride, 1);
+  void *tmp;
+  size_t rxs;
+  const void *rx = ref_act(type, n, x, x_stride, nc, &rxs, &tmp);
+  if (!rx) {
+    for (int r = 0; r < nr; r++)
+      for (int c = 0; c < nc; c++) out[(size_t)r * out_stride + c] = NAN;
+    return;
+  }
+  q35_tile_run(kern_ref(), type, n, w, w_stride, nr, rx, rxs, nc, out, out_stride, 1);
+  free(tmp);
 }

@@ -9,7 +9,9 @@
  * F16 -> F16, BF16 -> BF16, F32 -> F32); the dot product then runs on the weight blocks and
  * the converted activation blocks (integer dot products for the quantized types). Q4_0 takes
  * Q8_0X and Q8_0 takes Q8_0Y: the same Q8_0 values (byte-identical quantization), laid out so
- * the kernels need no shuffles of the activation (quant_internal.h).
+ * the kernels need no shuffles of the activation (quant_internal.h). Where the AVX-512 VBMI
+ * kernels run, Q4_0 takes Q8_0Z instead (one int32 lane per block: q35_vec_dot_type says which;
+ * the _ref entry points accept it and read the same Q8_0 values).
  *
  * Every kernel has a plain scalar reference twin (suffix _ref) and SIMD paths (AVX2,
  * AVX-512) selected once at run time from the CPU's features; tests hold them equal.
@@ -36,12 +38,13 @@ enum q35_type {
    * (see quant_internal.h). GGML's ids end below 40. */
   Q35_TYPE_Q8_0X = 40,
   Q35_TYPE_Q8_0Y = 41, /* the same for Q8_0 weights */
-  Q35_TYPE_COUNT = 42, /* upper bound of the type ids above */
+  Q35_TYPE_Q8_0Z = 42, /* Q4_0's activation type where the AVX-512 VBMI kernels run */
+  Q35_TYPE_COUNT = 43, /* upper bound of the type ids above */
 };
 
 /* GGML's name for any GGML type id ("q4_K", "iq2_xxs", ...), or NULL for an unknown id. */
 const char *q35_type_name(int type);
-/* Is this a type q35 computes with (the list above; Q8_K, Q8_0X and Q8_0Y excluded as weight types)? */
+/* Is this a type q35 computes with (the list above; Q8_K, Q8_0X, Q8_0Y and Q8_0Z excluded as weight types)? */
 int q35_type_supported(int type);
 /* Elements per block (1 for F32/F16/BF16, 32 for Q*_0, 256 for K-quants/IQ4_XS). 0 if unknown. */
 int q35_type_block(int type);

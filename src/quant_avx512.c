@@ -286,6 +286,109 @@ QSI void t_q4x(const int R, const int C, TILE_ARGS) {
 }
 QS_TILE(t_q4x, 4, 8)
 
+/*
+ * Q4_0 x Q8_0Z (layout in quant_internal.h): one int32 lane per block, so a block's 32 products
+ * end in one exact integer and the float work (convert, scale, accumulate) is done once per block
+ * instead of once per four lanes: per group of 16 blocks and activation column, eight vpdpbusd
+ * and one convert / multiply / fused multiply-add on 16 lanes.
+ * Weights: each group of four Q4_0 blocks (72 bytes) gives its 64 nibble bytes with one two-source
+ * byte permute (slot s = block 4k+s, dword j = bytes 4j..4j+3); a 4 x 4 dword transpose of the
+ * four groups gives V_j with lane 4s+k = bytes 4j..4j+3 of block 4k+s, i.e. Q8_0Z's lane order.
+ * Per block and column: acc[lane] = fma(float(off + sum of 32 products), d_w * d_x, acc[lane]);
+ * the result is hsum16(acc), groups in order. In a last group of fewer than 16 blocks the
+ * missing blocks read as zero bytes (masked loads, never past the row) and add 0 * 0. Every tile
+ * shape runs this arithmetic per pair, so tiles equal vec_dot bit for bit. Against the Q8_0X
+ * kernels (four float lanes per block) the sums differ in rounding only; Q35_Q4_0_X=1 in the
+ * environment selects those (a testing aid).
+ */
+static const int16_t q4z_sidx[32] = {0, 0, 0, 0, 9, 9, 9, 9, 18, 18, 18, 18, 27, 27, 27, 27}; /* word 9s: block s's d */
+
+QSI void q4z_group(const int R, const int C, const int FULL, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
+                   int64_t q, int kb, __m512 acc[TRM][TCM]) {
+  const __m512i m4 = _mm512_set1_epi8(0xF);
+  const __m512i iq = _mm512_loadu_si512(q4x_iq), sidx = _mm512_loadu_si512(q4z_sidx);
+  __m512i L[TRM][4], H[TRM][4];
+  __m512 D[TRM];
+  FOR_R {
+    const uint8_t *a = w + (size_t)r * ws + (size_t)q * 16 * sizeof(blk_q4_0);
+    /* the same group four tiles ahead (one tile ahead is too close for this kernel's pace) */
+    if (FULL) pf_span((const char *)a + (size_t)4 * R * ws, 16 * sizeof(blk_q4_0));
+    __m512i Q[4], R0[4];
+    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+      if (FULL) { /* one 64-byte load and four 16-byte ones (two overlapping 64-byte loads and a
+                   * permute stream at about half speed from memory) */
+        const uint8_t *ak = a + 72 * k;
+        R0[k] = _mm512_loadu_si512(ak);
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(ak + 2)));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(ak + 20)), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(ak + 38)), 2);
+        Q[k] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(ak + 56)), 3);
+      } else { /* blocks 4k.. of the kb present: 18 nk bytes, never read past them */
+        const int nk = kb - 4 * k >= 4 ? 4 : kb - 4 * k > 0 ? kb - 4 * k : 0;
+        if (nk == 0) {
+          R0[k] = Q[k] = _mm512_setzero_si512();
+          continue;
+        }
+        const int nbytes = 18 * nk; /* 18..72 */
+        R0[k] = _mm512_maskz_loadu_epi8(nbytes >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << nbytes) - 1, a + 72 * k);
+        const __m512i raw1 =
+            _mm512_maskz_loadu_epi8(nbytes - 8 >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (nbytes - 8)) - 1, a + 72 * k + 8);
+        Q[k] = _mm512_permutex2var_epi8(R0[k], iq, raw1);
+      }
+    }
+    const __m512i t0 = _mm512_unpacklo_epi32(Q[0], Q[1]), t1 = _mm512_unpackhi_epi32(Q[0], Q[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(Q[2], Q[3]), t3 = _mm512_unpackhi_epi32(Q[2], Q[3]);
+    const __m512i V[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3),
+                          _mm512_unpackhi_epi64(t1, t3)};
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+      L[r][j] = _mm512_and_si512(V[j], m4);
+      H[r][j] = _mm512_and_si512(_mm512_srli_epi16(V[j], 4), m4);
+    }
+    __m512i dw = _mm512_maskz_permutexvar_epi16(0x1111, sidx, R0[0]);
+    dw = _mm512_mask_permutexvar_epi16(dw, 0x2222, sidx, R0[1]);
+    dw = _mm512_mask_permutexvar_epi16(dw, 0x4444, sidx, R0[2]);
+    dw = _mm512_mask_permutexvar_epi16(dw, 0x8888, sidx, R0[3]);
+    D[r] = _mm512_cvtph_ps(_mm512_castsi512_si256(dw));
+  }
+  FOR_C {
+    const uint8_t *b = x + (size_t)c * xs + (size_t)q * Q8Z_GROUP;
+    const __m512 yd = _mm512_loadu_ps(b + 576);
+    FOR_R {
+      __m512i p = _mm512_loadu_si512(b + 512);
+      _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) p = _mm512_dpbusd_epi32(p, L[r][j], _mm512_loadu_si512(b + 64 * j));
+      _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)
+        p = _mm512_dpbusd_epi32(p, H[r][j], _mm512_loadu_si512(b + 256 + 64 * j));
+      acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(D[r], yd), acc[r][c]);
+    }
+  }
+}
+
+QSI void t_q4z(const int R, const int C, TILE_ARGS) {
+  const int64_t nb = n / QK8_0, ng = nb / 16;
+  __m512 acc[TRM][TCM];
+  FOR_R FOR_C acc[r][c] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < ng; g++) q4z_group(R, C, 1, w, ws, x, xs, g, 16, acc);
+  if (nb % 16) q4z_group(R, C, 0, w, ws, x, xs, ng, (int)(nb % 16), acc);
+  FOR_R FOR_C OUT(r, c) = hsum16(acc[r][c]);
+}
+/* one-row tiles up to 8 columns: this kernel's 1 x 8 tile streams the 248,320-row output matrix
+ * faster than 2 x 4 tiles (quant_simd.inc, QS_NARROW) */
+#undef QS_NARROW
+#define QS_NARROW 8
+QS_TILE(t_q4z, 2, 4)
+#undef QS_NARROW
+#define QS_NARROW 4
+
+static QS_TARGET void quant_q8_0z_512(const float *x, void *dst, int64_t n) {
+  const int64_t nb = n / QK8_0;
+  memset(dst, 0, q35_row_size(Q35_TYPE_Q8_0Z, n));
+  for (int64_t i = 0; i < nb; i++) {
+    blk_q8_0 b;
+    quant_q8_0_256(x + i * QK8_0, &b, QK8_0);
+    q8z_put(dst, i, &b);
+  }
+}
+
 void q35_kernels_avx512(q35_kernels *k) {
   qs_fill_256(k);
   k->vec_dot[Q35_TYPE_Q8_0] = t_q8y_dot;
@@ -302,7 +405,15 @@ void q35_kernels_avx512(q35_kernels *k) {
       const int m = (i / 2) % 16; /* fp16 word m: block m/4's scale */
       q4x_id[i] = (uint8_t)(18 * (m / 4) + i % 2);
     }
-    k->vec_dot[Q35_TYPE_Q4_0] = t_q4x_dot;
-    k->tile[Q35_TYPE_Q4_0] = t_q4x_tile;
+    if (getenv("Q35_Q4_0_X")) { /* testing aid: the Q8_0X kernels (four lanes per block) */
+      k->vec_dot[Q35_TYPE_Q4_0] = t_q4x_dot;
+      k->tile[Q35_TYPE_Q4_0] = t_q4x_tile;
+    } else {
+      k->vec_dot[Q35_TYPE_Q4_0] = t_q4z_dot;
+      k->tile[Q35_TYPE_Q4_0] = t_q4z_tile;
+      k->gemv[Q35_TYPE_Q4_0] = t_q4z_tile; /* one row at a time with the prefetch (vec_dot has no stride) */
+      k->quantize[Q35_TYPE_Q8_0Z] = quant_q8_0z_512;
+      k->q4_0_act = Q35_TYPE_Q8_0Z;
+    }
   }
 }

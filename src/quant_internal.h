@@ -111,6 +111,50 @@ static inline void q8x_get(const void *row, int64_t nb, int64_t b, blk_q8_0 *q) 
   q->d = q35_fp32_to_fp16(d);
 }
 
+/*
+ * Q8_0Z (q35-internal activation type for Q4_0 weights where the AVX-512 VBMI kernels run): the
+ * Q8_0 values of a row in groups of 16 blocks, 640 bytes per group (the last group padded with
+ * zeros). Block b = 16q + 4k + s of group q sits in int32 lane L = 4s + k:
+ *   [64i, 64i + 64)        YL_i: lane L = the block's elements 4i..4i+3 (i = 0..3)
+ *   [256 + 64i, ...)       YH_i: lane L = its elements 16+4i..16+4i+3
+ *   [512, 576)             off:  lane L = -8 * (sum of the block's 32 elements)
+ *   [576, 640)             d:    lane L = the block's scale as a float
+ * A Q4_0 block's nibbles (byte j: element j low, j+16 high) give dot(q - 8, y) in ONE lane:
+ * off + the eight lane products; that lane order is what a 4 x 4 dword transpose of four
+ * groups of four Q4_0 blocks produces (quant_avx512.c).
+ */
+#define Q8Z_GROUP 640
+static inline uint8_t *q8z_at(const void *row, int64_t b, int *lane) {
+  const int bb = (int)(b % 16);
+  *lane = 4 * (bb % 4) + bb / 4;
+  return (uint8_t *)row + (size_t)(b / 16) * Q8Z_GROUP;
+}
+static inline void q8z_put(void *row, int64_t b, const blk_q8_0 *q) {
+  int L;
+  uint8_t *o = q8z_at(row, b, &L);
+  int s = 0;
+  for (int i = 0; i < 32; i++) s += q->qs[i];
+  const int32_t off = -8 * s;
+  const float d = q35_fp16_to_fp32(q->d);
+  for (int i = 0; i < 4; i++) {
+    memcpy(o + 64 * i + 4 * L, q->qs + 4 * i, 4);
+    memcpy(o + 256 + 64 * i + 4 * L, q->qs + 16 + 4 * i, 4);
+  }
+  memcpy(o + 512 + 4 * L, &off, 4);
+  memcpy(o + 576 + 4 * L, &d, 4);
+}
+static inline void q8z_get(const void *row, int64_t b, blk_q8_0 *q) {
+  int L;
+  const uint8_t *o = q8z_at(row, b, &L);
+  float d;
+  for (int i = 0; i < 4; i++) {
+    memcpy(q->qs + 4 * i, o + 64 * i + 4 * L, 4);
+    memcpy(q->qs + 16 + 4 * i, o + 256 + 64 * i + 4 * L, 4);
+  }
+  memcpy(&d, o + 576 + 4 * L, 4);
+  q->d = q35_fp32_to_fp16(d);
+}
+
 typedef struct __attribute__((packed)) {
   uint16_t d;             /* super-block scale for the 6-bit sub-block scales */
   uint16_t dmin;          /* super-block scale for the 6-bit sub-block mins */
@@ -185,14 +229,18 @@ typedef struct {
   q35_quantize_fn quantize[Q35_TYPE_COUNT];
   q35_dequantize_fn dequantize[Q35_TYPE_COUNT];
   q35_tile_fn tile[Q35_TYPE_COUNT]; /* NULL: loop over this table's vec_dot (see q35_tile_run) */
-  q35_tile_fn gemv[Q35_TYPE_COUNT]; /* one activation row (nc = 1) where a tile beats vec_dot calls;
-                                     * none does today: measured, the 2 x 1 tiles stream slower than
-                                     * one vec_dot per row (q35_vec_dot_rows loops over vec_dot then) */
+  int q4_0_act; /* the activation type this table's Q4_0 kernels take (0: unset, Q8_0X) */
+  q35_tile_fn gemv[Q35_TYPE_COUNT]; /* one activation column (nc = 1) where a tile kernel beats a loop
+                                     * of vec_dot calls: the AVX-512 Q4_0 x Q8_0Z one, whose one-row
+                                     * tiles prefetch the rows ahead (vec_dot has no row stride) */
 } q35_kernels;
 
 /* The tile product through a table: its tile kernel, or a loop over its vec_dot. */
 void q35_tile_run(const q35_kernels *k, int type, int64_t n, const void *w, size_t ws, int nr, const void *x,
                   size_t xs, int nc, float *out, size_t ors, size_t ocs);
+
+/* The activation type a table's vec_dot / tile kernels take for weights of `type`. */
+int q35_kernels_vec_dot_type(const q35_kernels *k, int type);
 
 /* The table for a level (0 scalar, 1 avx2, 2 avx512): -1 if this CPU lacks it. */
 int q35_kernels_get(int level, q35_kernels *out);

@@ -11,7 +11,7 @@ static const char *const type_names[Q35_TYPE_COUNT] = {
     [17] = "iq2_xs",  [18] = "iq3_xxs", [19] = "iq1_s",  [20] = "iq4_nl", [21] = "iq3_s",
     [22] = "iq2_s",   [23] = "iq4_xs", [24] = "i8",      [25] = "i16",    [26] = "i32",
     [27] = "i64",     [28] = "f64",    [29] = "iq1_m",   [30] = "bf16",   [34] = "tq1_0",
-    [35] = "tq2_0",   [39] = "mxfp4", [40] = "q8_0x", [41] = "q8_0y",
+    [35] = "tq2_0",   [39] = "mxfp4", [40] = "q8_0x", [41] = "q8_0y", [42] = "q8_0z",
 };
 
 static const struct {
@@ -22,7 +22,7 @@ static const struct {
     [Q35_TYPE_Q4_0] = {32, 18},    [Q35_TYPE_Q5_0] = {32, 22},   [Q35_TYPE_Q8_0] = {32, 34},
     [Q35_TYPE_Q4_K] = {256, 144},  [Q35_TYPE_Q5_K] = {256, 176}, [Q35_TYPE_Q6_K] = {256, 210},
     [Q35_TYPE_Q8_K] = {256, 292},  [Q35_TYPE_IQ4_XS] = {256, 136}, [Q35_TYPE_Q8_0X] = {32, 64},
-    [Q35_TYPE_Q8_0Y] = {32, 96},
+    [Q35_TYPE_Q8_0Y] = {32, 96},   [Q35_TYPE_Q8_0Z] = {32, 40}, /* per block; rows pad to 16 blocks */
 };
 
 const char *q35_type_name(int type) {
@@ -32,7 +32,7 @@ const char *q35_type_name(int type) {
 
 int q35_type_supported(int type) {
   return type >= 0 && type < Q35_TYPE_COUNT && traits[type].block > 0 && type != Q35_TYPE_Q8_K &&
-         type != Q35_TYPE_Q8_0X && type != Q35_TYPE_Q8_0Y;
+         type != Q35_TYPE_Q8_0X && type != Q35_TYPE_Q8_0Y && type != Q35_TYPE_Q8_0Z;
 }
 
 int q35_type_block(int type) {
@@ -44,6 +44,7 @@ size_t q35_type_size(int type) {
 }
 
 size_t q35_row_size(int type, int64_t n) {
+  if (type == Q35_TYPE_Q8_0Z) return (size_t)((n / 32 + 15) / 16) * 640; /* whole groups of 16 blocks */
   int b = q35_type_block(type);
   return b ? (size_t)(n / b) * traits[type].size : 0;
 }

@@ -217,9 +217,14 @@ static void test_hand_blocks(void) {
     for (int j = 0; j < 32; j++) x[2 + j] = (uint8_t)(int8_t)(j - 16);
     double want = 0;
     for (int j = 0; j < 16; j++) want += (j - 8) * 0.5 * (j - 16) + (7 - j) * 0.5 * (j);
-    uint8_t xx[64];
-    q8x_put(xx, 1, 0, (const blk_q8_0 *)(const void *)x); /* Q4_0 takes its Q8_0X form */
+    uint8_t xx[Q8Z_GROUP];
+    memset(xx, 0, sizeof xx);
+    if (q35_vec_dot_type(Q35_TYPE_Q4_0) == Q35_TYPE_Q8_0Z) /* Q4_0 takes its Q8_0Z or Q8_0X form */
+      q8z_put(xx, 0, (const blk_q8_0 *)(const void *)x);
+    else
+      q8x_put(xx, 1, 0, (const blk_q8_0 *)(const void *)x);
     CHECK(q35_vec_dot_ref(Q35_TYPE_Q4_0, 32, w, xx) == (float)want, "q4_0 hand vec_dot");
+    CHECK(q35_vec_dot(Q35_TYPE_Q4_0, 32, w, xx) == (float)want, "q4_0 hand vec_dot (dispatched)");
   }
 }
 
@@ -283,14 +288,14 @@ static void test_act_simd(int level, const q35_kernels *k, const q35_kernels *re
   const int n = 4096 + 256;
   float *x = malloc(sizeof(float) * n);
   uint8_t *a = malloc(q35_row_size(Q35_TYPE_Q8_0Y, n) + 64), *b = malloc(q35_row_size(Q35_TYPE_Q8_0Y, n) + 64);
-  const int types[4] = {Q35_TYPE_Q8_0, Q35_TYPE_Q8_K, Q35_TYPE_Q8_0X, Q35_TYPE_Q8_0Y};
+  const int types[5] = {Q35_TYPE_Q8_0, Q35_TYPE_Q8_K, Q35_TYPE_Q8_0X, Q35_TYPE_Q8_0Y, Q35_TYPE_Q8_0Z};
   for (int rep = 0; rep < 6; rep++) {
     if (rep < 3) {
       const int blk = rep == 1 ? 256 : 32;
       fill_nasty(x, n / blk, blk);
     }
     else for (int i = 0; i < n; i++) x[i] = rng_gauss() * (rep == 3 ? 1.0f : rep == 4 ? 1e-3f : 50.0f);
-    for (int t = 0; t < 4; t++) {
+    for (int t = 0; t < 5; t++) {
       const size_t rs = q35_row_size(types[t], n);
       memset(a, 0xAA, rs);
       memset(b, 0x55, rs);
@@ -418,13 +423,16 @@ static double worst_simd_rel, worst_f64_rel;
 static void test_types(int level, const q35_kernels *k, const q35_kernels *ref) {
   const int lens[4] = {256, 512, 2048, 4096 + 256};
   for (int c = 0; c < NCASES; c++) {
-    const int t = cases[c].type, vt = q35_vec_dot_type(t), blk = q35_type_block(t) < 32 ? 32 : q35_type_block(t);
+    const int t = cases[c].type, blk = q35_type_block(t) < 32 ? 32 : q35_type_block(t);
+    /* each table takes its own activation layout (Q4_0: Q8_0X, or Q8_0Z with AVX-512 VBMI) of the
+     * same Q8_0 values */
+    const int vt = q35_kernels_vec_dot_type(ref, t), vk = q35_kernels_vec_dot_type(k, t);
     for (int li = 0; li < 4; li++) {
       const int n = lens[li];
       float *w = malloc(sizeof(float) * n), *x = malloc(sizeof(float) * n);
       float *dw = malloc(sizeof(float) * n), *dw2 = malloc(sizeof(float) * n), *dx = malloc(sizeof(float) * n);
-      const size_t ws = q35_row_size(t, n), xs = q35_row_size(vt, n);
-      uint8_t *qw = malloc(ws + 64), *qx = malloc(xs + 64);
+      const size_t ws = q35_row_size(t, n), xs = q35_row_size(vt, n), xks = q35_row_size(vk, n);
+      uint8_t *qw = malloc(ws + 64), *qx = malloc(xs + 64), *qxk = malloc(xks + 64);
       /* weights: gaussian with a per-block scale spread and occasional outliers */
       for (int i = 0; i < n; i += blk) {
         const float s = (float)exp(rng_gauss() * 1.0) * 0.02f;
@@ -466,7 +474,8 @@ static void test_types(int level, const q35_kernels *k, const q35_kernels *ref) 
         f64 += (double)dw[i] * dx[i];
         mag += fabs((double)dw[i] * dx[i]);
       }
-      const float r = ref->vec_dot[t](n, qw, qx), s = k->vec_dot[t](n, qw, qx);
+      ref->quantize[vk](x, qxk, n);
+      const float r = ref->vec_dot[t](n, qw, qx), s = k->vec_dot[t](n, qw, qxk);
       const double tol = 1e-5 * mag + 1e-30;
       CHECK(near(r, f64, tol), "%s ref vec_dot %.9g vs f64 %.9g (n=%d)", q35_type_name(t), r, f64, n);
       CHECK(near(s, r, tol), "level %d %s vec_dot %.9g vs ref %.9g (n=%d)", level, q35_type_name(t), s, r, n);
@@ -476,11 +485,11 @@ static void test_types(int level, const q35_kernels *k, const q35_kernels *ref) 
       }
       /* the result must not depend on the buffers' addresses */
       memmove(qw + 1, qw, ws);
-      memmove(qx + 3, qx, xs);
-      const float s2 = k->vec_dot[t](n, qw + 1, qx + 3);
+      memmove(qxk + 3, qxk, xks);
+      const float s2 = k->vec_dot[t](n, qw + 1, qxk + 3);
       CHECK(memcmp(&s, &s2, 4) == 0, "level %d %s vec_dot depends on alignment", level, q35_type_name(t));
 
-      free(w); free(x); free(dw); free(dw2); free(dx); free(qw); free(qx);
+      free(w); free(x); free(dw); free(dw2); free(dx); free(qw); free(qx); free(qxk);
     }
   }
 }
@@ -520,7 +529,9 @@ static void test_dequant_exact(int level, const q35_kernels *k, const q35_kernel
 static void test_public_api(void) {
   const char *lvl = q35_simd_level();
   CHECK(!strcmp(lvl, "scalar") || !strcmp(lvl, "avx2") || !strcmp(lvl, "avx512"), "simd level %s", lvl);
-  CHECK(q35_vec_dot_type(Q35_TYPE_Q4_0) == Q35_TYPE_Q8_0X && q35_vec_dot_type(Q35_TYPE_Q8_0) == Q35_TYPE_Q8_0Y &&
+  CHECK((q35_vec_dot_type(Q35_TYPE_Q4_0) == Q35_TYPE_Q8_0X ||
+         (q35_vec_dot_type(Q35_TYPE_Q4_0) == Q35_TYPE_Q8_0Z && !strcmp(lvl, "avx512"))) &&
+            q35_vec_dot_type(Q35_TYPE_Q8_0) == Q35_TYPE_Q8_0Y &&
             q35_vec_dot_type(Q35_TYPE_Q5_0) == Q35_TYPE_Q8_0 &&
             q35_vec_dot_type(Q35_TYPE_Q4_K) == Q35_TYPE_Q8_K && q35_vec_dot_type(Q35_TYPE_IQ4_XS) == Q35_TYPE_Q8_K &&
             q35_vec_dot_type(Q35_TYPE_Q6_K) == Q35_TYPE_Q8_K && q35_vec_dot_type(Q35_TYPE_BF16) == Q35_TYPE_BF16 &&

@@ -69,7 +69,7 @@ static uint8_t *make_rows(int type, int64_t n, int nr, size_t ws, size_t off, in
 
 /* One tile case at one level: returns 0 when everything matched. */
 static void tile_case(const char *lvl, const q35_kernels *k, int type, int64_t n, int nr, int nc) {
-  const int vt = q35_vec_dot_type(type);
+  const int vt = q35_kernels_vec_dot_type(k, type);
   const size_t wrs = q35_row_size(type, n), xrs = q35_row_size(vt, n);
   const size_t ws = wrs + (rng_u64() % 3 == 0 ? 0 : rng_u64() % 97), xs = xrs + (rng_u64() % 3 == 0 ? 0 : rng_u64() % 61);
   uint8_t *wb, *xb;
@@ -96,7 +96,7 @@ static void tile_case(const char *lvl, const q35_kernels *k, int type, int64_t n
 
 /* vec_dot against float64 of the dequantized rows (the tile's ground truth must be right) */
 static void f64_check(const char *lvl, const q35_kernels *k, int type, int64_t n) {
-  const int vt = q35_vec_dot_type(type);
+  const int vt = q35_kernels_vec_dot_type(k, type);
   uint8_t *wb, *xb;
   const uint8_t *w = make_rows(type, n, 1, q35_row_size(type, n), 1, 0, &wb);
   const uint8_t *x = make_rows(vt, n, 1, q35_row_size(vt, n), 3, 1, &xb);

@@ -46,6 +46,9 @@ static void *arena_get(arena *a, size_t bytes) {
 /* Run fn over the pool, or inline on this thread when the work is too small to pay for a launch
  * (decode: one token). The tasks split their items with q35_split and compute each item the same
  * way whoever runs it, so the results are the same bits either way. */
+/* Batched decode (a few rows) keeps its small element-wise tasks on the calling thread: a launch
+ * and the wait for a worker cost more than quantizing, norming or gating a few rows. */
+enum { INLINE_ROWS = 8, INLINE_ELEMS = 32768 };
 static void pool_or_inline(q35_pool *pool, void (*fn)(void *, int, int), void *ctx, int inline_ok) {
   if (inline_ok) fn(ctx, 0, 1);
   else q35_pool_run(pool, fn, ctx);
@@ -172,7 +175,7 @@ static void qact_make(q35_model *m, qact *q, int vtype, const float *x, int64_t 
                       char *buf) {
   if (q->type == vtype) return;
   cvt_task c = {x, ldx, K, T, vtype, buf, q35_row_size(vtype, K)};
-  pool_or_inline(m->pool, cvt_run, &c, T <= 2);
+  pool_or_inline(m->pool, cvt_run, &c, T * K <= INLINE_ELEMS);
   q->type = vtype;
   q->data = buf;
   q->ld = c.ldo;
@@ -478,7 +481,7 @@ static void layer_attention(q35_model *m, const q35_layer *L, bufs *b, q35_fwd_r
   const int64_t lds[3] = {nh * 2 * hd, nkv * hd, nkv * hd};
   matmul_same(m, ws, ys, lds, 3, &xa, b->h, hp->n_embd, T, b->xq);
   attn_ctx c = {m, L, b, rows, row_start};
-  pool_or_inline(m->pool, attn_prep, &c, T == 1);
+  pool_or_inline(m->pool, attn_prep, &c, T <= INLINE_ROWS);
   q35_pool_run(m->pool, attn_core, &c);
   matmul_f(m, &L->wo, b->o, nh * hd, T, b->tmp, hp->n_embd, b->xq);
 }
@@ -590,7 +593,7 @@ static void layer_deltanet(q35_model *m, const q35_layer *L, bufs *b, q35_fwd_ro
   matmul_same(m, ws, outs, lds, 4, &xa, b->h, H, T, b->xq);
   gdn_ctx c = {m, L, b, rows, row_start, n_rows};
   q35_pool_run(m->pool, gdn_conv, &c);
-  pool_or_inline(m->pool, gdn_qk_norm, &c, T == 1);
+  pool_or_inline(m->pool, gdn_qk_norm, &c, T <= INLINE_ROWS);
   q35_pool_run(m->pool, gdn_recur, &c);
   matmul_f(m, &L->ssm_out, b->o, hp->ssm_d_inner, T, b->tmp, H, b->xq);
 }
@@ -750,7 +753,7 @@ static void swiglu_ffn(q35_model *m, const q35_tensor *gate, const q35_tensor *u
   const int64_t lds[2] = {2 * F, 2 * F};
   matmul_same(m, ws, ys, lds, 2, xa, b->h, H, T, b->xq);
   swiglu_ctx s = {b, T, F, b->gu, b->act};
-  pool_or_inline(m->pool, swiglu_run, &s, T * F <= 8192);
+  pool_or_inline(m->pool, swiglu_run, &s, T * F <= INLINE_ELEMS);
   matmul_f(m, down, b->act, F, T, out, H, b->xq2);
 }
 
@@ -781,12 +784,12 @@ static void layer_moe(q35_model *m, const q35_layer *L, bufs *b) {
   qact xa = {-1, NULL, 0};
   qact_make(m, &xa, q35_vec_dot_type(gtype), b->h, H, H, T, b->xq);
   gather_ctx ga = {b, T * k, k, xa.ld};
-  pool_or_inline(m->pool, gather_run, &ga, T <= 2);
+  pool_or_inline(m->pool, gather_run, &ga, T <= INLINE_ROWS);
   c->phase = 0;
   q35_claim_init(m->pool, (long)c->n_active * moe_blocks(hp, 0), 1);
   q35_pool_run(m->pool, moe_mm, c);
   swiglu_ctx sw = {b, T * k, I, b->gu, b->act};
-  pool_or_inline(m->pool, swiglu_run, &sw, T * k * I <= 8192);
+  pool_or_inline(m->pool, swiglu_run, &sw, T * k * I <= INLINE_ELEMS);
   qact aa = {-1, NULL, 0};
   qact_make(m, &aa, q35_vec_dot_type(L->down_exps.type), b->act, I, I, T * k, b->xq3);
   c->phase = 1;
@@ -898,12 +901,12 @@ int q35_forward(q35_model *m, q35_fwd_row *rows, int n_rows, q35_err *err) {
   for (int il = 0; il < hp->n_layer; il++) {
     const q35_layer *L = &m->layers[il];
     norm_ctx nc = {&b, b.h, b.x, L->attn_norm.data, H, hp->eps, 0};
-    pool_or_inline(m->pool, norm_run, &nc, T == 1);
+    pool_or_inline(m->pool, norm_run, &nc, T <= INLINE_ROWS);
     if (L->is_attn) layer_attention(m, L, &b, rows, row_start);
     else layer_deltanet(m, L, &b, rows, row_start, n_rows);
     for (int64_t i = 0; i < T * H; i++) b.x[i] += b.tmp[i];
     nc.w = L->post_norm.data;
-    pool_or_inline(m->pool, norm_run, &nc, T == 1);
+    pool_or_inline(m->pool, norm_run, &nc, T <= INLINE_ROWS);
     if (hp->is_moe) layer_moe(m, L, &b);
     else layer_dense_ffn(m, L, &b);
     for (int64_t i = 0; i < T * H; i++) b.x[i] += b.tmp[i];

@@ -1,0 +1,107 @@
+/*
+ * matvec_bench.c - the output-matrix product of a batched decode step: a 248,320 x 2048 Q4_0
+ * weight matrix (the 35B-A3B output matrix's shape) times 1, 2, 4 and 8 activation columns,
+ * at 1 and 2 threads, through q35_vec_dot_tile_ex (the path the forward pass takes), in ms and
+ * GB/s of weights streamed. Not part of ctest (no timed assertions anywhere).
+ *
+ * Build (after cmake --build build):
+ *   cc -O2 -Iinclude -Isrc bench/matvec_bench.c build/libq35.a -o build/matvec_bench \
+ *      $(pkg-config --libs jansson libpcre2-8 libutf8proc) -lm -pthread
+ * Run: build/matvec_bench [ROWS, default 248320] [ROWS PER CALL, default 64]
+ *   env REP=N repeats each pass N times (a small ROWS with REP=400 measures the kernel in cache).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "quant.h"
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+typedef struct {
+  int type;
+  int64_t n;
+  const uint8_t *w;
+  size_t ws;
+  int r0, r1;
+  const uint8_t *x;
+  size_t xs;
+  int nc;
+  float *o;
+  size_t ocs;
+  int chunk, rep;
+} job;
+
+static void *run(void *p) {
+  const job *j = p;
+  for (int q = 0; q < j->rep; q++)
+    for (int r = j->r0; r < j->r1; r += j->chunk) {
+      const int nr = j->r1 - r < j->chunk ? j->r1 - r : j->chunk;
+      q35_vec_dot_tile_ex(j->type, j->n, j->w + (size_t)r * j->ws, j->ws, nr, j->x, j->xs, j->nc, j->o + r, 1, j->ocs);
+    }
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  const int type = Q35_TYPE_Q4_0;
+  const int64_t n = 2048;
+  const int rows = argc > 1 ? atoi(argv[1]) : 248320, chunk = argc > 2 ? atoi(argv[2]) : 64;
+  const int rep = getenv("REP") ? atoi(getenv("REP")) : 1;
+  if (rows < 64 || chunk < 1 || rep < 1) {
+    fprintf(stderr, "usage: matvec_bench [ROWS >= 64] [ROWS PER CALL >= 1]   (env REP >= 1)\n");
+    return 2;
+  }
+  const size_t ws = q35_row_size(type, n);
+  uint8_t *w = aligned_alloc(64, (ws * (size_t)rows + 63) / 64 * 64);
+  float *f = malloc(sizeof(float) * (size_t)n);
+  srand(1);
+  for (int r = 0; r < rows; r++) { /* 64 random rows, repeated */
+    if (r < 64) {
+      for (int64_t i = 0; i < n; i++) f[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+      q35_quantize_row(type, f, w + (size_t)r * ws, n);
+    } else {
+      memcpy(w + (size_t)r * ws, w + (size_t)(r % 64) * ws, ws);
+    }
+  }
+  const int vt = q35_vec_dot_type(type);
+  const size_t xs = (q35_row_size(vt, n) + 63) / 64 * 64;
+  uint8_t *x = aligned_alloc(64, xs * 8);
+  for (int c = 0; c < 8; c++) {
+    for (int64_t i = 0; i < n; i++) f[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+    q35_quantize_row(vt, f, x + (size_t)c * xs, n);
+  }
+  const size_t ocs = (size_t)rows;
+  float *o = aligned_alloc(64, (sizeof(float) * ocs * 8 + 63) / 64 * 64);
+  printf("Q4_0 %d x %lld, activations %s, %d rows per call, %d pass(es)\n", rows, (long long)n, q35_type_name(vt), chunk,
+         rep);
+  for (int nt = 1; nt <= 2; nt++)
+    for (int nc = 1; nc <= 8; nc *= 2) {
+      double best = 1e30;
+      for (int k = 0; k < 7; k++) {
+        pthread_t th[2];
+        job J[2];
+        const double t = now();
+        for (int i = 0; i < nt; i++) {
+          J[i] = (job){type, n, w, ws, (int)((int64_t)rows * i / nt), (int)((int64_t)rows * (i + 1) / nt), x, xs, nc, o, ocs,
+                       chunk, rep};
+          pthread_create(&th[i], NULL, run, &J[i]);
+        }
+        for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
+        const double dt = now() - t;
+        if (dt < best) best = dt;
+      }
+      printf("threads %d columns %d: %.2f ms  %.1f GB/s\n", nt, nc, best * 1e3,
+             (double)ws * rows * rep / best / 1e9);
+    }
+  free(w);
+  free(f);
+  free(x);
+  free(o);
+  return 0;
+}

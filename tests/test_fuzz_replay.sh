@@ -3,7 +3,8 @@
 #   1. replays each target's seed corpus fuzz/corpus/NAME/ and regression inputs
 #      fuzz/regressions/NAME/ (every input once: a crash, sanitizer report, leak or failed
 #      property is a failure);
-#   2. fuzzes each target for FUZZ_SECONDS (default 10) from its corpus, into a scratch dir;
+#   2. fuzzes each target for FUZZ_RUNS inputs (default 20000; FUZZ_SECONDS caps the time, default 60)
+#      from its corpus with a fixed seed, into a scratch dir;
 #   3. replays fuzz/pending/NAME/ (known, reported bugs not fixed yet): reported, not failed;
 #      one that passes is flagged so it can move to fuzz/regressions/.
 # Skips (exit 0 with SKIP) when clang/libFuzzer is unavailable, and in the sanitizer ctest
@@ -16,7 +17,7 @@ rc=0
 bash "$Q35_SRC/fuzz/build.sh" "$B" 2>"$B.log" >/dev/null || rc=$?
 if [ $rc = 77 ]; then echo "SKIP: $(cat "$B.log")"; exit 0; fi
 if [ $rc != 0 ]; then echo "FAIL: fuzz/build.sh exited $rc"; cat "$B.log"; exit 1; fi
-secs=${FUZZ_SECONDS:-10}
+secs=${FUZZ_SECONDS:-60}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
@@ -42,10 +43,11 @@ for bin in "$B"/*_fuzz; do
     echo "FAIL $name: no seed corpus in fuzz/corpus/$name"; fail=1
   fi
   mkdir -p "$tmp/c-$name" "$tmp/x-$name"
-  # a fixed seed keeps CI reproducible (FUZZ_SEED=0 asks libFuzzer for a random one)
-  if "$bin" -seed="${FUZZ_SEED:-1}" -max_total_time="$secs" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
+  # a fixed seed and a fixed number of runs keep CI reproducible: the same inputs run on a fast
+  # or a slow machine (FUZZ_SEED=0 asks libFuzzer for a random seed; FUZZ_SECONDS caps the time)
+  if "$bin" -seed="${FUZZ_SEED:-1}" -runs="${FUZZ_RUNS:-20000}" -max_total_time="$secs" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
        -artifact_prefix="$tmp/x-$name/" "$tmp/c-$name" "$Q35_SRC/fuzz/corpus/$name" >"$tmp/$name.fuzz" 2>&1; then
-    echo "ok   $name: fuzzed ${secs}s, $(grep -a -m1 number_of_executed_units "$tmp/$name.fuzz" | awk '{print $2}') executions"
+    echo "ok   $name: fuzzed $(grep -a -m1 number_of_executed_units "$tmp/$name.fuzz" | awk '{print $2}') executions"
   else
     echo "FAIL $name: fuzzing found a failing input (fuzz/run.sh $name to reproduce):"
     grep -a -m40 -E "ERROR|SUMMARY|property|runtime error|Base64" "$tmp/$name.fuzz"; fail=1

@@ -53,6 +53,13 @@ typedef struct q35_model_params {
                       * where the kernel allows) instead of using the file mapping; costs a copy
                       * of the file in memory and a slower load, and decodes faster where page
                       * walks over a file mapping are expensive (e.g. some VMs) */
+  int no_huge;       /* non-zero: leave the file mapping in the kernel's default page size. By
+                      * default the mapping asks for 2 MiB pages (MADV_HUGEPAGE), and when the
+                      * file sits in the page cache in small pages, q35 drops that cached copy
+                      * and reads it again through the mapping in 2 MiB pages (once: the cache
+                      * keeps them for later loads), after a one-range trial shows the kernel
+                      * can map the file that way. Decode streams the weights every token, and
+                      * 2 MiB pages spare it a TLB fill every 4 KiB. */
 } q35_model_params;
 
 q35_model_params q35_model_default_params(void);
@@ -63,6 +70,9 @@ int32_t q35_model_n_vocab(const q35_model *model);
 int32_t q35_model_n_threads(const q35_model *model);
 /* Seconds spent in the sampling head by q35_step since the model was loaded. */
 double q35_model_sample_seconds(const q35_model *model);
+/* Bytes of the weight file mapped with 2 MiB pages after loading (0 with no_mmap, where the
+ * copy is anonymous memory); -1 where the kernel does not report it. */
+long long q35_model_huge_bytes(const q35_model *model);
 /* Short description: architecture, layer counts, tensor types (one line, no newline). */
 const char *q35_model_desc(const q35_model *model);
 

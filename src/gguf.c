@@ -604,7 +604,26 @@ gguf_file *gguf_open(const char *path, q35_err *err) {
     close(fd);
     return parse(f, err); /* map stays NULL; parse rejects size 0 before touching it */
   }
-  void *m = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+  /* at a 2 MiB-aligned address, so the kernel can map 2 MiB page-cache folios with one PMD
+   * entry each (model.c asks for them); the slack of the reservation is unmapped again */
+  void *m = MAP_FAILED;
+  const size_t huge = (size_t)2 << 20;
+  if (size >= 2 * huge && size <= SIZE_MAX - huge) {
+    uint8_t *r = mmap(NULL, size + huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (r != MAP_FAILED) {
+      uint8_t *a = (uint8_t *)(((uintptr_t)r + huge - 1) & ~(uintptr_t)(huge - 1));
+      m = mmap(a, size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
+      if (m == MAP_FAILED) {
+        munmap(r, size + huge);
+      } else {
+        if (a > r) munmap(r, (size_t)(a - r));
+        const long pg = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+        uint8_t *end = a + ((size + (size_t)pg - 1) & ~((size_t)pg - 1));
+        if (r + size + huge > end) munmap(end, (size_t)(r + size + huge - end));
+      }
+    }
+  }
+  if (m == MAP_FAILED) m = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
   int e = errno;
   close(fd);
   if (m == MAP_FAILED) {

@@ -22,7 +22,7 @@
 #include "util.h"
 
 q35_model_params q35_model_default_params(void) {
-  q35_model_params p = {0, 0, 0};
+  q35_model_params p = {0, 0, 0, 0};
   return p;
 }
 
@@ -242,20 +242,89 @@ static int load_tensors(q35_model *m, q35_err *err) {
   return 0;
 }
 
+/* Bytes of the mapping that starts at `map` mapped with PMD (2 MiB) entries, from
+ * /proc/self/smaps ("FilePmdMapped:"); -1 where the kernel does not say. */
+static long long file_pmd_mapped(const void *map) {
+  FILE *fp = fopen("/proc/self/smaps", "r");
+  if (!fp) return -1;
+  char line[512];
+  int in = 0;
+  long long kb = -1;
+  while (fgets(line, sizeof line, fp)) {
+    unsigned long a, b;
+    if (sscanf(line, "%lx-%lx ", &a, &b) == 2) { /* a mapping's header line; field lines fail at ':' */
+      if (in) break;
+      in = a == (unsigned long)(uintptr_t)map;
+      continue;
+    }
+    if (in && sscanf(line, "FilePmdMapped: %lld kB", &kb) == 1) break;
+  }
+  fclose(fp);
+  return kb < 0 ? -1 : kb * 1024;
+}
+
+#define HUGE_SZ ((size_t)2 << 20)
+
+/* Drop the page-cache copy of [off, off + len) of the file (which this mapping maps at the same
+ * offsets) and fault it in again through the mapping: with MADV_HUGEPAGE the fault path reads
+ * whole 2 MiB folios, which the kernel then maps with one PMD entry each. Pages another process
+ * has mapped, or dirty ones, stay as they are (fadvise leaves them). */
+static void reread_range(const gguf_file *f, int fd, size_t off, size_t len) {
+  madvise((void *)(f->map + off), len, MADV_DONTNEED); /* our PTEs only; a shared file map keeps its data */
+  posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+#ifdef MADV_POPULATE_READ
+  if (madvise((void *)(f->map + off), len, MADV_POPULATE_READ) == 0) return;
+#endif
+  volatile unsigned char sink = 0;
+  for (size_t o = off; o < off + len; o += 4096) sink ^= f->map[o];
+  (void)sink;
+}
+
 /* Map every page of the (read-only, shared) file into our page tables now: otherwise each
  * 4 KiB page costs a minor fault the first time a token touches it, which dominates the first
  * hundreds of decode steps of a large MoE model (each step reaches new experts). This copies
- * nothing; pages not yet in the page cache are read from disk here instead of mid-generation. */
-static void prefault(const gguf_file *f, int progress) {
+ * nothing; pages not yet in the page cache are read from disk here instead of mid-generation.
+ *
+ * Huge pages (unless params.no_huge): decode streams gigabytes of weights per token, and with
+ * 4 KiB pages every 4 KiB costs a TLB fill -- a two-dimensional page walk under a hypervisor.
+ * Measured on this project's 2-core VM (8-layer Q4_0 file): 50 tok/s with 4 KiB pages against
+ * 69 with the same bytes copied into memory, and 73 once the file is mapped with 2 MiB entries.
+ * Kernels with large page-cache folios (ext4 since 6.16, XFS, tmpfs) map a file with PMD entries
+ * when its cached folios are 2 MiB: MADV_HUGEPAGE makes the fault path read 2 MiB folios, but a
+ * file already cached in small folios (written by an exporter, read with read()) stays small.
+ * So: populate, measure; if less than half is PMD-mapped, re-read one aligned 2 MiB range as a
+ * trial, and if that one became PMD-mapped, re-read the rest the same way (once per file and
+ * boot: the page cache keeps the large folios for later loads). */
+static long long prefault(const gguf_file *f, int huge) {
+  const size_t size = f->size;
+  if (huge) madvise((void *)f->map, size, MADV_HUGEPAGE);
 #ifdef MADV_POPULATE_READ
-  if (madvise((void *)f->map, f->size, MADV_POPULATE_READ) == 0) return;
+  if (madvise((void *)f->map, size, MADV_POPULATE_READ) != 0)
 #endif
-  /* older kernels: touch one byte per page */
-  volatile unsigned char sink = 0;
-  const long page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
-  for (size_t off = 0; off < f->size; off += (size_t)page) sink ^= f->map[off];
-  (void)sink;
-  (void)progress;
+  {
+    /* older kernels: touch one byte per page */
+    volatile unsigned char sink = 0;
+    const long page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+    for (size_t off = 0; off < size; off += (size_t)page) sink ^= f->map[off];
+    (void)sink;
+  }
+  if (!huge || ((uintptr_t)f->map & (HUGE_SZ - 1))) return file_pmd_mapped(f->map);
+  /* the whole 2 MiB ranges inside the file, from the one after the header on */
+  const size_t lo = (f->data_offset + HUGE_SZ - 1) & ~(HUGE_SZ - 1), hi = size & ~(HUGE_SZ - 1);
+  long long pmd = file_pmd_mapped(f->map);
+  if (pmd < 0 || hi < lo + 2 * HUGE_SZ || (size_t)pmd >= (hi - lo) / 2) return pmd;
+  const int fd = open(f->path, O_RDONLY);
+  if (fd < 0) return pmd;
+  reread_range(f, fd, lo, HUGE_SZ);
+  const long long trial = file_pmd_mapped(f->map);
+  if (trial >= pmd + (long long)HUGE_SZ) {
+    reread_range(f, fd, lo + HUGE_SZ, hi - lo - HUGE_SZ);
+    pmd = file_pmd_mapped(f->map);
+  } else {
+    pmd = trial;
+  }
+  close(fd);
+  return pmd;
 }
 
 /* --no-mmap: the file's bytes into anonymous memory, then moved over the file mapping at the same
@@ -323,7 +392,7 @@ q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_
     }
   }
   if (load_tensors(m, err)) goto fail;
-  if (!params->no_mmap) prefault(m->gguf, params->progress);
+  if (!params->no_mmap) m->huge_bytes = prefault(m->gguf, !params->no_huge);
   int nt = params->n_threads;
   if (nt <= 0) nt = (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (nt <= 0) nt = 1;
@@ -357,6 +426,7 @@ void q35_model_free(q35_model *m) {
 int32_t q35_model_n_vocab(const q35_model *m) { return m->hp.n_vocab; }
 int32_t q35_model_n_threads(const q35_model *m) { return q35_pool_size(m->pool); }
 const char *q35_model_desc(const q35_model *m) { return m->desc; }
+long long q35_model_huge_bytes(const q35_model *m) { return m->huge_bytes; }
 
 /* ---- sessions ---- */
 

@@ -73,6 +73,7 @@ struct q35_model {
   struct q35_step_out *step_out; /* [step_cap]: each row's sampling result or error */
   int32_t step_cap;
   double t_sample;              /* seconds in the sampling head */
+  long long huge_bytes;         /* bytes of the file mapping mapped with 2 MiB entries; -1 unknown */
 };
 
 struct q35_session {

@@ -30,12 +30,13 @@ static void usage(void) {
       "  --chunk N         prefill chunk (default: whole prompt)\n"
       "  --warmup N        untimed warm-up runs before the timed ones (default 1)\n"
       "  --no-mmap         read the weights into memory instead of mapping the file (default: mmap)\n"
+      "  --no-huge-pages   map the file in the kernel's default pages (default: 2 MiB pages)\n"
       "  --json            one JSON line on stdout\n");
 }
 
 int cmd_bench(int argc, char **argv) {
   const char *model = NULL;
-  int threads = 0, np = 512, ng = 128, runs = 3, json = 0, depth = 0, chunk = 0, warmup = 1, no_mmap = 0;
+  int threads = 0, np = 512, ng = 128, runs = 3, json = 0, depth = 0, chunk = 0, warmup = 1, no_mmap = 0, no_huge = 0;
   q35_kv_type kv = Q35_KV_F16;
   for (int i = 1; i < argc; i++) {
     if (arg_is(argc, argv, &i, "--help") || arg_is(argc, argv, &i, "-h")) {
@@ -63,6 +64,8 @@ int cmd_bench(int argc, char **argv) {
       json = 1;
     } else if (arg_is(argc, argv, &i, "--no_mmap")) {
       no_mmap = 1;
+    } else if (arg_is(argc, argv, &i, "--no_huge_pages")) {
+      no_huge = 1;
     } else {
       arg_unknown("bench", argv[i]);
     }
@@ -72,6 +75,7 @@ int cmd_bench(int argc, char **argv) {
   q35_model_params mp = q35_model_default_params();
   mp.n_threads = threads;
   mp.no_mmap = no_mmap;
+  mp.no_huge = no_huge;
   double t0 = q35_now();
   q35_model *m = q35_model_load(model, &mp, &err);
   if (!m) {
@@ -145,8 +149,10 @@ int cmd_bench(int argc, char **argv) {
     const double mdc = runs % 2 ? dc[runs / 2] : 0.5 * (dc[runs / 2 - 1] + dc[runs / 2]);
     if (json)
       printf("{\"prefill_tok_s\": %.3f, \"decode_tok_s\": %.3f, \"prompt_tokens\": %d, \"gen_tokens\": %d, "
-             "\"depth\": %d, \"threads\": %d, \"runs\": %d, \"load_s\": %.4f, \"session_bytes\": %zu}\n",
-             mpf, mdc, np, ng, depth, q35_model_n_threads(m), runs, load_s, q35_session_bytes(s));
+             "\"depth\": %d, \"threads\": %d, \"runs\": %d, \"load_s\": %.4f, \"session_bytes\": %zu, "
+             "\"huge_mapped_bytes\": %lld}\n",
+             mpf, mdc, np, ng, depth, q35_model_n_threads(m), runs, load_s, q35_session_bytes(s),
+             q35_model_huge_bytes(m));
     else
       printf("prefill %.2f tok/s, decode %.2f tok/s (median of %d; %d threads)\n", mpf, mdc, runs,
              q35_model_n_threads(m));

@@ -18,12 +18,13 @@ static void usage(void) {
       "  --chunk N         prefill in chunks of N tokens (default: one chunk)\n"
       "  --kv TYPE         KV cache type: f32 (default here), f16, q8_0\n"
       "  --no-mmap         read the weights into memory instead of mapping the file\n"
+      "  --no-huge-pages   map the file in the kernel's default pages (default: 2 MiB pages)\n"
       "  --ctx N           context limit (default: max(4096, number of tokens))\n");
 }
 
 int cmd_logits(int argc, char **argv) {
   const char *model = NULL, *out = NULL, *tokens_s = NULL;
-  int all = 0, threads = 0, chunk = 0, ctx = 0, no_mmap = 0;
+  int all = 0, threads = 0, chunk = 0, ctx = 0, no_mmap = 0, no_huge = 0;
   q35_kv_type kv = Q35_KV_F32;
   for (int i = 1; i < argc; i++) {
     if (arg_is(argc, argv, &i, "--help") || arg_is(argc, argv, &i, "-h")) {
@@ -48,6 +49,8 @@ int cmd_logits(int argc, char **argv) {
       kv = arg_kv(arg_value(argc, argv, &i));
     } else if (arg_is(argc, argv, &i, "--no_mmap")) {
       no_mmap = 1;
+    } else if (arg_is(argc, argv, &i, "--no_huge_pages")) {
+      no_huge = 1;
     } else {
       arg_unknown("logits", argv[i]);
     }
@@ -59,6 +62,7 @@ int cmd_logits(int argc, char **argv) {
   q35_model_params mp = q35_model_default_params();
   mp.n_threads = threads;
   mp.no_mmap = no_mmap;
+  mp.no_huge = no_huge;
   q35_model *m = q35_model_load(model, &mp, &err);
   if (!m) {
     fprintf(stderr, "q35 logits: %s\n", err.msg);

@@ -43,6 +43,7 @@ static void usage(void) {
       "  --kv f16|f32|q8_0                KV cache type (default f16)\n"
       "  --chunk N                        prefill chunk size (default 512)\n"
       "  --no-mmap                        read the weights into memory instead of mapping the file\n"
+      "  --no-huge-pages                  map the file in the kernel's default pages (default: 2 MiB)\n"
       "  --mem-budget SIZE                memory for the KV cache + recurrent state (e.g. 512M, 4G;\n"
       "                                   0 = no limit; default 3/4 of MemAvailable); refused up front\n"
       "  --warmup N --num_iters M         benchmark mode: N untimed + M timed runs (default 0 / 1)\n"
@@ -107,6 +108,8 @@ int cmd_run(int argc, char **argv) {
       o.kv = arg_kv(arg_value(argc, argv, &i));
     } else if (arg_is(argc, argv, &i, "--no_mmap")) {
       o.no_mmap = 1;
+    } else if (arg_is(argc, argv, &i, "--no_huge_pages")) {
+      o.no_huge = 1;
     } else if (arg_is(argc, argv, &i, "--mem_budget")) {
       o.mem_budget = arg_size("--mem-budget", arg_value(argc, argv, &i));
       budget_set = 1;

@@ -28,6 +28,7 @@ static void usage(void) {
       "  --chunk N               prefill tokens per step (default 256)\n"
       "  --snap-every N          snapshot the recurrent state every N prompt tokens (default 1024)\n"
       "  --no-mmap               read the weights into memory instead of mapping the file\n"
+      "  --no-huge-pages         map the file in the kernel's default pages (default: 2 MiB pages)\n"
       "  --mem-budget SIZE       memory for all sessions' KV cache + recurrent state + snapshots\n"
       "                          (e.g. 512M, 4G; 0 = no limit; default 3/4 of MemAvailable)\n"
       "  --session-idle-timeout S  free sessions unused for S seconds (default 600, 0 = never)\n"
@@ -84,6 +85,8 @@ int cmd_serve(int argc, char **argv) {
       o.snap_every = (int32_t)arg_int("--snap-every", arg_value(argc, argv, &i), 0, 1 << 24);
     } else if (arg_is(argc, argv, &i, "--no_mmap")) {
       o.no_mmap = 1;
+    } else if (arg_is(argc, argv, &i, "--no_huge_pages")) {
+      o.no_huge = 1;
     } else if (arg_is(argc, argv, &i, "--mem_budget")) {
       o.mem_budget = arg_size("--mem-budget", arg_value(argc, argv, &i));
       budget_set = 1;

@@ -239,6 +239,7 @@ int run_main(const run_opts *o) {
   mp.n_threads = o->threads;
   mp.progress = o->stats;
   mp.no_mmap = o->no_mmap;
+  mp.no_huge = o->no_huge;
   q35_model *m = q35_model_load(o->model, &mp, &err);
   if (!m) {
     fprintf(stderr, "q35 run: %s\n", err.msg);

@@ -14,6 +14,7 @@ typedef struct run_opts {
   int64_t seed;   /* -1: random */
   uint64_t mem_budget; /* KV/state bytes allowed for the session (0: no limit) */
   int no_mmap;         /* read the weights into memory (--no-mmap) */
+  int no_huge;         /* default page size for the file mapping (--no-huge-pages) */
   q35_sampling sp;
 } run_opts;
 

@@ -1015,6 +1015,7 @@ int q35_server_run(const q35_server_opts *o) {
   q35_model_params mp = q35_model_default_params();
   mp.n_threads = o->n_threads;
   mp.no_mmap = o->no_mmap;
+  mp.no_huge = o->no_huge;
   gguf_file *gf = gguf_open(o->model_path, &err);
   if (gf) {
     S->tok = q35_tokenizer_from_gguf(gf, &err);

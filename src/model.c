@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -265,6 +266,75 @@ static long long file_pmd_mapped(const void *map) {
 
 #define HUGE_SZ ((size_t)2 << 20)
 
+/* PAGEMAP_SCAN (Linux 6.7+; linux/fs.h), spelled out for older headers: the kernel's ABI. */
+struct pm_region {
+  uint64_t start, end, categories;
+};
+struct pm_scan {
+  uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages, category_inverted, category_mask,
+      category_anyof_mask, return_mask;
+};
+#define PM_SCAN_IOCTL _IOWR('f', 16, struct pm_scan)
+#define PM_PAGE_IS_HUGE (1u << 6)
+
+typedef struct {
+  size_t *off, *len; /* stretches of the map, 2 MiB aligned */
+  size_t n, cap;
+} ranges;
+
+/* The stretches of [lo, hi) (2 MiB-aligned offsets into f->map) not mapped with PMD entries,
+ * widened to 2 MiB boundaries; -1 where the kernel has no PAGEMAP_SCAN. */
+static int small_ranges(const gguf_file *f, size_t lo, size_t hi, ranges *r) {
+  r->n = 0;
+  const int fd = open("/proc/self/pagemap", O_RDONLY);
+  if (fd < 0) return -1;
+  struct pm_region vec[256];
+  struct pm_scan a;
+  memset(&a, 0, sizeof a);
+  a.start = (uint64_t)(uintptr_t)(f->map + lo);
+  a.end = (uint64_t)(uintptr_t)(f->map + hi);
+  int rc = 0;
+  while (a.start < a.end) {
+    a.size = sizeof a;
+    a.vec = (uint64_t)(uintptr_t)vec;
+    a.vec_len = sizeof vec / sizeof vec[0];
+    a.category_inverted = a.category_mask = a.return_mask = PM_PAGE_IS_HUGE; /* pages NOT huge */
+    const long got = ioctl(fd, PM_SCAN_IOCTL, &a);
+    if (got < 0) {
+      rc = -1;
+      break;
+    }
+    for (long i = 0; i < got; i++) {
+      size_t o = (size_t)(vec[i].start - (uint64_t)(uintptr_t)f->map) & ~(HUGE_SZ - 1);
+      size_t e = ((size_t)(vec[i].end - (uint64_t)(uintptr_t)f->map) + HUGE_SZ - 1) & ~(HUGE_SZ - 1);
+      if (o < lo) o = lo;
+      if (e > hi) e = hi;
+      if (e <= o) continue;
+      if (r->n && r->off[r->n - 1] + r->len[r->n - 1] >= o) { /* touches the previous stretch */
+        const size_t pe = r->off[r->n - 1] + r->len[r->n - 1];
+        if (e > pe) r->len[r->n - 1] += e - pe;
+        continue;
+      }
+      if (r->n == r->cap) {
+        const size_t c = r->cap ? 2 * r->cap : 64;
+        size_t *no = realloc(r->off, c * sizeof *no);
+        if (!no) { rc = -1; break; }
+        r->off = no;
+        size_t *nl = realloc(r->len, c * sizeof *nl);
+        if (!nl) { rc = -1; break; }
+        r->len = nl;
+        r->cap = c;
+      }
+      r->off[r->n] = o;
+      r->len[r->n++] = e - o;
+    }
+    if (rc || a.walk_end <= a.start) break;
+    a.start = a.walk_end;
+  }
+  close(fd);
+  return rc;
+}
+
 /* Drop the page-cache copy of [off, off + len) of the file (which this mapping maps at the same
  * offsets) and fault it in again through the mapping: with MADV_HUGEPAGE the fault path reads
  * whole 2 MiB folios, which the kernel then maps with one PMD entry each. Pages another process
@@ -291,10 +361,11 @@ static void reread_range(const gguf_file *f, int fd, size_t off, size_t len) {
  * 69 with the same bytes copied into memory, and 73 once the file is mapped with 2 MiB entries.
  * Kernels with large page-cache folios (ext4 since 6.16, XFS, tmpfs) map a file with PMD entries
  * when its cached folios are 2 MiB: MADV_HUGEPAGE makes the fault path read 2 MiB folios, but a
- * file already cached in small folios (written by an exporter, read with read()) stays small.
- * So: populate, measure; if less than half is PMD-mapped, re-read one aligned 2 MiB range as a
- * trial, and if that one became PMD-mapped, re-read the rest the same way (once per file and
- * boot: the page cache keeps the large folios for later loads). */
+ * file already cached in small folios (written by an exporter, read with read(), partly evicted
+ * and read back) stays small. So: populate; find the 2 MiB ranges not PMD-mapped (PAGEMAP_SCAN;
+ * on older kernels, the VMA's FilePmdMapped total decides between all and nothing); re-read one
+ * as a trial, and if it came back PMD-mapped, re-read the rest the same way (the page cache
+ * keeps the large folios for later loads, so this happens once per file and eviction). */
 static long long prefault(const gguf_file *f, int huge) {
   const size_t size = f->size;
   if (huge) madvise((void *)f->map, size, MADV_HUGEPAGE);
@@ -312,18 +383,31 @@ static long long prefault(const gguf_file *f, int huge) {
   /* the whole 2 MiB ranges inside the file, from the one after the header on */
   const size_t lo = (f->data_offset + HUGE_SZ - 1) & ~(HUGE_SZ - 1), hi = size & ~(HUGE_SZ - 1);
   long long pmd = file_pmd_mapped(f->map);
-  if (pmd < 0 || hi < lo + 2 * HUGE_SZ || (size_t)pmd >= (hi - lo) / 2) return pmd;
-  const int fd = open(f->path, O_RDONLY);
-  if (fd < 0) return pmd;
-  reread_range(f, fd, lo, HUGE_SZ);
-  const long long trial = file_pmd_mapped(f->map);
-  if (trial >= pmd + (long long)HUGE_SZ) {
-    reread_range(f, fd, lo + HUGE_SZ, hi - lo - HUGE_SZ);
-    pmd = file_pmd_mapped(f->map);
-  } else {
-    pmd = trial;
+  if (pmd < 0 || hi < lo + 2 * HUGE_SZ) return pmd;
+  ranges r = {0};
+  if (small_ranges(f, lo, hi, &r) != 0) { /* no PAGEMAP_SCAN: all or nothing, on the total */
+    r.n = 0;
+    if ((size_t)pmd < (hi - lo) / 2 && (r.off || (r.off = malloc(sizeof *r.off))) &&
+        (r.len || (r.len = malloc(sizeof *r.len)))) {
+      r.off[0] = lo;
+      r.len[0] = hi - lo;
+      r.n = 1;
+    }
   }
-  close(fd);
+  const int fd = r.n ? open(f->path, O_RDONLY) : -1;
+  if (fd >= 0) {
+    /* the trial: the first small range's first 2 MiB */
+    const long long before = file_pmd_mapped(f->map);
+    reread_range(f, fd, r.off[0], HUGE_SZ);
+    if (file_pmd_mapped(f->map) >= before + (long long)HUGE_SZ) {
+      if (r.len[0] > HUGE_SZ) reread_range(f, fd, r.off[0] + HUGE_SZ, r.len[0] - HUGE_SZ);
+      for (size_t i = 1; i < r.n; i++) reread_range(f, fd, r.off[i], r.len[i]);
+    }
+    close(fd);
+    pmd = file_pmd_mapped(f->map);
+  }
+  free(r.off);
+  free(r.len);
   return pmd;
 }
 

@@ -49,10 +49,8 @@ typedef struct q35_session q35_session;
 typedef struct q35_model_params {
   int n_threads;     /* worker threads for the forward pass; <= 0: all online CPUs */
   int progress;      /* non-zero: print a load progress indication on stderr */
-  int no_mmap;       /* non-zero: read the weights into anonymous memory (transparent huge pages
-                      * where the kernel allows) instead of using the file mapping; costs a copy
-                      * of the file in memory and a slower load, and decodes faster where page
-                      * walks over a file mapping are expensive (e.g. some VMs) */
+  int no_mmap;       /* non-zero: read the weights into anonymous memory instead of using the
+                      * file mapping; costs a copy of the file in memory and a slower load */
   int no_huge;       /* non-zero: leave the file mapping in the kernel's default page size. By
                       * default the mapping asks for 2 MiB pages (MADV_HUGEPAGE), and when the
                       * file sits in the page cache in small pages, q35 drops that cached copy

@@ -58,10 +58,14 @@ A5 static inline __m512 exp_neg(__m512 x) {
   return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GT_OQ), r);
 }
 
-enum { GMAX = 8, PBLK = 128 };
+enum { GMAX = 8, PBLK = 128, KPF = 16 };
 
-/* heads h0..h0+ng-1 (ng <= GMAX) */
-A5 static void attn_heads_avx512(const q35_attn_job *j, int h0, int ng) {
+/* heads h0..h0+ng-1 (ng <= GMAX). Inlined into callers with a constant ng so that the per-head
+ * accumulators live in registers: with a variable ng, GCC -O2 kept them on the stack and every
+ * FMA became a load, an FMA and a store. K rows are prefetched KPF positions ahead and V rows one
+ * block ahead. One 32k-position item (8 heads x 256 dims, 1 thread): 11.8 ms -> 7.2 (registers)
+ * -> 4.5 (prefetch). */
+A5 static inline __attribute__((always_inline)) void attn_heads_body(const q35_attn_job *j, int h0, const int ng) {
   const int hd = j->hd, np = j->npos, nc = hd / 16;
   const float *qh[GMAX];
   float *sh[GMAX];
@@ -76,12 +80,17 @@ A5 static void attn_heads_avx512(const q35_attn_job *j, int h0, int ng) {
   /* scores: one pass over K, each key converted once for all heads */
   for (int p = 0; p < np; p++) {
     const uint16_t *kr = j->k + (size_t)p * j->row_stride;
-    __m512 acc[GMAX];
+    if (p + KPF < np) /* the row KPF positions ahead, one prefetch per cache line */
+      for (int c = 0; c < nc; c += 2) _mm_prefetch((const char *)(kr + (size_t)KPF * j->row_stride + 16 * c), _MM_HINT_T0);
+    __m512 acc[GMAX] = {0};
+#pragma GCC unroll 8
     for (int h = 0; h < ng; h++) acc[h] = _mm512_setzero_ps();
     for (int c = 0; c < nc; c++) {
       const __m512 kv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kr + 16 * c)));
+#pragma GCC unroll 8
       for (int h = 0; h < ng; h++) acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(qh[h] + 16 * c), kv, acc[h]);
     }
+#pragma GCC unroll 8
     for (int h = 0; h < ng; h++) sh[h][p] = _mm512_reduce_add_ps(acc[h]) * j->scale;
   }
   /* softmax weights, normalized */
@@ -111,7 +120,8 @@ A5 static void attn_heads_avx512(const q35_attn_job *j, int h0, int ng) {
   for (int p0 = 0; p0 < np; p0 += PBLK) {
     const int p1 = np - p0 < PBLK ? np : p0 + PBLK;
     for (int c = 0; c + 2 <= nc; c += 2) {
-      __m512 a0[GMAX], a1[GMAX];
+      __m512 a0[GMAX] = {0}, a1[GMAX] = {0};
+#pragma GCC unroll 8
       for (int h = 0; h < ng; h++) {
         float *o = j->out + (size_t)(h0 + h) * j->out_stride + 16 * c;
         a0[h] = _mm512_loadu_ps(o);
@@ -119,14 +129,17 @@ A5 static void attn_heads_avx512(const q35_attn_job *j, int h0, int ng) {
       }
       for (int p = p0; p < p1; p++) {
         const uint16_t *vr = j->v + (size_t)p * j->row_stride + 16 * c;
+        if (p + PBLK < np) _mm_prefetch((const char *)(vr + (size_t)PBLK * j->row_stride), _MM_HINT_T0); /* next block */
         const __m512 v0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)vr));
         const __m512 v1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16)));
+#pragma GCC unroll 8
         for (int h = 0; h < ng; h++) {
           const __m512 w = _mm512_set1_ps(sh[h][p]);
           a0[h] = _mm512_fmadd_ps(w, v0, a0[h]);
           a1[h] = _mm512_fmadd_ps(w, v1, a1[h]);
         }
       }
+#pragma GCC unroll 8
       for (int h = 0; h < ng; h++) {
         float *o = j->out + (size_t)(h0 + h) * j->out_stride + 16 * c;
         _mm512_storeu_ps(o, a0[h]);
@@ -147,8 +160,17 @@ A5 static void attn_heads_avx512(const q35_attn_job *j, int h0, int ng) {
   }
 }
 
+A5 static void attn_heads8(const q35_attn_job *j, int h0) { attn_heads_body(j, h0, 8); }
+A5 static void attn_heads4(const q35_attn_job *j, int h0) { attn_heads_body(j, h0, 4); }
+A5 static void attn_heads_n(const q35_attn_job *j, int h0, int ng) { attn_heads_body(j, h0, ng); }
+
 A5 static void attn_avx512(const q35_attn_job *j) {
-  for (int h0 = 0; h0 < j->grp; h0 += GMAX) attn_heads_avx512(j, h0, j->grp - h0 < GMAX ? j->grp - h0 : GMAX);
+  for (int h0 = 0; h0 < j->grp;) {
+    const int left = j->grp - h0;
+    if (left >= 8) attn_heads8(j, h0), h0 += 8;
+    else if (left >= 4) attn_heads4(j, h0), h0 += 4;
+    else attn_heads_n(j, h0, left), h0 += left;
+  }
 }
 
 /* ----------------------------------- dispatch ----------------------------------- */

@@ -366,7 +366,7 @@ static void reread_range(const gguf_file *f, int fd, size_t off, size_t len) {
  * on older kernels, the VMA's FilePmdMapped total decides between all and nothing); re-read one
  * as a trial, and if it came back PMD-mapped, re-read the rest the same way (the page cache
  * keeps the large folios for later loads, so this happens once per file and eviction). */
-static long long prefault(const gguf_file *f, int huge) {
+static long long prefault(const gguf_file *f, int huge, int progress) {
   const size_t size = f->size;
   if (huge) madvise((void *)f->map, size, MADV_HUGEPAGE);
 #ifdef MADV_POPULATE_READ
@@ -400,6 +400,13 @@ static long long prefault(const gguf_file *f, int huge) {
     const long long before = file_pmd_mapped(f->map);
     reread_range(f, fd, r.off[0], HUGE_SZ);
     if (file_pmd_mapped(f->map) >= before + (long long)HUGE_SZ) {
+      if (progress) {
+        size_t total = 0;
+        for (size_t i = 0; i < r.n; i++) total += r.len[i];
+        if (total >= ((size_t)64 << 20))
+          fprintf(stderr, "re-reading %.2f GiB of the file cached in small pages, in 2 MiB pages (once; "
+                          "--no-huge-pages skips this)\n", (double)total / (1u << 30));
+      }
       if (r.len[0] > HUGE_SZ) reread_range(f, fd, r.off[0] + HUGE_SZ, r.len[0] - HUGE_SZ);
       for (size_t i = 1; i < r.n; i++) reread_range(f, fd, r.off[i], r.len[i]);
     }
@@ -479,7 +486,7 @@ q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_
     }
   }
   if (load_tensors(m, err)) goto fail;
-  if (!params->no_mmap) m->huge_bytes = prefault(m->gguf, !params->no_huge);
+  if (!params->no_mmap) m->huge_bytes = prefault(m->gguf, !params->no_huge, params->progress);
   int nt = params->n_threads;
   if (nt <= 0) nt = (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (nt <= 0) nt = 1;

@@ -1016,6 +1016,7 @@ int q35_server_run(const q35_server_opts *o) {
   mp.n_threads = o->n_threads;
   mp.no_mmap = o->no_mmap;
   mp.no_huge = o->no_huge;
+  mp.progress = 1; /* "loading ..." / "loaded ... in N s" (and a 2 MiB-page re-read) on stderr */
   gguf_file *gf = gguf_open(o->model_path, &err);
   if (gf) {
     S->tok = q35_tokenizer_from_gguf(gf, &err);

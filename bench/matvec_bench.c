@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "quant.h"
+#include "kernels/quant.h"
 
 static double now(void) {
   struct timespec t;

@@ -18,8 +18,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "quant.h"
-#include "quant_internal.h"
+#include "kernels/quant.h"
+#include "kernels/quant_internal.h"
 
 /* Activation bytes per row that every level's kernels may read: Q4_0 takes Q8_0Z at the AVX-512
  * VBMI level and Q8_0X below it (one buffer serves all levels here; only the speed is measured). */

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "sampler.h"
+#include "sample/sampler.h"
 
 /* ---- the llama.cpp sampler API (include/llama.h, ggml-org/llama.cpp), declared here ---- */
 typedef int32_t llama_token;

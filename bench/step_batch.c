@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "q35.h"
-#include "util.h"
+#include "base/util.h"
 
 int main(int argc, char **argv) {
   if (argc < 2) {

@@ -6,6 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p build-fuzz
 clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-  -Iinclude -Isrc fuzz/gguf_fuzz.c src/gguf.c src/quant_types.c src/util.c -lm \
+  -Iinclude -Isrc fuzz/gguf_fuzz.c src/format/gguf.c src/format/tensor_types.c src/base/util.c -lm \
   -o build-fuzz/gguf_fuzz
 echo "built build-fuzz/gguf_fuzz"

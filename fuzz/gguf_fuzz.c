@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "quant.h"
+#include "format/gguf.h"
+#include "kernels/quant.h"
 
 static void check(int cond) {
   if (!cond) abort();

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
-#include "jinja.h"
+#include "text/chat.h"
+#include "text/jinja.h"
 
 static void check(int cond) {
   if (!cond) abort();

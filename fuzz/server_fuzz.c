@@ -20,7 +20,7 @@
 #include "../src/server/server.c"
 #undef MHD_lookup_connection_value
 
-#include "sampler.h"
+#include "sample/sampler.h"
 
 static char fuzz_sid[16];
 static int fuzz_has_sid;

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn.h"
-#include "util.h"
+#include "kernels/attn.h"
+#include "base/util.h"
 
 static int fails;
 #define CHECK(c, ...)                                               \

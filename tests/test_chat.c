@@ -7,9 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "chat.h"
-#include "gguf.h"
-#include "jinja.h"
+#include "text/chat.h"
+#include "format/gguf.h"
+#include "text/jinja.h"
 
 static int fails = 0, checks = 0;
 #define CHECK(c, ...)                              \

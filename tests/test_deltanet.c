@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "deltanet.h"
+#include "kernels/deltanet.h"
 
 static unsigned long long rs = 88172645463325252ull;
 static float frand(void) {

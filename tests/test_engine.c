@@ -22,7 +22,7 @@
 
 #include "export/tiny.h"
 #include "q35.h"
-#include "quant.h"
+#include "kernels/quant.h"
 
 static int failures;
 static const char *cur_model = "";

@@ -18,9 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "quant.h"
-#include "util.h"
+#include "format/gguf.h"
+#include "kernels/quant.h"
+#include "base/util.h"
 
 static int failures;
 static int checks;

@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant.h"
-#include "quant_internal.h"
-#include "util.h"
+#include "kernels/quant.h"
+#include "kernels/quant_internal.h"
+#include "base/util.h"
 
 static int failures;
 #define CHECK(cond, ...)                                      \

@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant.h"
-#include "util.h"
+#include "kernels/quant.h"
+#include "base/util.h"
 
 static int failures;
 #define CHECK(cond, ...)                                   \

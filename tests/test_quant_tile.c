@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant.h"
-#include "quant_internal.h"
+#include "kernels/quant.h"
+#include "kernels/quant_internal.h"
 
 static int failures;
 #define CHECK(cond, ...)                                   \

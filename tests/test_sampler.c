@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sampler.h"
+#include "sample/sampler.h"
 
 static int failures;
 #define CHECK(c, ...)                                         \

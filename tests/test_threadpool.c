@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "threadpool.h"
+#include "engine/threadpool.h"
 
 static int failures;
 #define CHECK(c, ...)                                                   \

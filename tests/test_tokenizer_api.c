@@ -11,8 +11,8 @@
 
 #include <utf8proc.h>
 
-#include "gguf.h"
-#include "tokenizer.h"
+#include "format/gguf.h"
+#include "text/tokenizer.h"
 
 static int failures;
 #define CHECK(c)                                                   \

@@ -11,7 +11,7 @@
 #include "args.h"
 #include "commands.h"
 #include "q35.h"
-#include "util.h"
+#include "base/util.h"
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;

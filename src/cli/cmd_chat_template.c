@@ -8,10 +8,10 @@
 #include <jansson.h>
 
 #include "args.h"
-#include "chat.h"
+#include "text/chat.h"
 #include "commands.h"
-#include "gguf.h"
-#include "jinja.h"
+#include "format/gguf.h"
+#include "text/jinja.h"
 
 static void usage(FILE *f) {
   fprintf(f,

@@ -5,7 +5,7 @@
 #include "args.h"
 #include "commands.h"
 #include "export/hf.h"
-#include "quant.h"
+#include "kernels/quant.h"
 
 int cmd_export_hf(int argc, char **argv);
 

@@ -6,7 +6,7 @@
 #include "args.h"
 #include "commands.h"
 #include "export/tiny.h"
-#include "quant.h"
+#include "kernels/quant.h"
 
 static void tiny_usage(void) {
   q35_tiny_opts d = q35_tiny_default();

@@ -15,7 +15,7 @@
 #include "commands.h"
 #include "q35.h"
 #include "run_text.h"
-#include "util.h"
+#include "base/util.h"
 
 static void usage(void) {
   printf(

@@ -20,7 +20,7 @@
 #include "args.h"
 #include "commands.h"
 #include "q35.h"
-#include "sampler.h"
+#include "sample/sampler.h"
 
 static void usage(FILE *f) {
   fprintf(f,

@@ -6,9 +6,9 @@
 
 #include "args.h"
 #include "commands.h"
-#include "gguf.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "format/gguf.h"
+#include "text/tokenizer.h"
+#include "base/util.h"
 
 typedef struct tok_source {
   const char *model, *json, *config, *pre;

@@ -6,11 +6,11 @@
 #include <jansson.h>
 
 #include "args.h"
-#include "chat.h"
-#include "gguf.h"
+#include "text/chat.h"
+#include "format/gguf.h"
 #include "run_text.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "text/tokenizer.h"
+#include "base/util.h"
 
 void run_opts_default(run_opts *o) {
   memset(o, 0, sizeof *o);

@@ -18,7 +18,7 @@
  * reproduces HF's grouped mapping (old v head h -> k head h / R).
  */
 #define _GNU_SOURCE
-#include "hf.h"
+#include "export/hf.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -30,11 +30,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "quant.h"
-#include "safetensors.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "format/gguf.h"
+#include "kernels/quant.h"
+#include "export/safetensors.h"
+#include "text/tokenizer.h"
+#include "base/util.h"
 
 q35_export_opts q35_export_default_opts(void) {
   q35_export_opts o;

@@ -1,6 +1,6 @@
 /* safetensors.c - validated, mmapped safetensors reader (see safetensors.h). */
 #define _GNU_SOURCE
-#include "safetensors.h"
+#include "export/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "base/util.h"
 
 typedef struct st_map {
   char *path;

@@ -10,7 +10,7 @@
  * build letter sequences (with and without the 'Ġ' space marker), then the Qwen control
  * tokens (<|endoftext|>, <|im_start|>, <|im_end|>, <think>, ...) at the end.
  */
-#include "tiny.h"
+#include "export/tiny.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -18,11 +18,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "quant.h"
-#include "threadpool.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "format/gguf.h"
+#include "kernels/quant.h"
+#include "engine/threadpool.h"
+#include "text/tokenizer.h"
+#include "base/util.h"
 
 q35_tiny_opts q35_tiny_default(void) {
   q35_tiny_opts o;

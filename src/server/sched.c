@@ -15,7 +15,7 @@
  * snapshot positions so the state can be saved there.
  */
 #define _GNU_SOURCE /* memmem */
-#include "sched.h"
+#include "server/sched.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "util.h"
+#include "base/util.h"
 
 #define MAX_SNAPS 4 /* per slot; a 35B-A3B state is ~60 MB */
 

@@ -38,7 +38,7 @@
 #include <stdint.h>
 
 #include "q35.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 #define SRV_MAX_STOP 4
 

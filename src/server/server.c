@@ -13,7 +13,7 @@
  * connection thread, so the scheduler thread only samples and detokenizes.
  */
 #define _GNU_SOURCE
-#include "server.h"
+#include "server/server.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -31,11 +31,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "chat.h"
-#include "gguf.h"
-#include "sched.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "text/chat.h"
+#include "format/gguf.h"
+#include "server/sched.h"
+#include "text/tokenizer.h"
+#include "base/util.h"
 
 typedef struct srv {
   q35_server_opts o;

@@ -1,8 +1,8 @@
-/* quant_types.c - the table of GGML tensor types: names, block sizes, bytes per block. */
+/* tensor_types.c - the table of GGML tensor types: names, block sizes, bytes per block. */
 #include <string.h>
 #include <strings.h>
 
-#include "quant.h"
+#include "format/tensor_types.h"
 
 static const char *const type_names[Q35_TYPE_COUNT] = {
     [0] = "f32",      [1] = "f16",     [2] = "q4_0",     [3] = "q4_1",    [6] = "q5_0",

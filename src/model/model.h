@@ -14,9 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 #include "q35.h"
-#include "threadpool.h"
+#include "engine/threadpool.h"
 
 typedef struct q35_tensor {
   const void *data;      /* NULL when absent */
@@ -102,6 +102,12 @@ typedef struct q35_fwd_row {
 void q35_model_free_step(q35_model *m);
 
 int q35_forward(q35_model *m, q35_fwd_row *rows, int n_rows, q35_err *err);
+
+/* mapping.c: populate the file mapping (2 MiB pages unless huge is 0); returns the bytes mapped
+ * with 2 MiB entries, -1 where the kernel does not say. */
+long long q35_map_prefault(const gguf_file *f, int huge, int progress);
+/* mapping.c: the file's bytes into anonymous memory at the mapping's address (no_mmap). */
+int q35_map_into_memory(gguf_file *f, const char *path, q35_err *err);
 
 /* The scalar path of a full forward pass runs with Q35_SIMD=scalar; see quant.h. */
 

@@ -19,7 +19,7 @@
  * The tokenizer is immutable after loading; per-call scratch lives in a stack context, so
  * concurrent calls are safe.
  */
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <jansson.h>
@@ -29,7 +29,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "util.h"
+#include "base/util.h"
 
 /* ---- regexes -------------------------------------------------------------------------------- */
 

@@ -13,8 +13,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "quant.h"
-#include "util.h"
+#include "kernels/quant.h"
+#include "base/util.h"
 
 #define QK8_0 32
 #define QK_K 256

@@ -39,7 +39,7 @@
  * Log-probabilities (optional) are log_softmax of the penalized logits, computed by one
  * shared routine, so both paths report the same numbers.
  */
-#include "sampler.h"
+#include "sample/sampler.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -51,7 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "base/util.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

@@ -32,7 +32,7 @@
  * (invalid tensor declarations, out of memory) are sticky and reported by save/begin.
  */
 #define _GNU_SOURCE
-#include "gguf.h"
+#include "format/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,8 +47,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "quant.h"
-#include "util.h"
+#include "format/tensor_types.h"
+#include "base/util.h"
 
 #define GGUF_DEFAULT_ALIGNMENT 32
 _Static_assert(offsetof(gguf_kv, key) == 0 && offsetof(gguf_tensor, name) == 0,

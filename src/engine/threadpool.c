@@ -1,4 +1,4 @@
-#include "threadpool.h"
+#include "engine/threadpool.h"
 
 #include <pthread.h>
 #include <sched.h>

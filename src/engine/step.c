@@ -10,9 +10,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "model.h"
-#include "sampler.h"
-#include "util.h"
+#include "model/model.h"
+#include "sample/sampler.h"
+#include "base/util.h"
 
 struct q35_step_out {
   q35_sample_result res;

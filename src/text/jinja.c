@@ -13,7 +13,7 @@
  * allocation made after setjmp lives in an arena, so unwinding leaks nothing. This keeps
  * the hundreds of "could this fail?" sites down to one call each.
  */
-#include "jinja.h"
+#include "text/jinja.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -28,7 +28,7 @@
 
 #include <utf8proc.h>
 
-#include "util.h"
+#include "base/util.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* arena                                                                                    */

@@ -24,9 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant.h"
-#include "quant_internal.h"
-#include "util.h"
+#include "kernels/quant.h"
+#include "kernels/quant_internal.h"
+#include "base/util.h"
 
 const int8_t q35_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                       1,    13,   25,  38,  53,  69,  89,  113};

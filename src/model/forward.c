@@ -23,11 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn.h"
-#include "deltanet.h"
-#include "model.h"
-#include "quant.h"
-#include "util.h"
+#include "kernels/attn.h"
+#include "kernels/deltanet.h"
+#include "model/model.h"
+#include "kernels/quant.h"
+#include "base/util.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* scratch arena: all buffers of a step are carved from one block grown on demand            */

@@ -9,16 +9,16 @@
  * splitter is that machine fed once. Tool-call blocks are parsed by parse_block, shared by
  * the streaming and whole-text paths.
  */
-#include "chat.h"
+#include "text/chat.h"
 
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "jinja.h"
-#include "util.h"
+#include "format/gguf.h"
+#include "text/jinja.h"
+#include "base/util.h"
 
 /* ---- built-in ChatML (Qwen3 style) ---- */
 static const char builtin_template[] =

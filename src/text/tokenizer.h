@@ -34,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 #include "q35.h"
 
 typedef struct q35_tokenizer q35_tokenizer;

@@ -9,7 +9,7 @@
  */
 #define QS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define QS_VNNI 1
-#include "quant_simd.inc"
+#include "kernels/quant_simd.inc"
 
 /* two 256-bit halves -> one 512-bit register */
 QSF __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }

@@ -1,15 +1,15 @@
 /*
  * attn.c - attention over an F16 KV cache for one (token, KV group) item; see attn.h.
  */
-#include "attn.h"
+#include "kernels/attn.h"
 
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
 
-#include "quant.h"
-#include "util.h"
+#include "kernels/quant.h"
+#include "base/util.h"
 
 /* ----------------------------------- reference ----------------------------------- */
 

@@ -2,6 +2,6 @@
  * integer dot products. Selected at run time by quant.c when the CPU has AVX2, FMA and F16C. */
 #define QS_TARGET __attribute__((target("avx2,fma,f16c")))
 #define QS_VNNI 0
-#include "quant_simd.inc"
+#include "kernels/quant_simd.inc"
 
 void q35_kernels_avx2(q35_kernels *k) { qs_fill_256(k); }

@@ -1,12 +1,12 @@
 /* deltanet.c - the delta-rule step (see deltanet.h): scalar reference, AVX2 and AVX-512 twins. */
-#include "deltanet.h"
+#include "kernels/deltanet.h"
 
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
 
-#include "quant.h"
+#include "kernels/quant.h"
 
 static float reduce16(float *a) {
   for (int w = 8; w >= 1; w /= 2)

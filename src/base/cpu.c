@@ -1,0 +1,111 @@
+/*
+ * cpu.c - CPU feature detection and the SIMD level (see cpu.h). Detected once under
+ * pthread_once; read-only afterwards, so pool threads may ask at any time.
+ */
+#include "base/cpu.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define Q35_CPU_X86 1
+#else
+#define Q35_CPU_X86 0
+#endif
+
+static const char *const level_names[] = {"scalar", "avx2", "avx512", "neon"};
+
+static struct {
+  q35_simd best, active;
+  int features[Q35_CPU_FEATURE_COUNT];
+  int env_bad;       /* Q35_SIMD was set to something unusable */
+  char env[32];      /* its value (truncated), for the error */
+  int q4_0_x;
+} g_cpu;
+static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
+
+static void detect(void) {
+  q35_simd best = Q35_SIMD_SCALAR;
+#if Q35_CPU_X86
+  __builtin_cpu_init();
+  const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                     __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                     __builtin_cpu_supports("avx512vnni");
+  if (avx512) best = Q35_SIMD_AVX512;
+  else if (avx2) best = Q35_SIMD_AVX2;
+  g_cpu.features[Q35_CPU_AVX512_VBMI] = avx512 && __builtin_cpu_supports("avx512vbmi");
+  g_cpu.features[Q35_CPU_AVX512_BF16] = avx512 && __builtin_cpu_supports("avx512bf16");
+#elif defined(__aarch64__)
+  best = Q35_SIMD_SCALAR; /* NEON kernels are not written yet */
+#endif
+  g_cpu.best = best;
+  g_cpu.active = best;
+  const char *env = getenv("Q35_SIMD");
+  if (env && *env) {
+    q35_simd want;
+    snprintf(g_cpu.env, sizeof g_cpu.env, "%s", env);
+    if (q35_simd_parse(env, &want) || !q35_simd_supported(want)) g_cpu.env_bad = 1;
+    else g_cpu.active = want;
+  }
+  const char *x = getenv("Q35_Q4_0_X");
+  g_cpu.q4_0_x = x && *x;
+}
+
+static void once(void) { pthread_once(&g_cpu_once, detect); }
+
+q35_simd q35_simd_active(void) {
+  once();
+  return g_cpu.active;
+}
+
+q35_simd q35_simd_best(void) {
+  once();
+  return g_cpu.best;
+}
+
+int q35_simd_supported(q35_simd level) {
+  once();
+  if (level == Q35_SIMD_SCALAR) return 1;
+  if (level == Q35_SIMD_NEON) return g_cpu.best == Q35_SIMD_NEON;
+  return g_cpu.best != Q35_SIMD_NEON && level <= g_cpu.best;
+}
+
+const char *q35_simd_name(q35_simd level) {
+  return (unsigned)level < sizeof level_names / sizeof *level_names ? level_names[level] : "unknown";
+}
+
+int q35_simd_parse(const char *name, q35_simd *out) {
+  for (unsigned i = 0; i < sizeof level_names / sizeof *level_names; i++)
+    if (!strcmp(name, level_names[i])) {
+      *out = (q35_simd)i;
+      return 0;
+    }
+  return -1;
+}
+
+int q35_cpu_has(q35_cpu_feature f) {
+  once();
+  if ((unsigned)f >= Q35_CPU_FEATURE_COUNT) return 0;
+  if (g_cpu.active < Q35_SIMD_AVX512 || g_cpu.active == Q35_SIMD_NEON) return 0; /* both are AVX-512 features */
+  return g_cpu.features[f];
+}
+
+int q35_cpu_check(q35_err *err) {
+  once();
+  if (!g_cpu.env_bad) return 0;
+  q35_simd want;
+  if (q35_simd_parse(g_cpu.env, &want))
+    return q35_seterr(err, "Q35_SIMD=%s is not a SIMD level (scalar, avx2, avx512, neon)", g_cpu.env);
+  return q35_seterr(err, "Q35_SIMD=%s: this CPU does not support the %s level (best here: %s)", g_cpu.env,
+                    q35_simd_name(want), q35_simd_name(g_cpu.best));
+}
+
+int q35_cpu_q4_0_x(void) {
+  once();
+  return g_cpu.q4_0_x;
+}

@@ -1,0 +1,45 @@
+/*
+ * tensor_types.h - GGML's tensor element types as GGUF files number them: names, block sizes,
+ * bytes per block, plus q35's internal activation layouts (ids 40-42, never in a file).
+ * The kernels for each type live in kernels/ (quant.h).
+ */
+#ifndef Q35_TENSOR_TYPES_H
+#define Q35_TENSOR_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum q35_type {
+  Q35_TYPE_F32 = 0,
+  Q35_TYPE_F16 = 1,
+  Q35_TYPE_Q4_0 = 2,
+  Q35_TYPE_Q5_0 = 6,
+  Q35_TYPE_Q8_0 = 8,
+  Q35_TYPE_Q4_K = 12,
+  Q35_TYPE_Q5_K = 13,
+  Q35_TYPE_Q6_K = 14,
+  Q35_TYPE_Q8_K = 15,
+  Q35_TYPE_IQ4_XS = 23,
+  Q35_TYPE_BF16 = 30,
+  /* q35-internal activation type, never in a file: Q8_0 values laid out for the Q4_0 kernels
+   * (see quant_internal.h). GGML's ids end below 40. */
+  Q35_TYPE_Q8_0X = 40,
+  Q35_TYPE_Q8_0Y = 41, /* the same for Q8_0 weights */
+  Q35_TYPE_Q8_0Z = 42, /* Q4_0's activation type where the AVX-512 VBMI kernels run */
+  Q35_TYPE_COUNT = 43, /* upper bound of the type ids above */
+};
+
+/* GGML's name for any GGML type id ("q4_K", "iq2_xxs", ...), or NULL for an unknown id. */
+const char *q35_type_name(int type);
+/* Is this a type q35 computes with (the list above; Q8_K, Q8_0X, Q8_0Y and Q8_0Z excluded as weight types)? */
+int q35_type_supported(int type);
+/* Elements per block (1 for F32/F16/BF16, 32 for Q*_0, 256 for K-quants/IQ4_XS). 0 if unknown. */
+int q35_type_block(int type);
+/* Bytes per block. 0 if unknown. */
+size_t q35_type_size(int type);
+/* Bytes of a row of n elements (n must be a multiple of the block size). */
+size_t q35_row_size(int type, int64_t n);
+/* Parse a name ("q4_0", "Q4_K", "f16", "bf16", ...); -1 if unknown. */
+int q35_type_from_name(const char *name);
+
+#endif

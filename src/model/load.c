@@ -1,0 +1,306 @@
+/*
+ * load.c - loading a Qwen3.5 GGUF: hyperparameters from metadata, every tensor bound and
+ * shape-checked against them (errors name the tensor). The mapping lives in mapping.c,
+ * sessions in session.c.
+ *
+ * Weights are not copied by default: a q35_tensor points into the read-only map of the file
+ * (q35_model_params.no_mmap reads them into anonymous memory at the same addresses instead).
+ */
+#define _GNU_SOURCE /* mremap */
+#include "model/model.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "kernels/quant.h"
+#include "base/util.h"
+
+q35_model_params q35_model_default_params(void) {
+  q35_model_params p = {0, 0, 0, 0};
+  return p;
+}
+
+
+/* ---- hyperparameters ---- */
+
+static int get_u32(const gguf_file *f, const char *arch, const char *key, uint32_t *out, q35_err *err) {
+  char k[128];
+  snprintf(k, sizeof k, "%s.%s", arch, key);
+  return gguf_get_u32(f, k, out, err);
+}
+
+static int get_u32_or(const gguf_file *f, const char *arch, const char *key, uint32_t def, uint32_t *out,
+                      q35_err *err) {
+  char k[128];
+  snprintf(k, sizeof k, "%s.%s", arch, key);
+  return gguf_get_u32_or(f, k, def, out, err);
+}
+
+static int load_hparams(q35_model *m, q35_err *err) {
+  const gguf_file *f = m->gguf;
+  q35_hparams *hp = &m->hp;
+  gguf_str archs;
+  if (gguf_get_str(f, "general.architecture", &archs, err)) return -1;
+  char arch[32];
+  if (gguf_str_eq(archs, "qwen35moe")) {
+    hp->is_moe = 1;
+  } else if (gguf_str_eq(archs, "qwen35")) {
+    hp->is_moe = 0;
+  } else {
+    return q35_seterr(err, "%s: architecture '%.*s' is not supported (q35 runs qwen35moe and qwen35)", f->path,
+                      (int)(archs.len > 64 ? 64 : archs.len), archs.ptr);
+  }
+  snprintf(arch, sizeof arch, "%s", hp->is_moe ? "qwen35moe" : "qwen35");
+  uint32_t v, nextn = 0;
+#define REQ(field, key)                                   \
+  do {                                                    \
+    if (get_u32(f, arch, key, &v, err)) return -1;        \
+    hp->field = (int)v;                                   \
+  } while (0)
+#define OPT(field, key, def)                              \
+  do {                                                    \
+    if (get_u32_or(f, arch, key, def, &v, err)) return -1; \
+    hp->field = (int)v;                                   \
+  } while (0)
+  REQ(n_layer_all, "block_count");
+  REQ(n_embd, "embedding_length");
+  REQ(n_head, "attention.head_count");
+  REQ(n_head_kv, "attention.head_count_kv");
+  REQ(head_dim, "attention.key_length");
+  OPT(n_rot, "rope.dimension_count", (uint32_t)hp->head_dim);
+  OPT(interval, "full_attention_interval", 4);
+  REQ(conv_kernel, "ssm.conv_kernel");
+  REQ(ssm_d_state, "ssm.state_size");
+  REQ(ssm_n_group, "ssm.group_count");
+  REQ(ssm_dt_rank, "ssm.time_step_rank");
+  REQ(ssm_d_inner, "ssm.inner_size");
+  OPT(n_ctx_train, "context_length", 0);
+  if (hp->is_moe) {
+    REQ(n_expert, "expert_count");
+    REQ(n_expert_used, "expert_used_count");
+    REQ(n_ff_exp, "expert_feed_forward_length");
+    OPT(n_ff_shexp, "expert_shared_feed_forward_length", 0);
+  } else {
+    REQ(n_ff, "feed_forward_length");
+  }
+#undef REQ
+#undef OPT
+  if (get_u32_or(f, arch, "nextn_predict_layers", 0, &nextn, err)) return -1;
+  uint32_t vlen;
+  if (get_u32_or(f, arch, "attention.value_length", (uint32_t)hp->head_dim, &vlen, err)) return -1;
+  char k[128];
+  snprintf(k, sizeof k, "%s.rope.freq_base", arch);
+  if (gguf_get_f32_or(f, k, 10000.0f, &hp->rope_theta, err)) return -1;
+  snprintf(k, sizeof k, "%s.attention.layer_norm_rms_epsilon", arch);
+  if (gguf_get_f32_or(f, k, 1e-6f, &hp->eps, err)) return -1;
+
+  /* sanity of the shapes before anything is sized from them */
+  const char *bad = NULL;
+  if ((int)nextn >= hp->n_layer_all) bad = "nextn_predict_layers must be below block_count";
+  hp->n_layer = hp->n_layer_all - (int)nextn;
+  if (hp->n_layer < 1 || hp->n_layer > 4096) bad = "block_count out of range";
+  else if (hp->n_embd < 1 || hp->n_embd > 65536) bad = "embedding_length out of range";
+  else if (hp->n_head < 1 || hp->n_head > 1024 || hp->n_head_kv < 1 || hp->n_head % hp->n_head_kv)
+    bad = "attention.head_count must be a positive multiple of attention.head_count_kv";
+  else if (hp->head_dim < 2 || hp->head_dim > 4096 || (int)vlen != hp->head_dim)
+    bad = "attention.key_length and value_length must be equal and in [2, 4096]";
+  else if (hp->n_rot < 2 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
+    bad = "rope.dimension_count must be even and at most the head dimension";
+  else if (hp->interval < 1) bad = "full_attention_interval must be >= 1";
+  else if (hp->conv_kernel < 1 || hp->conv_kernel > 16) bad = "ssm.conv_kernel out of range";
+  else if (hp->ssm_d_state < 1 || hp->ssm_d_state > 1024 || hp->ssm_n_group < 1 || hp->ssm_dt_rank < 1 ||
+           hp->ssm_dt_rank > 4096 || hp->ssm_dt_rank % hp->ssm_n_group)
+    bad = "ssm.time_step_rank must be a positive multiple of ssm.group_count";
+  else if (hp->ssm_d_inner != hp->ssm_dt_rank * hp->ssm_d_state)
+    bad = "ssm.inner_size must equal ssm.time_step_rank * ssm.state_size (value head dim = key head dim)";
+  else if (hp->is_moe && (hp->n_expert < 1 || hp->n_expert > 4096 || hp->n_expert_used < 1 ||
+                          hp->n_expert_used > hp->n_expert || hp->n_ff_exp < 1 || hp->n_ff_shexp < 0))
+    bad = "expert_count / expert_used_count / expert_feed_forward_length out of range";
+  else if (!hp->is_moe && (hp->n_ff < 1 || hp->n_ff > 1 << 20)) bad = "feed_forward_length out of range";
+  else if (!(hp->rope_theta > 0) || !(hp->eps > 0) || !isfinite(hp->rope_theta) || !isfinite(hp->eps))
+    bad = "rope.freq_base and layer_norm_rms_epsilon must be positive";
+  if (bad) return q35_seterr(err, "%s: bad hyperparameters: %s", f->path, bad);
+  return 0;
+}
+
+/* ---- tensors ---- */
+
+static int bind(q35_model *m, q35_tensor *t, const char *name, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
+                int optional, int need_f32, q35_err *err) {
+  const gguf_tensor *g = gguf_find_tensor(m->gguf, name);
+  memset(t, 0, sizeof *t);
+  if (!g) {
+    if (optional) return 0;
+    return q35_seterr(err, "%s: tensor '%s' is missing", m->gguf->path, name);
+  }
+  int64_t want[4] = {ne0, ne1, ne2, 1};
+  int64_t got_ne1 = g->ne[1], got_ne2 = g->ne[2];
+  int ok = g->ne[0] == want[0] && got_ne1 == want[1] && got_ne2 == want[2] && g->ne[3] == 1;
+  if (!ok) {
+    char ws[96];
+    if (n_dims == 1) snprintf(ws, sizeof ws, "{%lld}", (long long)ne0);
+    else if (n_dims == 2) snprintf(ws, sizeof ws, "{%lld, %lld}", (long long)ne0, (long long)ne1);
+    else snprintf(ws, sizeof ws, "{%lld, %lld, %lld}", (long long)ne0, (long long)ne1, (long long)ne2);
+    return q35_seterr(err, "%s: tensor '%s' has shape {%lld, %lld, %lld, %lld}, expected %s from the metadata",
+                      m->gguf->path, name, (long long)g->ne[0], (long long)g->ne[1], (long long)g->ne[2],
+                      (long long)g->ne[3], ws);
+  }
+  if (need_f32 && g->type != Q35_TYPE_F32)
+    return q35_seterr(err, "%s: tensor '%s' has type %s; q35 needs f32 for it (as llama.cpp's converter writes it)",
+                      m->gguf->path, name, q35_type_name(g->type));
+  if (!q35_type_supported(g->type))
+    return q35_seterr(err, "%s: tensor '%s' has unsupported type %d", m->gguf->path, name, g->type);
+  if (g->ne[0] % q35_type_block(g->type))
+    return q35_seterr(err, "%s: tensor '%s': row length %lld is not a multiple of the %s block size %d",
+                      m->gguf->path, name, (long long)g->ne[0], q35_type_name(g->type), q35_type_block(g->type));
+  t->data = g->data;
+  t->type = g->type;
+  for (int i = 0; i < 4; i++) t->ne[i] = g->ne[i];
+  t->nb1 = q35_row_size(g->type, g->ne[0]);
+  t->nb2 = t->nb1 * (size_t)g->ne[1];
+  t->name = NULL;
+  return 0;
+}
+
+static int load_tensors(q35_model *m, q35_err *err) {
+  const q35_hparams *hp = &m->hp;
+  const int H = hp->n_embd, V = hp->n_vocab;
+  char name[96];
+  if (bind(m, &m->tok_embd, "token_embd.weight", 2, H, V, 1, 0, 0, err)) return -1;
+  if (bind(m, &m->output_norm, "output_norm.weight", 1, H, 1, 1, 0, 1, err)) return -1;
+  if (bind(m, &m->output, "output.weight", 2, H, V, 1, 1, 0, err)) return -1;
+  if (!m->output.data) m->output = m->tok_embd; /* tied */
+  const int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
+  const int Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, dv = hp->ssm_d_state;
+  const int C = 2 * Hk * dk + Hv * dv;
+  m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+  if (!m->layers) return q35_seterr(err, "out of memory");
+#define B(field, nm, nd, a, b, c, opt, f32)                                   \
+  do {                                                                        \
+    snprintf(name, sizeof name, "blk.%d.%s", il, nm);                         \
+    if (bind(m, &L->field, name, nd, a, b, c, opt, f32, err)) return -1;      \
+  } while (0)
+  for (int il = 0; il < hp->n_layer; il++) {
+    q35_layer *L = &m->layers[il];
+    L->is_attn = (il + 1) % hp->interval == 0;
+    L->attn_index = L->is_attn ? m->n_attn_layers++ : m->n_gdn_layers++;
+    B(attn_norm, "attn_norm.weight", 1, H, 1, 1, 0, 1);
+    B(post_norm, "post_attention_norm.weight", 1, H, 1, 1, 0, 1);
+    if (L->is_attn) {
+      B(wq, "attn_q.weight", 2, H, nh * hd * 2, 1, 0, 0);
+      B(wk, "attn_k.weight", 2, H, nkv * hd, 1, 0, 0);
+      B(wv, "attn_v.weight", 2, H, nkv * hd, 1, 0, 0);
+      B(wo, "attn_output.weight", 2, nh * hd, H, 1, 0, 0);
+      B(q_norm, "attn_q_norm.weight", 1, hd, 1, 1, 0, 1);
+      B(k_norm, "attn_k_norm.weight", 1, hd, 1, 1, 0, 1);
+    } else {
+      B(wqkv, "attn_qkv.weight", 2, H, C, 1, 0, 0);
+      B(wz, "attn_gate.weight", 2, H, Hv * dv, 1, 0, 0);
+      B(wbeta, "ssm_beta.weight", 2, H, Hv, 1, 0, 0);
+      B(walpha, "ssm_alpha.weight", 2, H, Hv, 1, 0, 0);
+      B(conv, "ssm_conv1d.weight", 2, hp->conv_kernel, C, 1, 0, 1);
+      B(dt_bias, "ssm_dt.bias", 1, Hv, 1, 1, 0, 1);
+      B(ssm_a, "ssm_a", 1, Hv, 1, 1, 0, 1);
+      B(ssm_norm, "ssm_norm.weight", 1, dv, 1, 1, 0, 1);
+      B(ssm_out, "ssm_out.weight", 2, Hv * dv, H, 1, 0, 0);
+    }
+    if (hp->is_moe) {
+      const int E = hp->n_expert, I = hp->n_ff_exp, Is = hp->n_ff_shexp;
+      B(router, "ffn_gate_inp.weight", 2, H, E, 1, 0, 0);
+      B(gate_up_exps, "ffn_gate_up_exps.weight", 3, H, 2 * I, E, 1, 0);
+      if (!L->gate_up_exps.data) {
+        B(gate_exps, "ffn_gate_exps.weight", 3, H, I, E, 0, 0);
+        B(up_exps, "ffn_up_exps.weight", 3, H, I, E, 0, 0);
+        if (L->gate_exps.type != L->up_exps.type)
+          return q35_seterr(err, "%s: blk.%d: ffn_gate_exps and ffn_up_exps must have the same type",
+                            m->gguf->path, il);
+      }
+      B(down_exps, "ffn_down_exps.weight", 3, I, H, E, 0, 0);
+      if (Is > 0) {
+        B(gate_shexp, "ffn_gate_shexp.weight", 2, H, Is, 1, 0, 0);
+        B(up_shexp, "ffn_up_shexp.weight", 2, H, Is, 1, 0, 0);
+        B(down_shexp, "ffn_down_shexp.weight", 2, Is, H, 1, 0, 0);
+        B(shexp_gate, "ffn_gate_inp_shexp.weight", 1, H, 1, 1, 1, 0);
+      }
+    } else {
+      B(ffn_gate, "ffn_gate.weight", 2, H, hp->n_ff, 1, 0, 0);
+      B(ffn_up, "ffn_up.weight", 2, H, hp->n_ff, 1, 0, 0);
+      B(ffn_down, "ffn_down.weight", 2, hp->n_ff, H, 1, 0, 0);
+    }
+  }
+#undef B
+  return 0;
+}
+
+q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_err *err) {
+  q35_model_params dp = q35_model_default_params();
+  if (!params) params = &dp;
+  double t0 = q35_now();
+  q35_model *m = calloc(1, sizeof *m);
+  if (!m) {
+    q35_seterr(err, "out of memory");
+    return NULL;
+  }
+  if (params->progress) fprintf(stderr, "loading %s ...\n", path);
+  m->gguf = gguf_open(path, err);
+  if (!m->gguf) goto fail;
+  if (params->no_mmap && q35_map_into_memory(m->gguf, path, err)) goto fail;
+  if (load_hparams(m, err)) goto fail;
+  {
+    const gguf_tensor *te = gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (!te) {
+      q35_seterr(err, "%s: tensor 'token_embd.weight' is missing", path);
+      goto fail;
+    }
+    m->hp.n_vocab = (int)te->ne[1];
+    const gguf_kv *tok = gguf_find(m->gguf, "tokenizer.ggml.tokens");
+    if (tok && tok->type == GGUF_ARRAY && tok->arr_n != (uint64_t)te->ne[1]) {
+      q35_seterr(err, "%s: the vocabulary has %llu tokens but token_embd.weight has %lld rows", path,
+                 (unsigned long long)tok->arr_n, (long long)te->ne[1]);
+      goto fail;
+    }
+  }
+  if (load_tensors(m, err)) goto fail;
+  if (!params->no_mmap) m->huge_bytes = q35_map_prefault(m->gguf, !params->no_huge, params->progress);
+  int nt = params->n_threads;
+  if (nt <= 0) nt = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (nt <= 0) nt = 1;
+  if (nt > 256) nt = 256;
+  m->pool = q35_pool_new(nt);
+  if (!m->pool) {
+    q35_seterr(err, "cannot start %d threads", nt);
+    goto fail;
+  }
+  snprintf(m->desc, sizeof m->desc, "%s: %d layers (%d attention, %d DeltaNet), embd %d, vocab %d%s, %s FFN weights",
+           m->hp.is_moe ? "qwen35moe" : "qwen35", m->hp.n_layer, m->n_attn_layers, m->n_gdn_layers, m->hp.n_embd,
+           m->hp.n_vocab, m->output.data == m->tok_embd.data ? ", tied output" : "",
+           q35_type_name(m->hp.is_moe ? m->layers[0].down_exps.type : m->layers[0].ffn_down.type));
+  if (params->progress) fprintf(stderr, "loaded %s in %.2f s\n", m->desc, q35_now() - t0);
+  return m;
+fail:
+  q35_model_free(m);
+  return NULL;
+}
+
+void q35_model_free(q35_model *m) {
+  if (!m) return;
+  if (m->pool) q35_pool_free(m->pool);
+  q35_model_free_step(m);
+  free(m->layers);
+  free(m->scratch);
+  gguf_close(m->gguf);
+  free(m);
+}
+
+int32_t q35_model_n_vocab(const q35_model *m) { return m->hp.n_vocab; }
+int32_t q35_model_n_threads(const q35_model *m) { return q35_pool_size(m->pool); }
+const char *q35_model_desc(const q35_model *m) { return m->desc; }
+long long q35_model_huge_bytes(const q35_model *m) { return m->huge_bytes; }

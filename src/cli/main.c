@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "commands.h"
 
 static const struct {
@@ -34,6 +35,11 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
     usage(stdout);
     return 0;
+  }
+  q35_err err;
+  if (q35_cpu_check(&err)) { /* a bad Q35_SIMD is a usage error for every command */
+    fprintf(stderr, "q35: %s\n", err.msg);
+    return 2;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);

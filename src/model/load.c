@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "kernels/quant.h"
+#include "base/cpu.h"
 #include "base/util.h"
 
 q35_model_params q35_model_default_params(void) {
@@ -243,6 +244,7 @@ static int load_tensors(q35_model *m, q35_err *err) {
 q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_err *err) {
   q35_model_params dp = q35_model_default_params();
   if (!params) params = &dp;
+  if (q35_cpu_check(err)) return NULL; /* Q35_SIMD names a level this CPU cannot run */
   double t0 = q35_now();
   q35_model *m = calloc(1, sizeof *m);
   if (!m) {

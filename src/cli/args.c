@@ -151,7 +151,6 @@ uint64_t mem_budget_default(void) {
 /* ---- model and session options ---- */
 
 #define MAX_THREADS 1024        /* --threads upper bound */
-#define MAX_TOKENS_FLAG (1 << 24) /* upper bound of --ctx and --chunk */
 
 int model_arg(model_args *a, int argc, char **argv, int *i) {
   if (arg_is(argc, argv, i, "-m") || arg_is(argc, argv, i, "--model") || arg_is(argc, argv, i, "--model_path")) {
@@ -159,9 +158,9 @@ int model_arg(model_args *a, int argc, char **argv, int *i) {
   } else if (arg_is(argc, argv, i, "-t") || arg_is(argc, argv, i, "--threads")) {
     a->threads = (int)arg_int("--threads", arg_value(argc, argv, i), 0, MAX_THREADS);
   } else if ((a->takes & MODEL_ARG_CTX) && (arg_is(argc, argv, i, "--ctx") || arg_is(argc, argv, i, "-c"))) {
-    a->ctx = (int32_t)arg_int("--ctx", arg_value(argc, argv, i), 1, MAX_TOKENS_FLAG);
+    a->ctx = (int32_t)arg_int("--ctx", arg_value(argc, argv, i), 1, ARG_MAX_TOKENS);
   } else if (arg_is(argc, argv, i, "--chunk")) {
-    a->chunk = (int32_t)arg_int("--chunk", arg_value(argc, argv, i), 1, MAX_TOKENS_FLAG);
+    a->chunk = (int32_t)arg_int("--chunk", arg_value(argc, argv, i), 1, ARG_MAX_TOKENS);
   } else if (arg_is(argc, argv, i, "--kv")) {
     a->kv = arg_kv(arg_value(argc, argv, i));
   } else if (arg_is(argc, argv, i, "--no_mmap")) {

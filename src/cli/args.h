@@ -40,6 +40,8 @@ uint64_t mem_budget_default(void);
  * no-huge-pages are always taken). */
 enum { MODEL_ARG_CTX = 1, MODEL_ARG_MEM_BUDGET = 2 };
 
+#define ARG_MAX_TOKENS (1 << 24) /* upper bound of token-count flags (--ctx, --chunk, -n, ...) */
+
 typedef struct model_args {
   const char *model;        /* -m, --model, --model_path */
   int threads;              /* -t, --threads; 0: all cores */

@@ -61,7 +61,7 @@ static int run_arg(run_opts *o, int argc, char **argv, int *i) {
     o->system = arg_value(argc, argv, i);
   } else if (arg_is(argc, argv, i, "-n") || arg_is(argc, argv, i, "--max_new_tokens") ||
              arg_is(argc, argv, i, "--n_predict")) {
-    o->n_new = (int)arg_int("--max_new_tokens", arg_value(argc, argv, i), 0, 1 << 24);
+    o->n_new = (int)arg_int("--max_new_tokens", arg_value(argc, argv, i), 0, ARG_MAX_TOKENS);
   } else if (arg_is(argc, argv, i, "--print_ids")) {
     o->print_ids = 1;
   } else if (arg_is(argc, argv, i, "--seed")) {

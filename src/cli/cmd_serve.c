@@ -50,7 +50,7 @@ static int serve_arg(q35_server_opts *o, int argc, char **argv, int *i) {
   } else if (arg_is(argc, argv, i, "--max_body")) {
     o->max_body = arg_int("--max-body", arg_value(argc, argv, i), 1, (int64_t)1 << 40);
   } else if (arg_is(argc, argv, i, "--snap_every")) {
-    o->snap_every = (int32_t)arg_int("--snap-every", arg_value(argc, argv, i), 0, 1 << 24);
+    o->snap_every = (int32_t)arg_int("--snap-every", arg_value(argc, argv, i), 0, ARG_MAX_TOKENS);
   } else if (arg_is(argc, argv, i, "--session_idle_timeout")) {
     o->idle_timeout = (int)arg_int("--session-idle-timeout", arg_value(argc, argv, i), 0, 1 << 30);
   } else if (arg_is(argc, argv, i, "--timeout")) {

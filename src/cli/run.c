@@ -167,6 +167,41 @@ static void print_stats(const run_opts *o, double load_s, const iter_stats *sum,
           load_s, sum->n_prompt, pf, sum->ttft_s / k, sum->n_gen, dec, samp_ms, o->iters, (unsigned long long)seed);
 }
 
+/* The prompt of -p, --prompt_file or stdin, tokenized. 0, or -1 with a message printed. */
+static int prompt_from_text(const run_opts *o, const q35_tokenizer *tok, int32_t **prompt, int32_t *n_prompt) {
+  q35_err err = {{0}};
+  char *text = NULL;
+  size_t len = 0;
+  if (o->prompt) {
+    text = strdup(o->prompt);
+    len = strlen(text);
+  } else {
+    FILE *f = !o->prompt_file || !strcmp(o->prompt_file, "-") ? stdin : fopen(o->prompt_file, "rb");
+    if (!f) {
+      fprintf(stderr, "q35 run: cannot open prompt file %s\n", o->prompt_file);
+      return -1;
+    }
+    text = q35_read_stream(f, &len);
+    if (f != stdin) fclose(f);
+    if (!text) {
+      fprintf(stderr, "q35 run: cannot read the prompt%s%s\n", o->prompt_file ? " file " : "",
+              o->prompt_file ? o->prompt_file : "");
+      return -1;
+    }
+  }
+  int trc = q35_tokenize(tok, text, len, prompt, n_prompt, &err);
+  free(text);
+  if (trc) {
+    fprintf(stderr, "q35 run: prompt: %s\n", err.msg);
+    return -1;
+  }
+  if (*n_prompt == 0) {
+    fprintf(stderr, "q35 run: the prompt is empty\n");
+    return -1;
+  }
+  return 0;
+}
+
 static int run_chat(const run_opts *o, q35_model *m, q35_session *s, const q35_tokenizer *tok, const char *tmpl,
                     const char *bos, const char *eos, q35_sampling *samp, double load_s);
 
@@ -185,36 +220,8 @@ int run_main(const run_opts *o) {
                                                          "--tokens/--prompt/--prompt_file do not apply");
   } else if (o->tokens_s) {
     prompt = arg_ids("--tokens", o->tokens_s, &n_prompt);
-  } else {
-    char *text = NULL;
-    size_t len = 0;
-    if (o->prompt) {
-      text = strdup(o->prompt);
-      len = strlen(text);
-    } else {
-      FILE *f = !o->prompt_file || !strcmp(o->prompt_file, "-") ? stdin : fopen(o->prompt_file, "rb");
-      if (!f) {
-        fprintf(stderr, "q35 run: cannot open prompt file %s\n", o->prompt_file);
-        goto early_fail;
-      }
-      text = q35_read_stream(f, &len);
-      if (f != stdin) fclose(f);
-      if (!text) {
-        fprintf(stderr, "q35 run: cannot read the prompt%s%s\n", o->prompt_file ? " file " : "",
-                o->prompt_file ? o->prompt_file : "");
-        goto early_fail;
-      }
-    }
-    int trc = q35_tokenize(tok, text, len, &prompt, &n_prompt, &err);
-    free(text);
-    if (trc) {
-      fprintf(stderr, "q35 run: prompt: %s\n", err.msg);
-      goto early_fail;
-    }
-    if (n_prompt == 0) {
-      fprintf(stderr, "q35 run: the prompt is empty\n");
-      goto early_fail;
-    }
+  } else if (prompt_from_text(o, tok, &prompt, &n_prompt)) {
+    goto early_fail;
   }
   if (!o->chat && n_prompt + (o->print_ids ? o->n_new : 1) > o->ma.ctx) {
     fprintf(stderr, "q35 run: the prompt (%d tokens) plus %d new tokens exceed the context limit of %d (raise --ctx)\n",
@@ -310,6 +317,8 @@ early_fail:
   return 1;
 }
 
+#define CHAT_LINE_MAX 65536 /* longest user turn read from stdin, bytes (longer lines split) */
+
 /* Interactive chat: each line on stdin is a user turn. The conversation is re-rendered with
  * the template every turn; the session keeps its state and a snapshot at the end of the last
  * rendered history (before the generation prompt), so a turn prefills only the new tokens
@@ -324,7 +333,7 @@ static int run_chat(const run_opts *o, q35_model *m, q35_session *s, const q35_t
   int32_t *ids = malloc(sizeof(int32_t) * (size_t)(o->n_new + 1));
   text_sink sink = {tok, q35_detok_new(tok, 0), stdout, {0}};
   const int think = o->no_think ? 0 : -1;
-  char line[65536];
+  char line[CHAT_LINE_MAX];
   int rc = 0;
   uint64_t draws = 0;
   fprintf(stderr, "chat: type a message and press enter (end with Ctrl-D)\n");

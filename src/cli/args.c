@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,24 +238,33 @@ static float arg_float(const char *flag, const char *v) {
   return (float)d;
 }
 
+/* The float-valued sampling flags: name, alias, field. */
+static const struct {
+  const char *flag, *alias;
+  size_t field;
+} float_flags[] = {
+    {"--top_p", NULL, offsetof(q35_sampling, top_p)},
+    {"--min_p", NULL, offsetof(q35_sampling, min_p)},
+    {"--presence_penalty", NULL, offsetof(q35_sampling, presence_penalty)},
+    {"--frequency_penalty", NULL, offsetof(q35_sampling, frequency_penalty)},
+    {"--repetition_penalty", "--repeat_penalty", offsetof(q35_sampling, repetition_penalty)},
+};
+
 int sampling_arg(q35_sampling *p, int argc, char **argv, int *i) {
   if (arg_is(argc, argv, i, "--temperature") || arg_is(argc, argv, i, "--temp")) {
     p->temperature = arg_float("--temperature", arg_value(argc, argv, i));
     if (p->temperature == -1.0f) p->temperature = 0.0f; /* ExecuTorch's greedy spelling */
-  } else if (arg_is(argc, argv, i, "--top_k")) {
-    p->top_k = arg_int("--top_k", arg_value(argc, argv, i), INT64_MIN, INT64_MAX);
-  } else if (arg_is(argc, argv, i, "--top_p")) {
-    p->top_p = arg_float("--top_p", arg_value(argc, argv, i));
-  } else if (arg_is(argc, argv, i, "--min_p")) {
-    p->min_p = arg_float("--min_p", arg_value(argc, argv, i));
-  } else if (arg_is(argc, argv, i, "--presence_penalty")) {
-    p->presence_penalty = arg_float("--presence_penalty", arg_value(argc, argv, i));
-  } else if (arg_is(argc, argv, i, "--frequency_penalty")) {
-    p->frequency_penalty = arg_float("--frequency_penalty", arg_value(argc, argv, i));
-  } else if (arg_is(argc, argv, i, "--repetition_penalty") || arg_is(argc, argv, i, "--repeat_penalty")) {
-    p->repetition_penalty = arg_float("--repetition_penalty", arg_value(argc, argv, i));
-  } else {
-    return 0;
+    return 1;
   }
-  return 1;
+  if (arg_is(argc, argv, i, "--top_k")) {
+    p->top_k = arg_int("--top_k", arg_value(argc, argv, i), INT64_MIN, INT64_MAX);
+    return 1;
+  }
+  for (size_t k = 0; k < sizeof float_flags / sizeof float_flags[0]; k++)
+    if (arg_is(argc, argv, i, float_flags[k].flag) ||
+        (float_flags[k].alias && arg_is(argc, argv, i, float_flags[k].alias))) {
+      *(float *)((char *)p + float_flags[k].field) = arg_float(float_flags[k].flag, arg_value(argc, argv, i));
+      return 1;
+    }
+  return 0;
 }

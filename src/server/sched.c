@@ -14,7 +14,7 @@
  * the mutex released, then turn each row's token into events. Prefill chunks end exactly at
  * snapshot positions so the state can be saved there.
  */
-#define _GNU_SOURCE /* memmem */
+#define _GNU_SOURCE
 #include "server/sched.h"
 
 #include <errno.h>
@@ -25,6 +25,7 @@
 
 #include "base/buf.h"
 #include "base/util.h"
+#include "server/stop.h"
 
 #define MAX_SNAPS 4             /* per slot; a 35B-A3B state is ~60 MB */
 #define SNAPSHOT_HEADER_BYTES 64 /* a snapshot's bytes beyond the recurrent state (budget estimate) */
@@ -333,49 +334,9 @@ static void job_fail(srv_job *j, int status, const char *msg) {
 
 static int hold_append(seq *q, const char *t, size_t n) { return q35_buf_add(&q->hold, t, n); }
 
-/* Move the text that can no longer be part of a stop string out of the hold buffer. Returns
- * 1 when a stop string matched (the text before it is released, the rest dropped). */
+/* Release the held text that can no longer start a stop string (stop.h). */
 static int hold_release(seq *q, int final, char **out, size_t *out_len) {
-  const srv_job *j = q->job;
-  size_t cut = q->hold.n, keep_from = q->hold.n;
-  int matched = 0;
-  for (int k = 0; k < j->n_stop; k++) {
-    const char *m = q->hold.n ? memmem(q->hold.p, q->hold.n, j->stop[k], strlen(j->stop[k])) : NULL;
-    if (m && (size_t)(m - q->hold.p) < cut) {
-      cut = (size_t)(m - q->hold.p);
-      matched = 1;
-    }
-  }
-  if (matched) {
-    keep_from = cut;
-  } else if (!final) { /* hold back the longest suffix that is a proper prefix of a stop string */
-    for (int k = 0; k < j->n_stop; k++) {
-      size_t sl = strlen(j->stop[k]);
-      for (size_t l = sl - 1; l > 0; l--)
-        if (l <= q->hold.n && !memcmp(q->hold.p + q->hold.n - l, j->stop[k], l)) {
-          if (q->hold.n - l < keep_from) keep_from = q->hold.n - l;
-          break;
-        }
-    }
-  }
-  *out = NULL;
-  *out_len = 0;
-  if (keep_from > 0) {
-    *out = malloc(keep_from + 1);
-    if (*out) {
-      memcpy(*out, q->hold.p, keep_from);
-      (*out)[keep_from] = 0;
-      *out_len = keep_from;
-    }
-  }
-  if (matched) {
-    q->hold.n = 0;
-  } else {
-    if (q->hold.n > keep_from) memmove(q->hold.p, q->hold.p + keep_from, q->hold.n - keep_from);
-    q->hold.n -= keep_from;
-  }
-  if (q->hold.p) q->hold.p[q->hold.n] = 0;
-  return matched;
+  return stop_release(&q->hold, (const char *const *)q->job->stop, q->job->n_stop, final, out, out_len);
 }
 
 static srv_event *event_new(seq *q) {

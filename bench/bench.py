@@ -151,11 +151,12 @@ class Bench:
             return None
         r = {"prefill_tok_s": j.get("prefill_tok_s"), "decode_tok_s": j.get("decode_tok_s"),
              "load_s": j.get("load_s"), "peak_rss_bytes": rss, "process_wall_s": wall,
-             "loadavg_1m": la[0] if la else None, "huge_mapped_bytes": j.get("huge_mapped_bytes")}
+             "loadavg_1m": la[0] if la else None, "huge_mapped_bytes": j.get("huge_mapped_bytes"),
+             "simd": j.get("simd")}
         hm = r["huge_mapped_bytes"]
-        log("bench:   %-18s prefill %8.2f tok/s  decode %7.2f tok/s  load %.2f s  rss %.2f GB  (%.0f s)%s"
+        log("bench:   %-18s prefill %8.2f tok/s  decode %7.2f tok/s  load %.2f s  rss %.2f GB  (%.0f s)%s%s"
             % (name, r["prefill_tok_s"] or 0, r["decode_tok_s"] or 0, r["load_s"] or 0, rss / 1e9, wall,
-               "  2 MiB-mapped %.2f GB" % (hm / 1e9) if hm else ""))
+               "  2 MiB-mapped %.2f GB" % (hm / 1e9) if hm else "", "  simd %s" % r["simd"] if r["simd"] else ""))
         return r
 
     # ---- one configuration: alternating rounds ---------------------------------------------

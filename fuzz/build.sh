@@ -4,7 +4,7 @@
 #
 # The library sources (src/**/*.c except the CLI) are compiled once into BUILD_DIR/obj and
 # archived; a target links only the objects it needs. Targets that test static functions of a
-# source file (server_fuzz: the request parser; hfconfig_fuzz: config.json) #include that file.
+# source file (hfconfig_fuzz: config.json) #include that file.
 # A target whose sources are missing from this checkout is skipped with a note.
 # Rebuilds only what changed (by mtime). Exit 77 when clang or libFuzzer is unavailable.
 set -euo pipefail
@@ -30,6 +30,13 @@ SAN="-fsanitize=address,undefined"
 
 # library objects
 mapfile -t srcs < <(cd "$root" && find src -name '*.c' ! -path 'src/cli/*' | sort)
+# objects whose source is gone (a file renamed or split) leave the archive
+declare -A want=()
+for s in "${srcs[@]}"; do want["$B/obj/$(echo "${s%.c}" | tr / _).o"]=1; done
+for o in "$B"/obj/*.o; do
+  [ -e "$o" ] || continue
+  if [ -z "${want[$o]:-}" ]; then rm -f "$o" "$o.log" "$B/libq35fuzz.a"; fi
+done
 jobs=()
 for s in "${srcs[@]}"; do
   o="$B/obj/$(echo "${s%.c}" | tr / _).o"

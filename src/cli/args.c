@@ -1,7 +1,9 @@
+/* args.c - command-line parsing shared by the q35 subcommands (see args.h). */
 #include "args.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,4 +147,124 @@ uint64_t mem_available(void) {
 
 uint64_t mem_budget_default(void) {
   return mem_available() / 4 * 3;
+}
+
+/* ---- model and session options ---- */
+
+#define MAX_THREADS 1024        /* --threads upper bound */
+
+int model_arg(model_args *a, int argc, char **argv, int *i) {
+  if (arg_is(argc, argv, i, "-m") || arg_is(argc, argv, i, "--model") || arg_is(argc, argv, i, "--model_path")) {
+    a->model = arg_value(argc, argv, i);
+  } else if (arg_is(argc, argv, i, "-t") || arg_is(argc, argv, i, "--threads")) {
+    a->threads = (int)arg_int("--threads", arg_value(argc, argv, i), 0, MAX_THREADS);
+  } else if ((a->takes & MODEL_ARG_CTX) && (arg_is(argc, argv, i, "--ctx") || arg_is(argc, argv, i, "-c"))) {
+    a->ctx = (int32_t)arg_int("--ctx", arg_value(argc, argv, i), 1, ARG_MAX_TOKENS);
+  } else if (arg_is(argc, argv, i, "--chunk")) {
+    a->chunk = (int32_t)arg_int("--chunk", arg_value(argc, argv, i), 1, ARG_MAX_TOKENS);
+  } else if (arg_is(argc, argv, i, "--kv")) {
+    a->kv = arg_kv(arg_value(argc, argv, i));
+  } else if (arg_is(argc, argv, i, "--no_mmap")) {
+    a->no_mmap = 1;
+  } else if (arg_is(argc, argv, i, "--no_huge_pages")) {
+    a->no_huge = 1;
+  } else if ((a->takes & MODEL_ARG_MEM_BUDGET) && arg_is(argc, argv, i, "--mem_budget")) {
+    a->mem_budget = arg_size("--mem-budget", arg_value(argc, argv, i));
+    a->mem_budget_set = 1;
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+void model_args_done(model_args *a, const char *cmd) {
+  if (!a->model) {
+    fprintf(stderr, "q35 %s: -m MODEL.gguf is required (see q35 %s --help)\n", cmd, cmd);
+    exit(2);
+  }
+  if ((a->takes & MODEL_ARG_MEM_BUDGET) && !a->mem_budget_set) a->mem_budget = mem_budget_default();
+}
+
+static const char *kv_name(q35_kv_type kv) {
+  return kv == Q35_KV_F32 ? "f32" : kv == Q35_KV_Q8_0 ? "q8_0" : "f16";
+}
+
+void model_args_help(FILE *f, const model_args *a) {
+  fprintf(f, "model and session:\n"
+             "  -m, --model, --model_path FILE   the GGUF model\n"
+             "  -t, --threads N                  worker threads (default: all cores)\n");
+  if (a->takes & MODEL_ARG_CTX) fprintf(f, "  -c, --ctx N                      %s\n", a->ctx_help);
+  fprintf(f,
+          "  --kv f16|f32|q8_0                KV cache type (default %s)\n"
+          "  --chunk N                        %s\n"
+          "  --no-mmap                        read the weights into memory instead of mapping the file\n"
+          "  --no-huge-pages                  map the file in the kernel's default pages (default: 2 MiB pages)\n",
+          kv_name(a->kv), a->chunk_help);
+  if (a->takes & MODEL_ARG_MEM_BUDGET) fprintf(f, "  --mem-budget SIZE                %s\n", a->mem_budget_help);
+}
+
+q35_model_params model_args_model_params(const model_args *a) {
+  q35_model_params mp = q35_model_default_params();
+  mp.n_threads = a->threads;
+  mp.no_mmap = a->no_mmap;
+  mp.no_huge = a->no_huge;
+  return mp;
+}
+
+q35_session_params model_args_session_params(const model_args *a) {
+  q35_session_params sp = q35_session_default_params();
+  sp.n_ctx = a->ctx;
+  sp.kv_type = a->kv;
+  sp.mem_budget = a->mem_budget;
+  return sp;
+}
+
+const char *model_args_session_hint(const model_args *a, q35_model *m, char *buf, size_t n) {
+  const q35_session_params sp = model_args_session_params(a);
+  buf[0] = 0;
+  if (sp.mem_budget && q35_session_state_bytes(m, &sp, NULL) > sp.mem_budget)
+    snprintf(buf, n, " (lower --ctx %d or raise --mem-budget)", (int)sp.n_ctx);
+  return buf;
+}
+
+/* ---- sampling flags ---- */
+
+#define FLOAT_MAX 3.4028234663852886e38 /* FLT_MAX */
+
+/* A float flag value: a number within float range (inf and nan pass: validation names them). */
+static float arg_float(const char *flag, const char *v) {
+  const double d = arg_double(flag, v);
+  if (isfinite(d) && fabs(d) > FLOAT_MAX) die("%s: %s is out of float range", flag, v);
+  return (float)d;
+}
+
+/* The float-valued sampling flags: name, alias, field. */
+static const struct {
+  const char *flag, *alias;
+  size_t field;
+} float_flags[] = {
+    {"--top_p", NULL, offsetof(q35_sampling, top_p)},
+    {"--min_p", NULL, offsetof(q35_sampling, min_p)},
+    {"--presence_penalty", NULL, offsetof(q35_sampling, presence_penalty)},
+    {"--frequency_penalty", NULL, offsetof(q35_sampling, frequency_penalty)},
+    {"--repetition_penalty", "--repeat_penalty", offsetof(q35_sampling, repetition_penalty)},
+};
+
+int sampling_arg(q35_sampling *p, int argc, char **argv, int *i) {
+  if (arg_is(argc, argv, i, "--temperature") || arg_is(argc, argv, i, "--temp")) {
+    p->temperature = arg_float("--temperature", arg_value(argc, argv, i));
+    if (p->temperature == -1.0f) p->temperature = 0.0f; /* ExecuTorch's greedy spelling */
+    return 1;
+  }
+  if (arg_is(argc, argv, i, "--top_k")) {
+    p->top_k = arg_int("--top_k", arg_value(argc, argv, i), INT64_MIN, INT64_MAX);
+    return 1;
+  }
+  for (size_t k = 0; k < sizeof float_flags / sizeof float_flags[0]; k++)
+    if (arg_is(argc, argv, i, float_flags[k].flag) ||
+        (float_flags[k].alias && arg_is(argc, argv, i, float_flags[k].alias))) {
+      *(float *)((char *)p + float_flags[k].field) = arg_float(float_flags[k].flag, arg_value(argc, argv, i));
+      return 1;
+    }
+  return 0;
 }

@@ -9,6 +9,7 @@
 #define Q35_CLI_ARGS_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "q35.h"
 
@@ -33,6 +34,50 @@ uint64_t arg_size(const char *flag, const char *v);
 uint64_t mem_available(void);
 /* The default --mem-budget: 3/4 of MemAvailable (0 = no limit when unknown). */
 uint64_t mem_budget_default(void);
+/* ---- the model and session options every model command shares ---- */
+
+/* Which of the optional shared flags a command takes (model, threads, kv, chunk, no-mmap and
+ * no-huge-pages are always taken). */
+enum { MODEL_ARG_CTX = 1, MODEL_ARG_MEM_BUDGET = 2 };
+
+#define ARG_MAX_TOKENS (1 << 24) /* upper bound of token-count flags (--ctx, --chunk, -n, ...) */
+
+typedef struct model_args {
+  const char *model;        /* -m, --model, --model_path */
+  int threads;              /* -t, --threads; 0: all cores */
+  int32_t ctx;              /* -c, --ctx: context limit in tokens (0: the command's choice) */
+  int32_t chunk;            /* --chunk: prefill tokens per step (0: the command's choice) */
+  q35_kv_type kv;           /* --kv f32|f16|q8_0 */
+  int no_mmap;              /* --no-mmap: read the weights into memory */
+  int no_huge;              /* --no-huge-pages: default page size for the file mapping */
+  uint64_t mem_budget;      /* --mem-budget: KV/state bytes allowed (0: no limit) */
+  int mem_budget_set;       /* --mem-budget was given (else model_args_done sets the default) */
+  unsigned takes;           /* MODEL_ARG_* */
+  /* help text: what --ctx, --chunk and --mem-budget mean for this command, with their defaults */
+  const char *ctx_help, *chunk_help, *mem_budget_help;
+} model_args;
+
+/* Consume argv[*i] (and its value) when it is one of the shared flags: 1, else 0. Bad values
+ * exit(2) naming the flag. */
+int model_arg(model_args *a, int argc, char **argv, int *i);
+/* After parsing: exit(2) "q35 CMD: -m MODEL.gguf is required ..." without a model; the default
+ * --mem-budget when the command takes one and it was not given. */
+void model_args_done(model_args *a, const char *cmd);
+/* The help lines of the shared flags the command takes. */
+void model_args_help(FILE *f, const model_args *a);
+q35_model_params model_args_model_params(const model_args *a);
+q35_session_params model_args_session_params(const model_args *a);
+/* A hint naming this command's flags for why a session could not be created (the library's
+ * message names its parameters, not flags): "" when neither limit explains it. */
+const char *model_args_session_hint(const model_args *a, q35_model *m, char *buf, size_t n);
+
+/* ---- sampling flags (run, sample) ---- */
+
+/* Consume argv[*i] when it is a sampling flag (--temperature/--temp, --top_k, --top_p, --min_p,
+ * --presence_penalty, --frequency_penalty, --repetition_penalty/--repeat_penalty): 1, else 0.
+ * A temperature of -1 means greedy (0). Values are not validated here (q35_sampling_validate). */
+int sampling_arg(q35_sampling *p, int argc, char **argv, int *i);
+
 /* Print "q35 CMD: unknown option X (see q35 CMD --help)" and exit(2). */
 void arg_unknown(const char *cmd, const char *arg) __attribute__((noreturn));
 /* Print "q35: " + formatted message + newline to stderr. */

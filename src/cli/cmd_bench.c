@@ -11,6 +11,7 @@
 #include "args.h"
 #include "commands.h"
 #include "q35.h"
+#include "base/cpu.h"
 #include "base/util.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -18,34 +19,29 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static void usage(void) {
+#define BENCH_SEED 0x9E3779B97F4A7C15ull /* xorshift seed of the random prompt ids */
+
+static void usage(const model_args *ma) {
   printf(
       "usage: q35 bench -m MODEL.gguf [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [-r RUNS] [--json]\n"
-      "  -t, --threads N   default: all cores\n"
       "  -p, --prompt N    prompt tokens (random ids), default 512\n"
       "  -n, --gen N       decoded tokens (greedy), default 128\n"
       "  -r, --runs N      timed runs (after one untimed warm-up), default 3; medians are reported\n"
       "  --depth N         tokens already in the context before the measured decode (default 0)\n"
-      "  --kv f16|f32|q8_0 KV cache type (default f16)\n"
-      "  --chunk N         prefill chunk (default: whole prompt)\n"
       "  --warmup N        untimed warm-up runs before the timed ones (default 1)\n"
-      "  --no-mmap         read the weights into memory instead of mapping the file (default: mmap)\n"
-      "  --no-huge-pages   map the file in the kernel's default pages (default: 2 MiB pages)\n"
-      "  --json            one JSON line on stdout\n");
+      "  --json            one JSON line on stdout (with \"simd\": the kernel level in use)\n");
+  model_args_help(stdout, ma);
 }
 
 int cmd_bench(int argc, char **argv) {
-  const char *model = NULL;
-  int threads = 0, np = 512, ng = 128, runs = 3, json = 0, depth = 0, chunk = 0, warmup = 1, no_mmap = 0, no_huge = 0;
-  q35_kv_type kv = Q35_KV_F16;
+  model_args ma = {.kv = Q35_KV_F16, .chunk_help = "prefill chunk (default: whole prompt)"};
+  int np = 512, ng = 128, runs = 3, json = 0, depth = 0, warmup = 1;
   for (int i = 1; i < argc; i++) {
     if (arg_is(argc, argv, &i, "--help") || arg_is(argc, argv, &i, "-h")) {
-      usage();
+      usage(&ma);
       return 0;
-    } else if (arg_is(argc, argv, &i, "-m") || arg_is(argc, argv, &i, "--model")) {
-      model = arg_value(argc, argv, &i);
-    } else if (arg_is(argc, argv, &i, "-t") || arg_is(argc, argv, &i, "--threads")) {
-      threads = (int)arg_int("--threads", arg_value(argc, argv, &i), 1, 256);
+    } else if (model_arg(&ma, argc, argv, &i)) {
+      continue;
     } else if (arg_is(argc, argv, &i, "-p") || arg_is(argc, argv, &i, "--prompt")) {
       np = (int)arg_int("-p", arg_value(argc, argv, &i), 1, 1 << 20);
     } else if (arg_is(argc, argv, &i, "-n") || arg_is(argc, argv, &i, "--gen")) {
@@ -56,35 +52,25 @@ int cmd_bench(int argc, char **argv) {
       depth = (int)arg_int("--depth", arg_value(argc, argv, &i), 0, 1 << 22);
     } else if (arg_is(argc, argv, &i, "--warmup")) {
       warmup = (int)arg_int("--warmup", arg_value(argc, argv, &i), 0, 100);
-    } else if (arg_is(argc, argv, &i, "--chunk")) {
-      chunk = (int)arg_int("--chunk", arg_value(argc, argv, &i), 1, 1 << 22);
-    } else if (arg_is(argc, argv, &i, "--kv")) {
-      kv = arg_kv(arg_value(argc, argv, &i));
     } else if (arg_is(argc, argv, &i, "--json")) {
       json = 1;
-    } else if (arg_is(argc, argv, &i, "--no_mmap")) {
-      no_mmap = 1;
-    } else if (arg_is(argc, argv, &i, "--no_huge_pages")) {
-      no_huge = 1;
     } else {
       arg_unknown("bench", argv[i]);
     }
   }
-  if (!model) die("bench: -m MODEL.gguf is required");
+  model_args_done(&ma, "bench");
+  const int chunk = ma.chunk;
   q35_err err = {{0}};
-  q35_model_params mp = q35_model_default_params();
-  mp.n_threads = threads;
-  mp.no_mmap = no_mmap;
-  mp.no_huge = no_huge;
+  const q35_model_params mp = model_args_model_params(&ma);
   double t0 = q35_now();
-  q35_model *m = q35_model_load(model, &mp, &err);
+  q35_model *m = q35_model_load(ma.model, &mp, &err);
   if (!m) {
     fprintf(stderr, "q35 bench: %s\n", err.msg);
     return 1;
   }
   const double load_s = q35_now() - t0;
   q35_session_params spp = q35_session_default_params();
-  spp.kv_type = kv;
+  spp.kv_type = ma.kv;
   spp.n_ctx = depth + np + ng + 1;
   q35_session *s = q35_session_new(m, &spp, &err);
   if (!s) {
@@ -94,7 +80,7 @@ int cmd_bench(int argc, char **argv) {
   }
   const int V = q35_model_n_vocab(m);
   int32_t *prompt = malloc(sizeof(int32_t) * (size_t)(np + depth));
-  uint64_t x = 0x9E3779B97F4A7C15ull;
+  uint64_t x = BENCH_SEED;
   for (int i = 0; i < np + depth; i++) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     prompt[i] = (int32_t)(x % (uint64_t)V);
@@ -150,9 +136,9 @@ int cmd_bench(int argc, char **argv) {
     if (json)
       printf("{\"prefill_tok_s\": %.3f, \"decode_tok_s\": %.3f, \"prompt_tokens\": %d, \"gen_tokens\": %d, "
              "\"depth\": %d, \"threads\": %d, \"runs\": %d, \"load_s\": %.4f, \"session_bytes\": %zu, "
-             "\"huge_mapped_bytes\": %lld}\n",
+             "\"huge_mapped_bytes\": %lld, \"simd\": \"%s\"}\n",
              mpf, mdc, np, ng, depth, q35_model_n_threads(m), runs, load_s, q35_session_bytes(s),
-             q35_model_huge_bytes(m));
+             q35_model_huge_bytes(m), q35_simd_name(q35_simd_active()));
     else
       printf("prefill %.2f tok/s, decode %.2f tok/s (median of %d; %d threads)\n", mpf, mdc, runs,
              q35_model_n_threads(m));

@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "args.h"
+#include "base/buf.h"
 #include "text/chat.h"
 #include "commands.h"
 #include "format/gguf.h"
@@ -39,30 +40,9 @@ static char *read_text(const char *path, const char *what) {
     fprintf(stderr, "q35 chat-template: cannot open %s file '%s'\n", what, path);
     return NULL;
   }
-  size_t cap = 65536, n = 0;
-  char *buf = malloc(cap);
-  size_t k;
-  while (buf && (k = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-    n += k;
-    if (cap - n - 1 == 0) {
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-  }
-  int bad = ferror(f);
+  char *buf = q35_read_stream(f, NULL);
   fclose(f);
-  if (!buf || bad) {
-    free(buf);
-    fprintf(stderr, "q35 chat-template: cannot read %s file '%s'\n", what, path);
-    return NULL;
-  }
-  buf[n] = 0;
+  if (!buf) fprintf(stderr, "q35 chat-template: cannot read %s file '%s'\n", what, path);
   return buf;
 }
 

@@ -20,6 +20,7 @@
 #include "args.h"
 #include "commands.h"
 #include "q35.h"
+#include "base/buf.h"
 #include "sample/sampler.h"
 
 static void usage(FILE *f) {
@@ -44,12 +45,6 @@ static uint64_t parse_u64(const char *flag, const char *v) {
   return (uint64_t)x;
 }
 
-static float parse_float(const char *flag, const char *v) {
-  double d = arg_double(flag, v);
-  if (isfinite(d) && fabs(d) > 3.4028234663852886e38) die("%s: %s is out of float range", flag, v);
-  return (float)d;
-}
-
 int cmd_sample(int argc, char **argv) {
   const char *path = NULL;
   int64_t V = 0, draws = 1;
@@ -67,21 +62,8 @@ int cmd_sample(int argc, char **argv) {
       V = arg_int("--vocab", arg_value(argc, argv, &i), 1, 1 << 30);
     } else if (arg_is(argc, argv, &i, "--draws")) {
       draws = arg_int("--draws", arg_value(argc, argv, &i), 0, INT32_MAX);
-    } else if (arg_is(argc, argv, &i, "--temperature")) {
-      p.temperature = parse_float("--temperature", arg_value(argc, argv, &i));
-      if (p.temperature == -1.0f) p.temperature = 0.0f; /* ExecuTorch's greedy spelling */
-    } else if (arg_is(argc, argv, &i, "--top_k")) {
-      p.top_k = arg_int("--top_k", arg_value(argc, argv, &i), INT64_MIN, INT64_MAX);
-    } else if (arg_is(argc, argv, &i, "--top_p")) {
-      p.top_p = parse_float("--top_p", arg_value(argc, argv, &i));
-    } else if (arg_is(argc, argv, &i, "--min_p")) {
-      p.min_p = parse_float("--min_p", arg_value(argc, argv, &i));
-    } else if (arg_is(argc, argv, &i, "--presence_penalty")) {
-      p.presence_penalty = parse_float("--presence_penalty", arg_value(argc, argv, &i));
-    } else if (arg_is(argc, argv, &i, "--frequency_penalty")) {
-      p.frequency_penalty = parse_float("--frequency_penalty", arg_value(argc, argv, &i));
-    } else if (arg_is(argc, argv, &i, "--repetition_penalty")) {
-      p.repetition_penalty = parse_float("--repetition_penalty", arg_value(argc, argv, &i));
+    } else if (sampling_arg(&p, argc, argv, &i)) {
+      continue;
     } else if (arg_is(argc, argv, &i, "--seed")) {
       p.seed = parse_u64("--seed", arg_value(argc, argv, &i));
       have_seed = 1;
@@ -118,45 +100,33 @@ int cmd_sample(int argc, char **argv) {
   }
   if (!have_seed) p.seed = q35_random_seed();
 
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    fprintf(stderr, "q35: sample: cannot open %s: %s\n", path, strerror(errno));
+  size_t size = 0;
+  char *raw = q35_read_file(path, &size, &err);
+  if (!raw) {
+    fprintf(stderr, "q35: sample: %s\n", err.msg);
     return 1;
   }
-  if (fseek(f, 0, SEEK_END) != 0) {
-    fprintf(stderr, "q35: sample: cannot seek in %s\n", path);
-    fclose(f);
-    return 1;
-  }
-  long size = ftell(f);
-  rewind(f);
-  size_t row_bytes = (size_t)V * 4;
-  if (size <= 0 || (size_t)size % row_bytes != 0) {
+  const size_t row_bytes = (size_t)V * sizeof(float);
+  if (size == 0 || size % row_bytes != 0) {
     fprintf(stderr,
-            "q35: sample: %s has %ld bytes, not a positive multiple of 4 * vocab = %zu "
+            "q35: sample: %s has %zu bytes, not a positive multiple of 4 * vocab = %zu "
             "(rows of %lld little-endian float32)\n",
             path, size, row_bytes, (long long)V);
-    fclose(f);
+    free(raw);
     return 1;
   }
-  size_t B = (size_t)size / row_bytes;
-  unsigned char *raw = malloc((size_t)size);
-  float *rows = malloc((size_t)size);
+  const size_t B = size / row_bytes;
+  float *rows = malloc(size);
   q35_sampler *ws = q35_sampler_new((int32_t)V, &err);
-  if (!raw || !rows || !ws) {
+  if (!rows || !ws) {
     fprintf(stderr, "q35: sample: %s\n", ws ? "out of memory" : err.msg);
-    fclose(f);
+    free(raw);
     return 1;
   }
-  if (fread(raw, 1, (size_t)size, f) != (size_t)size) {
-    fprintf(stderr, "q35: sample: short read on %s\n", path);
-    fclose(f);
-    return 1;
-  }
-  fclose(f);
-  for (size_t j = 0; j < B * (size_t)V; j++) {
-    uint32_t u = (uint32_t)raw[4 * j] | (uint32_t)raw[4 * j + 1] << 8 |
-                 (uint32_t)raw[4 * j + 2] << 16 | (uint32_t)raw[4 * j + 3] << 24;
+  const unsigned char *u8 = (const unsigned char *)raw;
+  for (size_t j = 0; j < B * (size_t)V; j++) { /* little-endian on any host */
+    uint32_t u = (uint32_t)u8[4 * j] | (uint32_t)u8[4 * j + 1] << 8 | (uint32_t)u8[4 * j + 2] << 16 |
+                 (uint32_t)u8[4 * j + 3] << 24;
     memcpy(&rows[j], &u, 4);
   }
   free(raw);

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "format/gguf.h"
 #include "text/tokenizer.h"
+#include "base/buf.h"
 #include "base/util.h"
 
 typedef struct tok_source {
@@ -63,23 +64,44 @@ static void print_ids(const int32_t *ids, int32_t n, int json) {
   fputs(json ? "]}\n" : "\n", stdout);
 }
 
-/* Each line of a JSONL file, parsed; NULL at the end. Exits on a malformed line. */
-static json_t *next_json_line(const char *cmd, FILE *f, const char *path, long *lineno, char **line,
-                              size_t *cap) {
+/* A JSONL input ("-" = stdin), read one parsed line at a time. */
+typedef struct jsonl_in {
+  const char *cmd, *path;
+  FILE *f;
+  char *line;
+  size_t cap;
+  long lineno;
+} jsonl_in;
+
+/* 0, or -1 with a message when the file cannot be opened. */
+static int jsonl_open(jsonl_in *in, const char *cmd, const char *path) {
+  *in = (jsonl_in){.cmd = cmd, .path = path};
+  in->f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+  if (!in->f) fprintf(stderr, "q35 %s: cannot open %s\n", cmd, path);
+  return in->f ? 0 : -1;
+}
+
+/* The next non-empty line, parsed; NULL at the end. Exits on a malformed line. */
+static json_t *jsonl_next(jsonl_in *in) {
   for (;;) {
-    ssize_t r = getline(line, cap, f);
+    ssize_t r = getline(&in->line, &in->cap, in->f);
     if (r < 0) return NULL;
-    ++*lineno;
-    while (r > 0 && ((*line)[r - 1] == '\n' || (*line)[r - 1] == '\r')) r--;
+    ++in->lineno;
+    while (r > 0 && (in->line[r - 1] == '\n' || in->line[r - 1] == '\r')) r--;
     if (r == 0) continue;
     json_error_t je;
-    json_t *j = json_loadb(*line, (size_t)r, JSON_ALLOW_NUL, &je);
+    json_t *j = json_loadb(in->line, (size_t)r, JSON_ALLOW_NUL, &je);
     if (!j) {
-      fprintf(stderr, "q35 %s: %s:%ld: %s\n", cmd, path, *lineno, je.text);
+      fprintf(stderr, "q35 %s: %s:%ld: %s\n", in->cmd, in->path, in->lineno, je.text);
       exit(1);
     }
     return j;
   }
+}
+
+static void jsonl_close(jsonl_in *in) {
+  free(in->line);
+  if (in->f != stdin) fclose(in->f);
 }
 
 static const char TOKENIZE_USAGE[] =
@@ -114,20 +136,12 @@ int cmd_tokenize(int argc, char **argv) {
     return 2;
   }
   if (file) {
-    FILE *f = fopen(file, "rb");
-    size_t cap = 1 << 16;
-    file_text = malloc(cap);
-    if (!f || !file_text) {
+    q35_err ferr = {{0}};
+    file_text = q35_read_file(file, &text_len, &ferr);
+    if (!file_text) {
       fprintf(stderr, "q35 tokenize: cannot read %s\n", file);
-      if (f) fclose(f);
-      free(file_text);
       return 1;
     }
-    for (size_t r; (r = fread(file_text + text_len, 1, cap - text_len, f)) > 0;) {
-      text_len += r;
-      if (text_len == cap && !(file_text = realloc(file_text, cap *= 2))) die("out of memory");
-    }
-    fclose(f);
     text = file_text;
   } else if (text) {
     text_len = strlen(text);
@@ -160,24 +174,20 @@ int cmd_tokenize(int argc, char **argv) {
       free(ids);
     }
   } else if (jsonl) {
-    FILE *f = strcmp(jsonl, "-") ? fopen(jsonl, "rb") : stdin;
-    if (!f) {
-      fprintf(stderr, "q35 tokenize: cannot open %s\n", jsonl);
+    jsonl_in in;
+    if (jsonl_open(&in, "tokenize", jsonl)) {
       q35_tokenizer_free(t);
       return 1;
     }
-    char *line = NULL;
-    size_t cap = 0;
-    long lineno = 0;
     json_t *j;
-    while (!rc && (j = next_json_line("tokenize", f, jsonl, &lineno, &line, &cap))) {
+    while (!rc && (j = jsonl_next(&in))) {
       json_t *s = json_object_get(j, "text");
       int32_t *ids, n;
       if (!json_is_string(s)) {
-        fprintf(stderr, "q35 tokenize: %s:%ld: no \"text\" string\n", jsonl, lineno);
+        fprintf(stderr, "q35 tokenize: %s:%ld: no \"text\" string\n", jsonl, in.lineno);
         rc = 1;
       } else if (q35_tokenize(t, json_string_value(s), json_string_length(s), &ids, &n, &err)) {
-        fprintf(stderr, "q35 tokenize: %s:%ld: %s\n", jsonl, lineno, err.msg);
+        fprintf(stderr, "q35 tokenize: %s:%ld: %s\n", jsonl, in.lineno, err.msg);
         rc = 1;
       } else {
         print_ids(ids, n, 1);
@@ -185,8 +195,7 @@ int cmd_tokenize(int argc, char **argv) {
       }
       json_decref(j);
     }
-    free(line);
-    if (f != stdin) fclose(f);
+    jsonl_close(&in);
   }
   q35_tokenizer_free(t);
   free(file_text);
@@ -215,29 +224,23 @@ static char *decode(const q35_tokenizer *t, const int32_t *ids, size_t n, int fl
     return out;
   }
   q35_detok *d = q35_detok_new(t, flags & Q35_DETOK_SKIP_SPECIAL);
-  size_t cap = 64, n_out = 0;
-  out = malloc(cap);
-  if (!d || !out) die("out of memory");
+  q35_buf b = {0};
+  if (!d) die("out of memory");
   for (size_t k = 0; k <= n; k++) {
     const char *piece;
     size_t pl;
     if (k == n) q35_detok_flush(d, &piece, &pl);
     else if (q35_detok_feed(d, ids[k], &piece, &pl, &err)) {
       fprintf(stderr, "q35 detokenize: %s\n", err.msg);
-      free(out);
+      q35_buf_free(&b);
       q35_detok_free(d);
       return NULL;
     }
-    while (n_out + pl + 1 > cap) {
-      cap *= 2;
-      if (!(out = realloc(out, cap))) die("out of memory");
-    }
-    memcpy(out + n_out, piece, pl);
-    n_out += pl;
+    q35_buf_add(&b, piece, pl);
   }
-  out[n_out] = 0;
-  *len = n_out;
   q35_detok_free(d);
+  out = q35_buf_take(&b, len);
+  if (!out) die("out of memory");
   return out;
 }
 
@@ -275,17 +278,13 @@ int cmd_detokenize(int argc, char **argv) {
     else fwrite(s, 1, len, stdout);
     free(s);
   } else {
-    FILE *f = strcmp(jsonl, "-") ? fopen(jsonl, "rb") : stdin;
-    if (!f) {
-      fprintf(stderr, "q35 detokenize: cannot open %s\n", jsonl);
+    jsonl_in in;
+    if (jsonl_open(&in, "detokenize", jsonl)) {
       q35_tokenizer_free(t);
       return 1;
     }
-    char *line = NULL;
-    size_t cap = 0;
-    long lineno = 0;
     json_t *j;
-    while (!rc && (j = next_json_line("detokenize", f, jsonl, &lineno, &line, &cap))) {
+    while (!rc && (j = jsonl_next(&in))) {
       json_t *arr = json_object_get(j, "ids");
       size_t m = json_array_size(arr);
       int32_t *v = malloc((m + 1) * sizeof *v);
@@ -293,12 +292,12 @@ int cmd_detokenize(int argc, char **argv) {
       for (size_t k = 0; k < m && !rc; k++) {
         json_t *x = json_array_get(arr, k);
         if (!json_is_integer(x) || json_integer_value(x) < INT32_MIN || json_integer_value(x) > INT32_MAX) {
-          fprintf(stderr, "q35 detokenize: %s:%ld: ids[%zu] is not a token id\n", jsonl, lineno, k);
+          fprintf(stderr, "q35 detokenize: %s:%ld: ids[%zu] is not a token id\n", jsonl, in.lineno, k);
           rc = 1;
         } else v[k] = (int32_t)json_integer_value(x);
       }
       if (!rc && !json_is_array(arr)) {
-        fprintf(stderr, "q35 detokenize: %s:%ld: no \"ids\" array\n", jsonl, lineno);
+        fprintf(stderr, "q35 detokenize: %s:%ld: no \"ids\" array\n", jsonl, in.lineno);
         rc = 1;
       }
       if (!rc) {
@@ -310,7 +309,7 @@ int cmd_detokenize(int argc, char **argv) {
           char *dump = o ? json_dumps(o, JSON_ENSURE_ASCII | JSON_COMPACT) : NULL;
           if (!dump) {
             fprintf(stderr, "q35 detokenize: %s:%ld: the text is not valid UTF-8 (use lossy mode)\n",
-                    jsonl, lineno);
+                    jsonl, in.lineno);
             rc = 1;
           } else printf("%s\n", dump);
           free(dump);
@@ -321,8 +320,7 @@ int cmd_detokenize(int argc, char **argv) {
       free(v);
       json_decref(j);
     }
-    free(line);
-    if (f != stdin) fclose(f);
+    jsonl_close(&in);
   }
   free(ids);
   q35_tokenizer_free(t);

@@ -10,16 +10,22 @@
 #include "format/gguf.h"
 #include "run_text.h"
 #include "text/tokenizer.h"
+#include "base/buf.h"
 #include "base/util.h"
 
 void run_opts_default(run_opts *o) {
   memset(o, 0, sizeof *o);
   o->stats = 1;
   o->n_new = 256;
-  o->ctx = 4096;
-  o->chunk = 512;
+  o->ma.takes = MODEL_ARG_CTX | MODEL_ARG_MEM_BUDGET;
+  o->ma.ctx = 4096;
+  o->ma.chunk = 512;
+  o->ma.kv = Q35_KV_F16;
+  o->ma.ctx_help = "context limit (default 4096)";
+  o->ma.chunk_help = "prefill chunk size (default 512)";
+  o->ma.mem_budget_help = "memory for the KV cache + recurrent state (e.g. 512M, 4G;\n"
+                          "                                   0 = no limit; default 3/4 of MemAvailable); refused up front";
   o->iters = 1;
-  o->kv = Q35_KV_F16;
   o->seed = -1;
   o->sp = q35_sampling_default();
   o->sp.temperature = 0.8f;
@@ -30,14 +36,12 @@ typedef struct {
   int n_prompt, n_gen;
 } iter_stats;
 
-/* One generation: prefill the prompt, then decode until n_new tokens (or EOG in text mode). */
 /* Text output of one generation: streamed through the detokenizer, stopping at EOG tokens. */
 typedef struct {
   const q35_tokenizer *tok;
   q35_detok *dt;
   FILE *out;       /* where text goes (stdout), NULL: nowhere */
-  char *text;      /* the whole reply, kept for chat history */
-  size_t len, cap;
+  q35_buf text;    /* the whole reply, kept for chat history */
 } text_sink;
 
 static void sink_put(text_sink *k, const char *p, size_t n) {
@@ -46,13 +50,7 @@ static void sink_put(text_sink *k, const char *p, size_t n) {
     fwrite(p, 1, n, k->out);
     fflush(k->out);
   }
-  if (k->len + n + 1 > k->cap) {
-    k->cap = 2 * (k->len + n + 1);
-    k->text = realloc(k->text, k->cap);
-  }
-  memcpy(k->text + k->len, p, n);
-  k->len += n;
-  k->text[k->len] = 0;
+  q35_buf_add(&k->text, p, n);
 }
 
 /* Prefill prompt[from..n_prompt) then decode. With a text sink, generation stops at an EOG token
@@ -69,9 +67,9 @@ static int generate(q35_model *m, q35_session *s, const run_opts *o, const q35_s
   /* all but the last chunk without logits, then the last chunk through the sampling step */
   int32_t done = from;
   int32_t n_gen = 0;
-  while (n_prompt - done > o->chunk) {
-    if (q35_session_eval(s, prompt + done, o->chunk, 0, NULL, 0, &err)) goto fail;
-    done += o->chunk;
+  while (n_prompt - done > o->ma.chunk) {
+    if (q35_session_eval(s, prompt + done, o->ma.chunk, 0, NULL, 0, &err)) goto fail;
+    done += o->ma.chunk;
   }
   q35_row row;
   memset(&row, 0, sizeof row);
@@ -131,22 +129,6 @@ fail:
   return -1;
 }
 
-static char *read_all(FILE *f, size_t *len) {
-  size_t cap = 4096, n = 0;
-  char *b = malloc(cap);
-  size_t r;
-  while (b && (r = fread(b + n, 1, cap - n - 1, f)) > 0) {
-    n += r;
-    if (cap - n - 1 == 0) {
-      cap *= 2;
-      b = realloc(b, cap);
-    }
-  }
-  if (b) b[n] = 0;
-  *len = n;
-  return b;
-}
-
 /* The tokenizer (and chat template) of the model file, or of --tokenizer_path. */
 static q35_tokenizer *load_tokenizer(const run_opts *o, char **tmpl, char **bos, char **eos) {
   q35_err err = {{0}};
@@ -154,7 +136,7 @@ static q35_tokenizer *load_tokenizer(const run_opts *o, char **tmpl, char **bos,
   if (o->tokenizer_path) {
     t = q35_tokenizer_from_json(o->tokenizer_path, NULL, &err);
   } else {
-    gguf_file *f = gguf_open(o->model, &err);
+    gguf_file *f = gguf_open(o->ma.model, &err);
     if (f) {
       t = q35_tokenizer_from_gguf(f, &err);
       if (t && q35_chat_template_from_gguf(f, tmpl, bos, eos, &err)) {
@@ -185,6 +167,41 @@ static void print_stats(const run_opts *o, double load_s, const iter_stats *sum,
           load_s, sum->n_prompt, pf, sum->ttft_s / k, sum->n_gen, dec, samp_ms, o->iters, (unsigned long long)seed);
 }
 
+/* The prompt of -p, --prompt_file or stdin, tokenized. 0, or -1 with a message printed. */
+static int prompt_from_text(const run_opts *o, const q35_tokenizer *tok, int32_t **prompt, int32_t *n_prompt) {
+  q35_err err = {{0}};
+  char *text = NULL;
+  size_t len = 0;
+  if (o->prompt) {
+    text = strdup(o->prompt);
+    len = strlen(text);
+  } else {
+    FILE *f = !o->prompt_file || !strcmp(o->prompt_file, "-") ? stdin : fopen(o->prompt_file, "rb");
+    if (!f) {
+      fprintf(stderr, "q35 run: cannot open prompt file %s\n", o->prompt_file);
+      return -1;
+    }
+    text = q35_read_stream(f, &len);
+    if (f != stdin) fclose(f);
+    if (!text) {
+      fprintf(stderr, "q35 run: cannot read the prompt%s%s\n", o->prompt_file ? " file " : "",
+              o->prompt_file ? o->prompt_file : "");
+      return -1;
+    }
+  }
+  int trc = q35_tokenize(tok, text, len, prompt, n_prompt, &err);
+  free(text);
+  if (trc) {
+    fprintf(stderr, "q35 run: prompt: %s\n", err.msg);
+    return -1;
+  }
+  if (*n_prompt == 0) {
+    fprintf(stderr, "q35 run: the prompt is empty\n");
+    return -1;
+  }
+  return 0;
+}
+
 static int run_chat(const run_opts *o, q35_model *m, q35_session *s, const q35_tokenizer *tok, const char *tmpl,
                     const char *bos, const char *eos, q35_sampling *samp, double load_s);
 
@@ -203,44 +220,18 @@ int run_main(const run_opts *o) {
                                                          "--tokens/--prompt/--prompt_file do not apply");
   } else if (o->tokens_s) {
     prompt = arg_ids("--tokens", o->tokens_s, &n_prompt);
-  } else {
-    char *text = NULL;
-    size_t len = 0;
-    if (o->prompt) {
-      text = strdup(o->prompt);
-      len = strlen(text);
-    } else {
-      FILE *f = !o->prompt_file || !strcmp(o->prompt_file, "-") ? stdin : fopen(o->prompt_file, "rb");
-      if (!f) {
-        fprintf(stderr, "q35 run: cannot open prompt file %s\n", o->prompt_file);
-        goto early_fail;
-      }
-      text = read_all(f, &len);
-      if (f != stdin) fclose(f);
-    }
-    int trc = q35_tokenize(tok, text, len, &prompt, &n_prompt, &err);
-    free(text);
-    if (trc) {
-      fprintf(stderr, "q35 run: prompt: %s\n", err.msg);
-      goto early_fail;
-    }
-    if (n_prompt == 0) {
-      fprintf(stderr, "q35 run: the prompt is empty\n");
-      goto early_fail;
-    }
+  } else if (prompt_from_text(o, tok, &prompt, &n_prompt)) {
+    goto early_fail;
   }
-  if (!o->chat && n_prompt + (o->print_ids ? o->n_new : 1) > o->ctx) {
+  if (!o->chat && n_prompt + (o->print_ids ? o->n_new : 1) > o->ma.ctx) {
     fprintf(stderr, "q35 run: the prompt (%d tokens) plus %d new tokens exceed the context limit of %d (raise --ctx)\n",
-            n_prompt, o->print_ids ? o->n_new : 1, o->ctx);
+            n_prompt, o->print_ids ? o->n_new : 1, o->ma.ctx);
     goto early_fail;
   }
   double t0 = q35_now();
-  q35_model_params mp = q35_model_default_params();
-  mp.n_threads = o->threads;
+  q35_model_params mp = model_args_model_params(&o->ma);
   mp.progress = o->stats;
-  mp.no_mmap = o->no_mmap;
-  mp.no_huge = o->no_huge;
-  q35_model *m = q35_model_load(o->model, &mp, &err);
+  q35_model *m = q35_model_load(o->ma.model, &mp, &err);
   if (!m) {
     fprintf(stderr, "q35 run: %s\n", err.msg);
     goto early_fail;
@@ -252,13 +243,11 @@ int run_main(const run_opts *o) {
       q35_model_free(m);
       goto early_fail;
     }
-  q35_session_params sp = q35_session_default_params();
-  sp.n_ctx = o->ctx;
-  sp.kv_type = o->kv;
-  sp.mem_budget = o->mem_budget;
+  q35_session_params sp = model_args_session_params(&o->ma);
   q35_session *s = q35_session_new(m, &sp, &err);
   if (!s) {
-    fprintf(stderr, "q35 run: %s\n", err.msg);
+    char hint[128];
+    fprintf(stderr, "q35 run: %s%s\n", err.msg, model_args_session_hint(&o->ma, m, hint, sizeof hint));
     q35_model_free(m);
     goto early_fail;
   }
@@ -277,11 +266,11 @@ int run_main(const run_opts *o) {
   }
   /* text mode: generation stops at EOG or at the context limit */
   run_opts oo = *o;
-  if (!o->print_ids && n_prompt + oo.n_new > o->ctx) oo.n_new = o->ctx - n_prompt;
+  if (!o->print_ids && n_prompt + oo.n_new > o->ma.ctx) oo.n_new = o->ma.ctx - n_prompt;
   o = &oo;
   int32_t *ids = malloc(sizeof(int32_t) * (size_t)(o->n_new + 1));
   int rc = 0;
-  text_sink sink = {tok, tok ? q35_detok_new(tok, 0) : NULL, stdout, NULL, 0, 0};
+  text_sink sink = {tok, tok ? q35_detok_new(tok, 0) : NULL, stdout, {0}};
   iter_stats sum = {0}, st = {0};
   const int runs = o->warmup + o->iters;
   for (int it = 0; it < runs && rc == 0; it++) {
@@ -309,7 +298,7 @@ int run_main(const run_opts *o) {
   }
   if (rc == 0 && o->stats) print_stats(o, load_s, &sum, q35_model_sample_seconds(m) / runs, samp.seed);
   free(ids);
-  free(sink.text);
+  q35_buf_free(&sink.text);
   q35_detok_free(sink.dt);
   q35_tokenizer_free(tok);
   free(tmpl);
@@ -328,6 +317,8 @@ early_fail:
   return 1;
 }
 
+#define CHAT_LINE_MAX 65536 /* longest user turn read from stdin, bytes (longer lines split) */
+
 /* Interactive chat: each line on stdin is a user turn. The conversation is re-rendered with
  * the template every turn; the session keeps its state and a snapshot at the end of the last
  * rendered history (before the generation prompt), so a turn prefills only the new tokens
@@ -340,9 +331,9 @@ static int run_chat(const run_opts *o, q35_model *m, q35_session *s, const q35_t
   int32_t *held = NULL, n_held = 0; /* tokens the snapshot covers */
   q35_snapshot *snap = NULL;
   int32_t *ids = malloc(sizeof(int32_t) * (size_t)(o->n_new + 1));
-  text_sink sink = {tok, q35_detok_new(tok, 0), stdout, NULL, 0, 0};
+  text_sink sink = {tok, q35_detok_new(tok, 0), stdout, {0}};
   const int think = o->no_think ? 0 : -1;
-  char line[65536];
+  char line[CHAT_LINE_MAX];
   int rc = 0;
   uint64_t draws = 0;
   fprintf(stderr, "chat: type a message and press enter (end with Ctrl-D)\n");
@@ -360,9 +351,9 @@ static int run_chat(const run_opts *o, q35_model *m, q35_session *s, const q35_t
         q35_tokenize(tok, full, strlen(full), &tf, &nf, &err)) {
       fprintf(stderr, "q35 run: %s\n", err.msg);
       rc = 1;
-    } else if (nf + o->n_new > o->ctx) {
+    } else if (nf + o->n_new > o->ma.ctx) {
       fprintf(stderr, "q35 run: the conversation (%d tokens) would pass the context limit of %d (raise --ctx)\n", nf,
-              o->ctx);
+              o->ma.ctx);
       rc = 1;
     } else {
       /* reuse the snapshot when its tokens start the new prompt */
@@ -374,7 +365,7 @@ static int run_chat(const run_opts *o, q35_model *m, q35_session *s, const q35_t
       const int32_t from0 = from;
       const double tb0 = q35_now();
       if (base_ok && nb > from) {
-        if (q35_session_eval(s, tf + from, nb - from, o->chunk, NULL, 0, &err)) rc = 1;
+        if (q35_session_eval(s, tf + from, nb - from, o->ma.chunk, NULL, 0, &err)) rc = 1;
         from = nb;
       }
       const double t_hist = q35_now() - tb0; /* part of this turn's prefill */
@@ -387,7 +378,8 @@ static int run_chat(const run_opts *o, q35_model *m, q35_session *s, const q35_t
         n_held = snap ? nb : 0;
       }
       iter_stats st = {0};
-      sink.len = 0;
+      sink.text.n = 0; /* this turn's reply */
+      if (sink.text.p) sink.text.p[0] = 0;
       q35_detok_reset(sink.dt);
       q35_sampling sp = *samp;
       sp.seed = samp->seed + draws; /* each turn its own stream */
@@ -404,7 +396,8 @@ static int run_chat(const run_opts *o, q35_model *m, q35_session *s, const q35_t
       fflush(stdout);
       draws++;
       if (rc == 0) {
-        json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "assistant", "content", sink.text ? sink.text : ""));
+        json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "assistant", "content",
+                                              sink.text.p && !sink.text.oom ? sink.text.p : ""));
         if (o->stats) {
           run_opts oo = *o;
           oo.iters = 1;
@@ -420,7 +413,7 @@ static int run_chat(const run_opts *o, q35_model *m, q35_session *s, const q35_t
   q35_snapshot_free(snap);
   free(held);
   free(ids);
-  free(sink.text);
+  q35_buf_free(&sink.text);
   q35_detok_free(sink.dt);
   json_decref(msgs);
   return rc;

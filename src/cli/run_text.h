@@ -4,17 +4,15 @@
 
 #include <stdint.h>
 
+#include "args.h"
 #include "q35.h"
 
 typedef struct run_opts {
-  const char *model, *tokens_s, *prompt, *prompt_file, *tokenizer_path, *system;
+  model_args ma;  /* model, threads, ctx, chunk, kv, mmap, huge pages, memory budget */
+  const char *tokens_s, *prompt, *prompt_file, *tokenizer_path, *system;
   int chat, no_think, print_ids, stats;
-  int n_new, threads, ctx, chunk, warmup, iters;
-  q35_kv_type kv;
+  int n_new, warmup, iters;
   int64_t seed;   /* -1: random */
-  uint64_t mem_budget; /* KV/state bytes allowed for the session (0: no limit) */
-  int no_mmap;         /* read the weights into memory (--no-mmap) */
-  int no_huge;         /* default page size for the file mapping (--no-huge-pages) */
   q35_sampling sp;
 } run_opts;
 

@@ -14,7 +14,7 @@
  * the mutex released, then turn each row's token into events. Prefill chunks end exactly at
  * snapshot positions so the state can be saved there.
  */
-#define _GNU_SOURCE /* memmem */
+#define _GNU_SOURCE
 #include "server/sched.h"
 
 #include <errno.h>
@@ -23,14 +23,23 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/buf.h"
 #include "base/util.h"
+#include "server/stop.h"
 
-#define MAX_SNAPS 4 /* per slot; a 35B-A3B state is ~60 MB */
+#define MAX_SNAPS 4             /* per slot; a 35B-A3B state is ~60 MB */
+#define SNAPSHOT_HEADER_BYTES 64 /* a snapshot's bytes beyond the recurrent state (budget estimate) */
+#define MAX_CHOICES 64           /* most sequences one job may fork into */
+#define DEFAULT_CHUNK 256        /* prefill tokens per step when the options give none */
+#define IDLE_WAKE_S 1.0          /* an idle scheduler wakes this often (s) to evict idle sessions */
+#define GATHER_WAIT_S 0.002      /* after waking: wait this long (s) for more requests ... */
+#define GATHER_ROUNDS 5          /* ... this many times at most */
 
 typedef struct slot {
   q35_session *sess;
   int32_t *toks;
-  int32_t n_toks, cap;
+  int32_t n_toks;
+  size_t cap;         /* of toks */
   int32_t snap_pos[MAX_SNAPS];
   q35_snapshot *snap[MAX_SNAPS];
   int n_snaps;
@@ -55,8 +64,7 @@ typedef struct seq {
   int32_t last;
   q35_sampling sp;
   q35_detok *dt;
-  char *hold;         /* text held back for stop strings */
-  size_t hold_len, hold_cap;
+  q35_buf hold;       /* text held back for stop strings */
   int32_t *snaps_at;  /* prompt positions to snapshot at (ascending) */
   int n_snaps_at, snap_i;
 } seq;
@@ -87,6 +95,16 @@ struct srv_sched {
   uint64_t sess_need, snap_need;
   double m_step_seconds;
 };
+
+/* The absolute CLOCK_REALTIME time `seconds` from now, for pthread_cond_timedwait. */
+static struct timespec deadline_in(double seconds) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  long ns = ts.tv_nsec + (long)(seconds * 1e9);
+  ts.tv_sec += ns / 1000000000L;
+  ts.tv_nsec = ns % 1000000000L;
+  return ts;
+}
 
 /* ---- events ---- */
 
@@ -140,11 +158,7 @@ static void push_event(srv_job *j, srv_event *e) {
 srv_event *srv_job_take(srv_sched *s, srv_job *j, int timeout_ms, int *done) {
   pthread_mutex_lock(&s->mu);
   if (!j->ev_head && !j->done && timeout_ms > 0) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    ts.tv_sec += timeout_ms / 1000 + ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
+    const struct timespec ts = deadline_in(timeout_ms / 1000.0);
     while (!j->ev_head && !j->done)
       if (pthread_cond_timedwait(&j->cv, &s->mu, &ts) == ETIMEDOUT) break;
   }
@@ -215,14 +229,7 @@ static const char *fmt_bytes(char *b, size_t n, uint64_t x) {
 }
 
 static int slot_push_toks(slot *sl, const int32_t *t, int32_t n) {
-  if (sl->n_toks + n > sl->cap) {
-    int32_t cap = sl->cap ? sl->cap : 256;
-    while (cap < sl->n_toks + n) cap *= 2;
-    int32_t *p = realloc(sl->toks, (size_t)cap * sizeof *p);
-    if (!p) return -1;
-    sl->toks = p;
-    sl->cap = cap;
-  }
+  if (q35_grow((void **)&sl->toks, &sl->cap, (size_t)sl->n_toks + (size_t)n, sizeof *sl->toks)) return -1;
   memcpy(sl->toks + sl->n_toks, t, (size_t)n * sizeof *t);
   sl->n_toks += n;
   return 0;
@@ -294,7 +301,7 @@ static void seq_free(seq *q) {
   if (!q) return;
   free(q->hist);
   if (q->dt) q35_detok_free(q->dt);
-  free(q->hold);
+  q35_buf_free(&q->hold);
   free(q->snaps_at);
   free(q);
 }
@@ -325,63 +332,11 @@ static void job_fail(srv_job *j, int status, const char *msg) {
   pthread_cond_broadcast(&j->cv);
 }
 
-static int hold_append(seq *q, const char *t, size_t n) {
-  if (q->hold_len + n + 1 > q->hold_cap) {
-    size_t cap = q->hold_cap ? q->hold_cap : 64;
-    while (cap < q->hold_len + n + 1) cap *= 2;
-    char *p = realloc(q->hold, cap);
-    if (!p) return -1;
-    q->hold = p;
-    q->hold_cap = cap;
-  }
-  memcpy(q->hold + q->hold_len, t, n);
-  q->hold_len += n;
-  q->hold[q->hold_len] = 0;
-  return 0;
-}
+static int hold_append(seq *q, const char *t, size_t n) { return q35_buf_add(&q->hold, t, n); }
 
-/* Move the text that can no longer be part of a stop string out of the hold buffer. Returns
- * 1 when a stop string matched (the text before it is released, the rest dropped). */
+/* Release the held text that can no longer start a stop string (stop.h). */
 static int hold_release(seq *q, int final, char **out, size_t *out_len) {
-  const srv_job *j = q->job;
-  size_t cut = q->hold_len, keep_from = q->hold_len;
-  int matched = 0;
-  for (int k = 0; k < j->n_stop; k++) {
-    const char *m = q->hold_len ? memmem(q->hold, q->hold_len, j->stop[k], strlen(j->stop[k])) : NULL;
-    if (m && (size_t)(m - q->hold) < cut) {
-      cut = (size_t)(m - q->hold);
-      matched = 1;
-    }
-  }
-  if (matched) {
-    keep_from = cut;
-  } else if (!final) { /* hold back the longest suffix that is a proper prefix of a stop string */
-    for (int k = 0; k < j->n_stop; k++) {
-      size_t sl = strlen(j->stop[k]);
-      for (size_t l = sl - 1; l > 0; l--)
-        if (l <= q->hold_len && !memcmp(q->hold + q->hold_len - l, j->stop[k], l)) {
-          if (q->hold_len - l < keep_from) keep_from = q->hold_len - l;
-          break;
-        }
-    }
-  }
-  *out = NULL;
-  *out_len = 0;
-  if (keep_from > 0) {
-    *out = malloc(keep_from + 1);
-    if (*out) {
-      memcpy(*out, q->hold, keep_from);
-      (*out)[keep_from] = 0;
-      *out_len = keep_from;
-    }
-  }
-  if (matched) {
-    q->hold_len = 0;
-  } else {
-    if (q->hold_len > keep_from) memmove(q->hold, q->hold + keep_from, q->hold_len - keep_from);
-    q->hold_len -= keep_from;
-  }
-  return matched;
+  return stop_release(&q->hold, (const char *const *)q->job->stop, q->job->n_stop, final, out, out_len);
 }
 
 static srv_event *event_new(seq *q) {
@@ -605,9 +560,9 @@ int srv_sched_submit(srv_sched *s, srv_job *j, char *msg, size_t msgsz) {
              s->o.n_ctx);
     return 400;
   }
-  seq *qs[64];
-  if (j->n < 1 || j->n > 64) {
-    snprintf(msg, msgsz, "n must be in [1, 64]");
+  seq *qs[MAX_CHOICES];
+  if (j->n < 1 || j->n > MAX_CHOICES) {
+    snprintf(msg, msgsz, "n must be in [1, %d]", MAX_CHOICES);
     return 400;
   }
   pthread_mutex_lock(&s->mu);
@@ -703,6 +658,41 @@ static void free_deleted(srv_sched *s) {
   }
 }
 
+/* Drop the active sequences whose job was cancelled or failed (mutex held). */
+static void drop_stopped(srv_sched *s) {
+  for (seq **pp = &s->active; *pp;) {
+    seq *q = *pp;
+    if (q->job->cancelled || q->job->failed) {
+      *pp = q->next;
+      s->n_active--;
+      seq_finish(s, q);
+    } else {
+      pp = &q->next;
+    }
+  }
+}
+
+/* Nothing active (mutex held): sleep until a request arrives, waking at most every
+ * IDLE_WAKE_S (or half the idle timeout) to evict idle sessions. Requests sent together (a
+ * client's n concurrent streams) arrive a few ms apart: once woken, wait while they keep coming
+ * (GATHER_WAIT_S each, GATHER_ROUNDS times at most) so they share the first step instead of
+ * queueing behind a one-row prefill step. */
+static void wait_for_work(srv_sched *s) {
+  if (s->o.idle_timeout > 0) {
+    const double w = s->o.idle_timeout / 2 < IDLE_WAKE_S ? s->o.idle_timeout / 2 : IDLE_WAKE_S;
+    struct timespec ts = deadline_in(w);
+    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+  } else {
+    pthread_cond_wait(&s->cv, &s->mu);
+  }
+  for (int k = 0; k < GATHER_ROUNDS && s->queue && !s->stop; k++) {
+    const int nq = s->n_queued;
+    struct timespec ts = deadline_in(GATHER_WAIT_S);
+    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    if (s->n_queued <= nq) break;
+  }
+}
+
 static void *sched_main(void *arg) {
   srv_sched *s = arg;
   static const q35_sampling greedy = {.temperature = 0, .top_k = 1, .top_p = 1, .repetition_penalty = 1};
@@ -711,42 +701,9 @@ static void *sched_main(void *arg) {
     free_deleted(s);
     evict_idle(s);
     admit(s);
-    /* drop cancelled or failed sequences */
-    for (seq **pp = &s->active; *pp;) {
-      seq *q = *pp;
-      if (q->job->cancelled || q->job->failed) {
-        *pp = q->next;
-        s->n_active--;
-        seq_finish(s, q);
-      } else {
-        pp = &q->next;
-      }
-    }
+    drop_stopped(s);
     if (!s->active) {
-      if (s->o.idle_timeout > 0) { /* wake to evict idle sessions */
-        double w = s->o.idle_timeout / 2 < 1.0 ? s->o.idle_timeout / 2 : 1.0;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        long ns = ts.tv_nsec + (long)(w * 1e9);
-        ts.tv_sec += ns / 1000000000L;
-        ts.tv_nsec = ns % 1000000000L;
-        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-      } else {
-        pthread_cond_wait(&s->cv, &s->mu);
-      }
-      /* Woken from idle by a request: requests sent together (a client's n concurrent streams)
-       * arrive a few ms apart; wait while they keep coming (2 ms each, 10 ms at most) so they
-       * share the first step instead of queueing behind a one-row prefill step. */
-      for (int k = 0; k < 5 && s->queue && !s->stop; k++) {
-        const int nq = s->n_queued;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 2000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-        if (s->n_queued <= nq) break;
-      }
+      wait_for_work(s);
       continue;
     }
     /* one row per active sequence: decode rows always, prefill rows within the budget */
@@ -840,7 +797,7 @@ srv_sched *srv_sched_new(q35_model *model, const q35_tokenizer *tok, const srv_s
   s->tok = tok;
   s->o = *o;
   if (s->o.parallel < 1) s->o.parallel = 1;
-  if (s->o.chunk < 1) s->o.chunk = 256;
+  if (s->o.chunk < 1) s->o.chunk = DEFAULT_CHUNK;
   s->im_start = q35_tokenizer_im_start(tok);
   {
     q35_session_params sp = q35_session_default_params();
@@ -848,7 +805,7 @@ srv_sched *srv_sched_new(q35_model *model, const q35_tokenizer *tok, const srv_s
     sp.kv_type = s->o.kv_type;
     uint64_t rec = 0;
     s->sess_need = q35_session_state_bytes(model, &sp, &rec);
-    s->snap_need = rec + 64; /* + the snapshot header */
+    s->snap_need = rec + SNAPSHOT_HEADER_BYTES;
     if (s->o.mem_budget && s->sess_need > s->o.mem_budget) {
       char a[32], b[32];
       q35_seterr(err, "a session needs %s of KV/state for --ctx %d, the memory budget is %s; lower --ctx or raise "
@@ -954,20 +911,10 @@ int srv_sched_session_reset(srv_sched *s, const char *id) {
 
 char *srv_sched_metrics(srv_sched *s) {
   pthread_mutex_lock(&s->mu);
-  size_t bytes = 0;
+  const size_t bytes = (size_t)sched_bytes(s);
   int n_sess = 0;
-  for (int i = 0; i < s->o.parallel; i++)
-    if (s->anon[i].sess) {
-      n_sess++;
-      bytes += q35_session_bytes(s->anon[i].sess);
-      for (int k = 0; k < s->anon[i].n_snaps; k++) bytes += q35_snapshot_bytes(s->anon[i].snap[k]);
-    }
-  for (slot *sl = s->named; sl; sl = sl->next)
-    if (sl->sess) {
-      n_sess++;
-      bytes += q35_session_bytes(sl->sess);
-      for (int k = 0; k < sl->n_snaps; k++) bytes += q35_snapshot_bytes(sl->snap[k]);
-    }
+  for (int i = 0; i < s->o.parallel; i++) n_sess += s->anon[i].sess != NULL;
+  for (const slot *sl = s->named; sl; sl = sl->next) n_sess += sl->sess != NULL;
   char *out = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&out, &len);

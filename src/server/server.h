@@ -2,10 +2,16 @@
  * server.h - q35 serve: an OpenAI-compatible HTTP server over the library.
  *
  * HTTP/1.1 is libmicrohttpd (a thread per connection; streamed responses block in the
- * response callback until the scheduler produces text), JSON is jansson. Requests are parsed
- * and validated here, rendered with the chat template (chat.h), tokenized (tokenizer.h) and
- * handed to the scheduler (sched.h), which owns the model and batches every active request
- * into shared q35_step calls.
+ * response callback until the scheduler produces text), JSON is jansson. The rooms:
+ *   server.c            startup, routing, the endpoints
+ *   http.c              libmicrohttpd plumbing: body limits, responses, timeouts, gone clients
+ *   openai_request.c    a request body -> a validated job: sampling, stop strings, logprobs,
+ *                       the chat template (chat.h) and tokenization (tokenizer.h)
+ *   openai_response.c   events -> OpenAI objects: responses, chunks, logprobs, tool calls
+ *   sse.c               the server-sent events writer (streamed responses)
+ *   sched.c             the scheduler: owns the model, batches every active request into
+ *                       shared q35_step calls, slots and prefix reuse (sched.h)
+ *   stop.c              stop strings: text held back while it may start one
  *
  * Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health
  * (503 while loading), POST /tokenize, POST /detokenize, GET /metrics (Prometheus text),

@@ -1,7 +1,7 @@
 /*
  * chat.c - chat rendering with the model's template and parsing of model output (chat.h).
  *
- * Rendering is a thin layer over jinja.c: normalize the OpenAI messages, build the variable
+ * Rendering is a thin layer over the Jinja interpreter (jinja.h): normalize the OpenAI messages, build the variable
  * object the template expects, render. The built-in template used when a model ships none is
  * itself a Jinja template (Qwen3-style ChatML), so there is one rendering path.
  *

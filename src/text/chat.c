@@ -72,22 +72,6 @@ static const char builtin_template[] =
 
 const char *q35_chat_builtin_template(void) { return builtin_template; }
 
-static char *xstrdup(const char *s) {
-  size_t n = strlen(s);
-  char *r = malloc(n + 1);
-  if (r) memcpy(r, s, n + 1);
-  return r;
-}
-
-static char *xstrndup(const char *s, size_t n) {
-  char *r = malloc(n + 1);
-  if (r) {
-    memcpy(r, s, n);
-    r[n] = 0;
-  }
-  return r;
-}
-
 /* ---- message normalization ---- */
 
 json_t *q35_chat_normalize_messages(const json_t *messages, q35_err *err) {
@@ -210,7 +194,7 @@ static char *gguf_token_text(const gguf_file *f, const char *id_key) {
     default: return NULL;
   }
   if (i >= toks->arr_n) return NULL;
-  return xstrndup(toks->arr_str[i].ptr, (size_t)toks->arr_str[i].len);
+  return strndup(toks->arr_str[i].ptr, (size_t)toks->arr_str[i].len);
 }
 
 int q35_chat_template_from_gguf(const gguf_file *f, char **tmpl, char **bos, char **eos, q35_err *err) {
@@ -224,7 +208,7 @@ int q35_chat_template_from_gguf(const gguf_file *f, char **tmpl, char **bos, cha
     if (eos) free(*eos), *eos = NULL;
     return q35_seterr(err, "%s: tokenizer.chat_template is not a string", f->path ? f->path : "GGUF");
   }
-  *tmpl = xstrndup(kv->v.s.ptr, (size_t)kv->v.s.len);
+  *tmpl = strndup(kv->v.s.ptr, (size_t)kv->v.s.len);
   if (*tmpl && strlen(*tmpl) != kv->v.s.len) {
     free(*tmpl);
     *tmpl = NULL;
@@ -234,9 +218,9 @@ int q35_chat_template_from_gguf(const gguf_file *f, char **tmpl, char **bos, cha
 }
 
 static char *token_field(const json_t *v) {
-  if (json_is_string(v)) return xstrdup(json_string_value(v));
+  if (json_is_string(v)) return strdup(json_string_value(v));
   if (json_is_object(v) && json_is_string(json_object_get(v, "content")))
-    return xstrdup(json_string_value(json_object_get(v, "content")));
+    return strdup(json_string_value(json_object_get(v, "content")));
   return NULL;
 }
 
@@ -254,14 +238,14 @@ int q35_chat_template_from_tokenizer_config(const char *path, char **tmpl, char 
   }
   json_t *ct = json_object_get(root, "chat_template");
   if (json_is_string(ct)) {
-    *tmpl = xstrdup(json_string_value(ct));
+    *tmpl = strdup(json_string_value(ct));
   } else if (json_is_array(ct)) {
     size_t i;
     json_t *e;
     json_array_foreach(ct, i, e) {
       if (json_is_string(json_object_get(e, "name")) && !strcmp(json_string_value(json_object_get(e, "name")), "default") &&
           json_is_string(json_object_get(e, "template")))
-        *tmpl = xstrdup(json_string_value(json_object_get(e, "template")));
+        *tmpl = strdup(json_string_value(json_object_get(e, "template")));
     }
     if (!*tmpl) {
       json_decref(root);
@@ -354,7 +338,7 @@ static json_t *parse_xml_call(const char *p, const char *e, const json_t *tools,
     q35_seterr(err, "tool call %d: unterminated <function=...> tag", index);
     return NULL;
   }
-  char *name = xstrndup(p, (size_t)(ne - p));
+  char *name = strndup(p, (size_t)(ne - p));
   json_t *args = json_object();
   const char *q = ne + 1;
   const char *fend = memfind(q, e, FUNC_CLOSE);
@@ -369,7 +353,7 @@ static json_t *parse_xml_call(const char *p, const char *e, const json_t *tools,
       q35_seterr(err, "tool call %d: unterminated <parameter=...> tag", index);
       return NULL;
     }
-    char *pname = xstrndup(ps + TAGLEN(PARAM_OPEN), (size_t)(pe - ps - TAGLEN(PARAM_OPEN)));
+    char *pname = strndup(ps + TAGLEN(PARAM_OPEN), (size_t)(pe - ps - TAGLEN(PARAM_OPEN)));
     const char *vs = pe + 1, *ve = memfind(vs, fend, PARAM_CLOSE);
     const char *next = ve ? ve + TAGLEN(PARAM_CLOSE) : fend;
     if (!ve) { /* tolerate a missing close tag: value runs to the next parameter */
@@ -440,7 +424,7 @@ int q35_chat_parse_tool_calls(const char *text, const json_t *tools, char **cont
   const char *a = buf, *b = buf + bn;
   a = skip_ws(a, b);
   while (b > a && isspace((unsigned char)b[-1])) b--;
-  *content = xstrndup(a, (size_t)(b - a));
+  *content = strndup(a, (size_t)(b - a));
   free(buf);
   *tool_calls = calls;
   return 0;
@@ -609,7 +593,7 @@ static int feed_tool(q35_chat_stream *s, int final, q35_chat_delta *d, q35_err *
     return FEED_AGAIN;
   }
   if (final) { /* unterminated: give the text back as content */
-    char *rest = xstrndup(p, s->pend.n);
+    char *rest = strndup(p, s->pend.n);
     if (!rest) return q35_seterr(err, "out of memory");
     s->pend.n = 0;
     if (q35_buf_str(&s->pend, TOOL_OPEN) || q35_buf_str(&s->pend, rest)) {
@@ -644,8 +628,8 @@ void q35_chat_split_think(const char *text, int in_think, char **reasoning, char
   q35_chat_delta d = {0};
   q35_err err;
   if (s) q35_chat_stream_feed(s, text, 1, &d, &err);
-  *reasoning = d.reasoning ? d.reasoning : xstrdup("");
-  *content = d.content ? d.content : xstrdup("");
+  *reasoning = d.reasoning ? d.reasoning : strdup("");
+  *content = d.content ? d.content : strdup("");
   d.reasoning = d.content = NULL;
   q35_chat_delta_free(&d);
   q35_chat_stream_free(s);

@@ -223,6 +223,8 @@ typedef struct json_opts {
 __attribute__((noreturn, format(printf, 3, 4))) void jj_rerr(render *r, const node *at, const char *fmt, ...);
 /* n bytes (not zeroed) in the render arena, or an out-of-memory render error. */
 void *jj_ralloc(render *r, size_t n);
+/* A copy of the C string s in the render arena. */
+char *jj_rstrdup(render *r, const char *s);
 
 static inline int jj_is_ws(int c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';

@@ -401,48 +401,34 @@ static node *mkbin(parser *p, int op, node *a, node *b, size_t pos) {
   return nd;
 }
 
-static node *parse_pow(parser *p) {
-  node *e = parse_unary(p);
-  while (is_op(peek(p), "**")) {
-    size_t pos = next(p)->pos;
-    e = mkbin(p, OP_POW, e, parse_unary(p), pos);
-  }
-  return e;
-}
+/* The left-associative binary operators, loosest first: `~`, then + -, then * / // %, then **
+ * (whose operands are unary expressions with their filters). */
+#define LEVEL_OPS 4
+static const struct {
+  const char *tok[LEVEL_OPS]; /* NULL-terminated when shorter */
+  int op[LEVEL_OPS];
+} bin_levels[] = {
+    {{"~"}, {OP_CAT}},
+    {{"+", "-"}, {OP_ADD, OP_SUB}},
+    {{"*", "/", "//", "%"}, {OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD}},
+    {{"**"}, {OP_POW}},
+};
+#define N_LEVELS (int)(sizeof bin_levels / sizeof bin_levels[0])
 
-static node *parse_mul(parser *p) {
-  node *e = parse_pow(p);
+static node *parse_level(parser *p, int lv) {
+  node *e = lv + 1 < N_LEVELS ? parse_level(p, lv + 1) : parse_unary(p);
   for (;;) {
     tok *t = peek(p);
-    int op = is_op(t, "*") ? OP_MUL : is_op(t, "/") ? OP_DIV : is_op(t, "//") ? OP_FLOORDIV : is_op(t, "%") ? OP_MOD : -1;
-    if (op < 0) return e;
+    int k = 0;
+    while (k < LEVEL_OPS && bin_levels[lv].tok[k] && !is_op(t, bin_levels[lv].tok[k])) k++;
+    if (k == LEVEL_OPS || !bin_levels[lv].tok[k]) return e;
     next(p);
-    e = mkbin(p, op, e, parse_pow(p), t->pos);
+    e = mkbin(p, bin_levels[lv].op[k], e, lv + 1 < N_LEVELS ? parse_level(p, lv + 1) : parse_unary(p), t->pos);
   }
-}
-
-static node *parse_add(parser *p) {
-  node *e = parse_mul(p);
-  for (;;) {
-    tok *t = peek(p);
-    int op = is_op(t, "+") ? OP_ADD : is_op(t, "-") ? OP_SUB : -1;
-    if (op < 0) return e;
-    next(p);
-    e = mkbin(p, op, e, parse_mul(p), t->pos);
-  }
-}
-
-static node *parse_concat(parser *p) {
-  node *e = parse_add(p);
-  while (is_op(peek(p), "~")) {
-    size_t pos = next(p)->pos;
-    e = mkbin(p, OP_CAT, e, parse_add(p), pos);
-  }
-  return e;
 }
 
 static node *parse_compare(parser *p) {
-  node *e = parse_concat(p);
+  node *e = parse_level(p, 0);
   for (;;) {
     tok *t = peek(p);
     int op = -1;
@@ -459,7 +445,7 @@ static node *parse_compare(parser *p) {
     }
     if (op < 0) return e;
     next(p);
-    e = mkbin(p, op, e, parse_concat(p), t->pos);
+    e = mkbin(p, op, e, parse_level(p, 0), t->pos);
   }
 }
 

@@ -559,12 +559,7 @@ static char *render_run(render *r, const jinja_template *t, const json_t *vars, 
       scope *u = jj_scope_new(r, g);
       const char *k;
       json_t *v;
-      json_object_foreach((json_t *)vars, k, v) {
-        size_t kn = strlen(k);
-        char *kc = jj_ralloc(r, kn + 1);
-        memcpy(kc, k, kn + 1);
-        jj_scope_set(r, u, kc, jj_from_json(r, v, 0));
-      }
+      json_object_foreach((json_t *)vars, k, v) jj_scope_set(r, u, jj_rstrdup(r, k), jj_from_json(r, v, 0));
       g = u;
     }
     scope *top = jj_scope_new(r, g);

@@ -123,6 +123,13 @@ val *jj_mkstr(render *r, const char *s, size_t n) {
   return v;
 }
 
+char *jj_rstrdup(render *r, const char *s) {
+  size_t n = strlen(s);
+  char *p = jj_ralloc(r, n + 1);
+  memcpy(p, s, n + 1);
+  return p;
+}
+
 val *jj_mkstr_c(render *r, const char *s) { return jj_mkstr(r, s, strlen(s)); }
 
 val *jj_mklist(render *r, size_t cap) {
@@ -727,12 +734,7 @@ val *jj_from_json(render *r, const json_t *j, int depth) {
       val *d = jj_mkdict(r, V_DICT);
       const char *k;
       json_t *v;
-      json_object_foreach((json_t *)j, k, v) {
-        size_t kn = strlen(k);
-        char *kc = jj_ralloc(r, kn + 1);
-        memcpy(kc, k, kn + 1);
-        jj_dict_set(r, d, kc, kn, jj_from_json(r, v, depth + 1));
-      }
+      json_object_foreach((json_t *)j, k, v) jj_dict_set(r, d, jj_rstrdup(r, k), strlen(k), jj_from_json(r, v, depth + 1));
       return d;
     }
     case JSON_ARRAY: {

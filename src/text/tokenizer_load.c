@@ -106,15 +106,6 @@ static int builder_alloc(builder *b, int32_t n, int32_t n_merges) {
   return b->text && b->type && b->flags && b->merge_l && b->merge_r ? 0 : -1;
 }
 
-static char *dupn(const char *s, size_t n) {
-  char *p = malloc(n + 1);
-  if (p) {
-    memcpy(p, s, n);
-    p[n] = 0;
-  }
-  return p;
-}
-
 /* Split a merge "a b" at the first space after position 0 (a token may itself be " "). */
 static int split_merge(const char *s, size_t n, sv *l, sv *r) {
   const char *sp = n > 1 ? memchr(s + 1, ' ', n - 1) : NULL;
@@ -446,7 +437,7 @@ q35_tokenizer *q35_tokenizer_from_gguf(const gguf_file *f, q35_err *err) {
   if (t->eos < 0) t->eos = t->im_end >= 0 ? t->im_end : t->endoftext;
   if (gguf_find(f, "tokenizer.chat_template")) {
     if (gguf_get_str(f, "tokenizer.chat_template", &s, err)) goto fail_t;
-    if (!(t->chat_template = dupn(s.ptr, s.len))) goto oom_t;
+    if (!(t->chat_template = strndup(s.ptr, s.len))) goto oom_t;
   }
   return t;
 oom:

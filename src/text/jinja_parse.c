@@ -14,7 +14,7 @@
 #define TOK_QUOTE_MAX 40 /* characters of a name quoted in an error message */
 
 /* ---------------------------------------------------------------------------------------- */
-/* tokens                                                                                  */
+/* tokens                                                                                   */
 
 static tok *peek(parser *p) { return &p->t[p->i]; }
 static tok *peek2(parser *p) { return &p->t[p->i + 1 < p->nt ? p->i + 1 : p->nt - 1]; }
@@ -117,6 +117,9 @@ static val *plit(parser *p, int t) {
   v->t = t;
   return v;
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* expressions                                                                              */
 
 static node *parse_expr(parser *p);
 static node *parse_or(parser *p);
@@ -521,6 +524,9 @@ static node *parse_expr_tuple(parser *p) {
   return t;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* statements                                                                               */
+
 static void parse_targets(parser *p, node *nd) {
   nvec v = {0};
   int paren = 0;
@@ -772,6 +778,9 @@ static int parse_body(parser *p, nlist *out, const char *const *stops, int nstop
   out->n = v.n;
   return -1;
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* entry points                                                                             */
 
 static int parse_run(parser *p, jinja_template *t) {
   if (setjmp(p->jb)) return 0;

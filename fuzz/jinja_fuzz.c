@@ -9,7 +9,7 @@
  * bytes are then fed to the think splitter, the tool-call parser and the streaming splitter
  * (in 7-byte pieces), whose results must agree with each other.
  */
-// needs: src/jinja.c src/chat.c
+// needs: src/text/jinja_lex.c src/text/jinja_parse.c src/text/jinja_value.c src/text/jinja_filters.c src/text/jinja_render.c src/text/chat.c
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -7,21 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "text/chat.h"
+#include "check.h"
 #include "format/gguf.h"
+#include "text/chat.h"
 #include "text/jinja.h"
-
-static int fails = 0, checks = 0;
-#define CHECK(c, ...)                              \
-  do {                                             \
-    checks++;                                      \
-    if (!(c)) {                                    \
-      fails++;                                     \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                \
-      fputc('\n', stderr);                         \
-    }                                              \
-  } while (0)
 
 static char *cat(char *a, const char *b) {
   if (!b) return a;
@@ -305,6 +294,5 @@ int main(void) {
     free(tmpl);
   }
   test_limits();
-  printf("test_chat: %d checks, %d failed\n", checks, fails);
-  return fails ? 1 : 0;
+  return check_done("test_chat");
 }

@@ -11,17 +11,9 @@
 
 #include <utf8proc.h>
 
+#include "check.h"
 #include "format/gguf.h"
 #include "text/tokenizer.h"
-
-static int failures;
-#define CHECK(c)                                                   \
-  do {                                                             \
-    if (!(c)) {                                                    \
-      fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c); \
-      failures++;                                                  \
-    }                                                              \
-  } while (0)
 
 static char tmpdir[256];
 
@@ -389,10 +381,5 @@ int main(void) {
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd)) fprintf(stderr, "warning: could not remove %s\n", tmpdir);
-  if (failures) {
-    fprintf(stderr, "%d check(s) failed\n", failures);
-    return 1;
-  }
-  printf("PASS: tokenizer API\n");
-  return 0;
+  return check_done("test_tokenizer_api");
 }

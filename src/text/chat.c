@@ -1,7 +1,7 @@
 /*
  * chat.c - chat rendering with the model's template and parsing of model output (chat.h).
  *
- * Rendering is a thin layer over jinja.c: normalize the OpenAI messages, build the variable
+ * Rendering is a thin layer over the Jinja interpreter (jinja.h): normalize the OpenAI messages, build the variable
  * object the template expects, render. The built-in template used when a model ships none is
  * itself a Jinja template (Qwen3-style ChatML), so there is one rendering path.
  *
@@ -16,9 +16,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
+#include "base/util.h"
 #include "format/gguf.h"
 #include "text/jinja.h"
-#include "base/util.h"
+
+/* The tags of the model's output (Qwen3 / Qwen3.5), and their lengths. */
+#define THINK_OPEN "<think>"
+#define THINK_CLOSE "</think>"
+#define TOOL_OPEN "<tool_call>"
+#define TOOL_CLOSE "</tool_call>"
+#define FUNC_OPEN "<function="
+#define FUNC_CLOSE "</function>"
+#define PARAM_OPEN "<parameter="
+#define PARAM_CLOSE "</parameter>"
+#define TAGLEN(tag) (sizeof tag - 1)
 
 /* ---- built-in ChatML (Qwen3 style) ---- */
 static const char builtin_template[] =
@@ -59,22 +71,6 @@ static const char builtin_template[] =
     "{%- endif %}\n";
 
 const char *q35_chat_builtin_template(void) { return builtin_template; }
-
-static char *xstrdup(const char *s) {
-  size_t n = strlen(s);
-  char *r = malloc(n + 1);
-  if (r) memcpy(r, s, n + 1);
-  return r;
-}
-
-static char *xstrndup(const char *s, size_t n) {
-  char *r = malloc(n + 1);
-  if (r) {
-    memcpy(r, s, n);
-    r[n] = 0;
-  }
-  return r;
-}
 
 /* ---- message normalization ---- */
 
@@ -198,7 +194,7 @@ static char *gguf_token_text(const gguf_file *f, const char *id_key) {
     default: return NULL;
   }
   if (i >= toks->arr_n) return NULL;
-  return xstrndup(toks->arr_str[i].ptr, (size_t)toks->arr_str[i].len);
+  return strndup(toks->arr_str[i].ptr, (size_t)toks->arr_str[i].len);
 }
 
 int q35_chat_template_from_gguf(const gguf_file *f, char **tmpl, char **bos, char **eos, q35_err *err) {
@@ -212,7 +208,7 @@ int q35_chat_template_from_gguf(const gguf_file *f, char **tmpl, char **bos, cha
     if (eos) free(*eos), *eos = NULL;
     return q35_seterr(err, "%s: tokenizer.chat_template is not a string", f->path ? f->path : "GGUF");
   }
-  *tmpl = xstrndup(kv->v.s.ptr, (size_t)kv->v.s.len);
+  *tmpl = strndup(kv->v.s.ptr, (size_t)kv->v.s.len);
   if (*tmpl && strlen(*tmpl) != kv->v.s.len) {
     free(*tmpl);
     *tmpl = NULL;
@@ -222,9 +218,9 @@ int q35_chat_template_from_gguf(const gguf_file *f, char **tmpl, char **bos, cha
 }
 
 static char *token_field(const json_t *v) {
-  if (json_is_string(v)) return xstrdup(json_string_value(v));
+  if (json_is_string(v)) return strdup(json_string_value(v));
   if (json_is_object(v) && json_is_string(json_object_get(v, "content")))
-    return xstrdup(json_string_value(json_object_get(v, "content")));
+    return strdup(json_string_value(json_object_get(v, "content")));
   return NULL;
 }
 
@@ -242,14 +238,14 @@ int q35_chat_template_from_tokenizer_config(const char *path, char **tmpl, char 
   }
   json_t *ct = json_object_get(root, "chat_template");
   if (json_is_string(ct)) {
-    *tmpl = xstrdup(json_string_value(ct));
+    *tmpl = strdup(json_string_value(ct));
   } else if (json_is_array(ct)) {
     size_t i;
     json_t *e;
     json_array_foreach(ct, i, e) {
       if (json_is_string(json_object_get(e, "name")) && !strcmp(json_string_value(json_object_get(e, "name")), "default") &&
           json_is_string(json_object_get(e, "template")))
-        *tmpl = xstrdup(json_string_value(json_object_get(e, "template")));
+        *tmpl = strdup(json_string_value(json_object_get(e, "template")));
     }
     if (!*tmpl) {
       json_decref(root);
@@ -305,80 +301,88 @@ static json_t *make_call(const char *name, size_t nlen, json_t *args /* stolen *
   return json_pack("{s:s, s:s, s:o}", "id", id, "type", "function", "function", fn);
 }
 
+/* The JSON form {"name": ..., "arguments": ...} in [p, e) (trimmed). */
+static json_t *parse_json_call(const char *p, const char *e, int index, q35_err *err) {
+  json_error_t je;
+  json_t *o = json_loadb(p, (size_t)(e - p), 0, &je);
+  if (!o) {
+    q35_seterr(err, "tool call %d: invalid JSON: %s", index, je.text);
+    return NULL;
+  }
+  json_t *name = json_object_get(o, "name");
+  if (!json_is_string(name)) {
+    json_decref(o);
+    q35_seterr(err, "tool call %d: no \"name\" string", index);
+    return NULL;
+  }
+  json_t *args = json_object_get(o, "arguments");
+  if (!args) args = json_object_get(o, "parameters");
+  if (json_is_string(args)) {
+    json_t *parsed = json_loads(json_string_value(args), JSON_DECODE_ANY, NULL);
+    args = parsed ? parsed : json_incref(args);
+  } else if (args) {
+    json_incref(args);
+  } else {
+    args = json_object();
+  }
+  json_t *call = make_call(json_string_value(name), json_string_length(name), args, index);
+  json_decref(o);
+  return call;
+}
+
+/* The XML form <function=NAME><parameter=P>value</parameter>...</function>; p is just after
+ * "<function=". A value is JSON unless the tool declares the parameter a string. */
+static json_t *parse_xml_call(const char *p, const char *e, const json_t *tools, int index, q35_err *err) {
+  const char *ne = memchr(p, '>', (size_t)(e - p));
+  if (!ne) {
+    q35_seterr(err, "tool call %d: unterminated <function=...> tag", index);
+    return NULL;
+  }
+  char *name = strndup(p, (size_t)(ne - p));
+  json_t *args = json_object();
+  const char *q = ne + 1;
+  const char *fend = memfind(q, e, FUNC_CLOSE);
+  if (!fend) fend = e;
+  for (;;) {
+    const char *ps = memfind(q, fend, PARAM_OPEN);
+    if (!ps) break;
+    const char *pe = memchr(ps + TAGLEN(PARAM_OPEN), '>', (size_t)(fend - ps - TAGLEN(PARAM_OPEN)));
+    if (!pe) {
+      free(name);
+      json_decref(args);
+      q35_seterr(err, "tool call %d: unterminated <parameter=...> tag", index);
+      return NULL;
+    }
+    char *pname = strndup(ps + TAGLEN(PARAM_OPEN), (size_t)(pe - ps - TAGLEN(PARAM_OPEN)));
+    const char *vs = pe + 1, *ve = memfind(vs, fend, PARAM_CLOSE);
+    const char *next = ve ? ve + TAGLEN(PARAM_CLOSE) : fend;
+    if (!ve) { /* tolerate a missing close tag: value runs to the next parameter */
+      const char *np = memfind(vs, fend, PARAM_OPEN);
+      ve = np ? np : fend;
+      next = ve;
+    }
+    if (vs < ve && *vs == '\n') vs++;
+    if (ve > vs && ve[-1] == '\n') ve--;
+    const char *ty = param_type(tools, name, pname);
+    json_t *v = NULL;
+    if (!ty || strcmp(ty, "string")) v = json_loadb(vs, (size_t)(ve - vs), JSON_DECODE_ANY, NULL);
+    if (!v) v = json_stringn(vs, (size_t)(ve - vs));
+    json_object_set_new(args, pname, v);
+    free(pname);
+    q = next;
+  }
+  json_t *call = make_call(name, strlen(name), args, index);
+  free(name);
+  return call;
+}
+
 /* Parse the inside of one <tool_call> block [p, e). */
 static json_t *parse_block(const char *p, const char *e, const json_t *tools, int index, q35_err *err) {
   p = skip_ws(p, e);
   while (e > p && isspace((unsigned char)e[-1])) e--;
-  if (p < e && *p == '{') {
-    json_error_t je;
-    json_t *o = json_loadb(p, (size_t)(e - p), 0, &je);
-    if (!o) {
-      q35_seterr(err, "tool call %d: invalid JSON: %s", index, je.text);
-      return NULL;
-    }
-    json_t *name = json_object_get(o, "name");
-    if (!json_is_string(name)) {
-      json_decref(o);
-      q35_seterr(err, "tool call %d: no \"name\" string", index);
-      return NULL;
-    }
-    json_t *args = json_object_get(o, "arguments");
-    if (!args) args = json_object_get(o, "parameters");
-    if (json_is_string(args)) {
-      json_t *parsed = json_loads(json_string_value(args), JSON_DECODE_ANY, NULL);
-      args = parsed ? parsed : json_incref(args);
-    } else if (args) {
-      json_incref(args);
-    } else {
-      args = json_object();
-    }
-    json_t *call = make_call(json_string_value(name), json_string_length(name), args, index);
-    json_decref(o);
-    return call;
-  }
-  if (e - p > 10 && !memcmp(p, "<function=", 10)) {
-    const char *ne = memchr(p + 10, '>', (size_t)(e - p - 10));
-    if (!ne) {
-      q35_seterr(err, "tool call %d: unterminated <function=...> tag", index);
-      return NULL;
-    }
-    char *name = xstrndup(p + 10, (size_t)(ne - p - 10));
-    json_t *args = json_object();
-    const char *q = ne + 1;
-    const char *fend = memfind(q, e, "</function>");
-    if (!fend) fend = e;
-    for (;;) {
-      const char *ps = memfind(q, fend, "<parameter=");
-      if (!ps) break;
-      const char *pe = memchr(ps + 11, '>', (size_t)(fend - ps - 11));
-      if (!pe) {
-        free(name);
-        json_decref(args);
-        q35_seterr(err, "tool call %d: unterminated <parameter=...> tag", index);
-        return NULL;
-      }
-      char *pname = xstrndup(ps + 11, (size_t)(pe - ps - 11));
-      const char *vs = pe + 1, *ve = memfind(vs, fend, "</parameter>");
-      const char *next = ve ? ve + 12 : fend;
-      if (!ve) { /* tolerate a missing close tag: value runs to the next parameter */
-        const char *np = memfind(vs, fend, "<parameter=");
-        ve = np ? np : fend;
-        next = ve;
-      }
-      if (vs < ve && *vs == '\n') vs++;
-      if (ve > vs && ve[-1] == '\n') ve--;
-      const char *ty = param_type(tools, name, pname);
-      json_t *v = NULL;
-      if (!ty || strcmp(ty, "string")) v = json_loadb(vs, (size_t)(ve - vs), JSON_DECODE_ANY, NULL);
-      if (!v) v = json_stringn(vs, (size_t)(ve - vs));
-      json_object_set_new(args, pname, v);
-      free(pname);
-      q = next;
-    }
-    json_t *call = make_call(name, strlen(name), args, index);
-    free(name);
-    return call;
-  }
+  if (p < e && *p == '{') return parse_json_call(p, e, index, err);
+  if ((size_t)(e - p) > TAGLEN(FUNC_OPEN) && !memcmp(p, FUNC_OPEN, TAGLEN(FUNC_OPEN)))
+    return parse_xml_call(p + TAGLEN(FUNC_OPEN), e, tools, index, err);
   q35_seterr(err, "tool call %d: expected a JSON object or <function=NAME>", index);
   return NULL;
 }
@@ -399,8 +403,8 @@ int q35_chat_parse_tool_calls(const char *text, const json_t *tools, char **cont
   size_t bn = 0;
   const char *p = text;
   for (;;) {
-    const char *s = memfind(p, e, "<tool_call>");
-    const char *ce = s ? memfind(s + 11, e, "</tool_call>") : NULL;
+    const char *s = memfind(p, e, TOOL_OPEN);
+    const char *ce = s ? memfind(s + TAGLEN(TOOL_OPEN), e, TOOL_CLOSE) : NULL;
     if (!s || !ce) {
       memcpy(buf + bn, p, (size_t)(e - p));
       bn += (size_t)(e - p);
@@ -408,19 +412,19 @@ int q35_chat_parse_tool_calls(const char *text, const json_t *tools, char **cont
     }
     memcpy(buf + bn, p, (size_t)(s - p));
     bn += (size_t)(s - p);
-    json_t *call = parse_block(s + 11, ce, tools, (int)json_array_size(calls), err);
+    json_t *call = parse_block(s + TAGLEN(TOOL_OPEN), ce, tools, (int)json_array_size(calls), err);
     if (!call) {
       free(buf);
       json_decref(calls);
       return -1;
     }
     json_array_append_new(calls, call);
-    p = ce + 12;
+    p = ce + TAGLEN(TOOL_CLOSE);
   }
   const char *a = buf, *b = buf + bn;
   a = skip_ws(a, b);
   while (b > a && isspace((unsigned char)b[-1])) b--;
-  *content = xstrndup(a, (size_t)(b - a));
+  *content = strndup(a, (size_t)(b - a));
   free(buf);
   *tool_calls = calls;
   return 0;
@@ -433,10 +437,7 @@ enum { ST_START, ST_THINK, ST_CONTENT, ST_TOOL };
 struct q35_chat_stream {
   int state, parse_tools, any_reasoning, any_content, n_calls;
   json_t *tools;
-  char *pend;   /* held-back text */
-  size_t n, cap;
-  char *tool;   /* text of the current <tool_call> block */
-  size_t tn, tcap;
+  q35_buf pend; /* held-back text */
 };
 
 q35_chat_stream *q35_chat_stream_new(int in_think, int parse_tools, const json_t *tools) {
@@ -451,8 +452,7 @@ q35_chat_stream *q35_chat_stream_new(int in_think, int parse_tools, const json_t
 void q35_chat_stream_free(q35_chat_stream *s) {
   if (!s) return;
   json_decref(s->tools);
-  free(s->pend);
-  free(s->tool);
+  q35_buf_free(&s->pend);
   free(s);
 }
 
@@ -463,29 +463,14 @@ void q35_chat_delta_free(q35_chat_delta *d) {
   memset(d, 0, sizeof *d);
 }
 
-static int grow(char **p, size_t *cap, size_t need) {
-  if (need <= *cap) return 0;
-  size_t nc = *cap ? *cap : 64;
-  while (nc < need) nc *= 2;
-  char *np = realloc(*p, nc);
-  if (!np) return -1;
-  *p = np;
-  *cap = nc;
-  return 0;
-}
-
-static int append(char **p, size_t *n, size_t *cap, const char *s, size_t k) {
-  if (grow(p, cap, *n + k + 1)) return -1;
-  memcpy(*p + *n, s, k);
-  *n += k;
-  (*p)[*n] = 0;
-  return 0;
-}
-
+/* Append s[0..k) to the malloc'ed string *dst (NULL: none yet). */
 static int delta_add(char **dst, const char *s, size_t k) {
   if (!k) return 0;
-  size_t n = *dst ? strlen(*dst) : 0, cap = *dst ? n + 1 : 0;
-  return append(dst, &n, &cap, s, k);
+  size_t n = *dst ? strlen(*dst) : 0;
+  q35_buf b = {*dst, n, *dst ? n + 1 : 0, 0};
+  if (q35_buf_add(&b, s, k)) return -1;
+  *dst = b.p;
+  return 0;
 }
 
 /* Length of the longest suffix of [p, p+n) that is a proper prefix of tag. */
@@ -497,13 +482,14 @@ static size_t partial_tag(const char *p, size_t n, const char *tag) {
 }
 
 static void consume(q35_chat_stream *s, size_t k) {
-  memmove(s->pend, s->pend + k, s->n - k);
-  s->n -= k;
-  if (s->pend) s->pend[s->n] = 0;
+  q35_buf *b = &s->pend;
+  memmove(b->p, b->p + k, b->n - k);
+  b->n -= k;
+  if (b->p) b->p[b->n] = 0;
 }
 
 static int emit_reasoning(q35_chat_stream *s, q35_chat_delta *d, size_t k, int strip_trailing) {
-  const char *p = s->pend;
+  const char *p = s->pend.p;
   size_t a = 0, b = k;
   if (!s->any_reasoning)
     while (a < b && p[a] == '\n') a++;
@@ -525,105 +511,116 @@ static int emit_reasoning(q35_chat_stream *s, q35_chat_delta *d, size_t k, int s
 static int emit_content(q35_chat_stream *s, q35_chat_delta *d, size_t k) {
   size_t a = 0;
   if (!s->any_content)
-    while (a < k && (s->pend[a] == '\n')) a++;
+    while (a < k && (s->pend.p[a] == '\n')) a++;
   if (k > a) {
-    if (delta_add(&d->content, s->pend + a, k - a)) return -1;
+    if (delta_add(&d->content, s->pend.p + a, k - a)) return -1;
     s->any_content = 1;
   }
   consume(s, k);
   return 0;
 }
 
+/* One step of the splitter in its current state, on the held-back text: FEED_AGAIN after a
+ * state change, FEED_WAIT when it needs more text (or is done), -1 on error (err set). */
+enum { FEED_WAIT = 0, FEED_AGAIN = 1 };
+
+static int feed_start(q35_chat_stream *s, int final) {
+  /* a leading "<think>" opens the reasoning */
+  const char *p = s->pend.p;
+  size_t a = 0;
+  while (a < s->pend.n && isspace((unsigned char)p[a])) a++;
+  size_t rest = s->pend.n - a;
+  if (rest >= TAGLEN(THINK_OPEN) && !memcmp(p + a, THINK_OPEN, TAGLEN(THINK_OPEN))) {
+    consume(s, a + TAGLEN(THINK_OPEN));
+    s->state = ST_THINK;
+    return FEED_AGAIN;
+  }
+  if (!final && rest < TAGLEN(THINK_OPEN) && !memcmp(p + a, THINK_OPEN, rest)) return FEED_WAIT; /* undecided */
+  s->state = ST_CONTENT;
+  return FEED_AGAIN;
+}
+
+static int feed_think(q35_chat_stream *s, int final, q35_chat_delta *d, q35_err *err) {
+  const char *p = s->pend.p, *f = memfind(p, p + s->pend.n, THINK_CLOSE);
+  if (f) {
+    if (emit_reasoning(s, d, (size_t)(f - p), 1)) return q35_seterr(err, "out of memory");
+    consume(s, TAGLEN(THINK_CLOSE));
+    s->state = ST_CONTENT;
+    return FEED_AGAIN;
+  }
+  size_t hold = final ? 0 : partial_tag(p, s->pend.n, THINK_CLOSE);
+  if (emit_reasoning(s, d, s->pend.n - hold, final)) return q35_seterr(err, "out of memory");
+  return FEED_WAIT;
+}
+
+static int feed_content(q35_chat_stream *s, int final, q35_chat_delta *d, q35_err *err) {
+  const char *p = s->pend.p;
+  const char *f = s->parse_tools ? memfind(p, p + s->pend.n, TOOL_OPEN) : NULL;
+  if (f) {
+    size_t k = (size_t)(f - p);
+    /* whitespace right before a tool call is not content */
+    size_t kk = k;
+    while (kk > 0 && isspace((unsigned char)p[kk - 1])) kk--;
+    if (emit_content(s, d, kk)) return q35_seterr(err, "out of memory");
+    consume(s, k - kk + TAGLEN(TOOL_OPEN));
+    s->state = ST_TOOL;
+    return FEED_AGAIN;
+  }
+  size_t hold = final || !s->parse_tools ? 0 : partial_tag(p, s->pend.n, TOOL_OPEN);
+  if (!final && s->parse_tools) { /* also hold trailing whitespace: it may precede a tool call */
+    size_t k = s->pend.n - hold;
+    while (k > 0 && isspace((unsigned char)p[k - 1])) k--;
+    hold = s->pend.n - k;
+  }
+  if (emit_content(s, d, s->pend.n - hold)) return q35_seterr(err, "out of memory");
+  return FEED_WAIT;
+}
+
+static int feed_tool(q35_chat_stream *s, int final, q35_chat_delta *d, q35_err *err) {
+  const char *p = s->pend.p, *f = memfind(p, p + s->pend.n, TOOL_CLOSE);
+  if (f) {
+    json_t *call = parse_block(p, f, s->tools, s->n_calls, err);
+    if (!call) return -1;
+    s->n_calls++;
+    if (!d->tool_calls) d->tool_calls = json_array();
+    json_array_append_new(d->tool_calls, call);
+    consume(s, (size_t)(f - p) + TAGLEN(TOOL_CLOSE));
+    /* whitespace after a tool call is not content */
+    size_t a = 0;
+    while (a < s->pend.n && isspace((unsigned char)s->pend.p[a])) a++;
+    consume(s, a);
+    s->state = ST_CONTENT;
+    return FEED_AGAIN;
+  }
+  if (final) { /* unterminated: give the text back as content */
+    char *rest = strndup(p, s->pend.n);
+    if (!rest) return q35_seterr(err, "out of memory");
+    s->pend.n = 0;
+    if (q35_buf_str(&s->pend, TOOL_OPEN) || q35_buf_str(&s->pend, rest)) {
+      free(rest);
+      return q35_seterr(err, "out of memory");
+    }
+    free(rest);
+    if (emit_content(s, d, s->pend.n)) return q35_seterr(err, "out of memory");
+    s->state = ST_CONTENT;
+  }
+  return FEED_WAIT;
+}
+
 int q35_chat_stream_feed(q35_chat_stream *s, const char *text, int final, q35_chat_delta *d, q35_err *err) {
   memset(d, 0, sizeof *d);
-  if (text && append(&s->pend, &s->n, &s->cap, text, strlen(text))) return q35_seterr(err, "out of memory");
-  if (!s->pend && append(&s->pend, &s->n, &s->cap, "", 0)) return q35_seterr(err, "out of memory");
+  if (text && q35_buf_str(&s->pend, text)) return q35_seterr(err, "out of memory");
+  if (!s->pend.p && q35_buf_add(&s->pend, "", 0)) return q35_seterr(err, "out of memory");
   for (;;) {
-    if (s->state == ST_START) {
-      /* a leading "<think>" opens the reasoning */
-      size_t a = 0;
-      while (a < s->n && isspace((unsigned char)s->pend[a])) a++;
-      size_t rest = s->n - a;
-      if (rest >= 7 && !memcmp(s->pend + a, "<think>", 7)) {
-        consume(s, a + 7);
-        s->state = ST_THINK;
-        continue;
-      }
-      if (!final && rest < 7 && !memcmp(s->pend + a, "<think>", rest)) break; /* undecided */
-      s->state = ST_CONTENT;
-      continue;
+    int rc;
+    switch (s->state) {
+      case ST_START: rc = feed_start(s, final); break;
+      case ST_THINK: rc = feed_think(s, final, d, err); break;
+      case ST_CONTENT: rc = feed_content(s, final, d, err); break;
+      default: rc = feed_tool(s, final, d, err); break;
     }
-    if (s->state == ST_THINK) {
-      const char *f = memfind(s->pend, s->pend + s->n, "</think>");
-      if (f) {
-        size_t k = (size_t)(f - s->pend);
-        if (emit_reasoning(s, d, k, 1)) return q35_seterr(err, "out of memory");
-        consume(s, 8);
-        s->state = ST_CONTENT;
-        continue;
-      }
-      if (final) {
-        if (emit_reasoning(s, d, s->n, 1)) return q35_seterr(err, "out of memory");
-        break;
-      }
-      size_t hold = partial_tag(s->pend, s->n, "</think>");
-      if (emit_reasoning(s, d, s->n - hold, 0)) return q35_seterr(err, "out of memory");
-      break;
-    }
-    if (s->state == ST_CONTENT) {
-      const char *f = s->parse_tools ? memfind(s->pend, s->pend + s->n, "<tool_call>") : NULL;
-      if (f) {
-        size_t k = (size_t)(f - s->pend);
-        /* whitespace right before a tool call is not content */
-        size_t kk = k;
-        while (kk > 0 && isspace((unsigned char)s->pend[kk - 1])) kk--;
-        if (emit_content(s, d, kk)) return q35_seterr(err, "out of memory");
-        consume(s, k - kk + 11);
-        s->tn = 0;
-        s->state = ST_TOOL;
-        continue;
-      }
-      size_t hold = final || !s->parse_tools ? 0 : partial_tag(s->pend, s->n, "<tool_call>");
-      if (!final && s->parse_tools) { /* also hold trailing whitespace: it may precede a tool call */
-        size_t k = s->n - hold;
-        while (k > 0 && isspace((unsigned char)s->pend[k - 1])) k--;
-        hold = s->n - k;
-      }
-      if (emit_content(s, d, s->n - hold)) return q35_seterr(err, "out of memory");
-      break;
-    }
-    /* ST_TOOL */
-    const char *f = memfind(s->pend, s->pend + s->n, "</tool_call>");
-    if (f) {
-      size_t k = (size_t)(f - s->pend);
-      json_t *call = parse_block(s->pend, f, s->tools, s->n_calls, err);
-      if (!call) return -1;
-      s->n_calls++;
-      if (!d->tool_calls) d->tool_calls = json_array();
-      json_array_append_new(d->tool_calls, call);
-      consume(s, k + 12);
-      /* whitespace after a tool call is not content */
-      size_t a = 0;
-      while (a < s->n && isspace((unsigned char)s->pend[a])) a++;
-      consume(s, a);
-      s->state = ST_CONTENT;
-      continue;
-    }
-    if (final) { /* unterminated: give the text back as content */
-      char *rest = xstrndup(s->pend, s->n);
-      if (!rest) return q35_seterr(err, "out of memory");
-      s->n = 0;
-      if (append(&s->pend, &s->n, &s->cap, "<tool_call>", 11) || append(&s->pend, &s->n, &s->cap, rest, strlen(rest))) {
-        free(rest);
-        return q35_seterr(err, "out of memory");
-      }
-      free(rest);
-      if (emit_content(s, d, s->n)) return q35_seterr(err, "out of memory");
-      s->state = ST_CONTENT;
-    }
-    break;
+    if (rc != FEED_AGAIN) return rc < 0 ? -1 : 0;
   }
-  return 0;
 }
 
 void q35_chat_split_think(const char *text, int in_think, char **reasoning, char **content) {
@@ -631,8 +628,8 @@ void q35_chat_split_think(const char *text, int in_think, char **reasoning, char
   q35_chat_delta d = {0};
   q35_err err;
   if (s) q35_chat_stream_feed(s, text, 1, &d, &err);
-  *reasoning = d.reasoning ? d.reasoning : xstrdup("");
-  *content = d.content ? d.content : xstrdup("");
+  *reasoning = d.reasoning ? d.reasoning : strdup("");
+  *content = d.content ? d.content : strdup("");
   d.reasoning = d.content = NULL;
   q35_chat_delta_free(&d);
   q35_chat_stream_free(s);

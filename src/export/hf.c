@@ -9,6 +9,7 @@
 #include "export/hf.h"
 
 #include <malloc.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +73,7 @@ static void progress(const q35_export_opts *o, int tty, int i, int n, uint64_t d
 
 /* DIR/chat_template.jinja when the file exists (NULL otherwise), for a tokenizer without one. */
 static int load_template_file(const char *dir, char **out, q35_err *err) {
-  char path[4096];
+  char path[PATH_MAX];
   snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
   *out = NULL;
   if (access(path, R_OK) != 0) return 0;
@@ -83,7 +84,7 @@ static int load_template_file(const char *dir, char **out, q35_err *err) {
 /* tokenizer.json (+ tokenizer_config.json) and, when the tokenizer has no chat template, the
  * chat_template.jinja file */
 static int read_tokenizer(const char *dir, int64_t vocab, q35_tokenizer **tok, char **tmpl, q35_err *err) {
-  char tj[4096], tc[4096];
+  char tj[PATH_MAX], tc[PATH_MAX];
   snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
   snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir);
   if (access(tj, F_OK) != 0)
@@ -106,7 +107,8 @@ static int write_metadata(gguf_writer *w, const plan *p, const q35_tokenizer *to
   gguf_set_str(w, q35_gguf_key(Q35_KEY_GENERAL_ARCHITECTURE, NULL).s, q35_export_arch(c->moe));
   gguf_set_str(w, q35_gguf_key(Q35_KEY_GENERAL_NAME, NULL).s, base);
   /* a k-quant export is labelled the _M mix (q6_k output by default) */
-  gguf_set_u32(w, q35_gguf_key(Q35_KEY_GENERAL_FILE_TYPE, NULL).s, (uint32_t)q35_gguf_file_type(p->t_lin, Q35_TYPE_Q6_K));
+  const int file_type = q35_gguf_file_type(p->t_lin, Q35_TYPE_Q6_K);
+  gguf_set_u32(w, q35_gguf_key(Q35_KEY_GENERAL_FILE_TYPE, NULL).s, (uint32_t)file_type);
   gguf_set_u32(w, q35_gguf_key(Q35_KEY_GENERAL_QUANT_VERSION, NULL).s, Q35_GGUF_QUANT_VERSION);
   q35_export_hparams h = {
       .moe = c->moe, .n_layer = c->L, .n_ctx_train = c->ctx, .n_embd = c->H, .n_ff = c->F,

@@ -5,6 +5,7 @@
  * naming the file and the key.
  */
 #define _GNU_SOURCE
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -68,10 +69,11 @@ static int cfg_num(cfgctx *c, json_t *obj, const char *oname, const char *key, d
 }
 
 int hf_read_config(const char *dir, hfcfg *cfg, q35_err *err) {
-  char path[4096];
+  char path[PATH_MAX];
   snprintf(path, sizeof path, "%s/config.json", dir);
   memset(cfg, 0, sizeof *cfg);
-  if (access(path, F_OK) != 0) return q35_seterr(err, "%s: missing (a Hugging Face checkpoint needs config.json)", path);
+  if (access(path, F_OK) != 0)
+    return q35_seterr(err, "%s: missing (a Hugging Face checkpoint needs config.json)", path);
   json_error_t je;
   json_t *root = json_load_file(path, 0, &je);
   if (!root) return q35_seterr(err, "%s: malformed JSON: %s (line %d, column %d)", path, je.text, je.line, je.column);

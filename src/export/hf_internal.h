@@ -87,7 +87,7 @@ int hf_build_plan(plan *p);
 void hf_plan_free(plan *p);
 
 /* Most threads one tensor's conversion uses. */
-#define HF_MAX_THREADS 16
+#define HF_MAX_THREADS Q35_EXPORT_MAX_THREADS
 
 /* Convert every row of t into buf (q35_row_size(t->type, t->ne[0]) bytes per row) with
  * nthreads threads (1..HF_MAX_THREADS); scratch holds 2 * nthreads * maxrow floats, maxrow >=

@@ -234,7 +234,7 @@ static int cfg_layer_pattern(cfgctx *c, hfcfg *cfg) {
                         tp, (long long)iv, tp, (long long)cfg->interval);
   }
   /* an interval past the last layer (e.g. the default 4 with 2 layers) means no full-attention
-   * layer, which L + 1 says too: one value per pattern (found by the hfconfig fuzz target) */
+   * layer, which L + 1 says too: one value per pattern */
   if (cfg->interval > cfg->L + 1) cfg->interval = cfg->L + 1;
   return 0;
 }

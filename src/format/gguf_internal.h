@@ -17,7 +17,9 @@
 
 #define GGUF_MAGIC "GGUF"
 #define GGUF_MAGIC_SIZE 4
-#define GGUF_VERSION 3 /* written; the reader also takes version 2 */
+#define GGUF_VERSION 3     /* written and read */
+#define GGUF_VERSION_MIN 2 /* the oldest version read (same layout as 3) */
+#define GGUF_STR_LEN_SIZE 8 /* a string is a u64 length, then its bytes */
 #define GGUF_DEFAULT_ALIGNMENT 32
 #define GGUF_MAX_DIMS 4
 #define GGUF_MAX_TENSOR_NAME 64 /* llama.cpp's GGML_MAX_NAME, including the NUL */

@@ -49,6 +49,7 @@ _Static_assert(offsetof(gguf_kv, key) == 0 && offsetof(gguf_tensor, name) == 0,
 #define GGUF_MIN_TENSOR_INFO_SIZE 32 /* name length 8, n_dims 4, one ne 8, type 4, offset 8 */
 #define GGUF_MAP_ALIGN ((size_t)2 << 20) /* files of 2x this or more are mapped at this alignment */
 #define FALLBACK_PAGE_SIZE 4096 /* when sysconf cannot say */
+#define SHOW_MAX_CHARS 96 /* of a name from the file quoted in a message */
 
 static const char *vtype_name(int t) {
   static const char *const names[] = {"u8",  "i8",  "u16",  "i16",    "u32", "i32", "f32",
@@ -73,7 +74,7 @@ static const char *show(gguf_str s, char *buf, size_t cap) {
   size_t o = 0;
   for (uint64_t i = 0; i < s.len && o + 5 < cap; i++) {
     unsigned char c = (unsigned char)s.ptr[i];
-    if (i >= 96) {
+    if (i >= SHOW_MAX_CHARS) {
       memcpy(buf + o, "...", 3);
       o += 3;
       break;
@@ -197,22 +198,23 @@ static int rd_u64(rd *r, uint64_t *v, const char *field) {
 #define NO_ELEM UINT64_MAX
 static int rd_str(rd *r, gguf_str *s, const char *field, uint64_t elem) {
   char name[64];
-  if (rd_left(r) < 8 || gguf_rd_le(r->p + r->pos, 8) > rd_left(r) - 8) {
+  if (rd_left(r) < GGUF_STR_LEN_SIZE ||
+      gguf_rd_le(r->p + r->pos, GGUF_STR_LEN_SIZE) > rd_left(r) - GGUF_STR_LEN_SIZE) {
     if (elem == NO_ELEM) snprintf(name, sizeof name, "%s", field);
     else snprintf(name, sizeof name, "string element %llu", (unsigned long long)elem);
   }
-  if (rd_left(r) < 8)
+  if (rd_left(r) < GGUF_STR_LEN_SIZE)
     return q35_seterr(r->err,
                       "%s: truncated: the length of %s of %s needs 8 bytes at offset %zu, but "
                       "only %zu remain in the file (%zu bytes)",
                       r->file, name, r->what, r->pos, rd_left(r), r->size);
-  uint64_t len = gguf_rd_le(r->p + r->pos, 8);
-  r->pos += 8;
+  uint64_t len = gguf_rd_le(r->p + r->pos, GGUF_STR_LEN_SIZE);
+  r->pos += GGUF_STR_LEN_SIZE;
   if (len > rd_left(r))
     return q35_seterr(r->err,
                       "%s: %s of %s has length %llu at offset %zu, past the end of the file "
                       "(%zu bytes remain)",
-                      r->file, name, r->what, (unsigned long long)len, r->pos - 8, rd_left(r));
+                      r->file, name, r->what, (unsigned long long)len, r->pos - GGUF_STR_LEN_SIZE, rd_left(r));
   s->ptr = (const char *)r->p + r->pos;
   s->len = len;
   r->pos += (size_t)len;
@@ -261,7 +263,7 @@ static int rd_value(rd *r, uint32_t t, gguf_kv *kv) {
   if (rd_u64(r, &n, "the array count")) return -1;
   kv->arr_type = (int)et;
   kv->arr_data = r->p + r->pos;
-  size_t min_elem = et == GGUF_STRING ? 8 : gguf_vtype_size(et);
+  size_t min_elem = et == GGUF_STRING ? GGUF_STR_LEN_SIZE : gguf_vtype_size(et);
   if (n > rd_left(r) / min_elem)
     return q35_seterr(r->err,
                       "%s: %s has an array count of %llu %s elements, which cannot fit in the "
@@ -302,11 +304,11 @@ static int rd_tensor_info(rd *r, gguf_tensor *t, size_t alignment) {
   if (rd_str(r, &t->name, "the name", NO_ELEM)) return -1;
   snprintf(r->what, sizeof r->what, "tensor '%s'", show(t->name, nb, sizeof nb));
   if (rd_u32(r, &t->n_dims, "n_dims")) return -1;
-  if (t->n_dims < 1 || t->n_dims > 4)
+  if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS)
     return q35_seterr(r->err, "%s: %s has n_dims = %u (must be 1..4)", r->file, r->what,
                       t->n_dims);
   int64_t nel = 1;
-  for (int d = 0; d < 4; d++) t->ne[d] = 1;
+  for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
   for (uint32_t d = 0; d < t->n_dims; d++) {
     uint64_t v;
     if (rd_u64(r, &v, "a dimension")) return -1;
@@ -368,7 +370,7 @@ static int parse_header(gguf_file *f, rd *r) {
   }
   r->pos = GGUF_MAGIC_SIZE;
   if (rd_u32(r, &f->version, "the version")) return -1;
-  if (f->version != 2 && f->version != GGUF_VERSION)
+  if (f->version != GGUF_VERSION_MIN && f->version != GGUF_VERSION)
     return q35_seterr(err, "%s: unsupported GGUF version %u (q35 reads versions 2 and 3%s)", f->path,
                       f->version,
                       (f->version & 0xffff) == 0 ? "; this may be a big-endian file" : "");

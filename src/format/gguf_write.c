@@ -39,7 +39,7 @@ static void wb_le(q35_buf *b, uint64_t v, size_t n) {
 }
 
 static void wb_str(q35_buf *b, const char *s, size_t n) {
-  wb_le(b, n, 8);
+  wb_le(b, n, GGUF_STR_LEN_SIZE);
   q35_buf_add(b, s, n);
 }
 

@@ -31,16 +31,28 @@
 #include "format/gguf_names.h"
 #include "format/tensor_types.h"
 
-/* Serialization into a q35_buf (its out-of-memory flag is sticky: checked once per pair). */
+/* Serialization into a q35_buf (its out-of-memory flag is sticky: checked once per pair).
+ * wb_put appends in place while the buffer has room (a vocabulary is ~500k small appends)
+ * and leaves growth to q35_buf_add; either way the q35_buf invariants hold. */
+static inline void wb_put(q35_buf *b, const void *src, size_t n) {
+  if (b->p && !b->oom && n < b->cap - b->n) {
+    if (n) memcpy(b->p + b->n, src, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return;
+  }
+  q35_buf_add(b, src, n);
+}
+
 static void wb_le(q35_buf *b, uint64_t v, size_t n) {
   uint8_t t[8];
   for (size_t i = 0; i < n; i++) t[i] = (uint8_t)(v >> (8 * i));
-  q35_buf_add(b, t, n);
+  wb_put(b, t, n);
 }
 
 static void wb_str(q35_buf *b, const char *s, size_t n) {
   wb_le(b, n, GGUF_STR_LEN_SIZE);
-  q35_buf_add(b, s, n);
+  wb_put(b, s, n);
 }
 
 typedef struct wkv {
@@ -208,7 +220,7 @@ void gguf_set_arr(gguf_writer *w, const char *key, int elem_type, const void *v,
   wb_le(b, (uint32_t)elem_type, 4);
   wb_le(b, n, 8);
   if (n && (!v || n > SIZE_MAX / es)) b->oom = 1;
-  else q35_buf_add(b, v, (size_t)n * es);
+  else wb_put(b, v, (size_t)n * es);
   kv_done(w, key, b);
 }
 
@@ -401,13 +413,13 @@ int gguf_writer_begin(gguf_writer *w, const char *path, q35_err *err) {
   }
 
   q35_buf h = {0};
-  q35_buf_add(&h, GGUF_MAGIC, GGUF_MAGIC_SIZE);
+  wb_put(&h, GGUF_MAGIC, GGUF_MAGIC_SIZE);
   wb_le(&h, GGUF_VERSION, 4);
   wb_le(&h, w->n_t, 8);
   wb_le(&h, w->n_kv, 8);
   for (size_t i = 0; i < w->n_kv; i++) {
     wb_str(&h, w->kv[i].key, strlen(w->kv[i].key));
-    q35_buf_add(&h, w->kv[i].blob.p, w->kv[i].blob.n);
+    wb_put(&h, w->kv[i].blob.p, w->kv[i].blob.n);
   }
   for (size_t i = 0; i < w->n_t; i++) {
     const wtensor *t = &w->t[i];

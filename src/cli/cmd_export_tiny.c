@@ -68,9 +68,9 @@ int cmd_export_tiny(int argc, char **argv) {
       else die("--arch: '%s' is not qwen35moe or qwen35", v);
       continue;
     }
-    INT("--layers", n_layer, 1, 256)
+    INT("--layers", n_layer, 1, Q35_TINY_MAX_LAYERS)
     INT("--interval", interval, 1, 256)
-    INT("--embd", n_embd, 1, 16384)
+    INT("--embd", n_embd, 1, Q35_TINY_MAX_EMBD)
     if (arg_is(argc, argv, &i, "--vocab")) {
       o.n_vocab = (int)arg_int("--vocab", arg_value(argc, argv, &i), 1, 1 << 20);
       vocab_set = 1;

@@ -24,6 +24,7 @@
 #include "format/tensor_types.h"
 #include "text/tokenizer.h"
 
+#define RSS_ANON_FIELD "RssAnon:" /* of /proc/self/status: anonymous resident memory */
 #define PROGRESS_BAR_WIDTH 30 /* characters of the TTY progress bar */
 #define PROGRESS_LINE_STEP 10 /* percent between two progress lines when stderr is not a TTY */
 
@@ -43,12 +44,12 @@ static uint64_t rss_anon(void) {
   char line[256];
   uint64_t kb = 0;
   while (fgets(line, sizeof line, f))
-    if (!strncmp(line, "RssAnon:", 8)) {
-      kb = strtoull(line + 8, NULL, 10);
+    if (!strncmp(line, RSS_ANON_FIELD, sizeof RSS_ANON_FIELD - 1)) {
+      kb = strtoull(line + sizeof RSS_ANON_FIELD - 1, NULL, 10);
       break;
     }
   fclose(f);
-  return kb * 1024;
+  return kb * 1024; /* the field is in kB */
 }
 
 static void progress(const q35_export_opts *o, int tty, int i, int n, uint64_t done, uint64_t total, const char *name,

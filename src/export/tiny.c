@@ -81,9 +81,7 @@ static float rng_normal(rng *r) {
   return (float)(sum - 131070) * (float)(1.0 / 37837.2); /* sd of the sum: 65536 * sqrt(4 / 12) */
 }
 
-/* Limits of the options, and the fixed values of every tiny model */
-#define TINY_MAX_LAYERS 256
-#define TINY_MAX_EMBD 16384
+/* The fixed values of every tiny model */
 #define TINY_MODEL_NAME "q35 tiny test model"
 #define TINY_RMS_EPS 1e-6f
 /* the random stream's start: seed * MUL + ADD (an LCG multiplier, so nearby seeds diverge) */
@@ -254,8 +252,8 @@ static int write_synthetic_vocab(gguf_writer *w, int V, q35_err *err) {
 }
 
 static const char *check_opts(const q35_tiny_opts *o) {
-  if (o->n_layer < 1 || o->n_layer > TINY_MAX_LAYERS) return "--layers must be in [1, 256]";
-  if (o->n_embd < 1 || o->n_embd > TINY_MAX_EMBD) return "--embd must be in [1, 16384]";
+  if (o->n_layer < 1 || o->n_layer > Q35_TINY_MAX_LAYERS) return "--layers must be in [1, 256]";
+  if (o->n_embd < 1 || o->n_embd > Q35_TINY_MAX_EMBD) return "--embd must be in [1, 16384]";
   if (o->n_head < 1 || o->n_head_kv < 1 || o->n_head % o->n_head_kv) return "--heads must be a multiple of --kv-heads";
   if (o->head_dim < 2 || o->n_rot < 2 || o->n_rot > o->head_dim || o->n_rot % 2)
     return "--rot must be even and <= --head-dim";

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p build-fuzz
 clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-  -Iinclude -Isrc fuzz/gguf_fuzz.c src/format/gguf.c src/format/tensor_types.c src/base/util.c -lm \
+  -Iinclude -Isrc fuzz/gguf_fuzz.c src/format/gguf_read.c src/format/gguf_write.c src/format/gguf_names.c \
+  src/format/tensor_types.c src/base/buf.c src/base/util.c -lm \
   -o build-fuzz/gguf_fuzz
 echo "built build-fuzz/gguf_fuzz"

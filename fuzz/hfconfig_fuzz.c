@@ -1,8 +1,8 @@
 /*
  * hfconfig_fuzz.c - libFuzzer target for the Hugging Face config.json reader of the exporter
- * (read_config in src/export/hf.c, a static function: this file #includes hf.c to reach it).
+ * (hf_read_config in src/export/hf_config.c, declared in export/hf_internal.h).
  * The input is the whole config.json, parsed in memory (json_loadb) and handed to
- * parse_config, the checks read_config runs after json_load_file.
+ * hf_parse_config, the checks hf_read_config runs after json_load_file.
  * Properties: the file is either accepted, or refused with a message that names the file;
  * an accepted config has every value the GGUF writer later relies on in range: layers,
  * heads and head dims positive, attention heads a multiple of KV heads, value heads a
@@ -10,9 +10,15 @@
  * in [1, layers + 1], positive rope theta and norm epsilon, top-k experts
  * <= experts, non-negative M-RoPE sections, a NUL-terminated model type.
  */
-// needs: src/export/hf.c src/export/safetensors.c
+// needs: src/export/hf_config.c src/export/qwen35_gguf.c
 #define _GNU_SOURCE
-#include "../src/export/hf.c"
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "export/hf_internal.h"
 
 
 static void check(int cond, const char *what) {
@@ -23,9 +29,8 @@ static void check(int cond, const char *what) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  /* the file reader (read_config) is json_load_file + parse_config; jansson's file and buffer
-   * loaders share one parser, so the buffer is parsed in memory (a file write per input
-   * limited the target to ~500 exec/s) */
+  /* the file reader (hf_read_config) is json_load_file + hf_parse_config; jansson's file and
+   * buffer loaders share one parser, so the buffer is parsed in memory (no file per input) */
   hfcfg c;
   q35_err err = {{0}};
   int rc;
@@ -34,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!root)
     rc = q35_seterr(&err, "fuzz/config.json: malformed JSON: %s (line %d, column %d)", je.text, je.line, je.column);
   else
-    rc = parse_config("fuzz/config.json", root, &c, &err);
+    rc = hf_parse_config("fuzz/config.json", root, &c, &err);
   if (rc) {
     check(rc == -1, "failure returns -1");
     check(err.msg[0] != 0, "a refused config has a message");

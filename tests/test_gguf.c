@@ -18,23 +18,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "format/gguf.h"
-#include "kernels/quant.h"
+#include "base/buf.h"
 #include "base/util.h"
-
-static int failures;
-static int checks;
-
-#define CHECK(cond, ...)                                                  \
-  do {                                                                    \
-    checks++;                                                             \
-    if (!(cond)) {                                                        \
-      failures++;                                                         \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
-      fprintf(stderr, __VA_ARGS__);                                       \
-      fputc('\n', stderr);                                                \
-    }                                                                     \
-  } while (0)
+#include "check.h"
+#include "export/tiny.h"
+#include "format/gguf.h"
+#include "format/gguf_names.h"
+#include "kernels/quant.h"
 
 static char tmpdir[256];
 
@@ -51,22 +41,7 @@ static int file_exists(const char *p) {
   return stat(p, &st) == 0;
 }
 
-static uint8_t *read_file(const char *p, size_t *n) {
-  FILE *f = fopen(p, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long sz = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *b = malloc(sz ? (size_t)sz : 1);
-  if (fread(b, 1, (size_t)sz, f) != (size_t)sz) {
-    free(b);
-    fclose(f);
-    return NULL;
-  }
-  fclose(f);
-  *n = (size_t)sz;
-  return b;
-}
+static uint8_t *read_file(const char *p, size_t *n) { return (uint8_t *)q35_read_file(p, n, NULL); }
 
 static void write_bytes(const char *p, const void *b, size_t n) {
   FILE *f = fopen(p, "wb");
@@ -872,6 +847,83 @@ static void test_peer(void) {
   dlclose(h);
 }
 
+/* The name table: spellings unique and well formed, names formatted, every name within
+ * llama.cpp's limit, and the test-model writer's files spelled from it. */
+static int count_of(const char *s, const char *sub) {
+  int n = 0;
+  for (const char *p = strstr(s, sub); p; p = strstr(p + 1, sub)) n++;
+  return n;
+}
+
+static void test_names(void) {
+  for (int i = 0; i < Q35_KEY_COUNT; i++) {
+    const char *k = q35_gguf_key_spelling((q35_gguf_key_id)i);
+    CHECK(k && *k, "key %d has no spelling", i);
+    if (!k) continue;
+    for (int j = 0; j < i; j++) CHECK(strcmp(k, q35_gguf_key_spelling((q35_gguf_key_id)j)), "key '%s' twice", k);
+    if (q35_gguf_key_is_arch((q35_gguf_key_id)i))
+      CHECK(!strncmp(k, "%s.", 3) && count_of(k, "%") == 1, "architecture key '%s'", k);
+    else
+      CHECK((!strncmp(k, "general.", 8) || !strncmp(k, "tokenizer.", 10)) && !strchr(k, '%'), "key '%s'", k);
+  }
+  for (int i = 0; i < Q35_TENSOR_COUNT; i++) {
+    const char *t = q35_gguf_tensor_spelling((q35_gguf_tensor_id)i);
+    CHECK(t && *t, "tensor %d has no spelling", i);
+    if (!t) continue;
+    for (int j = 0; j < i; j++)
+      CHECK(strcmp(t, q35_gguf_tensor_spelling((q35_gguf_tensor_id)j)), "tensor '%s' twice", t);
+    if (q35_gguf_tensor_is_layer((q35_gguf_tensor_id)i))
+      CHECK(!strncmp(t, "blk.%d.", 7) && count_of(t, "%") == 1, "layer tensor '%s'", t);
+    else
+      CHECK(!strchr(t, '%'), "model tensor '%s'", t);
+    CHECK(strlen(q35_gguf_tensor((q35_gguf_tensor_id)i, 99999).s) < 64, "'%s' at layer 99999 exceeds 63 bytes", t);
+  }
+  CHECK(!q35_gguf_key_spelling(Q35_KEY_COUNT) && !q35_gguf_tensor_spelling(Q35_TENSOR_COUNT), "ids out of range");
+  CHECK(!strcmp(q35_gguf_key(Q35_KEY_BLOCK_COUNT, "qwen35moe").s, "qwen35moe.block_count"), "arch key");
+  CHECK(!strcmp(q35_gguf_key(Q35_KEY_RMS_EPS, Q35_GGUF_ARCH_DENSE).s, "qwen35.attention.layer_norm_rms_epsilon"),
+        "arch key (dense)");
+  CHECK(!strcmp(q35_gguf_key(Q35_KEY_GENERAL_ALIGNMENT, "qwen35").s, "general.alignment"), "general key");
+  CHECK(!strcmp(q35_gguf_key(Q35_KEY_TOKENIZER_TOKENS, NULL).s, "tokenizer.ggml.tokens"), "tokenizer key");
+  CHECK(!strcmp(q35_gguf_tensor(Q35_TENSOR_ATTN_Q, 3).s, "blk.3.attn_q.weight"), "layer tensor");
+  CHECK(!strcmp(q35_gguf_tensor(Q35_TENSOR_SSM_A, 0).s, "blk.0.ssm_a"), "ssm_a");
+  CHECK(!strcmp(q35_gguf_tensor(Q35_TENSOR_TOKEN_EMBD, 7).s, "token_embd.weight"), "model tensor");
+  CHECK(q35_gguf_file_type(Q35_TYPE_Q4_K, Q35_TYPE_Q6_K) == Q35_FTYPE_MOSTLY_Q4_K_M &&
+            q35_gguf_file_type(Q35_TYPE_Q4_K, Q35_TYPE_Q4_K) == Q35_FTYPE_MOSTLY_Q4_K_S &&
+            q35_gguf_file_type(Q35_TYPE_F32, -1) == 0 && q35_gguf_file_type(Q35_TYPE_BF16, -1) == 32,
+        "general.file_type values");
+
+  /* every tensor and key of tiny models is one of the table's names */
+  for (int variant = 0; variant < 2; variant++) {
+    q35_tiny_opts o = q35_tiny_default();
+    o.n_layer = 4;
+    o.n_embd = 64;
+    o.n_vocab = 512;
+    if (variant) o.moe = 0, o.tied = 1, o.interval = 2;
+    else o.merged_gate_up = 0;
+    q35_err err = {{0}};
+    CHECK(q35_tiny_write(&o, tpath("names.gguf"), &err) == 0, "tiny model: %s", err.msg);
+    gguf_file *f = gguf_open(tpath("names.gguf"), &err);
+    CHECK(f, "open tiny model: %s", err.msg);
+    if (!f) continue;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+      int found = 0;
+      for (int id = 0; id < Q35_TENSOR_COUNT && !found; id++)
+        for (int il = 0; il < o.n_layer && !found; il++)
+          found = gguf_str_eq(f->tensors[i].name, q35_gguf_tensor((q35_gguf_tensor_id)id, il).s);
+      CHECK(found, "tiny model tensor '%.*s' is not in the name table", (int)f->tensors[i].name.len,
+            f->tensors[i].name.ptr);
+    }
+    const char *arch = o.moe ? Q35_GGUF_ARCH_MOE : Q35_GGUF_ARCH_DENSE;
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+      int found = 0;
+      for (int id = 0; id < Q35_KEY_COUNT && !found; id++)
+        found = gguf_str_eq(f->kv[i].key, q35_gguf_key((q35_gguf_key_id)id, arch).s);
+      CHECK(found, "tiny model key '%.*s' is not in the name table", (int)f->kv[i].key.len, f->kv[i].key.ptr);
+    }
+    gguf_close(f);
+  }
+}
+
 int main(void) {
   const char *base = getenv("TMPDIR");
   snprintf(tmpdir, sizeof tmpdir, "%s/q35_test_gguf_XXXXXX", base && *base ? base : "/tmp");
@@ -928,6 +980,7 @@ int main(void) {
   test_big_vocab();
   test_peer();
   test_alignment(); /* replaces img */
+  test_names();
 
   for (int i = 0; i < NT; i++) free(tensor_data[i]);
   free(img);
@@ -937,10 +990,5 @@ int main(void) {
     fprintf(stderr, "note: files kept in %s\n", tmpdir);
   else if (system(cmd) != 0)
     fprintf(stderr, "note: could not remove %s\n", tmpdir);
-  if (failures) {
-    fprintf(stderr, "test_gguf: %d of %d checks FAILED\n", failures, checks);
-    return 1;
-  }
-  printf("test_gguf: all %d checks passed\n", checks);
-  return 0;
+  return check_done("test_gguf");
 }

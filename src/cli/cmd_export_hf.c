@@ -9,6 +9,8 @@
 
 int cmd_export_hf(int argc, char **argv);
 
+#define MIB 1048576.0 /* bytes */
+
 static void usage(void) {
   printf(
       "usage: q35 export --model-dir DIR -o OUT.gguf [--qlinear TYPE] [--qembedding TYPE] [options]\n"
@@ -73,7 +75,7 @@ int cmd_export_hf(int argc, char **argv) {
       continue;
     }
     if (arg_is(argc, argv, &i, "--threads") || arg_is(argc, argv, &i, "-t")) {
-      o.threads = (int)arg_int("--threads", arg_value(argc, argv, &i), 1, 16);
+      o.threads = (int)arg_int("--threads", arg_value(argc, argv, &i), 1, Q35_EXPORT_MAX_THREADS);
       continue;
     }
     if (arg_is(argc, argv, &i, "--stats")) {
@@ -101,7 +103,7 @@ int cmd_export_hf(int argc, char **argv) {
     return 1;
   }
   fprintf(stderr, "q35 export: wrote %s: %d tensors, %.1f MiB (largest tensor %.1f MiB)\n", o.out, st.n_tensors,
-          (double)st.bytes_out / 1048576.0, (double)st.largest_out / 1048576.0);
+          (double)st.bytes_out / MIB, (double)st.largest_out / MIB);
   if (o.stats)
     fprintf(stderr, "q35 export: stats: rss_anon_start %llu rss_anon_peak %llu largest_out %llu largest_in %llu "
                     "bytes_in %llu bytes_out %llu\n", (unsigned long long)st.rss_anon_start,

@@ -6,6 +6,7 @@
 #include "args.h"
 #include "commands.h"
 #include "export/tiny.h"
+#include "format/gguf_names.h"
 #include "kernels/quant.h"
 
 static void tiny_usage(void) {
@@ -62,14 +63,14 @@ int cmd_export_tiny(int argc, char **argv) {
     }
     if (arg_is(argc, argv, &i, "--arch")) {
       const char *v = arg_value(argc, argv, &i);
-      if (!strcmp(v, "qwen35moe")) o.moe = 1;
-      else if (!strcmp(v, "qwen35")) o.moe = 0;
+      if (!strcmp(v, Q35_GGUF_ARCH_MOE)) o.moe = 1;
+      else if (!strcmp(v, Q35_GGUF_ARCH_DENSE)) o.moe = 0;
       else die("--arch: '%s' is not qwen35moe or qwen35", v);
       continue;
     }
-    INT("--layers", n_layer, 1, 256)
+    INT("--layers", n_layer, 1, Q35_TINY_MAX_LAYERS)
     INT("--interval", interval, 1, 256)
-    INT("--embd", n_embd, 1, 16384)
+    INT("--embd", n_embd, 1, Q35_TINY_MAX_EMBD)
     if (arg_is(argc, argv, &i, "--vocab")) {
       o.n_vocab = (int)arg_int("--vocab", arg_value(argc, argv, &i), 1, 1 << 20);
       vocab_set = 1;
@@ -123,9 +124,9 @@ int cmd_export_tiny(int argc, char **argv) {
     if (arg_is(argc, argv, &i, "--type")) {
       const char *v = arg_value(argc, argv, &i);
       if (!strcmp(v, "q4_k_m") || !strcmp(v, "Q4_K_M")) {
-        o.type = 12;
-        o.type_down = 14;
-        o.type_output = 14;
+        o.type = Q35_TYPE_Q4_K;
+        o.type_down = Q35_TYPE_Q6_K;
+        o.type_output = Q35_TYPE_Q6_K;
       } else {
         o.type = parse_type("--type", v);
       }

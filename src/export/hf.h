@@ -1,6 +1,6 @@
 /*
  * hf.h - Hugging Face Qwen3.5 checkpoint (qwen3_5_moe / qwen3_5, multimodal or text-only
- * layout) to a GGUF in llama.cpp's conventions (docs/qwen35moe.md §3), streaming.
+ * layout) to a GGUF in llama.cpp's conventions (the model notes, docs/DESIGN.md), streaming.
  *
  * Everything is read and validated before the output is opened: config.json (text
  * parameters under text_config when present), tokenizer.json (+ tokenizer_config.json,
@@ -31,8 +31,10 @@ typedef struct q35_export_opts {
                       (k-quants -> q5_0/q8_0 -> f16); 0: refuse */
   int progress;    /* 0 none, 1 bar (TTY) / periodic lines (not a TTY) on stderr */
   int stats;       /* 1: sample RssAnon after each tensor, report the peak on stderr */
-  int threads;     /* conversion threads; 0: one per online CPU (at most 16) */
+  int threads;     /* conversion threads; 0: one per online CPU (at most Q35_EXPORT_MAX_THREADS) */
 } q35_export_opts;
+
+#define Q35_EXPORT_MAX_THREADS 16
 
 typedef struct q35_export_stats {
   int n_tensors;

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/buf.h"
 #include "base/util.h"
+
+#define ST_HEADER_LEN_SIZE 8           /* the file starts with the header's length, u64 little-endian */
+#define ST_MAX_DIM ((int64_t)1 << 40)  /* largest dimension accepted */
+
+static uint64_t read_le64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
 
 typedef struct st_map {
   char *path;
@@ -22,7 +33,7 @@ typedef struct st_map {
 
 struct st_set {
   st_map *files;
-  size_t n_files;
+  size_t n_files, cap_files;
   st_tensor *t; /* sorted by name */
   size_t n, cap;
 };
@@ -61,32 +72,100 @@ static int cmp_tensor(const void *a, const void *b) {
   return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
 }
 
+/* Map path read-only; *size its bytes. NULL with a message when it cannot be. */
+static uint8_t *map_file(const char *path, size_t *size, q35_err *err) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    q35_seterr(err, "%s: cannot open: %s", path, strerror(errno));
+    return NULL;
+  }
+  struct stat sb;
+  if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    q35_seterr(err, "%s: not a regular file", path);
+    return NULL;
+  }
+  *size = (size_t)sb.st_size;
+  if (*size < ST_HEADER_LEN_SIZE) {
+    close(fd);
+    q35_seterr(err, "%s: truncated safetensors file (%zu bytes, the header length alone needs 8)", path, *size);
+    return NULL;
+  }
+  uint8_t *map = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) {
+    q35_seterr(err, "%s: mmap failed: %s", path, strerror(errno));
+    return NULL;
+  }
+  return map;
+}
+
+/* The shape of a header entry: non-negative integers (each at most ST_MAX_DIM), product in
+ * int64. 0, or -1 (no message: the caller names the tensor). */
+static int parse_shape(json_t *js, st_tensor *t) {
+  int64_t n = 1;
+  t->n_dims = (int)json_array_size(js);
+  for (int d = 0; d < t->n_dims; d++) {
+    json_t *e = json_array_get(js, (size_t)d);
+    if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > ST_MAX_DIM) return -1;
+    t->shape[d] = json_integer_value(e);
+    if (t->shape[d] && n > INT64_MAX / t->shape[d]) return -1;
+    n *= t->shape[d];
+  }
+  t->n_elem = n;
+  return 0;
+}
+
+/* One header entry name -> {dtype, shape, data_offsets} into t (the data section of file f
+ * is data, dsize bytes). */
+static int parse_entry(const st_map *f, const char *key, json_t *v, const uint8_t *data, size_t dsize,
+                       st_tensor *t, q35_err *err) {
+  const char *path = f->path;
+  json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"), *jo = json_object_get(v, "data_offsets");
+  if (!json_is_object(v) || !json_is_string(jd) || !json_is_array(js) || !json_is_array(jo) ||
+      json_array_size(jo) != 2)
+    return q35_seterr(err, "%s: tensor '%s': header entry needs dtype (string), shape (array) and data_offsets "
+                           "([begin, end])", path, key);
+  if (json_array_size(js) > ST_MAX_DIMS)
+    return q35_seterr(err, "%s: tensor '%s': %zu dimensions (at most %d supported)", path, key, json_array_size(js),
+                      ST_MAX_DIMS);
+  memset(t, 0, sizeof *t);
+  snprintf(t->dtype_name, sizeof t->dtype_name, "%s", json_string_value(jd));
+  size_t esize;
+  t->dtype = dtype_of(json_string_value(jd), &esize);
+  if (parse_shape(js, t)) return q35_seterr(err, "%s: tensor '%s': invalid shape", path, key);
+  const int64_t n = t->n_elem;
+  json_t *b0 = json_array_get(jo, 0), *b1 = json_array_get(jo, 1);
+  if (!json_is_integer(b0) || !json_is_integer(b1) || json_integer_value(b0) < 0 ||
+      json_integer_value(b1) < json_integer_value(b0))
+    return q35_seterr(err, "%s: tensor '%s': invalid data_offsets", path, key);
+  uint64_t o0 = (uint64_t)json_integer_value(b0), o1 = (uint64_t)json_integer_value(b1);
+  if (o1 > dsize)
+    return q35_seterr(err, "%s: tensor '%s': data_offsets [%llu, %llu] lie outside the data section (%zu bytes): "
+                           "truncated file?", path, key, (unsigned long long)o0, (unsigned long long)o1, dsize);
+  if (esize && ((uint64_t)n > (o1 - o0) / esize || (uint64_t)n * esize != o1 - o0))
+    return q35_seterr(err, "%s: tensor '%s': shape holds %lld %s elements (%llu bytes) but data_offsets span %llu "
+                           "bytes", path, key, (long long)n, t->dtype_name, (unsigned long long)n * esize,
+                      (unsigned long long)(o1 - o0));
+  t->data = data + o0;
+  t->nbytes = (size_t)(o1 - o0);
+  t->file = f->path;
+  t->name = strdup(key);
+  if (!t->name) return q35_seterr(err, "out of memory");
+  return 0;
+}
+
 /* Map one file and append its tensors. Returns the file index or -1. */
 static int add_file(st_set *s, const char *path, q35_err *err) {
   for (size_t i = 0; i < s->n_files; i++)
     if (!strcmp(s->files[i].path, path)) return (int)i;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return q35_seterr(err, "%s: cannot open: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
-    close(fd);
-    return q35_seterr(err, "%s: not a regular file", path);
-  }
-  size_t size = (size_t)sb.st_size;
-  if (size < 8) {
-    close(fd);
-    return q35_seterr(err, "%s: truncated safetensors file (%zu bytes, the header length alone needs 8)", path,
-                      size);
-  }
-  uint8_t *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (map == MAP_FAILED) return q35_seterr(err, "%s: mmap failed: %s", path, strerror(errno));
-  st_map *nf = realloc(s->files, (s->n_files + 1) * sizeof *nf);
-  if (!nf) {
+  size_t size;
+  uint8_t *map = map_file(path, &size, err);
+  if (!map) return -1;
+  if (q35_grow((void **)&s->files, &s->cap_files, s->n_files + 1, sizeof *s->files)) {
     munmap(map, size);
     return q35_seterr(err, "out of memory");
   }
-  s->files = nf;
   st_map *f = &s->files[s->n_files];
   f->path = strdup(path);
   f->map = map;
@@ -94,15 +173,14 @@ static int add_file(st_set *s, const char *path, q35_err *err) {
   const int fi = (int)s->n_files++;
   if (!f->path) return q35_seterr(err, "out of memory");
 
-  uint64_t hlen = 0;
-  for (int i = 0; i < 8; i++) hlen |= (uint64_t)map[i] << (8 * i);
-  if (hlen > size - 8)
+  const uint64_t hlen = read_le64(map);
+  if (hlen > size - ST_HEADER_LEN_SIZE)
     return q35_seterr(err, "%s: truncated or not a safetensors file: header length %llu exceeds the file size %zu",
                       path, (unsigned long long)hlen, size);
-  const uint8_t *data = map + 8 + hlen;
-  const size_t dsize = size - 8 - (size_t)hlen;
+  const uint8_t *data = map + ST_HEADER_LEN_SIZE + hlen;
+  const size_t dsize = size - ST_HEADER_LEN_SIZE - (size_t)hlen;
   json_error_t je;
-  json_t *root = json_loadb((const char *)map + 8, (size_t)hlen, 0, &je);
+  json_t *root = json_loadb((const char *)map + ST_HEADER_LEN_SIZE, (size_t)hlen, 0, &je);
   if (!root) return q35_seterr(err, "%s: malformed safetensors header JSON: %s (line %d)", path, je.text, je.line);
   if (!json_is_object(root)) {
     json_decref(root);
@@ -113,78 +191,11 @@ static int add_file(st_set *s, const char *path, q35_err *err) {
   json_t *v;
   json_object_foreach(root, key, v) {
     if (!strcmp(key, "__metadata__")) continue;
-    json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"),
-           *jo = json_object_get(v, "data_offsets");
-    if (!json_is_object(v) || !json_is_string(jd) || !json_is_array(js) || !json_is_array(jo) ||
-        json_array_size(jo) != 2) {
-      rc = q35_seterr(err, "%s: tensor '%s': header entry needs dtype (string), shape (array) and data_offsets "
-                           "([begin, end])", path, key);
-      break;
-    }
-    if (json_array_size(js) > ST_MAX_DIMS) {
-      rc = q35_seterr(err, "%s: tensor '%s': %zu dimensions (at most %d supported)", path, key,
-                      json_array_size(js), ST_MAX_DIMS);
-      break;
-    }
-    if (s->n == s->cap) {
-      size_t nc = s->cap ? 2 * s->cap : 256;
-      st_tensor *nt = realloc(s->t, nc * sizeof *nt);
-      if (!nt) {
-        rc = q35_seterr(err, "out of memory");
-        break;
-      }
-      s->t = nt;
-      s->cap = nc;
-    }
-    st_tensor *t = &s->t[s->n];
-    memset(t, 0, sizeof *t);
-    snprintf(t->dtype_name, sizeof t->dtype_name, "%s", json_string_value(jd));
-    size_t esize;
-    t->dtype = dtype_of(json_string_value(jd), &esize);
-    t->n_dims = (int)json_array_size(js);
-    int64_t n = 1;
-    int bad = 0;
-    for (int d = 0; d < t->n_dims; d++) {
-      json_t *e = json_array_get(js, (size_t)d);
-      if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > ((int64_t)1 << 40)) {
-        bad = 1;
-        break;
-      }
-      t->shape[d] = json_integer_value(e);
-      if (t->shape[d] && n > INT64_MAX / t->shape[d]) bad = 1;
-      else n *= t->shape[d];
-    }
-    if (bad) {
-      rc = q35_seterr(err, "%s: tensor '%s': invalid shape", path, key);
-      break;
-    }
-    t->n_elem = n;
-    json_t *b0 = json_array_get(jo, 0), *b1 = json_array_get(jo, 1);
-    if (!json_is_integer(b0) || !json_is_integer(b1) || json_integer_value(b0) < 0 ||
-        json_integer_value(b1) < json_integer_value(b0)) {
-      rc = q35_seterr(err, "%s: tensor '%s': invalid data_offsets", path, key);
-      break;
-    }
-    uint64_t o0 = (uint64_t)json_integer_value(b0), o1 = (uint64_t)json_integer_value(b1);
-    if (o1 > dsize) {
-      rc = q35_seterr(err, "%s: tensor '%s': data_offsets [%llu, %llu] lie outside the data section (%zu bytes): "
-                           "truncated file?", path, key, (unsigned long long)o0, (unsigned long long)o1, dsize);
-      break;
-    }
-    if (esize && ((uint64_t)n > (o1 - o0) / esize || (uint64_t)n * esize != o1 - o0)) {
-      rc = q35_seterr(err, "%s: tensor '%s': shape holds %lld %s elements (%llu bytes) but data_offsets span %llu "
-                           "bytes", path, key, (long long)n, t->dtype_name, (unsigned long long)n * esize,
-                      (unsigned long long)(o1 - o0));
-      break;
-    }
-    t->data = data + o0;
-    t->nbytes = (size_t)(o1 - o0);
-    t->file = f->path;
-    t->name = strdup(key);
-    if (!t->name) {
+    if (q35_grow((void **)&s->t, &s->cap, s->n + 1, sizeof *s->t)) {
       rc = q35_seterr(err, "out of memory");
       break;
     }
+    if ((rc = parse_entry(f, key, v, data, dsize, &s->t[s->n], err))) break;
     s->n++;
   }
   json_decref(root);
@@ -216,7 +227,7 @@ st_set *st_open_file(const char *path, q35_err *err) {
 }
 
 st_set *st_open_dir(const char *dir, q35_err *err) {
-  char idx[4096], single[4096];
+  char idx[PATH_MAX], single[PATH_MAX];
   snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
   snprintf(single, sizeof single, "%s/model.safetensors", dir);
   if (access(idx, F_OK) != 0) {
@@ -258,7 +269,7 @@ st_set *st_open_dir(const char *dir, q35_err *err) {
       rc = q35_seterr(err, "%s: weight_map['%s'] = '%s' is not a plain file name", idx, key, shard);
       break;
     }
-    char p[4096];
+    char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/%s", dir, shard);
     if (access(p, F_OK) != 0) {
       rc = q35_seterr(err, "%s: shard '%s' (holding '%s') is missing", idx, shard, key);

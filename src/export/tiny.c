@@ -2,7 +2,7 @@
  * tiny.c - writes random-weight Qwen3.5 GGUF files (see tiny.h).
  *
  * Tensor names, shapes, metadata keys and dtype rules are those of llama.cpp's converter
- * (docs/qwen35moe.md §3): norms, conv, ssm_a, ssm_dt.bias, the router and the shared-expert
+ * (the model notes, docs/DESIGN.md): norms, conv, ssm_a, ssm_dt.bias, the router and the shared-expert
  * gate are F32; everything else uses the requested type, falling back (like llama-quantize)
  * to q5_0 / q8_0 / f16 when a row length is not a multiple of the type's block.
  *
@@ -18,11 +18,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "format/gguf.h"
-#include "kernels/quant.h"
-#include "engine/threadpool.h"
-#include "text/tokenizer.h"
+#include "base/buf.h"
 #include "base/util.h"
+#include "engine/threadpool.h"
+#include "export/qwen35_gguf.h"
+#include "format/gguf.h"
+#include "format/gguf_names.h"
+#include "kernels/quant.h"
+#include "text/tokenizer.h"
 
 q35_tiny_opts q35_tiny_default(void) {
   q35_tiny_opts o;
@@ -78,30 +81,28 @@ static float rng_normal(rng *r) {
   return (float)(sum - 131070) * (float)(1.0 / 37837.2); /* sd of the sum: 65536 * sqrt(4 / 12) */
 }
 
+/* The fixed values of every tiny model */
+#define TINY_MODEL_NAME "q35 tiny test model"
+#define TINY_RMS_EPS 1e-6f
+/* the random stream's start: seed * MUL + ADD (an LCG multiplier, so nearby seeds diverge) */
+#define TINY_SEED_MUL 0x2545F4914F6CDD1Dull
+#define TINY_SEED_ADD 12345
+
 typedef enum { INIT_MATRIX, INIT_NORM, INIT_CONV, INIT_DT, INIT_A, INIT_EMBD, INIT_OUT } init_kind;
 
 /* ---- tensors are generated, converted and kept until the file is written ---- */
 typedef struct {
   void **bufs;
-  int n, cap;
+  size_t n, cap;
   q35_pool *pool; /* generates the rows of a tensor in parallel */
 } keep;
 
+/* A zeroed buffer kept until the file is written; NULL when out of memory. */
 static void *keep_add(keep *k, size_t bytes) {
-  if (k->n == k->cap) {
-    k->cap = k->cap ? 2 * k->cap : 64;
-    k->bufs = realloc(k->bufs, (size_t)k->cap * sizeof(void *));
-  }
+  if (q35_grow((void **)&k->bufs, &k->cap, k->n + 1, sizeof *k->bufs)) return NULL;
   void *p = calloc(1, bytes ? bytes : 1);
-  k->bufs[k->n++] = p;
+  if (p) k->bufs[k->n++] = p;
   return p;
-}
-
-static int fallback_type(int type, int64_t ne0) {
-  if (ne0 % q35_type_block(type) == 0) return type;
-  int t = (type == Q35_TYPE_Q4_K || type == Q35_TYPE_IQ4_XS || type == Q35_TYPE_Q4_0) ? Q35_TYPE_Q5_0 : Q35_TYPE_Q8_0;
-  if (ne0 % 32 == 0) return t;
-  return Q35_TYPE_F16;
 }
 
 typedef struct {
@@ -144,9 +145,10 @@ static void gen_rows(void *ctx, int ith, int nth) {
 static int add(gguf_writer *w, keep *k, rng *r, const char *name, int type, int n_dims, int64_t ne0, int64_t ne1,
                int64_t ne2, init_kind kind) {
   int64_t ne[4] = {ne0, ne1, ne2, 1};
-  if (type != Q35_TYPE_F32) type = fallback_type(type, ne0);
+  if (type != Q35_TYPE_F32) type = q35_export_fallback_type(type, ne0, 0);
   gen_task g = {rng_next(r), type, ne0, ne1 * ne2, kind, NULL};
   g.data = keep_add(k, q35_row_size(type, ne0) * (size_t)g.rows);
+  if (!g.data) return -1;
   q35_pool_run(k->pool, gen_rows, &g);
   return gguf_add_tensor(w, name, type, (uint32_t)n_dims, ne, g.data) < 0 ? -1 : 0;
 }
@@ -175,25 +177,36 @@ static void byte_symbol(int b, char out[4]) {
 static const char *const specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
                                        "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"};
 #define N_SPECIAL (int)(sizeof specials / sizeof specials[0])
+#define N_CONTROL 3      /* the first three specials are control tokens, the rest user-defined */
+#define SPECIAL_IM_END 2 /* <|im_end|>: the end of a turn, the eos */
+#define N_BYTES 256      /* byte-level BPE: one symbol per byte value */
+#define MAX_WORD 6       /* longest letter string the synthetic merges build */
+/* tokenizer.ggml.token_type values (llama.cpp's llama_token_type) */
+#define TOKEN_NORMAL 1
+#define TOKEN_CONTROL 3
+#define TOKEN_USER_DEFINED 4
+/* tokenizer.ggml.model / .pre values of a Qwen byte-level BPE */
+#define TOKENIZER_MODEL_BPE "gpt2"
+#define TOKENIZER_PRE_QWEN35 "qwen35"
 
 static int write_synthetic_vocab(gguf_writer *w, int V, q35_err *err) {
-  if (V < 256 + N_SPECIAL + 1) return q35_seterr(err, "--vocab must be at least %d for the synthetic vocabulary",
-                                                 256 + N_SPECIAL + 1);
+  if (V < N_BYTES + N_SPECIAL + 1)
+    return q35_seterr(err, "--vocab must be at least %d for the synthetic vocabulary", N_BYTES + N_SPECIAL + 1);
   char **tok = calloc((size_t)V, sizeof *tok);
   char **merges = calloc((size_t)V, sizeof *merges);
   int32_t *types = calloc((size_t)V, sizeof *types);
   int n = 0, nm = 0;
-  for (int b = 0; b < 256; b++) {
+  for (int b = 0; b < N_BYTES; b++) {
     char s[4];
     byte_symbol(b, s);
     tok[n] = strdup(s);
-    types[n++] = 1;
+    types[n++] = TOKEN_NORMAL;
   }
   const int n_plain = V - N_SPECIAL;
   const char *sp = "\xc4\xa0"; /* 'Ġ' (space) */
   /* by length L = 1, 2, ...: every letter string s of length L as "Ġ"+s (merge "Ġ"+s[:-1] s[-1])
    * and, for L >= 2, s itself (merge s[:-1] s[-1]); each merge's parts exist already */
-  for (int L = 1; L <= 6 && n < n_plain; L++) {
+  for (int L = 1; L <= MAX_WORD && n < n_plain; L++) {
     long count = 1;
     for (int j = 0; j < L; j++) count *= 26;
     for (int spaced = 1; spaced >= (L >= 2 ? 0 : 1) && n < n_plain; spaced--)
@@ -205,7 +218,7 @@ static int write_synthetic_vocab(gguf_writer *w, int V, q35_err *err) {
         snprintf(t, sizeof t, "%s%s", spaced ? sp : "", letters);
         snprintf(mg, sizeof mg, "%s%.*s %c", spaced ? sp : "", L - 1, letters, letters[L - 1]);
         tok[n] = strdup(t);
-        types[n++] = 1;
+        types[n++] = TOKEN_NORMAL;
         merges[nm++] = strdup(mg);
       }
   }
@@ -216,17 +229,19 @@ static int write_synthetic_vocab(gguf_writer *w, int V, q35_err *err) {
     int first_special = n;
     for (int i = 0; i < N_SPECIAL; i++) {
       tok[n] = strdup(specials[i]);
-      types[n++] = i < 3 ? 3 : 4; /* control / user-defined, as in Qwen's files */
+      types[n++] = i < N_CONTROL ? TOKEN_CONTROL : TOKEN_USER_DEFINED; /* as in Qwen's files */
     }
-    gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
-    gguf_set_str(w, "tokenizer.ggml.pre", "qwen35");
-    gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok, (uint64_t)n);
-    gguf_set_arr_i32(w, "tokenizer.ggml.token_type", types, (uint64_t)n);
-    gguf_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges, (uint64_t)nm);
-    gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(first_special + 2));
-    gguf_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)first_special);
-    gguf_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)first_special);
-    gguf_set_bool(w, "tokenizer.ggml.add_bos_token", 0);
+#define KEY(id) q35_gguf_key(Q35_KEY_##id, NULL).s
+    gguf_set_str(w, KEY(TOKENIZER_MODEL), TOKENIZER_MODEL_BPE);
+    gguf_set_str(w, KEY(TOKENIZER_PRE), TOKENIZER_PRE_QWEN35);
+    gguf_set_arr_str(w, KEY(TOKENIZER_TOKENS), (const char *const *)tok, (uint64_t)n);
+    gguf_set_arr_i32(w, KEY(TOKENIZER_TOKEN_TYPE), types, (uint64_t)n);
+    gguf_set_arr_str(w, KEY(TOKENIZER_MERGES), (const char *const *)merges, (uint64_t)nm);
+    gguf_set_u32(w, KEY(TOKENIZER_EOS_ID), (uint32_t)(first_special + SPECIAL_IM_END));
+    gguf_set_u32(w, KEY(TOKENIZER_PAD_ID), (uint32_t)first_special);
+    gguf_set_u32(w, KEY(TOKENIZER_BOS_ID), (uint32_t)first_special);
+    gguf_set_bool(w, KEY(TOKENIZER_ADD_BOS), 0);
+#undef KEY
   }
   for (int i = 0; i < n; i++) free(tok[i]);
   for (int i = 0; i < nm; i++) free(merges[i]);
@@ -236,171 +251,163 @@ static int write_synthetic_vocab(gguf_writer *w, int V, q35_err *err) {
   return rc;
 }
 
-static int file_type_of(int t, int down) {
-  switch (t) {
-    case Q35_TYPE_F32: return 0;
-    case Q35_TYPE_F16: return 1;
-    case Q35_TYPE_Q4_0: return 2;
-    case Q35_TYPE_Q8_0: return 7;
-    case Q35_TYPE_Q5_0: return 8;
-    case Q35_TYPE_Q4_K: return down == Q35_TYPE_Q6_K ? 15 : 14;
-    case Q35_TYPE_Q5_K: return down == Q35_TYPE_Q6_K ? 17 : 16;
-    case Q35_TYPE_Q6_K: return 18;
-    case Q35_TYPE_IQ4_XS: return 30;
-    case Q35_TYPE_BF16: return 32;
-    default: return 0;
+static const char *check_opts(const q35_tiny_opts *o) {
+  if (o->n_layer < 1 || o->n_layer > Q35_TINY_MAX_LAYERS) return "--layers must be in [1, 256]";
+  if (o->n_embd < 1 || o->n_embd > Q35_TINY_MAX_EMBD) return "--embd must be in [1, 16384]";
+  if (o->n_head < 1 || o->n_head_kv < 1 || o->n_head % o->n_head_kv) return "--heads must be a multiple of --kv-heads";
+  if (o->head_dim < 2 || o->n_rot < 2 || o->n_rot > o->head_dim || o->n_rot % 2)
+    return "--rot must be even and <= --head-dim";
+  if (o->ssm_k_heads < 1 || o->ssm_v_heads % o->ssm_k_heads) return "--ssm-v-heads must be a multiple of --ssm-k-heads";
+  if (o->ssm_head_dim < 1 || o->conv_kernel < 1) return "--ssm-head-dim and --conv-kernel must be positive";
+  if (o->moe && (o->n_expert < 1 || o->n_expert_used < 1 || o->n_expert_used > o->n_expert || o->n_ff_exp < 1))
+    return "--experts-used must be in [1, --experts] and --ff positive";
+  if (!o->moe && o->n_ff < 1) return "--ff must be positive";
+  if (o->interval < 1) return "--interval must be >= 1";
+  if (!q35_type_supported(o->type)) return "--type is not a supported weight type";
+  return NULL;
+}
+
+/* general.* and the architecture's block */
+static void write_hparams(gguf_writer *w, const q35_tiny_opts *o, int t_lin, int t_down) {
+  gguf_set_str(w, q35_gguf_key(Q35_KEY_GENERAL_ARCHITECTURE, NULL).s, q35_export_arch(o->moe));
+  gguf_set_str(w, q35_gguf_key(Q35_KEY_GENERAL_NAME, NULL).s, TINY_MODEL_NAME);
+  gguf_set_u32(w, q35_gguf_key(Q35_KEY_GENERAL_FILE_TYPE, NULL).s, (uint32_t)q35_gguf_file_type(t_lin, t_down));
+  q35_export_hparams h = {
+      .moe = o->moe, .n_layer = o->n_layer, .n_ctx_train = o->n_ctx_train, .n_embd = o->n_embd, .n_ff = o->n_ff,
+      .n_head = o->n_head, .n_head_kv = o->n_head_kv, .head_dim = o->head_dim, .n_rot = o->n_rot,
+      .rope_theta = o->rope_theta, .rms_eps = TINY_RMS_EPS,
+      .n_expert = o->n_expert, .n_expert_used = o->n_expert_used, .n_ff_exp = o->n_ff_exp,
+      .n_ff_shexp = o->n_ff_shexp, .conv_kernel = o->conv_kernel, .ssm_state = o->ssm_head_dim,
+      .ssm_k_heads = o->ssm_k_heads, .ssm_v_heads = o->ssm_v_heads, .ssm_inner = o->ssm_v_heads * o->ssm_head_dim,
+      .interval = o->interval};
+  q35_export_rope_sections(o->n_rot, h.rope_sections);
+  q35_export_write_hparams(w, &h);
+}
+
+/* The tokenizer block: a real tokenizer (e.g. Qwen3's tokenizer.json), its vocabulary padded
+ * to *V or *V raised to the tokenizer's size, or the synthetic vocabulary of *V tokens. */
+static int write_vocab(gguf_writer *w, const q35_tiny_opts *o, int *V, q35_err *err) {
+  if (!o->tokenizer_json) return write_synthetic_vocab(w, *V, err);
+  q35_tokenizer *t = q35_tokenizer_from_json(o->tokenizer_json, o->tokenizer_config, err);
+  if (!t) return -1;
+  const int32_t nt = q35_tokenizer_n_vocab(t);
+  if (*V < nt) *V = nt; /* the embedding and output get the tokenizer's size */
+  int wrc = q35_tokenizer_write_gguf_padded(t, w, NULL, *V > nt ? *V : 0);
+  q35_tokenizer_free(t);
+  if (wrc) return q35_seterr(err, "tiny model: cannot write the tokenizer block");
+  return 0;
+}
+
+/* What adding tensors needs: the writer, the kept buffers, the random stream, the types. */
+typedef struct tiny_ctx {
+  gguf_writer *w;
+  keep k;
+  rng r;
+  const q35_tiny_opts *o;
+  int V, t_lin, t_down, t_out, t_embd;
+  q35_gguf_name name; /* the tensor being added (for the error message) */
+} tiny_ctx;
+
+/* Add tensor id of layer il (ignored for whole-model tensors), random rows of `kind`. */
+static int tensor(tiny_ctx *c, q35_gguf_tensor_id id, int il, int type, int n_dims, int64_t ne0, int64_t ne1,
+                  int64_t ne2, init_kind kind) {
+  c->name = q35_gguf_tensor(id, il);
+  return add(c->w, &c->k, &c->r, c->name.s, type, n_dims, ne0, ne1, ne2, kind);
+}
+
+static int add_attention(tiny_ctx *c, int il) {
+  const q35_tiny_opts *o = c->o;
+  const int H = o->n_embd, hd = o->head_dim, nh = o->n_head, nkv = o->n_head_kv, f32 = Q35_TYPE_F32;
+  return tensor(c, Q35_TENSOR_ATTN_Q, il, c->t_lin, 2, H, nh * hd * 2, 1, INIT_MATRIX) ||
+         tensor(c, Q35_TENSOR_ATTN_K, il, c->t_lin, 2, H, nkv * hd, 1, INIT_MATRIX) ||
+         tensor(c, Q35_TENSOR_ATTN_V, il, c->t_down, 2, H, nkv * hd, 1, INIT_MATRIX) ||
+         tensor(c, Q35_TENSOR_ATTN_OUTPUT, il, c->t_lin, 2, nh * hd, H, 1, INIT_MATRIX) ||
+         tensor(c, Q35_TENSOR_ATTN_Q_NORM, il, f32, 1, hd, 1, 1, INIT_NORM) ||
+         tensor(c, Q35_TENSOR_ATTN_K_NORM, il, f32, 1, hd, 1, 1, INIT_NORM);
+}
+
+static int add_deltanet(tiny_ctx *c, int il) {
+  const q35_tiny_opts *o = c->o;
+  const int H = o->n_embd, Hk = o->ssm_k_heads, Hv = o->ssm_v_heads, dk = o->ssm_head_dim, f32 = Q35_TYPE_F32;
+  const int C = 2 * Hk * dk + Hv * dk;
+  return tensor(c, Q35_TENSOR_ATTN_QKV, il, c->t_lin, 2, H, C, 1, INIT_MATRIX) ||
+         tensor(c, Q35_TENSOR_ATTN_GATE, il, c->t_lin, 2, H, Hv * dk, 1, INIT_MATRIX) ||
+         tensor(c, Q35_TENSOR_SSM_BETA, il, c->t_lin, 2, H, Hv, 1, INIT_MATRIX) ||
+         tensor(c, Q35_TENSOR_SSM_ALPHA, il, c->t_lin, 2, H, Hv, 1, INIT_MATRIX) ||
+         tensor(c, Q35_TENSOR_SSM_CONV1D, il, f32, 2, o->conv_kernel, C, 1, INIT_CONV) ||
+         tensor(c, Q35_TENSOR_SSM_DT_BIAS, il, f32, 1, Hv, 1, 1, INIT_DT) ||
+         tensor(c, Q35_TENSOR_SSM_A, il, f32, 1, Hv, 1, 1, INIT_A) ||
+         tensor(c, Q35_TENSOR_SSM_NORM, il, f32, 1, dk, 1, 1, INIT_NORM) ||
+         tensor(c, Q35_TENSOR_SSM_OUT, il, c->t_lin, 2, Hv * dk, H, 1, INIT_MATRIX);
+}
+
+static int add_moe(tiny_ctx *c, int il) {
+  const q35_tiny_opts *o = c->o;
+  const int H = o->n_embd, E = o->n_expert, I = o->n_ff_exp, Is = o->n_ff_shexp;
+  if (tensor(c, Q35_TENSOR_FFN_GATE_INP, il, Q35_TYPE_F32, 2, H, E, 1, INIT_MATRIX)) return -1;
+  if (o->merged_gate_up) {
+    if (tensor(c, Q35_TENSOR_FFN_GATE_UP_EXPS, il, c->t_lin, 3, H, 2 * I, E, INIT_MATRIX)) return -1;
+  } else if (tensor(c, Q35_TENSOR_FFN_GATE_EXPS, il, c->t_lin, 3, H, I, E, INIT_MATRIX) ||
+             tensor(c, Q35_TENSOR_FFN_UP_EXPS, il, c->t_lin, 3, H, I, E, INIT_MATRIX)) {
+    return -1;
   }
+  if (tensor(c, Q35_TENSOR_FFN_DOWN_EXPS, il, c->t_down, 3, I, H, E, INIT_MATRIX)) return -1;
+  if (Is <= 0) return 0;
+  return tensor(c, Q35_TENSOR_FFN_GATE_SHEXP, il, c->t_lin, 2, H, Is, 1, INIT_MATRIX) ||
+         tensor(c, Q35_TENSOR_FFN_UP_SHEXP, il, c->t_lin, 2, H, Is, 1, INIT_MATRIX) ||
+         tensor(c, Q35_TENSOR_FFN_DOWN_SHEXP, il, c->t_down, 2, Is, H, 1, INIT_MATRIX) ||
+         tensor(c, Q35_TENSOR_FFN_GATE_INP_SHEXP, il, Q35_TYPE_F32, 1, H, 1, 1, INIT_MATRIX);
+}
+
+static int add_dense_ffn(tiny_ctx *c, int il) {
+  const int H = c->o->n_embd, F = c->o->n_ff;
+  return tensor(c, Q35_TENSOR_FFN_GATE, il, c->t_lin, 2, H, F, 1, INIT_MATRIX) ||
+         tensor(c, Q35_TENSOR_FFN_UP, il, c->t_lin, 2, H, F, 1, INIT_MATRIX) ||
+         tensor(c, Q35_TENSOR_FFN_DOWN, il, c->t_down, 2, F, H, 1, INIT_MATRIX);
+}
+
+/* Every tensor, in llama.cpp's order (the random stream follows it). */
+static int add_tensors(tiny_ctx *c) {
+  const q35_tiny_opts *o = c->o;
+  const int H = o->n_embd;
+  if (tensor(c, Q35_TENSOR_TOKEN_EMBD, 0, c->t_embd, 2, H, c->V, 1, INIT_EMBD) ||
+      tensor(c, Q35_TENSOR_OUTPUT_NORM, 0, Q35_TYPE_F32, 1, H, 1, 1, INIT_NORM) ||
+      (!o->tied && tensor(c, Q35_TENSOR_OUTPUT, 0, c->t_out, 2, H, c->V, 1, INIT_OUT)))
+    return -1;
+  for (int il = 0; il < o->n_layer; il++) {
+    const int is_attn = (il + 1) % o->interval == 0;
+    if (tensor(c, Q35_TENSOR_ATTN_NORM, il, Q35_TYPE_F32, 1, H, 1, 1, INIT_NORM) ||
+        tensor(c, Q35_TENSOR_POST_ATTN_NORM, il, Q35_TYPE_F32, 1, H, 1, 1, INIT_NORM) ||
+        (is_attn ? add_attention(c, il) : add_deltanet(c, il)) || (o->moe ? add_moe(c, il) : add_dense_ffn(c, il)))
+      return -1;
+  }
+  return 0;
 }
 
 int q35_tiny_write(const q35_tiny_opts *o, const char *path, q35_err *err) {
-  const char *bad = NULL;
-  if (o->n_layer < 1 || o->n_layer > 256) bad = "--layers must be in [1, 256]";
-  else if (o->n_embd < 1 || o->n_embd > 16384) bad = "--embd must be in [1, 16384]";
-  else if (o->n_head < 1 || o->n_head_kv < 1 || o->n_head % o->n_head_kv) bad = "--heads must be a multiple of --kv-heads";
-  else if (o->head_dim < 2 || o->n_rot < 2 || o->n_rot > o->head_dim || o->n_rot % 2) bad = "--rot must be even and <= --head-dim";
-  else if (o->ssm_k_heads < 1 || o->ssm_v_heads % o->ssm_k_heads) bad = "--ssm-v-heads must be a multiple of --ssm-k-heads";
-  else if (o->ssm_head_dim < 1 || o->conv_kernel < 1) bad = "--ssm-head-dim and --conv-kernel must be positive";
-  else if (o->moe && (o->n_expert < 1 || o->n_expert_used < 1 || o->n_expert_used > o->n_expert || o->n_ff_exp < 1))
-    bad = "--experts-used must be in [1, --experts] and --ff positive";
-  else if (!o->moe && o->n_ff < 1) bad = "--ff must be positive";
-  else if (o->interval < 1) bad = "--interval must be >= 1";
-  else if (!q35_type_supported(o->type)) bad = "--type is not a supported weight type";
+  const char *bad = check_opts(o);
   if (bad) return q35_seterr(err, "tiny model: %s", bad);
-
-  const char *arch = o->moe ? "qwen35moe" : "qwen35";
-  int V = o->n_vocab;
-  gguf_writer *w = gguf_writer_new();
-  keep k = {0};
-  k.pool = q35_pool_new((int)sysconf(_SC_NPROCESSORS_ONLN));
-  rng r = {o->seed * 0x2545F4914F6CDD1Dull + 12345};
-  char key[128], name[128];
+  tiny_ctx c = {.o = o, .V = o->n_vocab};
+  c.w = gguf_writer_new();
+  c.k.pool = q35_pool_new((int)sysconf(_SC_NPROCESSORS_ONLN));
+  c.r.s = o->seed * TINY_SEED_MUL + TINY_SEED_ADD;
+  c.t_lin = o->type;
+  c.t_down = o->type_down >= 0 ? o->type_down : o->type;
+  c.t_out = o->type_output >= 0 ? o->type_output : o->type;
+  c.t_embd = o->type_embd >= 0 ? o->type_embd : o->type;
   int rc = -1;
-  const int H = o->n_embd, hd = o->head_dim, nh = o->n_head, nkv = o->n_head_kv;
-  const int Hk = o->ssm_k_heads, Hv = o->ssm_v_heads, dk = o->ssm_head_dim, C = 2 * Hk * dk + Hv * dk;
-  const int t_lin = o->type, t_down = o->type_down >= 0 ? o->type_down : o->type;
-  const int t_out = o->type_output >= 0 ? o->type_output : o->type;
-  const int t_embd = o->type_embd >= 0 ? o->type_embd : o->type;
-
-  gguf_set_str(w, "general.architecture", arch);
-  gguf_set_str(w, "general.name", "q35 tiny test model");
-  gguf_set_u32(w, "general.file_type", (uint32_t)file_type_of(t_lin, t_down));
-#define KU32(k_, v_)                                   \
-  do {                                                 \
-    snprintf(key, sizeof key, "%s.%s", arch, k_);      \
-    gguf_set_u32(w, key, (uint32_t)(v_));              \
-  } while (0)
-  KU32("block_count", o->n_layer);
-  KU32("context_length", o->n_ctx_train);
-  KU32("embedding_length", H);
-  if (!o->moe) KU32("feed_forward_length", o->n_ff);
-  KU32("attention.head_count", nh);
-  KU32("attention.head_count_kv", nkv);
-  KU32("attention.key_length", hd);
-  KU32("attention.value_length", hd);
-  KU32("rope.dimension_count", o->n_rot);
-  {
-    const int s = o->n_rot / 2;
-    int32_t sec[4] = {(s + 2) / 3, (s + 1) / 3, s / 3, 0};
-    snprintf(key, sizeof key, "%s.rope.dimension_sections", arch);
-    gguf_set_arr_i32(w, key, sec, 4);
-  }
-  snprintf(key, sizeof key, "%s.rope.freq_base", arch);
-  gguf_set_f32(w, key, o->rope_theta);
-  snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
-  gguf_set_f32(w, key, 1e-6f);
-  if (o->moe) {
-    KU32("expert_count", o->n_expert);
-    KU32("expert_used_count", o->n_expert_used);
-    KU32("expert_feed_forward_length", o->n_ff_exp);
-    KU32("expert_shared_feed_forward_length", o->n_ff_shexp);
-  }
-  KU32("ssm.conv_kernel", o->conv_kernel);
-  KU32("ssm.state_size", dk);
-  KU32("ssm.group_count", Hk);
-  KU32("ssm.time_step_rank", Hv);
-  KU32("ssm.inner_size", Hv * dk);
-  KU32("full_attention_interval", o->interval);
-#undef KU32
-  if (o->tokenizer_json) {
-    /* a real tokenizer (e.g. Qwen3's tokenizer.json): the vocabulary is padded to --vocab, or
-     * --vocab is raised to the tokenizer's size */
-    q35_tokenizer *t = q35_tokenizer_from_json(o->tokenizer_json, o->tokenizer_config, err);
-    if (!t) goto done;
-    const int32_t nt = q35_tokenizer_n_vocab(t);
-    if (V < nt) V = nt; /* the embedding and output get the tokenizer's size */
-    int wrc = q35_tokenizer_write_gguf_padded(t, w, NULL, V > nt ? V : 0);
-    q35_tokenizer_free(t);
-    if (wrc) {
-      rc = q35_seterr(err, "tiny model: cannot write the tokenizer block");
-      goto done;
+  if (!c.w || !c.k.pool) {
+    rc = q35_seterr(err, "tiny model: out of memory");
+  } else {
+    write_hparams(c.w, o, c.t_lin, c.t_down);
+    if (write_vocab(c.w, o, &c.V, err) == 0) {
+      if (add_tensors(&c)) rc = q35_seterr(err, "tiny model: could not add tensor '%s'", c.name.s);
+      else rc = gguf_writer_save(c.w, path, err);
     }
-  } else if (write_synthetic_vocab(w, V, err)) {
-    goto done;
   }
-
-#define T2(nm_, ty_, a_, b_, kind_) \
-  if (add(w, &k, &r, nm_, ty_, 2, a_, b_, 1, kind_)) goto tensor_fail
-#define T1(nm_, a_, kind_) \
-  if (add(w, &k, &r, nm_, Q35_TYPE_F32, 1, a_, 1, 1, kind_)) goto tensor_fail
-  T2("token_embd.weight", t_embd, H, V, INIT_EMBD);
-  T1("output_norm.weight", H, INIT_NORM);
-  if (!o->tied) T2("output.weight", t_out, H, V, INIT_OUT);
-  for (int il = 0; il < o->n_layer; il++) {
-    const int is_attn = (il + 1) % o->interval == 0;
-#define N(s_) (snprintf(name, sizeof name, "blk.%d.%s", il, s_), name)
-    T1(N("attn_norm.weight"), H, INIT_NORM);
-    T1(N("post_attention_norm.weight"), H, INIT_NORM);
-    if (is_attn) {
-      T2(N("attn_q.weight"), t_lin, H, nh * hd * 2, INIT_MATRIX);
-      T2(N("attn_k.weight"), t_lin, H, nkv * hd, INIT_MATRIX);
-      T2(N("attn_v.weight"), t_down, H, nkv * hd, INIT_MATRIX);
-      T2(N("attn_output.weight"), t_lin, nh * hd, H, INIT_MATRIX);
-      T1(N("attn_q_norm.weight"), hd, INIT_NORM);
-      T1(N("attn_k_norm.weight"), hd, INIT_NORM);
-    } else {
-      T2(N("attn_qkv.weight"), t_lin, H, C, INIT_MATRIX);
-      T2(N("attn_gate.weight"), t_lin, H, Hv * dk, INIT_MATRIX);
-      T2(N("ssm_beta.weight"), t_lin, H, Hv, INIT_MATRIX);
-      T2(N("ssm_alpha.weight"), t_lin, H, Hv, INIT_MATRIX);
-      if (add(w, &k, &r, N("ssm_conv1d.weight"), Q35_TYPE_F32, 2, o->conv_kernel, C, 1, INIT_CONV)) goto tensor_fail;
-      T1(N("ssm_dt.bias"), Hv, INIT_DT);
-      T1(N("ssm_a"), Hv, INIT_A);
-      T1(N("ssm_norm.weight"), dk, INIT_NORM);
-      T2(N("ssm_out.weight"), t_lin, Hv * dk, H, INIT_MATRIX);
-    }
-    if (o->moe) {
-      const int E = o->n_expert, I = o->n_ff_exp;
-      if (add(w, &k, &r, N("ffn_gate_inp.weight"), Q35_TYPE_F32, 2, H, E, 1, INIT_MATRIX)) goto tensor_fail;
-      if (o->merged_gate_up) {
-        if (add(w, &k, &r, N("ffn_gate_up_exps.weight"), t_lin, 3, H, 2 * I, E, INIT_MATRIX)) goto tensor_fail;
-      } else {
-        if (add(w, &k, &r, N("ffn_gate_exps.weight"), t_lin, 3, H, I, E, INIT_MATRIX)) goto tensor_fail;
-        if (add(w, &k, &r, N("ffn_up_exps.weight"), t_lin, 3, H, I, E, INIT_MATRIX)) goto tensor_fail;
-      }
-      if (add(w, &k, &r, N("ffn_down_exps.weight"), t_down, 3, I, H, E, INIT_MATRIX)) goto tensor_fail;
-      if (o->n_ff_shexp > 0) {
-        T2(N("ffn_gate_shexp.weight"), t_lin, H, o->n_ff_shexp, INIT_MATRIX);
-        T2(N("ffn_up_shexp.weight"), t_lin, H, o->n_ff_shexp, INIT_MATRIX);
-        T2(N("ffn_down_shexp.weight"), t_down, o->n_ff_shexp, H, INIT_MATRIX);
-        T1(N("ffn_gate_inp_shexp.weight"), H, INIT_MATRIX);
-      }
-    } else {
-      T2(N("ffn_gate.weight"), t_lin, H, o->n_ff, INIT_MATRIX);
-      T2(N("ffn_up.weight"), t_lin, H, o->n_ff, INIT_MATRIX);
-      T2(N("ffn_down.weight"), t_down, o->n_ff, H, INIT_MATRIX);
-    }
-#undef N
-  }
-#undef T1
-#undef T2
-  rc = gguf_writer_save(w, path, err);
-  goto done;
-tensor_fail:
-  rc = q35_seterr(err, "tiny model: could not add tensor '%s'", name);
-done:
-  for (int i = 0; i < k.n; i++) free(k.bufs[i]);
-  free(k.bufs);
-  gguf_writer_free(w);
-  q35_pool_free(k.pool);
+  for (size_t i = 0; i < c.k.n; i++) free(c.k.bufs[i]);
+  free(c.k.bufs);
+  gguf_writer_free(c.w);
+  q35_pool_free(c.k.pool);
   return rc;
 }

@@ -11,6 +11,10 @@
 
 #include "q35.h"
 
+/* Largest layer count and embedding width q35_tiny_write accepts. */
+#define Q35_TINY_MAX_LAYERS 256
+#define Q35_TINY_MAX_EMBD 16384
+
 typedef struct q35_tiny_opts {
   int moe;                 /* 1: qwen35moe, 0: dense qwen35 */
   int n_layer, n_embd, n_head, n_head_kv, head_dim, n_rot;

@@ -1,5 +1,6 @@
 /*
- * gguf.h - GGUF v3 reader (mmap, zero-copy, validated) and streaming writer.
+ * gguf.h - GGUF v3 reader (mmap, zero-copy, validated; format/gguf_read.c) and streaming writer
+ * (format/gguf_write.c). Key and tensor names: format/gguf_names.h.
  *
  * Reader: gguf_open maps the file read-only and parses the header, every metadata
  * key/value and every tensor description, validating all of it before anything is used:

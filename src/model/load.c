@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "format/gguf_names.h"
 #include "kernels/quant.h"
 #include "base/cpu.h"
 #include "base/util.h"
@@ -32,100 +33,109 @@ q35_model_params q35_model_default_params(void) {
 
 /* ---- hyperparameters ---- */
 
-static int get_u32(const gguf_file *f, const char *arch, const char *key, uint32_t *out, q35_err *err) {
-  char k[128];
-  snprintf(k, sizeof k, "%s.%s", arch, key);
-  return gguf_get_u32(f, k, out, err);
+static int get_u32(const gguf_file *f, const char *arch, q35_gguf_key_id key, uint32_t *out, q35_err *err) {
+  return gguf_get_u32(f, q35_gguf_key(key, arch).s, out, err);
 }
 
-static int get_u32_or(const gguf_file *f, const char *arch, const char *key, uint32_t def, uint32_t *out,
+static int get_u32_or(const gguf_file *f, const char *arch, q35_gguf_key_id key, uint32_t def, uint32_t *out,
                       q35_err *err) {
-  char k[128];
-  snprintf(k, sizeof k, "%s.%s", arch, key);
-  return gguf_get_u32_or(f, k, def, out, err);
+  return gguf_get_u32_or(f, q35_gguf_key(key, arch).s, def, out, err);
 }
+
+/* Defaults of the optional keys (llama.cpp's for this architecture). */
+#define DEFAULT_FULL_ATTENTION_INTERVAL 4
+#define DEFAULT_ROPE_FREQ_BASE 10000.0f
+#define DEFAULT_RMS_EPS 1e-6f
+/* Sanity limits on the shapes: far above any real model, low enough that the sizes computed
+ * from them cannot overflow. */
+#define MAX_LAYERS 4096
+#define MAX_EMBD 65536
+#define MAX_HEADS 1024
+#define MAX_HEAD_DIM 4096
+#define MAX_CONV_KERNEL 16
+#define MAX_SSM_STATE 1024
+#define MAX_SSM_HEADS 4096
+#define MAX_EXPERTS 4096
+#define MAX_FF (1 << 20)
 
 static int load_hparams(q35_model *m, q35_err *err) {
   const gguf_file *f = m->gguf;
   q35_hparams *hp = &m->hp;
   gguf_str archs;
-  if (gguf_get_str(f, "general.architecture", &archs, err)) return -1;
-  char arch[32];
-  if (gguf_str_eq(archs, "qwen35moe")) {
+  if (gguf_get_str(f, q35_gguf_key(Q35_KEY_GENERAL_ARCHITECTURE, NULL).s, &archs, err)) return -1;
+  if (gguf_str_eq(archs, Q35_GGUF_ARCH_MOE)) {
     hp->is_moe = 1;
-  } else if (gguf_str_eq(archs, "qwen35")) {
+  } else if (gguf_str_eq(archs, Q35_GGUF_ARCH_DENSE)) {
     hp->is_moe = 0;
   } else {
-    return q35_seterr(err, "%s: architecture '%.*s' is not supported (q35 runs qwen35moe and qwen35)", f->path,
-                      (int)(archs.len > 64 ? 64 : archs.len), archs.ptr);
+    return q35_seterr(err, "%s: architecture '%.*s' is not supported (q35 runs %s and %s)", f->path,
+                      (int)(archs.len > 64 ? 64 : archs.len), archs.ptr, Q35_GGUF_ARCH_MOE, Q35_GGUF_ARCH_DENSE);
   }
-  snprintf(arch, sizeof arch, "%s", hp->is_moe ? "qwen35moe" : "qwen35");
+  const char *arch = hp->is_moe ? Q35_GGUF_ARCH_MOE : Q35_GGUF_ARCH_DENSE;
   uint32_t v, nextn = 0;
-#define REQ(field, key)                                   \
-  do {                                                    \
-    if (get_u32(f, arch, key, &v, err)) return -1;        \
-    hp->field = (int)v;                                   \
+#define REQ(field, key)                                            \
+  do {                                                             \
+    if (get_u32(f, arch, Q35_KEY_##key, &v, err)) return -1;       \
+    hp->field = (int)v;                                            \
   } while (0)
-#define OPT(field, key, def)                              \
-  do {                                                    \
-    if (get_u32_or(f, arch, key, def, &v, err)) return -1; \
-    hp->field = (int)v;                                   \
+#define OPT(field, key, def)                                         \
+  do {                                                               \
+    if (get_u32_or(f, arch, Q35_KEY_##key, def, &v, err)) return -1; \
+    hp->field = (int)v;                                              \
   } while (0)
-  REQ(n_layer_all, "block_count");
-  REQ(n_embd, "embedding_length");
-  REQ(n_head, "attention.head_count");
-  REQ(n_head_kv, "attention.head_count_kv");
-  REQ(head_dim, "attention.key_length");
-  OPT(n_rot, "rope.dimension_count", (uint32_t)hp->head_dim);
-  OPT(interval, "full_attention_interval", 4);
-  REQ(conv_kernel, "ssm.conv_kernel");
-  REQ(ssm_d_state, "ssm.state_size");
-  REQ(ssm_n_group, "ssm.group_count");
-  REQ(ssm_dt_rank, "ssm.time_step_rank");
-  REQ(ssm_d_inner, "ssm.inner_size");
-  OPT(n_ctx_train, "context_length", 0);
+  REQ(n_layer_all, BLOCK_COUNT);
+  REQ(n_embd, EMBEDDING_LENGTH);
+  REQ(n_head, HEAD_COUNT);
+  REQ(n_head_kv, HEAD_COUNT_KV);
+  REQ(head_dim, KEY_LENGTH);
+  OPT(n_rot, ROPE_DIMENSION_COUNT, (uint32_t)hp->head_dim);
+  OPT(interval, FULL_ATTENTION_INTERVAL, DEFAULT_FULL_ATTENTION_INTERVAL);
+  REQ(conv_kernel, SSM_CONV_KERNEL);
+  REQ(ssm_d_state, SSM_STATE_SIZE);
+  REQ(ssm_n_group, SSM_GROUP_COUNT);
+  REQ(ssm_dt_rank, SSM_TIME_STEP_RANK);
+  REQ(ssm_d_inner, SSM_INNER_SIZE);
+  OPT(n_ctx_train, CONTEXT_LENGTH, 0);
   if (hp->is_moe) {
-    REQ(n_expert, "expert_count");
-    REQ(n_expert_used, "expert_used_count");
-    REQ(n_ff_exp, "expert_feed_forward_length");
-    OPT(n_ff_shexp, "expert_shared_feed_forward_length", 0);
+    REQ(n_expert, EXPERT_COUNT);
+    REQ(n_expert_used, EXPERT_USED_COUNT);
+    REQ(n_ff_exp, EXPERT_FF_LENGTH);
+    OPT(n_ff_shexp, EXPERT_SHARED_FF_LENGTH, 0);
   } else {
-    REQ(n_ff, "feed_forward_length");
+    REQ(n_ff, FEED_FORWARD_LENGTH);
   }
 #undef REQ
 #undef OPT
-  if (get_u32_or(f, arch, "nextn_predict_layers", 0, &nextn, err)) return -1;
+  if (get_u32_or(f, arch, Q35_KEY_NEXTN_PREDICT_LAYERS, 0, &nextn, err)) return -1;
   uint32_t vlen;
-  if (get_u32_or(f, arch, "attention.value_length", (uint32_t)hp->head_dim, &vlen, err)) return -1;
-  char k[128];
-  snprintf(k, sizeof k, "%s.rope.freq_base", arch);
-  if (gguf_get_f32_or(f, k, 10000.0f, &hp->rope_theta, err)) return -1;
-  snprintf(k, sizeof k, "%s.attention.layer_norm_rms_epsilon", arch);
-  if (gguf_get_f32_or(f, k, 1e-6f, &hp->eps, err)) return -1;
+  if (get_u32_or(f, arch, Q35_KEY_VALUE_LENGTH, (uint32_t)hp->head_dim, &vlen, err)) return -1;
+  if (gguf_get_f32_or(f, q35_gguf_key(Q35_KEY_ROPE_FREQ_BASE, arch).s, DEFAULT_ROPE_FREQ_BASE, &hp->rope_theta, err))
+    return -1;
+  if (gguf_get_f32_or(f, q35_gguf_key(Q35_KEY_RMS_EPS, arch).s, DEFAULT_RMS_EPS, &hp->eps, err)) return -1;
 
   /* sanity of the shapes before anything is sized from them */
   const char *bad = NULL;
   if ((int)nextn >= hp->n_layer_all) bad = "nextn_predict_layers must be below block_count";
   hp->n_layer = hp->n_layer_all - (int)nextn;
-  if (hp->n_layer < 1 || hp->n_layer > 4096) bad = "block_count out of range";
-  else if (hp->n_embd < 1 || hp->n_embd > 65536) bad = "embedding_length out of range";
-  else if (hp->n_head < 1 || hp->n_head > 1024 || hp->n_head_kv < 1 || hp->n_head % hp->n_head_kv)
+  if (hp->n_layer < 1 || hp->n_layer > MAX_LAYERS) bad = "block_count out of range";
+  else if (hp->n_embd < 1 || hp->n_embd > MAX_EMBD) bad = "embedding_length out of range";
+  else if (hp->n_head < 1 || hp->n_head > MAX_HEADS || hp->n_head_kv < 1 || hp->n_head % hp->n_head_kv)
     bad = "attention.head_count must be a positive multiple of attention.head_count_kv";
-  else if (hp->head_dim < 2 || hp->head_dim > 4096 || (int)vlen != hp->head_dim)
+  else if (hp->head_dim < 2 || hp->head_dim > MAX_HEAD_DIM || (int)vlen != hp->head_dim)
     bad = "attention.key_length and value_length must be equal and in [2, 4096]";
   else if (hp->n_rot < 2 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
     bad = "rope.dimension_count must be even and at most the head dimension";
   else if (hp->interval < 1) bad = "full_attention_interval must be >= 1";
-  else if (hp->conv_kernel < 1 || hp->conv_kernel > 16) bad = "ssm.conv_kernel out of range";
-  else if (hp->ssm_d_state < 1 || hp->ssm_d_state > 1024 || hp->ssm_n_group < 1 || hp->ssm_dt_rank < 1 ||
-           hp->ssm_dt_rank > 4096 || hp->ssm_dt_rank % hp->ssm_n_group)
+  else if (hp->conv_kernel < 1 || hp->conv_kernel > MAX_CONV_KERNEL) bad = "ssm.conv_kernel out of range";
+  else if (hp->ssm_d_state < 1 || hp->ssm_d_state > MAX_SSM_STATE || hp->ssm_n_group < 1 || hp->ssm_dt_rank < 1 ||
+           hp->ssm_dt_rank > MAX_SSM_HEADS || hp->ssm_dt_rank % hp->ssm_n_group)
     bad = "ssm.time_step_rank must be a positive multiple of ssm.group_count";
   else if (hp->ssm_d_inner != hp->ssm_dt_rank * hp->ssm_d_state)
     bad = "ssm.inner_size must equal ssm.time_step_rank * ssm.state_size (value head dim = key head dim)";
-  else if (hp->is_moe && (hp->n_expert < 1 || hp->n_expert > 4096 || hp->n_expert_used < 1 ||
+  else if (hp->is_moe && (hp->n_expert < 1 || hp->n_expert > MAX_EXPERTS || hp->n_expert_used < 1 ||
                           hp->n_expert_used > hp->n_expert || hp->n_ff_exp < 1 || hp->n_ff_shexp < 0))
     bad = "expert_count / expert_used_count / expert_feed_forward_length out of range";
-  else if (!hp->is_moe && (hp->n_ff < 1 || hp->n_ff > 1 << 20)) bad = "feed_forward_length out of range";
+  else if (!hp->is_moe && (hp->n_ff < 1 || hp->n_ff > MAX_FF)) bad = "feed_forward_length out of range";
   else if (!(hp->rope_theta > 0) || !(hp->eps > 0) || !isfinite(hp->rope_theta) || !isfinite(hp->eps))
     bad = "rope.freq_base and layer_norm_rms_epsilon must be positive";
   if (bad) return q35_seterr(err, "%s: bad hyperparameters: %s", f->path, bad);
@@ -174,67 +184,66 @@ static int bind(q35_model *m, q35_tensor *t, const char *name, int n_dims, int64
 static int load_tensors(q35_model *m, q35_err *err) {
   const q35_hparams *hp = &m->hp;
   const int H = hp->n_embd, V = hp->n_vocab;
-  char name[96];
-  if (bind(m, &m->tok_embd, "token_embd.weight", 2, H, V, 1, 0, 0, err)) return -1;
-  if (bind(m, &m->output_norm, "output_norm.weight", 1, H, 1, 1, 0, 1, err)) return -1;
-  if (bind(m, &m->output, "output.weight", 2, H, V, 1, 1, 0, err)) return -1;
+  if (bind(m, &m->tok_embd, q35_gguf_tensor(Q35_TENSOR_TOKEN_EMBD, 0).s, 2, H, V, 1, 0, 0, err)) return -1;
+  if (bind(m, &m->output_norm, q35_gguf_tensor(Q35_TENSOR_OUTPUT_NORM, 0).s, 1, H, 1, 1, 0, 1, err)) return -1;
+  if (bind(m, &m->output, q35_gguf_tensor(Q35_TENSOR_OUTPUT, 0).s, 2, H, V, 1, 1, 0, err)) return -1;
   if (!m->output.data) m->output = m->tok_embd; /* tied */
   const int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
   const int Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, dv = hp->ssm_d_state;
   const int C = 2 * Hk * dk + Hv * dv;
   m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
   if (!m->layers) return q35_seterr(err, "out of memory");
-#define B(field, nm, nd, a, b, c, opt, f32)                                   \
-  do {                                                                        \
-    snprintf(name, sizeof name, "blk.%d.%s", il, nm);                         \
-    if (bind(m, &L->field, name, nd, a, b, c, opt, f32, err)) return -1;      \
+  /* B(field, TENSOR, n_dims, ne0, ne1, ne2, optional, f32 only) binds layer il's tensor */
+#define B(field, id, nd, a, b, c, opt, f32)                                                               \
+  do {                                                                                                  \
+    if (bind(m, &L->field, q35_gguf_tensor(Q35_TENSOR_##id, il).s, nd, a, b, c, opt, f32, err)) return -1; \
   } while (0)
   for (int il = 0; il < hp->n_layer; il++) {
     q35_layer *L = &m->layers[il];
     L->is_attn = (il + 1) % hp->interval == 0;
     L->attn_index = L->is_attn ? m->n_attn_layers++ : m->n_gdn_layers++;
-    B(attn_norm, "attn_norm.weight", 1, H, 1, 1, 0, 1);
-    B(post_norm, "post_attention_norm.weight", 1, H, 1, 1, 0, 1);
+    B(attn_norm, ATTN_NORM, 1, H, 1, 1, 0, 1);
+    B(post_norm, POST_ATTN_NORM, 1, H, 1, 1, 0, 1);
     if (L->is_attn) {
-      B(wq, "attn_q.weight", 2, H, nh * hd * 2, 1, 0, 0);
-      B(wk, "attn_k.weight", 2, H, nkv * hd, 1, 0, 0);
-      B(wv, "attn_v.weight", 2, H, nkv * hd, 1, 0, 0);
-      B(wo, "attn_output.weight", 2, nh * hd, H, 1, 0, 0);
-      B(q_norm, "attn_q_norm.weight", 1, hd, 1, 1, 0, 1);
-      B(k_norm, "attn_k_norm.weight", 1, hd, 1, 1, 0, 1);
+      B(wq, ATTN_Q, 2, H, nh * hd * 2, 1, 0, 0);
+      B(wk, ATTN_K, 2, H, nkv * hd, 1, 0, 0);
+      B(wv, ATTN_V, 2, H, nkv * hd, 1, 0, 0);
+      B(wo, ATTN_OUTPUT, 2, nh * hd, H, 1, 0, 0);
+      B(q_norm, ATTN_Q_NORM, 1, hd, 1, 1, 0, 1);
+      B(k_norm, ATTN_K_NORM, 1, hd, 1, 1, 0, 1);
     } else {
-      B(wqkv, "attn_qkv.weight", 2, H, C, 1, 0, 0);
-      B(wz, "attn_gate.weight", 2, H, Hv * dv, 1, 0, 0);
-      B(wbeta, "ssm_beta.weight", 2, H, Hv, 1, 0, 0);
-      B(walpha, "ssm_alpha.weight", 2, H, Hv, 1, 0, 0);
-      B(conv, "ssm_conv1d.weight", 2, hp->conv_kernel, C, 1, 0, 1);
-      B(dt_bias, "ssm_dt.bias", 1, Hv, 1, 1, 0, 1);
-      B(ssm_a, "ssm_a", 1, Hv, 1, 1, 0, 1);
-      B(ssm_norm, "ssm_norm.weight", 1, dv, 1, 1, 0, 1);
-      B(ssm_out, "ssm_out.weight", 2, Hv * dv, H, 1, 0, 0);
+      B(wqkv, ATTN_QKV, 2, H, C, 1, 0, 0);
+      B(wz, ATTN_GATE, 2, H, Hv * dv, 1, 0, 0);
+      B(wbeta, SSM_BETA, 2, H, Hv, 1, 0, 0);
+      B(walpha, SSM_ALPHA, 2, H, Hv, 1, 0, 0);
+      B(conv, SSM_CONV1D, 2, hp->conv_kernel, C, 1, 0, 1);
+      B(dt_bias, SSM_DT_BIAS, 1, Hv, 1, 1, 0, 1);
+      B(ssm_a, SSM_A, 1, Hv, 1, 1, 0, 1);
+      B(ssm_norm, SSM_NORM, 1, dv, 1, 1, 0, 1);
+      B(ssm_out, SSM_OUT, 2, Hv * dv, H, 1, 0, 0);
     }
     if (hp->is_moe) {
       const int E = hp->n_expert, I = hp->n_ff_exp, Is = hp->n_ff_shexp;
-      B(router, "ffn_gate_inp.weight", 2, H, E, 1, 0, 0);
-      B(gate_up_exps, "ffn_gate_up_exps.weight", 3, H, 2 * I, E, 1, 0);
+      B(router, FFN_GATE_INP, 2, H, E, 1, 0, 0);
+      B(gate_up_exps, FFN_GATE_UP_EXPS, 3, H, 2 * I, E, 1, 0);
       if (!L->gate_up_exps.data) {
-        B(gate_exps, "ffn_gate_exps.weight", 3, H, I, E, 0, 0);
-        B(up_exps, "ffn_up_exps.weight", 3, H, I, E, 0, 0);
+        B(gate_exps, FFN_GATE_EXPS, 3, H, I, E, 0, 0);
+        B(up_exps, FFN_UP_EXPS, 3, H, I, E, 0, 0);
         if (L->gate_exps.type != L->up_exps.type)
           return q35_seterr(err, "%s: blk.%d: ffn_gate_exps and ffn_up_exps must have the same type",
                             m->gguf->path, il);
       }
-      B(down_exps, "ffn_down_exps.weight", 3, I, H, E, 0, 0);
+      B(down_exps, FFN_DOWN_EXPS, 3, I, H, E, 0, 0);
       if (Is > 0) {
-        B(gate_shexp, "ffn_gate_shexp.weight", 2, H, Is, 1, 0, 0);
-        B(up_shexp, "ffn_up_shexp.weight", 2, H, Is, 1, 0, 0);
-        B(down_shexp, "ffn_down_shexp.weight", 2, Is, H, 1, 0, 0);
-        B(shexp_gate, "ffn_gate_inp_shexp.weight", 1, H, 1, 1, 1, 0);
+        B(gate_shexp, FFN_GATE_SHEXP, 2, H, Is, 1, 0, 0);
+        B(up_shexp, FFN_UP_SHEXP, 2, H, Is, 1, 0, 0);
+        B(down_shexp, FFN_DOWN_SHEXP, 2, Is, H, 1, 0, 0);
+        B(shexp_gate, FFN_GATE_INP_SHEXP, 1, H, 1, 1, 1, 0);
       }
     } else {
-      B(ffn_gate, "ffn_gate.weight", 2, H, hp->n_ff, 1, 0, 0);
-      B(ffn_up, "ffn_up.weight", 2, H, hp->n_ff, 1, 0, 0);
-      B(ffn_down, "ffn_down.weight", 2, hp->n_ff, H, 1, 0, 0);
+      B(ffn_gate, FFN_GATE, 2, H, hp->n_ff, 1, 0, 0);
+      B(ffn_up, FFN_UP, 2, H, hp->n_ff, 1, 0, 0);
+      B(ffn_down, FFN_DOWN, 2, hp->n_ff, H, 1, 0, 0);
     }
   }
 #undef B

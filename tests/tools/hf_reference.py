@@ -3,7 +3,7 @@
 
 usage: hf_reference.py MODEL_DIR --tokens 1,2,3 -o OUT.bin
 
-Written from Hugging Face's modelling code for qwen3_5 / qwen3_5_moe (docs/qwen35moe.md §2), on
+Written from Hugging Face's modelling code for qwen3_5 / qwen3_5_moe (the model notes, docs/DESIGN.md), on
 the checkpoint's own tensors and head order -- no GGUF conventions at all:
   - unit-offset RMSNorm x / sqrt(mean(x^2) + eps) * (1 + w) for input/post-attention/final/q/k
     norms; the DeltaNet output norm is a gated RMSNorm with plain w, times silu(z);

@@ -7,6 +7,7 @@
 #include "args.h"
 #include "commands.h"
 #include "format/gguf.h"
+#include "format/gguf_names.h"
 #include "text/tokenizer.h"
 #include "base/buf.h"
 #include "base/util.h"
@@ -153,7 +154,7 @@ int cmd_tokenize(int argc, char **argv) {
   int rc = 0;
   if (write_gguf) { /* hidden: write a tokenizer-only GGUF (tests compare it with the JSON) */
     gguf_writer *w = gguf_writer_new();
-    gguf_set_str(w, "general.architecture", "qwen35");
+    gguf_set_str(w, q35_gguf_key(Q35_KEY_GENERAL_ARCHITECTURE, NULL).s, Q35_GGUF_ARCH_DENSE);
     if (!w || q35_tokenizer_write_gguf(t, w, NULL) || gguf_writer_save(w, write_gguf, &err)) {
       fprintf(stderr, "q35 tokenize: %s\n", err.msg[0] ? err.msg : "cannot write the GGUF");
       rc = 1;

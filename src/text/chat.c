@@ -19,6 +19,7 @@
 #include "base/buf.h"
 #include "base/util.h"
 #include "format/gguf.h"
+#include "format/gguf_names.h"
 #include "text/jinja.h"
 
 /* The tags of the model's output (Qwen3 / Qwen3.5), and their lengths. */
@@ -182,7 +183,7 @@ char *q35_chat_render(const char *template_src, const json_t *messages, const js
 /* ---- template sources ---- */
 
 static char *gguf_token_text(const gguf_file *f, const char *id_key) {
-  const gguf_kv *id = gguf_find(f, id_key), *toks = gguf_find(f, "tokenizer.ggml.tokens");
+  const gguf_kv *id = gguf_find(f, id_key), *toks = gguf_find(f, q35_gguf_key(Q35_KEY_TOKENIZER_TOKENS, NULL).s);
   if (!id || !toks || toks->type != GGUF_ARRAY || toks->arr_type != GGUF_STRING || !toks->arr_str) return NULL;
   uint64_t i;
   switch (id->type) {
@@ -199,9 +200,9 @@ static char *gguf_token_text(const gguf_file *f, const char *id_key) {
 
 int q35_chat_template_from_gguf(const gguf_file *f, char **tmpl, char **bos, char **eos, q35_err *err) {
   *tmpl = NULL;
-  if (bos) *bos = gguf_token_text(f, "tokenizer.ggml.bos_token_id");
-  if (eos) *eos = gguf_token_text(f, "tokenizer.ggml.eos_token_id");
-  const gguf_kv *kv = gguf_find(f, "tokenizer.chat_template");
+  if (bos) *bos = gguf_token_text(f, q35_gguf_key(Q35_KEY_TOKENIZER_BOS_ID, NULL).s);
+  if (eos) *eos = gguf_token_text(f, q35_gguf_key(Q35_KEY_TOKENIZER_EOS_ID, NULL).s);
+  const gguf_kv *kv = gguf_find(f, q35_gguf_key(Q35_KEY_TOKENIZER_CHAT_TEMPLATE, NULL).s);
   if (!kv) return 0;
   if (kv->type != GGUF_STRING) {
     if (bos) free(*bos), *bos = NULL;

@@ -13,6 +13,7 @@
 
 #include "base/buf.h"
 #include "base/util.h"
+#include "format/gguf_names.h"
 
 /* GPT-2's byte alphabet: the 256 bytes map to code points below 256 + 68 (bytes_to_unicode). */
 #define BYTE_ALPHABET 324
@@ -377,21 +378,21 @@ q35_tokenizer *q35_tokenizer_from_gguf(const gguf_file *f, q35_err *err) {
   gguf_str s;
   q35_pre pre;
   const char *path = f->path ? f->path : "gguf";
-  if (gguf_get_str(f, "tokenizer.ggml.model", &s, err)) return NULL;
+  if (gguf_get_str(f, q35_gguf_key(Q35_KEY_TOKENIZER_MODEL, NULL).s, &s, err)) return NULL;
   if (!gguf_str_eq(s, "gpt2")) {
     q35_seterr(err, "%s: tokenizer.ggml.model is \"%.*s\"; q35 supports only \"gpt2\" (byte-level BPE)",
                path, (int)(s.len > MSG_NAME_MAX ? MSG_NAME_MAX : s.len), s.ptr);
     return NULL;
   }
-  if (gguf_get_str(f, "tokenizer.ggml.pre", &s, err)) return NULL;
+  if (gguf_get_str(f, q35_gguf_key(Q35_KEY_TOKENIZER_PRE, NULL).s, &s, err)) return NULL;
   if (parse_pre_name(s.ptr, s.len, &pre)) {
     q35_seterr(err, "%s: tokenizer.ggml.pre is \"%.*s\"; q35 supports \"qwen35\" and \"qwen2\"", path,
                (int)(s.len > MSG_NAME_MAX ? MSG_NAME_MAX : s.len), s.ptr);
     return NULL;
   }
-  const gguf_kv *tok = gguf_find(f, "tokenizer.ggml.tokens");
-  const gguf_kv *typ = gguf_find(f, "tokenizer.ggml.token_type");
-  const gguf_kv *mer = gguf_find(f, "tokenizer.ggml.merges");
+  const gguf_kv *tok = gguf_find(f, q35_gguf_key(Q35_KEY_TOKENIZER_TOKENS, NULL).s);
+  const gguf_kv *typ = gguf_find(f, q35_gguf_key(Q35_KEY_TOKENIZER_TOKEN_TYPE, NULL).s);
+  const gguf_kv *mer = gguf_find(f, q35_gguf_key(Q35_KEY_TOKENIZER_MERGES, NULL).s);
   if (!tok || tok->type != GGUF_ARRAY || tok->arr_type != GGUF_STRING) {
     q35_seterr(err, "%s: tokenizer.ggml.tokens is missing or not a string array", path);
     return NULL;
@@ -427,16 +428,16 @@ q35_tokenizer *q35_tokenizer_from_gguf(const gguf_file *f, q35_err *err) {
   t = finish(&b, pre, path, err);
   if (!t) goto fail;
   builder_free(&b);
-  if (gguf_opt_id(f, "tokenizer.ggml.eos_token_id", t->n_vocab, &t->eos, err) ||
-      gguf_opt_id(f, "tokenizer.ggml.bos_token_id", t->n_vocab, &t->bos, err) ||
-      gguf_opt_id(f, "tokenizer.ggml.padding_token_id", t->n_vocab, &t->pad, err))
+  if (gguf_opt_id(f, q35_gguf_key(Q35_KEY_TOKENIZER_EOS_ID, NULL).s, t->n_vocab, &t->eos, err) ||
+      gguf_opt_id(f, q35_gguf_key(Q35_KEY_TOKENIZER_BOS_ID, NULL).s, t->n_vocab, &t->bos, err) ||
+      gguf_opt_id(f, q35_gguf_key(Q35_KEY_TOKENIZER_PAD_ID, NULL).s, t->n_vocab, &t->pad, err))
     goto fail_t;
-  if (gguf_find(f, "tokenizer.ggml.add_bos_token") &&
-      gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &t->add_bos, err))
+  if (gguf_find(f, q35_gguf_key(Q35_KEY_TOKENIZER_ADD_BOS, NULL).s) &&
+      gguf_get_bool(f, q35_gguf_key(Q35_KEY_TOKENIZER_ADD_BOS, NULL).s, &t->add_bos, err))
     goto fail_t;
   if (t->eos < 0) t->eos = t->im_end >= 0 ? t->im_end : t->endoftext;
-  if (gguf_find(f, "tokenizer.chat_template")) {
-    if (gguf_get_str(f, "tokenizer.chat_template", &s, err)) goto fail_t;
+  if (gguf_find(f, q35_gguf_key(Q35_KEY_TOKENIZER_CHAT_TEMPLATE, NULL).s)) {
+    if (gguf_get_str(f, q35_gguf_key(Q35_KEY_TOKENIZER_CHAT_TEMPLATE, NULL).s, &s, err)) goto fail_t;
     if (!(t->chat_template = strndup(s.ptr, s.len))) goto oom_t;
   }
   return t;
@@ -665,16 +666,16 @@ int q35_tokenizer_write_gguf_padded(const q35_tokenizer *t, gguf_writer *w, cons
     mer[r][la] = ' ';
     memcpy(mer[r] + la + 1, b, lb + 1);
   }
-  gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
-  gguf_set_str(w, "tokenizer.ggml.pre", pre);
-  gguf_set_arr_str(w, "tokenizer.ggml.tokens", tok, (uint64_t)n);
-  gguf_set_arr_i32(w, "tokenizer.ggml.token_type", typ, (uint64_t)n);
-  gguf_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)mer, (uint64_t)t->n_merges);
-  if (t->bos >= 0) gguf_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)t->bos);
-  if (t->eos >= 0) gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)t->eos);
-  if (t->pad >= 0) gguf_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)t->pad);
-  gguf_set_bool(w, "tokenizer.ggml.add_bos_token", t->add_bos);
-  if (t->chat_template) gguf_set_str(w, "tokenizer.chat_template", t->chat_template);
+  gguf_set_str(w, q35_gguf_key(Q35_KEY_TOKENIZER_MODEL, NULL).s, "gpt2");
+  gguf_set_str(w, q35_gguf_key(Q35_KEY_TOKENIZER_PRE, NULL).s, pre);
+  gguf_set_arr_str(w, q35_gguf_key(Q35_KEY_TOKENIZER_TOKENS, NULL).s, tok, (uint64_t)n);
+  gguf_set_arr_i32(w, q35_gguf_key(Q35_KEY_TOKENIZER_TOKEN_TYPE, NULL).s, typ, (uint64_t)n);
+  gguf_set_arr_str(w, q35_gguf_key(Q35_KEY_TOKENIZER_MERGES, NULL).s, (const char *const *)mer, (uint64_t)t->n_merges);
+  if (t->bos >= 0) gguf_set_u32(w, q35_gguf_key(Q35_KEY_TOKENIZER_BOS_ID, NULL).s, (uint32_t)t->bos);
+  if (t->eos >= 0) gguf_set_u32(w, q35_gguf_key(Q35_KEY_TOKENIZER_EOS_ID, NULL).s, (uint32_t)t->eos);
+  if (t->pad >= 0) gguf_set_u32(w, q35_gguf_key(Q35_KEY_TOKENIZER_PAD_ID, NULL).s, (uint32_t)t->pad);
+  gguf_set_bool(w, q35_gguf_key(Q35_KEY_TOKENIZER_ADD_BOS, NULL).s, t->add_bos);
+  if (t->chat_template) gguf_set_str(w, q35_gguf_key(Q35_KEY_TOKENIZER_CHAT_TEMPLATE, NULL).s, t->chat_template);
   rc = 0;
 done:
   if (pads)

@@ -53,8 +53,8 @@ int main(void) {
         if (e > maxerr) maxerr = e;
       }
     }
-    printf("dv=%d dk=%d: %s == reference; reference vs float64: max rel err %.3e\n", dv, dk, q35_simd_name(q35_simd_active()),
-           maxerr);
+    printf("dv=%d dk=%d: %s == reference; reference vs float64: max rel err %.3e\n", dv, dk,
+           q35_simd_name(q35_simd_active()), maxerr);
     if (maxerr > 1e-5) {
       fprintf(stderr, "FAIL dv=%d dk=%d: reference differs from the float64 recurrence (%.3e)\n", dv, dk, maxerr);
       fails++;

@@ -20,17 +20,8 @@
 #include "kernels/quant.h"
 #include "kernels/quant_internal.h"
 
-static int failures;
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      if (failures++ < 20) {                               \
-        fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-        fprintf(stderr, __VA_ARGS__);                      \
-        fprintf(stderr, "\n");                             \
-      }                                                    \
-    }                                                      \
-  } while (0)
+#include "check.h"
+
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
 static uint64_t rng_u64(void) {
@@ -154,7 +145,7 @@ static void public_api(void) {
 
 /*
  * Cross-level identity for the K-quant kernels: the avx512 level's Q4_K / Q5_K / Q6_K kernels
- * (512-bit integer sums in quant_avx512.c) must give the avx2 level's bits (quant_simd.inc's
+ * (512-bit integer sums in quant_avx512.c) must give the avx2 level's bits (quant_256_kquants.inc's
  * 256-bit kernels, whose integer sums and float steps they reproduce) for every row pair, as
  * vec_dot and as tiles. Rows are raw random bytes (every 4/6-bit code, every scale and min),
  * scales patched to finite fp16 with edge values, activations with extreme bytes (-128, 127),
@@ -252,7 +243,7 @@ int main(void) {
   for (int level = 0; level <= 2; level++) {
     q35_kernels k;
     if (q35_kernels_get(level, &k) != 0) {
-      printf("level %s: not available on this CPU, skipped\n", names[level]);
+      printf("level %s: not available (this CPU or Q35_SIMD), skipped\n", names[level]);
       continue;
     }
     const int before = failures;
@@ -279,10 +270,5 @@ int main(void) {
     printf("level %s: %s\n", names[level], failures == before ? "ok" : "FAILED");
   }
   printf("%ld tile cases\n", cases);
-  if (failures) {
-    fprintf(stderr, "%d failure(s)\n", failures);
-    return 1;
-  }
-  printf("test_quant_tile: all passed\n");
-  return 0;
+  return check_done("test_quant_tile");
 }

@@ -355,53 +355,38 @@ static float dot_q8_0(int64_t n, const void *w, const void *x) {
 }
 
 
-/* Q4_K/Q5_K: sum_j sc_j * (q . y)_j and sum_j m_j * bsum_j; sumf += d*isum - dmin*msum. */
-static float dot_q4_k(int64_t n, const void *w, const void *x) {
-  const blk_q4_k *a = w;
+/* Q4_K/Q5_K (q5: Q5_K's fifth bits from qh): sum_j sc_j * (q . y)_j and sum_j m_j * bsum_j;
+ * sumf += d*isum - dmin*msum. */
+static inline float dot_k45(int64_t n, const void *w, const void *x, const int q5) {
+  const blk_q4_k *a4 = w;
+  const blk_q5_k *a5 = w;
   const blk_q8_k *b = x;
   float sumf = 0;
   for (int64_t i = 0; i < n / QK_K; i++) {
+    const uint8_t *scales = q5 ? a5[i].scales : a4[i].scales, *qs = q5 ? a5[i].qs : a4[i].qs;
     int isum = 0, msum = 0;
     for (int j = 0; j < 8; j++) {
       uint8_t sc, m;
-      q35_scale_min_k4(j, a[i].scales, &sc, &m);
-      const uint8_t *q = a[i].qs + 32 * (j / 2);
+      q35_scale_min_k4(j, scales, &sc, &m);
+      const uint8_t *q = qs + 32 * (j / 2);
       const int8_t *y = b[i].qs + 32 * j;
       int s = 0;
-      for (int l = 0; l < 32; l++) s += (j % 2 ? q[l] >> 4 : q[l] & 0xF) * y[l];
+      for (int l = 0; l < 32; l++) {
+        const int lo = j % 2 ? q[l] >> 4 : q[l] & 0xF;
+        s += (q5 ? lo | (((a5[i].qh[l] >> j) & 1) << 4) : lo) * y[l];
+      }
       isum += sc * s;
       msum += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
     }
-    const float d = q35_fp16_to_fp32(a[i].d) * b[i].d, dmin = q35_fp16_to_fp32(a[i].dmin) * b[i].d;
+    const uint16_t wd = q5 ? a5[i].d : a4[i].d, wdmin = q5 ? a5[i].dmin : a4[i].dmin;
+    const float d = q35_fp16_to_fp32(wd) * b[i].d, dmin = q35_fp16_to_fp32(wdmin) * b[i].d;
     sumf += d * (float)isum - dmin * (float)msum;
   }
   return sumf;
 }
 
-static float dot_q5_k(int64_t n, const void *w, const void *x) {
-  const blk_q5_k *a = w;
-  const blk_q8_k *b = x;
-  float sumf = 0;
-  for (int64_t i = 0; i < n / QK_K; i++) {
-    int isum = 0, msum = 0;
-    for (int j = 0; j < 8; j++) {
-      uint8_t sc, m;
-      q35_scale_min_k4(j, a[i].scales, &sc, &m);
-      const uint8_t *q = a[i].qs + 32 * (j / 2);
-      const int8_t *y = b[i].qs + 32 * j;
-      int s = 0;
-      for (int l = 0; l < 32; l++) {
-        const int lo = j % 2 ? q[l] >> 4 : q[l] & 0xF;
-        s += (lo | (((a[i].qh[l] >> j) & 1) << 4)) * y[l];
-      }
-      isum += sc * s;
-      msum += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
-    }
-    const float d = q35_fp16_to_fp32(a[i].d) * b[i].d, dmin = q35_fp16_to_fp32(a[i].dmin) * b[i].d;
-    sumf += d * (float)isum - dmin * (float)msum;
-  }
-  return sumf;
-}
+static float dot_q4_k(int64_t n, const void *w, const void *x) { return dot_k45(n, w, x, 0); }
+static float dot_q5_k(int64_t n, const void *w, const void *x) { return dot_k45(n, w, x, 1); }
 
 static float dot_q6_k(int64_t n, const void *w, const void *x) {
   const blk_q6_k *a = w;

@@ -11,18 +11,27 @@
 #include "base/util.h"
 #include "kernels/quant_internal.h"
 
+/* The element of largest magnitude (the first of equals; 0 if all are 0 or NaN), its magnitude
+ * in *amax. */
+static float signed_absmax(const float *x, int n, float *amax) {
+  float max = 0, a = 0;
+  for (int i = 0; i < n; i++)
+    if (fabsf(x[i]) > a) {
+      a = fabsf(x[i]);
+      max = x[i];
+    }
+  *amax = a;
+  return max;
+}
+
 /*
  * Symmetric grid x ~ d*L, L in [lo, hi] (Q4_0, Q5_0, Q6_K sub-blocks): try a handful of
  * inverse scales mapping the largest-magnitude element near either end of the grid, fit d by
  * least squares for each rounding, keep the lowest squared error. Returns d (0 if all zero).
  */
 static float fit_symmetric(const float *x, int n, int lo, int hi) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; i++)
-    if (fabsf(x[i]) > amax) {
-      amax = fabsf(x[i]);
-      max = x[i];
-    }
+  float amax;
+  const float max = signed_absmax(x, n, &amax);
   if (amax == 0 || !isfinite(amax)) return 0;
   float best_d = max / (float)lo, best_err = INFINITY;
   for (int c = 0; c < 16; c++) {
@@ -222,14 +231,9 @@ static void quant_q5_k(const float *x, void *dst, int64_t n) {
 static void quant_q6_k(const float *x, void *dst, int64_t n) {
   blk_q6_k *y = dst;
   for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-    float s[16], smax = 0, samax = 0;
-    for (int j = 0; j < 16; j++) {
-      s[j] = fit_symmetric(x + 16 * j, 16, -32, 31);
-      if (fabsf(s[j]) > samax) {
-        samax = fabsf(s[j]);
-        smax = s[j];
-      }
-    }
+    float s[16], samax;
+    for (int j = 0; j < 16; j++) s[j] = fit_symmetric(x + 16 * j, 16, -32, 31);
+    const float smax = signed_absmax(s, 16, &samax);
     y[i].d = q35_fp32_to_fp16(smax / -128.f);
     const float d = q35_fp16_to_fp32(y[i].d);
     int L[QK_K];
@@ -268,12 +272,8 @@ static inline int iq4_nearest(float v) {
 
 /* Best scale for one IQ4 sub-block: x ~ dl * kv[L]. */
 static float fit_iq4(const float *x, int n) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; i++)
-    if (fabsf(x[i]) > amax) {
-      amax = fabsf(x[i]);
-      max = x[i];
-    }
+  float amax;
+  const float max = signed_absmax(x, n, &amax);
   if (amax == 0 || !isfinite(amax)) return 0;
   float best = max / -127.f, best_err = INFINITY;
   for (int c = 0; c < 20; c++) {
@@ -304,14 +304,9 @@ static float fit_iq4(const float *x, int n) {
 static void quant_iq4_xs(const float *x, void *dst, int64_t n) {
   blk_iq4_xs *y = dst;
   for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-    float s[8], smax = 0, samax = 0;
-    for (int j = 0; j < 8; j++) {
-      s[j] = fit_iq4(x + 32 * j, 32);
-      if (fabsf(s[j]) > samax) {
-        samax = fabsf(s[j]);
-        smax = s[j];
-      }
-    }
+    float s[8], samax;
+    for (int j = 0; j < 8; j++) s[j] = fit_iq4(x + 32 * j, 32);
+    const float smax = signed_absmax(s, 8, &samax);
     y[i].d = q35_fp32_to_fp16(smax / -32.f);
     const float d = q35_fp16_to_fp32(y[i].d);
     y[i].scales_h = 0;

@@ -550,12 +550,11 @@ int main(void) {
   test_act_hand();
   test_public_api();
   q35_kernels ref;
-  q35_kernels_get(0, &ref);
-  static const char *names[3] = {"scalar", "avx2", "avx512"};
-  for (int level = 0; level <= 2; level++) {
+  q35_kernels_get(Q35_SIMD_SCALAR, &ref);
+  for (q35_simd level = Q35_SIMD_SCALAR; level <= Q35_SIMD_AVX512; level++) {
     q35_kernels k;
     if (q35_kernels_get(level, &k) != 0) {
-      printf("level %s: not available (this CPU or Q35_SIMD), skipped\n", names[level]);
+      printf("level %s: not available (this CPU or Q35_SIMD), skipped\n", q35_simd_name(level));
       continue;
     }
     const int before = failures;
@@ -564,7 +563,7 @@ int main(void) {
     test_q8_extremes(level, &k, &ref);
     test_dequant_exact(level, &k, &ref);
     test_types(level, &k, &ref);
-    printf("level %s: %s\n", names[level], failures == before ? "ok" : "FAILED");
+    printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   printf("worst |vec_dot simd - ref| / sum|w*x|: %.3g; worst |ref - f64| / sum|w*x|: %.3g\n", worst_simd_rel,
          worst_f64_rel);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "kernels/quant.h"
 #include "kernels/quant_internal.h"
 
@@ -191,7 +192,7 @@ static int same_float(float a, float b) { return memcmp(&a, &b, 4) == 0 || (isna
 
 static void kquant_cross_level(void) {
   q35_kernels k1, k2;
-  if (q35_kernels_get(1, &k1) != 0 || q35_kernels_get(2, &k2) != 0) {
+  if (q35_kernels_get(Q35_SIMD_AVX2, &k1) != 0 || q35_kernels_get(Q35_SIMD_AVX512, &k2) != 0) {
     printf("k-quant cross-level: avx2 or avx512 not available, skipped\n");
     return;
   }
@@ -236,14 +237,13 @@ static void kquant_cross_level(void) {
 }
 
 int main(void) {
-  static const char *names[3] = {"scalar", "avx2", "avx512"};
   public_api();
   kquant_cross_level();
   long cases = 0;
-  for (int level = 0; level <= 2; level++) {
+  for (q35_simd level = Q35_SIMD_SCALAR; level <= Q35_SIMD_AVX512; level++) {
     q35_kernels k;
     if (q35_kernels_get(level, &k) != 0) {
-      printf("level %s: not available (this CPU or Q35_SIMD), skipped\n", names[level]);
+      printf("level %s: not available (this CPU or Q35_SIMD), skipped\n", q35_simd_name(level));
       continue;
     }
     const int before = failures;
@@ -254,20 +254,20 @@ int main(void) {
       int64_t ns[5] = {blk, 3 * blk, 2 * 256 + (blk == 32 ? 64 : 0), 1024 + 256, 37};
       const int nn = q35_type_block(type) == 1 ? 5 : 4;
       for (int ni = 0; ni < nn; ni++) {
-        f64_check(names[level], &k, type, ns[ni]);
+        f64_check(q35_simd_name(level), &k, type, ns[ni]);
         for (int nr = 1; nr <= 9; nr += (ni < 2 ? 1 : 2))
           for (int nc = 1; nc <= 9; nc += (ni < 2 ? 1 : 3)) {
-            tile_case(names[level], &k, type, ns[ni], nr, nc);
+            tile_case(q35_simd_name(level), &k, type, ns[ni], nr, nc);
             cases++;
           }
       }
       /* big enough to cross the column and row panels */
       if (level > 0) {
-        tile_case(names[level], &k, type, 4096, 21, 67);
+        tile_case(q35_simd_name(level), &k, type, 4096, 21, 67);
         cases++;
       }
     }
-    printf("level %s: %s\n", names[level], failures == before ? "ok" : "FAILED");
+    printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   printf("%ld tile cases\n", cases);
   return check_done("test_quant_tile");

@@ -11,6 +11,13 @@
 #include "base/util.h"
 #include "kernels/quant_internal.h"
 
+/* Q4_K / Q5_K sub-block scales and mins: 6 bits (0..63) under the fp16 super-scales d, dmin */
+#define K4_SCALE_MAX 63
+/* Q6_K sub-block scales: int8 (-128..127) under d; the largest |scale| maps to -128 */
+#define K6_SCALE_MIN (-128)
+/* IQ4_XS sub-block scales: 6-bit signed (-32..31) under d; the largest |scale| maps to -32 */
+#define IQ4_SCALE_MIN (-32)
+
 /* The element of largest magnitude (the first of equals; 0 if all are 0 or NaN), its magnitude
  * in *amax. */
 static float signed_absmax(const float *x, int n, float *amax) {
@@ -161,14 +168,14 @@ static void pack_k4_scales(const float *a, const float *m, uint16_t *d_out, uint
     amax = fmaxf(amax, a[j]);
     mmax = fmaxf(mmax, m[j]);
   }
-  *d_out = q35_fp32_to_fp16(amax / 63.f);
-  *dmin_out = q35_fp32_to_fp16(mmax / 63.f);
+  *d_out = q35_fp32_to_fp16(amax / (float)K4_SCALE_MAX);
+  *dmin_out = q35_fp32_to_fp16(mmax / (float)K4_SCALE_MAX);
   const float d = q35_fp16_to_fp32(*d_out), dmin = q35_fp16_to_fp32(*dmin_out);
   uint8_t sc[8], mm[8];
   for (int j = 0; j < 8; j++) {
     int s = d > 0 ? (int)lrintf(a[j] / d) : 0, t = dmin > 0 ? (int)lrintf(m[j] / dmin) : 0;
-    sc[j] = (uint8_t)(s < 0 ? 0 : s > 63 ? 63 : s);
-    mm[j] = (uint8_t)(t < 0 ? 0 : t > 63 ? 63 : t);
+    sc[j] = (uint8_t)(s < 0 ? 0 : s > K4_SCALE_MAX ? K4_SCALE_MAX : s);
+    mm[j] = (uint8_t)(t < 0 ? 0 : t > K4_SCALE_MAX ? K4_SCALE_MAX : t);
     eff_a[j] = d * sc[j];
     eff_m[j] = dmin * mm[j];
   }
@@ -234,12 +241,12 @@ static void quant_q6_k(const float *x, void *dst, int64_t n) {
     float s[16], samax;
     for (int j = 0; j < 16; j++) s[j] = fit_symmetric(x + 16 * j, 16, -32, 31);
     const float smax = signed_absmax(s, 16, &samax);
-    y[i].d = q35_fp32_to_fp16(smax / -128.f);
+    y[i].d = q35_fp32_to_fp16(smax / (float)K6_SCALE_MIN);
     const float d = q35_fp16_to_fp32(y[i].d);
     int L[QK_K];
     for (int j = 0; j < 16; j++) {
       int sc = d != 0 ? (int)lrintf(s[j] / d) : 0;
-      sc = sc < -128 ? -128 : sc > 127 ? 127 : sc;
+      sc = sc < K6_SCALE_MIN ? K6_SCALE_MIN : sc > -K6_SCALE_MIN - 1 ? -K6_SCALE_MIN - 1 : sc;
       y[i].scales[j] = (int8_t)sc;
       const float ds = d * (float)sc;
       for (int l = 0; l < 16; l++) L[16 * j + l] = quant_level(x[16 * j + l], ds, -32, 31) + 32;
@@ -307,14 +314,14 @@ static void quant_iq4_xs(const float *x, void *dst, int64_t n) {
     float s[8], samax;
     for (int j = 0; j < 8; j++) s[j] = fit_iq4(x + 32 * j, 32);
     const float smax = signed_absmax(s, 8, &samax);
-    y[i].d = q35_fp32_to_fp16(smax / -32.f);
+    y[i].d = q35_fp32_to_fp16(smax / (float)IQ4_SCALE_MIN);
     const float d = q35_fp16_to_fp32(y[i].d);
     y[i].scales_h = 0;
     memset(y[i].scales_l, 0, sizeof y[i].scales_l);
     for (int j = 0; j < 8; j++) {
       int ls = d != 0 ? (int)lrintf(s[j] / d) : 0;
-      ls = ls < -32 ? -32 : ls > 31 ? 31 : ls;
-      const int u = ls + 32;
+      ls = ls < IQ4_SCALE_MIN ? IQ4_SCALE_MIN : ls > -IQ4_SCALE_MIN - 1 ? -IQ4_SCALE_MIN - 1 : ls;
+      const int u = ls - IQ4_SCALE_MIN; /* stored biased, 0..63 */
       y[i].scales_l[j / 2] |= (uint8_t)((u & 0xF) << 4 * (j % 2));
       y[i].scales_h |= (uint16_t)((u >> 4) << 2 * j);
       const float dl = d * (float)ls;

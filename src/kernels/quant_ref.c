@@ -55,23 +55,17 @@ static inline float sse_max(float a, float b) { return a > b ? a : b; }
 
 static void dequant_f32(const void *src, float *y, int64_t n) { memcpy(y, src, (size_t)n * 4); }
 
-static void dequant_f16(const void *src, float *y, int64_t n) {
+/* F16 / BF16: each 2-byte value through `to_f32` (inlined: a constant at both uses) */
+static inline void dequant_half(const void *src, float *y, int64_t n, float (*to_f32)(uint16_t)) {
   const uint8_t *s = src;
   for (int64_t i = 0; i < n; i++) {
     uint16_t h;
     memcpy(&h, s + 2 * i, 2);
-    y[i] = q35_fp16_to_fp32(h);
+    y[i] = to_f32(h);
   }
 }
-
-static void dequant_bf16(const void *src, float *y, int64_t n) {
-  const uint8_t *s = src;
-  for (int64_t i = 0; i < n; i++) {
-    uint16_t h;
-    memcpy(&h, s + 2 * i, 2);
-    y[i] = q35_bf16_to_fp32(h);
-  }
-}
+static void dequant_f16(const void *src, float *y, int64_t n) { dequant_half(src, y, n, q35_fp16_to_fp32); }
+static void dequant_bf16(const void *src, float *y, int64_t n) { dequant_half(src, y, n, q35_bf16_to_fp32); }
 
 static void dequant_q4_0(const void *src, float *y, int64_t n) {
   const blk_q4_0 *b = src;
@@ -248,21 +242,15 @@ static void quant_q8_k(const float *x, void *dst, int64_t n) {
 
 static void quant_f32(const float *x, void *dst, int64_t n) { memcpy(dst, x, (size_t)n * 4); }
 
-static void quant_f16(const float *x, void *dst, int64_t n) {
+static inline void quant_half(const float *x, void *dst, int64_t n, uint16_t (*from_f32)(float)) {
   uint8_t *d = dst;
   for (int64_t i = 0; i < n; i++) {
-    uint16_t h = q35_fp32_to_fp16(x[i]);
+    uint16_t h = from_f32(x[i]);
     memcpy(d + 2 * i, &h, 2);
   }
 }
-
-static void quant_bf16(const float *x, void *dst, int64_t n) {
-  uint8_t *d = dst;
-  for (int64_t i = 0; i < n; i++) {
-    uint16_t h = q35_fp32_to_bf16(x[i]);
-    memcpy(d + 2 * i, &h, 2);
-  }
-}
+static void quant_f16(const float *x, void *dst, int64_t n) { quant_half(x, dst, n, q35_fp32_to_fp16); }
+static void quant_bf16(const float *x, void *dst, int64_t n) { quant_half(x, dst, n, q35_fp32_to_bf16); }
 
 
 /* ============================== dot products (reference) ============================== */
@@ -279,29 +267,19 @@ static float dot_f32(int64_t n, const void *w, const void *x) {
   return (float)s;
 }
 
-static float dot_f16(int64_t n, const void *w, const void *x) {
+static inline float dot_half(int64_t n, const void *w, const void *x, float (*to_f32)(uint16_t)) {
   const uint8_t *a = w, *b = x;
   double s = 0;
   for (int64_t i = 0; i < n; i++) {
     uint16_t p, q;
     memcpy(&p, a + 2 * i, 2);
     memcpy(&q, b + 2 * i, 2);
-    s += (double)q35_fp16_to_fp32(p) * q35_fp16_to_fp32(q);
+    s += (double)to_f32(p) * to_f32(q);
   }
   return (float)s;
 }
-
-static float dot_bf16(int64_t n, const void *w, const void *x) {
-  const uint8_t *a = w, *b = x;
-  double s = 0;
-  for (int64_t i = 0; i < n; i++) {
-    uint16_t p, q;
-    memcpy(&p, a + 2 * i, 2);
-    memcpy(&q, b + 2 * i, 2);
-    s += (double)q35_bf16_to_fp32(p) * q35_bf16_to_fp32(q);
-  }
-  return (float)s;
-}
+static float dot_f16(int64_t n, const void *w, const void *x) { return dot_half(n, w, x, q35_fp16_to_fp32); }
+static float dot_bf16(int64_t n, const void *w, const void *x) { return dot_half(n, w, x, q35_bf16_to_fp32); }
 
 /* Q4_0 x Q8_0X (the activation's Q8_0 blocks read back from their Q8_0X places) */
 static float dot_q4_0(int64_t n, const void *w, const void *x) {

@@ -3,10 +3,11 @@
  * bytes streamed, over a weight matrix much bigger than the caches, next to the machine's
  * memcpy bandwidth. Not part of ctest (no timed assertions anywhere).
  *
- * Build (from the repository root, after building the library in build-quant):
- *   gcc -O2 -std=gnu11 -pthread -Iinclude -Isrc bench/quant_bench.c build-quant/libq35.a \
+ * Build (from the repository root, after cmake --build build):
+ *   gcc -O2 -std=gnu11 -pthread -Iinclude -Isrc bench/quant_bench.c build/libq35.a \
  *       -ljansson -lpcre2-8 -lutf8proc -lm -o /tmp/quant_bench
  * Run: /tmp/quant_bench [MiB per matrix, default 256] [threads, default 1] [1: tile part only, 2: in-cache part only]
+ * Levels above Q35_SIMD (or that the CPU lacks) show "-".
  *
  * Second part: the tile kernel (q35_vec_dot_tile) for prefill, a 2048 x 2048 weight matrix
  * times T = 64 and 512 activation rows, against the per-pair vec_dot loop it replaces, in
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/cpu.h"
 #include "kernels/quant.h"
 #include "kernels/quant_internal.h"
 
@@ -54,13 +56,12 @@ static void *run_job(void *p) {
 static void bench_tile(void) {
   static const int types[] = {Q35_TYPE_Q8_0, Q35_TYPE_Q4_0, Q35_TYPE_Q5_0, Q35_TYPE_Q4_K, Q35_TYPE_Q5_K,
                               Q35_TYPE_Q6_K, Q35_TYPE_IQ4_XS, Q35_TYPE_F32, Q35_TYPE_F16, Q35_TYPE_BF16};
-  static const char *lvl[3] = {"scalar", "avx2", "avx512"};
   const int64_t K = 2048, N = 2048;
   float *f = malloc(sizeof(float) * K);
   float *out = malloc(sizeof(float) * N * 512);
   printf("\ntile kernel, %lldx%lld weights, 1 thread: GOP/s (2*K*N*T/s) per-pair loop -> tile (speed-up)\n",
          (long long)N, (long long)K);
-  printf("%-7s %5s %26s %26s\n", "type", "T", lvl[1], lvl[2]);
+  printf("%-7s %5s %26s %26s\n", "type", "T", q35_simd_name(Q35_SIMD_AVX2), q35_simd_name(Q35_SIMD_AVX512));
   for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
     const int type = types[t], vt = q35_vec_dot_type(type);
     const size_t wrs = q35_row_size(type, K), xrs = act_row(vt, K);
@@ -112,12 +113,11 @@ static void bench_tile(void) {
 static void bench_incache(void) {
   static const int types[] = {Q35_TYPE_Q8_0, Q35_TYPE_Q4_0, Q35_TYPE_Q5_0, Q35_TYPE_Q4_K, Q35_TYPE_Q5_K,
                               Q35_TYPE_Q6_K, Q35_TYPE_IQ4_XS, Q35_TYPE_F32, Q35_TYPE_F16, Q35_TYPE_BF16};
-  static const char *lvl[3] = {"scalar", "avx2", "avx512"};
   const int64_t K = 4096;
   const size_t bytes = 256 * 1024;
   float *f = malloc(sizeof(float) * K);
   printf("\nvec_dot in cache (%zu KiB of weights, K=%lld, 1 thread), GB/s of weights\n", bytes >> 10, (long long)K);
-  printf("%-7s %10s %10s\n", "type", lvl[1], lvl[2]);
+  printf("%-7s %10s %10s\n", "type", q35_simd_name(Q35_SIMD_AVX2), q35_simd_name(Q35_SIMD_AVX512));
   for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
     const int type = types[t], vt = q35_vec_dot_type(type);
     const size_t wrs = q35_row_size(type, K);
@@ -184,13 +184,13 @@ int main(int argc, char **argv) {
 
   static const int types[] = {Q35_TYPE_Q8_0, Q35_TYPE_Q4_0, Q35_TYPE_Q5_0, Q35_TYPE_Q4_K, Q35_TYPE_Q5_K,
                               Q35_TYPE_Q6_K, Q35_TYPE_IQ4_XS, Q35_TYPE_F32, Q35_TYPE_F16, Q35_TYPE_BF16};
-  static const char *lvl[3] = {"scalar", "avx2", "avx512"};
   float *xf = malloc(sizeof(float) * n), *wf = malloc(sizeof(float) * n);
   for (int64_t i = 0; i < n; i++) {
     xf[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
     wf[i] = (float)((i * 104729) % 1000) / 50000.0f - 0.01f;
   }
-  printf("%-7s %10s %10s %10s   (GB/s of weights, n=%lld, %d thread(s))\n", "type", lvl[0], lvl[1], lvl[2],
+  printf("%-7s %10s %10s %10s   (GB/s of weights, n=%lld, %d thread(s))\n", "type", q35_simd_name(Q35_SIMD_SCALAR),
+         q35_simd_name(Q35_SIMD_AVX2), q35_simd_name(Q35_SIMD_AVX512),
          (long long)n, nth);
   for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
     const int type = types[t], vt = q35_vec_dot_type(type);

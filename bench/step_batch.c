@@ -42,8 +42,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   double one = 0;
-  /* pass 0 is an untimed warm-up at B = 8 (32 steps): the first pass over the expert weights
-   * runs up to 1.5x slower (first touches), which would flatter every B > 1 against B = 1 */
+  /* pass 0 is an untimed warm-up at B = 8 (32 steps): the first pass over the expert weights is
+   * slower (first touches), which would flatter every B > 1 against B = 1 */
   for (int pass = 0; pass < 2; pass++)
   for (int B = pass ? 1 : 8; B <= (pass ? maxb : 8); B *= 2) {
     const int N = pass ? N_timed : 32;

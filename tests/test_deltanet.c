@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "kernels/deltanet.h"
 
 static unsigned long long rs = 88172645463325252ull;
@@ -39,7 +40,7 @@ int main(void) {
       q35_delta_step(S1, dv, dk, q, k, v, beta, decay, o1);
       if (memcmp(S0, S1, sizeof(float) * dv * dk) || memcmp(o0, o1, sizeof(float) * dv)) {
         fprintf(stderr, "FAIL dv=%d dk=%d step %d: %s path differs from the reference\n", dv, dk, step,
-                q35_delta_level());
+                q35_simd_name(q35_simd_active()));
         fails++;
         break;
       }
@@ -52,8 +53,8 @@ int main(void) {
         if (e > maxerr) maxerr = e;
       }
     }
-    printf("dv=%d dk=%d: %s == reference; reference vs float64: max rel err %.3e\n", dv, dk, q35_delta_level(),
-           maxerr);
+    printf("dv=%d dk=%d: %s == reference; reference vs float64: max rel err %.3e\n", dv, dk,
+           q35_simd_name(q35_simd_active()), maxerr);
     if (maxerr > 1e-5) {
       fprintf(stderr, "FAIL dv=%d dk=%d: reference differs from the float64 recurrence (%.3e)\n", dv, dk, maxerr);
       fails++;

@@ -17,20 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "kernels/quant.h"
 #include "kernels/quant_internal.h"
 #include "base/util.h"
 
-static int failures;
-#define CHECK(cond, ...)                                      \
-  do {                                                        \
-    if (!(cond)) {                                            \
-      failures++;                                             \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);    \
-      fprintf(stderr, __VA_ARGS__);                           \
-      fprintf(stderr, "\n");                                  \
-    }                                                         \
-  } while (0)
+#include "check.h"
+
 
 /* ---- deterministic random numbers ---- */
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -310,7 +303,7 @@ static void test_act_simd(int level, const q35_kernels *k, const q35_kernels *re
   free(b);
 }
 
-/* Q8_0X (the Q4_0 activation layout, quant_internal.h) built here from its description and the
+/* Q8_0X (the Q4_0 activation layout, act_layout.h) built here from its description and the
  * Q8_0 bytes: groups of 4 blocks (last one k = nb % 4), per group yl | yh | off | d sub-arrays of
  * 16k bytes each. Every level's quantizer must produce exactly these bytes, and dequantize
  * Q8_0X must give Q8_0's floats. */
@@ -527,10 +520,11 @@ static void test_dequant_exact(int level, const q35_kernels *k, const q35_kernel
 }
 
 static void test_public_api(void) {
-  const char *lvl = q35_simd_level();
-  CHECK(!strcmp(lvl, "scalar") || !strcmp(lvl, "avx2") || !strcmp(lvl, "avx512"), "simd level %s", lvl);
+  const q35_simd lvl = q35_simd_active();
+  CHECK(lvl == Q35_SIMD_SCALAR || lvl == Q35_SIMD_AVX2 || lvl == Q35_SIMD_AVX512, "simd level %s",
+        q35_simd_name(lvl));
   CHECK((q35_vec_dot_type(Q35_TYPE_Q4_0) == Q35_TYPE_Q8_0X ||
-         (q35_vec_dot_type(Q35_TYPE_Q4_0) == Q35_TYPE_Q8_0Z && !strcmp(lvl, "avx512"))) &&
+         (q35_vec_dot_type(Q35_TYPE_Q4_0) == Q35_TYPE_Q8_0Z && lvl == Q35_SIMD_AVX512)) &&
             q35_vec_dot_type(Q35_TYPE_Q8_0) == Q35_TYPE_Q8_0Y &&
             q35_vec_dot_type(Q35_TYPE_Q5_0) == Q35_TYPE_Q8_0 &&
             q35_vec_dot_type(Q35_TYPE_Q4_K) == Q35_TYPE_Q8_K && q35_vec_dot_type(Q35_TYPE_IQ4_XS) == Q35_TYPE_Q8_K &&
@@ -556,12 +550,11 @@ int main(void) {
   test_act_hand();
   test_public_api();
   q35_kernels ref;
-  q35_kernels_get(0, &ref);
-  static const char *names[3] = {"scalar", "avx2", "avx512"};
-  for (int level = 0; level <= 2; level++) {
+  q35_kernels_get(Q35_SIMD_SCALAR, &ref);
+  for (q35_simd level = Q35_SIMD_SCALAR; level <= Q35_SIMD_AVX512; level++) {
     q35_kernels k;
     if (q35_kernels_get(level, &k) != 0) {
-      printf("level %s: not available on this CPU, skipped\n", names[level]);
+      printf("level %s: not available (this CPU or Q35_SIMD), skipped\n", q35_simd_name(level));
       continue;
     }
     const int before = failures;
@@ -570,15 +563,10 @@ int main(void) {
     test_q8_extremes(level, &k, &ref);
     test_dequant_exact(level, &k, &ref);
     test_types(level, &k, &ref);
-    printf("level %s: %s\n", names[level], failures == before ? "ok" : "FAILED");
+    printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   printf("worst |vec_dot simd - ref| / sum|w*x|: %.3g; worst |ref - f64| / sum|w*x|: %.3g\n", worst_simd_rel,
          worst_f64_rel);
-  printf("dispatch level: %s\n", q35_simd_level());
-  if (failures) {
-    fprintf(stderr, "%d failure(s)\n", failures);
-    return 1;
-  }
-  printf("test_quant: all passed\n");
-  return 0;
+  printf("dispatch level: %s\n", q35_simd_name(q35_simd_active()));
+  return check_done("test_quant");
 }

@@ -22,19 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "kernels/quant.h"
 #include "base/util.h"
 
-static int failures;
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      failures++;                                          \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fprintf(stderr, "\n");                               \
-    }                                                      \
-  } while (0)
+#include "check.h"
+
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
 static uint64_t rng_u64(void) {
@@ -127,7 +120,7 @@ static void run_cpu_variant(void *cpu, void *base, const char *variant) {
         q35_quantize_row(act[k].type, x, b, n);
         q35_quantize_row_ref(act[k].type, x, c, n);
         CHECK(!memcmp(a, b, rs), "%s: %s quantize (%s) differs from ggml (n=%d, variant %d)", variant,
-              q35_type_name(act[k].type), q35_simd_level(), n, v);
+              q35_type_name(act[k].type), q35_simd_name(q35_simd_active()), n, v);
         CHECK(!memcmp(a, c, rs), "%s: %s quantize_ref differs from ggml (n=%d, variant %d)", variant,
               q35_type_name(act[k].type), n, v);
       }
@@ -210,7 +203,7 @@ int main(void) {
     printf("test_quant_peer: peer library not installed (%s), skipped\n", path);
     return 0;
   }
-  printf("q35 SIMD level: %s\n", q35_simd_level());
+  printf("q35 SIMD level: %s\n", q35_simd_name(q35_simd_active()));
   const char *variants[2] = {"haswell", "icelake"};
   for (int v = 0; v < 2; v++) {
     if (v == 1 && !(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -223,10 +216,5 @@ int main(void) {
     if (!cpu) continue;
     run_cpu_variant(cpu, base, variants[v]);
   }
-  if (failures) {
-    fprintf(stderr, "%d failure(s)\n", failures);
-    return 1;
-  }
-  printf("test_quant_peer: all passed\n");
-  return 0;
+  return check_done("test_quant_peer");
 }

@@ -17,20 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "kernels/quant.h"
 #include "kernels/quant_internal.h"
 
-static int failures;
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      if (failures++ < 20) {                               \
-        fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-        fprintf(stderr, __VA_ARGS__);                      \
-        fprintf(stderr, "\n");                             \
-      }                                                    \
-    }                                                      \
-  } while (0)
+#include "check.h"
+
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
 static uint64_t rng_u64(void) {
@@ -154,7 +146,7 @@ static void public_api(void) {
 
 /*
  * Cross-level identity for the K-quant kernels: the avx512 level's Q4_K / Q5_K / Q6_K kernels
- * (512-bit integer sums in quant_avx512.c) must give the avx2 level's bits (quant_simd.inc's
+ * (512-bit integer sums in quant_avx512.c) must give the avx2 level's bits (quant_256_kquants.inc's
  * 256-bit kernels, whose integer sums and float steps they reproduce) for every row pair, as
  * vec_dot and as tiles. Rows are raw random bytes (every 4/6-bit code, every scale and min),
  * scales patched to finite fp16 with edge values, activations with extreme bytes (-128, 127),
@@ -200,7 +192,7 @@ static int same_float(float a, float b) { return memcmp(&a, &b, 4) == 0 || (isna
 
 static void kquant_cross_level(void) {
   q35_kernels k1, k2;
-  if (q35_kernels_get(1, &k1) != 0 || q35_kernels_get(2, &k2) != 0) {
+  if (q35_kernels_get(Q35_SIMD_AVX2, &k1) != 0 || q35_kernels_get(Q35_SIMD_AVX512, &k2) != 0) {
     printf("k-quant cross-level: avx2 or avx512 not available, skipped\n");
     return;
   }
@@ -245,14 +237,13 @@ static void kquant_cross_level(void) {
 }
 
 int main(void) {
-  static const char *names[3] = {"scalar", "avx2", "avx512"};
   public_api();
   kquant_cross_level();
   long cases = 0;
-  for (int level = 0; level <= 2; level++) {
+  for (q35_simd level = Q35_SIMD_SCALAR; level <= Q35_SIMD_AVX512; level++) {
     q35_kernels k;
     if (q35_kernels_get(level, &k) != 0) {
-      printf("level %s: not available on this CPU, skipped\n", names[level]);
+      printf("level %s: not available (this CPU or Q35_SIMD), skipped\n", q35_simd_name(level));
       continue;
     }
     const int before = failures;
@@ -263,26 +254,21 @@ int main(void) {
       int64_t ns[5] = {blk, 3 * blk, 2 * 256 + (blk == 32 ? 64 : 0), 1024 + 256, 37};
       const int nn = q35_type_block(type) == 1 ? 5 : 4;
       for (int ni = 0; ni < nn; ni++) {
-        f64_check(names[level], &k, type, ns[ni]);
+        f64_check(q35_simd_name(level), &k, type, ns[ni]);
         for (int nr = 1; nr <= 9; nr += (ni < 2 ? 1 : 2))
           for (int nc = 1; nc <= 9; nc += (ni < 2 ? 1 : 3)) {
-            tile_case(names[level], &k, type, ns[ni], nr, nc);
+            tile_case(q35_simd_name(level), &k, type, ns[ni], nr, nc);
             cases++;
           }
       }
       /* big enough to cross the column and row panels */
       if (level > 0) {
-        tile_case(names[level], &k, type, 4096, 21, 67);
+        tile_case(q35_simd_name(level), &k, type, 4096, 21, 67);
         cases++;
       }
     }
-    printf("level %s: %s\n", names[level], failures == before ? "ok" : "FAILED");
+    printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   printf("%ld tile cases\n", cases);
-  if (failures) {
-    fprintf(stderr, "%d failure(s)\n", failures);
-    return 1;
-  }
-  printf("test_quant_tile: all passed\n");
-  return 0;
+  return check_done("test_quant_tile");
 }

@@ -4,6 +4,9 @@
 #      (tests/test_fuzz_replay.sh builds the libFuzzer targets and replays their corpora);
 #   2. on a sanitizer build in build-asan/ (-DQ35_SANITIZE=ON: ASan + UBSan, leak checking on),
 #      with Q35_SANITIZE_RUN=1 so tests may shrink their sizes.
+# The kernel, invariance and parity tests run once per SIMD level the CPU has (NAME at the best
+# level, NAME@avx2 and NAME@scalar below it; tests/CMakeLists.txt); levels the CPU lacks are
+# skipped. The levels are printed at the end.
 # Q35_SKIP_SANITIZE=1 skips the second run (local quick runs only; CI runs both).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,7 +23,9 @@ if [ "${Q35_SKIP_SANITIZE:-0}" != 1 ]; then
   t2=$(date +%s)
   # Excluded from the sanitizer run (pure duplicates, nothing new under ASan/UBSan):
   #   test_fuzz_replay: the fuzz targets are ASan+UBSan builds already (it skips itself there too).
-  exclude="^(test_fuzz_replay)$"
+  #   test_sampler@*, test_parity_llama@*: the slowest per-level variants; the sanitizer run keeps
+  #     the kernel, attention, engine and invariance tests' variants (each level's own code paths).
+  exclude="^(test_fuzz_replay|test_sampler@.*|test_parity_llama@.*)$"
   Q35_SANITIZE_RUN=1 \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -28,5 +33,6 @@ if [ "${Q35_SKIP_SANITIZE:-0}" != 1 ]; then
   t3=$(date +%s)
   echo "tools/test.sh: sanitizer build $((t2 - t1)) s, sanitizer suite $((t3 - t2)) s"
 fi
+echo "tools/test.sh: SIMD levels run: $(build/tests/run_at_level --levels 2>/dev/null || echo unknown)"
 echo "tools/test.sh: total $(($(date +%s) - t0)) s"
 exit $rc

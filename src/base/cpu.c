@@ -28,6 +28,14 @@ static struct {
 } g_cpu;
 static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
 
+/* Does a CPU whose best level is `best` run `level`? (detect() uses it inside the once, so it
+ * must not call once() itself.) */
+static int runs(q35_simd best, q35_simd level) {
+  if (level == Q35_SIMD_SCALAR) return 1;
+  if (level == Q35_SIMD_NEON) return best == Q35_SIMD_NEON;
+  return best != Q35_SIMD_NEON && level <= best;
+}
+
 static void detect(void) {
   q35_simd best = Q35_SIMD_SCALAR;
 #if Q35_CPU_X86
@@ -49,7 +57,7 @@ static void detect(void) {
   if (env && *env) {
     q35_simd want;
     snprintf(g_cpu.env, sizeof g_cpu.env, "%s", env);
-    if (q35_simd_parse(env, &want) || !q35_simd_supported(want)) g_cpu.env_bad = 1;
+    if (q35_simd_parse(env, &want) || !runs(best, want)) g_cpu.env_bad = 1;
     else g_cpu.active = want;
   }
   const char *x = getenv("Q35_Q4_0_X");
@@ -70,9 +78,7 @@ q35_simd q35_simd_best(void) {
 
 int q35_simd_supported(q35_simd level) {
   once();
-  if (level == Q35_SIMD_SCALAR) return 1;
-  if (level == Q35_SIMD_NEON) return g_cpu.best == Q35_SIMD_NEON;
-  return g_cpu.best != Q35_SIMD_NEON && level <= g_cpu.best;
+  return runs(g_cpu.best, level);
 }
 
 const char *q35_simd_name(q35_simd level) {

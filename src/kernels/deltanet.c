@@ -1,12 +1,12 @@
-/* deltanet.c - the delta-rule step (see deltanet.h): scalar reference, AVX2 and AVX-512 twins. */
+/* deltanet.c - the delta-rule step (see deltanet.h): scalar reference, AVX2 and AVX-512 twins, the
+ * one q35_simd_active() names taken (the reference where dk is not a multiple of 16). */
 #include "kernels/deltanet.h"
 
 #include <immintrin.h>
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 
-#include "kernels/quant.h"
+#include "base/cpu.h"
 
 static float reduce16(float *a) {
   for (int w = 8; w >= 1; w /= 2)
@@ -102,30 +102,12 @@ __attribute__((target("avx512f,avx512dq,avx2,fma"))) static void delta_step_avx5
   }
 }
 
-typedef void (*delta_fn)(float *, int, int, const float *, const float *, const float *, float, float, float *);
-static delta_fn chosen = q35_delta_step_ref; /* set once by pick() */
-static const char *chosen_name = "scalar";
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-
-static void pick(void) {
-  const char *lvl = q35_simd_level();
-  if (!strcmp(lvl, "avx512")) {
-    chosen = delta_step_avx512;
-    chosen_name = "avx512";
-  } else if (!strcmp(lvl, "avx2")) {
-    chosen = delta_step_avx2;
-    chosen_name = "avx2";
-  }
-}
-
-const char *q35_delta_level(void) {
-  pthread_once(&once, pick);
-  return chosen_name;
-}
-
 void q35_delta_step(float *S, int dv, int dk, const float *q, const float *k, const float *v, float beta, float decay,
                     float *o) {
-  pthread_once(&once, pick);
-  if (dk % 16) q35_delta_step_ref(S, dv, dk, q, k, v, beta, decay, o);
-  else chosen(S, dv, dk, q, k, v, beta, decay, o);
+  if (dk % 16 == 0) switch (q35_simd_active()) {
+    case Q35_SIMD_AVX512: delta_step_avx512(S, dv, dk, q, k, v, beta, decay, o); return;
+    case Q35_SIMD_AVX2: delta_step_avx2(S, dv, dk, q, k, v, beta, decay, o); return;
+    default: break;
+    }
+  q35_delta_step_ref(S, dv, dk, q, k, v, beta, decay, o);
 }

@@ -8,6 +8,7 @@
  * multiply-add) reduced by a fixed tree (lane i += lane i+8, then +4, +2, +1). The scalar
  * reference, the AVX2 path (two 8-lane registers) and the AVX-512 path (one 16-lane register)
  * therefore give identical bits, and results never depend on the machine's SIMD level.
+ * q35_delta_step runs at q35_simd_active() (base/cpu.h); the reference where dk % 16 != 0.
  */
 #ifndef Q35_DELTANET_H
 #define Q35_DELTANET_H
@@ -16,7 +17,5 @@ void q35_delta_step(float *S, int dv, int dk, const float *q, const float *k, co
                     float *o);
 void q35_delta_step_ref(float *S, int dv, int dk, const float *q, const float *k, const float *v, float beta,
                         float decay, float *o);
-/* The path q35_delta_step takes: "avx512", "avx2" or "scalar" (follows q35_simd_level()). */
-const char *q35_delta_level(void);
 
 #endif

@@ -9,12 +9,13 @@
  * F16 -> F16, BF16 -> BF16, F32 -> F32); the dot product then runs on the weight blocks and
  * the converted activation blocks (integer dot products for the quantized types). Q4_0 takes
  * Q8_0X and Q8_0 takes Q8_0Y: the same Q8_0 values (byte-identical quantization), laid out so
- * the kernels need no shuffles of the activation (quant_internal.h). Where the AVX-512 VBMI
+ * the kernels need no shuffles of the activation (act_layout.h). Where the AVX-512 VBMI
  * kernels run, Q4_0 takes Q8_0Z instead (one int32 lane per block: q35_vec_dot_type says which;
  * the _ref entry points accept it and read the same Q8_0 values).
  *
- * Every kernel has a plain scalar reference twin (suffix _ref) and SIMD paths (AVX2,
- * AVX-512) selected once at run time from the CPU's features; tests hold them equal.
+ * Every kernel has a plain scalar reference twin (suffix _ref, quant_ref.c) and SIMD paths
+ * (quant_avx2.c, quant_avx512.c) run at the level base/cpu.h chose (q35_simd_active(): the
+ * CPU's best, lowered by Q35_SIMD); tests hold them equal.
  */
 #ifndef Q35_QUANT_H
 #define Q35_QUANT_H
@@ -61,8 +62,8 @@ void q35_vec_dot_rows(int type, int64_t n, const void *w, size_t w_stride, int n
 void q35_vec_dot_tile_ex(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x,
                          size_t x_stride, int nc, float *out, size_t out_rs, size_t out_cs);
 
-/* Which SIMD level the dispatcher chose: "avx512", "avx2" or "scalar". Q35_SIMD=scalar|avx2
- * in the environment caps it (for tests and benchmarks). */
+/* Transitional: q35_simd_name(q35_simd_active()) (base/cpu.h), for callers not yet converted
+ * to the level enum. The kernels here run at q35_simd_active(). */
 const char *q35_simd_level(void);
 
 #endif

@@ -1,19 +1,40 @@
 /*
- * quant_avx512.c - the AVX-512 (F, BW, VL, VNNI) kernels. quant_simd.inc compiled with
- * VNNI (vpdpbusd / vpdpwssd on 256-bit vectors: no int16 saturation anywhere), plus
- * 512-bit Q8_0 tiles and, where the CPU has AVX512-VBMI, 512-bit Q4_0 tiles.
+ * quant_avx512.c - the AVX-512 level (F, BW, VL, DQ, VNNI; VBMI where the CPU has it) of the
+ * weight kernels. Kernels by type:
+ *   Q8_0 x Q8_0Y          t_q8y: 512-bit (here)
+ *   Q4_0 x Q8_0Z          t_q4z: 512-bit, one int32 lane per block (here; needs VBMI)
+ *   Q4_0 x Q8_0X          t_q4x: 512-bit (here; VBMI, with the testing aid Q35_Q4_0_X set);
+ *                         without VBMI t_q4_0 (quant_256_q4_0_q5_0_q8_0.inc)
+ *   Q4_K, Q6_K x Q8_K     t_q4k5, t_q6k5: 512-bit integer sums (here)
+ *   Q5_0, Q5_K, IQ4_XS    t_q5_0, t_q5_k, t_iq4_xs: the 256-bit templates with VNNI (quant_256_*.inc)
+ *   F32, F16, BF16        t_f32, t_f16, t_bf16 (quant_256_float.inc)
+ *   conversions           quant_256_convert.inc, plus the Q8_0Z quantizer (here)
+ * quant.c lays this table over the AVX2 level's when q35_simd_active() is avx512.
  *
- * The 512-bit kernels hold the 16 float lanes of a pair in one register where quant_simd.inc
- * keeps two 256-bit halves (same integers, same fused multiply-adds in the same order, same
- * final sum), so their results are bit-identical to the 256-bit kernels'.
+ * The 512-bit kernels hold the 16 float lanes of a pair in one register where the 256-bit
+ * templates keep two 256-bit halves (same integers, same fused multiply-adds in the same order,
+ * same final sum), so their results are bit-identical to the 256-bit kernels'.
  */
 #define QS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define QS_VNNI 1
-#include "kernels/quant_simd.inc"
+#include "kernels/quant_256.inc"
+#include "kernels/quant_256_q4_0_q5_0_q8_0.inc"
+#include "kernels/quant_256_kquants.inc"
+#include "kernels/quant_256_float.inc"
+#include "kernels/quant_256_convert.inc"
+
+/* The 256-bit templates this level uses, micro-tile shapes R x C (32 vector registers). */
+QS_TILE(t_q4_0, 2, 4)
+QS_TILE(t_q5_0, 2, 4)
+QS_TILE(t_q5_k, 2, 4)
+QS_TILE(t_iq4_xs, 2, 4)
+QS_TILE(t_f32, 2, 2)
+QS_TILE(t_f16, 2, 2)
+QS_TILE(t_bf16, 2, 2)
 
 /* two 256-bit halves -> one 512-bit register */
 QSF __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
-/* Q8_0 x Q8_0Y: quant_simd.inc's two halves in one register (block 2g in lanes 0..7, 2g+1 in 8..15) */
+/* Q8_0 x Q8_0Y: quant_256_q4_0_q5_0_q8_0.inc's two halves in one register (block 2g in lanes 0..7, 2g+1 in 8..15) */
 QSI void q8y_group(const int R, const int C, const int FULL, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
                    int64_t g, __m512 acc[TRM][TCM]) {
   const __m512i bias = _mm512_set1_epi8((char)0x80);
@@ -67,13 +88,13 @@ QSI void t_q8y(const int R, const int C, TILE_ARGS) {
 QS_TILE(t_q8y, 4, 8)
 
 /*
- * Q4_K / Q6_K x Q8_K with 512-bit integer sums. quant_simd.inc's kernels accumulate, per block
+ * Q4_K / Q6_K x Q8_K with 512-bit integer sums. the 256-bit templates's kernels accumulate, per block
  * and pair, 8 int32 lanes isum (lane j: bytes 4j..4j+3 of every 32-byte step, each step's
  * maddubs pairs times its sub-block scale through madd), then run the float steps on those 8
  * lanes. Here one 512-bit step covers two of those 32-byte steps side by side (the bytes of
  * the first in lanes 0..7, of the second in 8..15), with the same maddubs pairs and the same
  * int16 scale products; the 8 lanes the float steps see are lanes j + lanes 8 + j, the same
- * exact int32 sums. The float steps are quant_simd.inc's, operation for operation, so the
+ * exact int32 sums. The float steps are the 256-bit templates's, operation for operation, so the
  * results are bit-identical to the 256-bit kernels' (tests/test_quant_tile.c compares them).
  */
 /* Q4_K step k (elements 64k..64k+63): vpshufb indices that make int16 lanes 0..15 scale 2k and
@@ -106,7 +127,7 @@ QSF __m128i q4k_sm8(const uint8_t *s) {
   return _mm_or_si128(lo, hi);
 }
 
-/* the 8 lanes quant_simd.inc's kernels hold: lanes j + 8 + j */
+/* the 8 lanes the 256-bit templates's kernels hold: lanes j + 8 + j */
 QSF __m256i k5_fold(__m512i t) { return _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1)); }
 
 QSI void t_q4k5(const int R, const int C, TILE_ARGS) {
@@ -215,7 +236,7 @@ QS_TILE(t_q6k5, 2, 4)
  * Q4_0 x Q8_0X with 512-bit registers (needs VBMI for the byte permutes). A group of four blocks
  * (72 bytes) is two loads; one two-source byte permute gathers the four blocks' 64 nibble bytes,
  * another the four fp16 scales, each repeated 4 times (one per int32 lane of its block). Lanes
- * 0..7 are quant_simd.inc's half 0, lanes 8..15 its half 1: same integers, same fused
+ * 0..7 are the 256-bit templates's half 0, lanes 8..15 its half 1: same integers, same fused
  * multiply-adds, same final sum (hsum8(lo + hi)), so the bits equal the 256-bit kernels'.
  */
 #undef QS_TARGET
@@ -287,7 +308,7 @@ QSI void t_q4x(const int R, const int C, TILE_ARGS) {
 QS_TILE(t_q4x, 4, 8)
 
 /*
- * Q4_0 x Q8_0Z (layout in quant_internal.h): one int32 lane per block, so a block's 32 products
+ * Q4_0 x Q8_0Z (layout in act_layout.h): one int32 lane per block, so a block's 32 products
  * end in one exact integer and the float work (convert, scale, accumulate) is done once per block
  * instead of once per four lanes: per group of 16 blocks and activation column, eight vpdpbusd
  * and one convert / multiply / fused multiply-add on 16 lanes.
@@ -315,8 +336,8 @@ QSI void q4z_group(const int R, const int C, const int FULL, const uint8_t *w, s
     if (FULL) pf_span((const char *)a + (size_t)4 * R * ws, 16 * sizeof(blk_q4_0));
     __m512i Q[4], R0[4];
     _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
-      if (FULL) { /* one 64-byte load and four 16-byte ones (two overlapping 64-byte loads and a
-                   * permute stream at about half speed from memory) */
+      if (FULL) { /* one 64-byte load and four 16-byte ones: from memory this streams faster than
+                   * two overlapping 64-byte loads and a permute */
         const uint8_t *ak = a + 72 * k;
         R0[k] = _mm512_loadu_si512(ak);
         __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(ak + 2)));
@@ -371,8 +392,8 @@ QSI void t_q4z(const int R, const int C, TILE_ARGS) {
   if (nb % 16) q4z_group(R, C, 0, w, ws, x, xs, ng, (int)(nb % 16), acc);
   FOR_R FOR_C OUT(r, c) = hsum16(acc[r][c]);
 }
-/* one-row tiles up to 8 columns: this kernel's 1 x 8 tile streams the 248,320-row output matrix
- * faster than 2 x 4 tiles (quant_simd.inc, QS_NARROW) */
+/* one-row tiles up to 8 columns: for this kernel a 1 x 8 tile streams a large matrix faster than
+ * 2 x 4 tiles (QS_NARROW, quant_256.inc) */
 #undef QS_NARROW
 #define QS_NARROW 8
 QS_TILE(t_q4z, 2, 4)
@@ -380,37 +401,32 @@ QS_TILE(t_q4z, 2, 4)
 #define QS_NARROW 4
 
 static QS_TARGET void quant_q8_0z_512(const float *x, void *dst, int64_t n) {
-  const int64_t nb = n / QK8_0;
-  memset(dst, 0, q35_row_size(Q35_TYPE_Q8_0Z, n));
-  for (int64_t i = 0; i < nb; i++) {
-    blk_q8_0 b;
-    quant_q8_0_256(x + i * QK8_0, &b, QK8_0);
-    q8z_put(dst, i, &b);
-  }
+  q35_act_quantize(Q35_TYPE_Q8_0Z, x, dst, n, q8_0_block_256);
 }
 
 void q35_kernels_avx512(q35_kernels *k) {
-  qs_fill_256(k);
-  k->vec_dot[Q35_TYPE_Q8_0] = t_q8y_dot;
-  k->tile[Q35_TYPE_Q8_0] = t_q8y_tile;
-  k->vec_dot[Q35_TYPE_Q4_K] = t_q4k5_dot;
-  k->tile[Q35_TYPE_Q4_K] = t_q4k5_tile;
-  k->vec_dot[Q35_TYPE_Q6_K] = t_q6k5_dot;
-  k->tile[Q35_TYPE_Q6_K] = t_q6k5_tile;
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512vbmi")) {
+  QS_SET(k, Q35_TYPE_Q8_0, t_q8y);
+  QS_SET(k, Q35_TYPE_Q4_0, t_q4_0);
+  QS_SET(k, Q35_TYPE_Q5_0, t_q5_0);
+  QS_SET(k, Q35_TYPE_Q4_K, t_q4k5);
+  QS_SET(k, Q35_TYPE_Q5_K, t_q5_k);
+  QS_SET(k, Q35_TYPE_Q6_K, t_q6k5);
+  QS_SET(k, Q35_TYPE_IQ4_XS, t_iq4_xs);
+  QS_SET(k, Q35_TYPE_F32, t_f32);
+  QS_SET(k, Q35_TYPE_F16, t_f16);
+  QS_SET(k, Q35_TYPE_BF16, t_bf16);
+  qs_fill_convert(k);
+  if (q35_cpu_has(Q35_CPU_AVX512_VBMI)) {
     for (int i = 0; i < 64; i++) {
       const int p = i / 16, src = 18 * p + 2 + i % 16; /* nibble byte i%16 of block p */
       q4x_iq[i] = (uint8_t)(src < 64 ? src : 64 + src - 8);
       const int m = (i / 2) % 16; /* fp16 word m: block m/4's scale */
       q4x_id[i] = (uint8_t)(18 * (m / 4) + i % 2);
     }
-    if (getenv("Q35_Q4_0_X")) { /* testing aid: the Q8_0X kernels (four lanes per block) */
-      k->vec_dot[Q35_TYPE_Q4_0] = t_q4x_dot;
-      k->tile[Q35_TYPE_Q4_0] = t_q4x_tile;
+    if (q35_cpu_q4_0_x()) { /* testing aid: the Q8_0X kernels (four lanes per block) */
+      QS_SET(k, Q35_TYPE_Q4_0, t_q4x);
     } else {
-      k->vec_dot[Q35_TYPE_Q4_0] = t_q4z_dot;
-      k->tile[Q35_TYPE_Q4_0] = t_q4z_tile;
+      QS_SET(k, Q35_TYPE_Q4_0, t_q4z);
       k->gemv[Q35_TYPE_Q4_0] = t_q4z_tile; /* one row at a time with the prefetch (vec_dot has no stride) */
       k->quantize[Q35_TYPE_Q8_0Z] = quant_q8_0z_512;
       k->q4_0_act = Q35_TYPE_Q8_0Z;

@@ -1,0 +1,434 @@
+/*
+ * quant_ref.c - the scalar reference level of the weight kernels, plain C, for every type:
+ *
+ *   dequant_TYPE   block -> floats, exactly GGML's formulas (float arithmetic in the same order,
+ *                  so dequantized values are bit-identical to ggml's).
+ *   quant_q8_0,    the activation quantizers, exactly ggml-cpu's x86 ones (Q8_0: the AVX path,
+ *   quant_q8_k     round-half-even via _mm256_round_ps + cvtps_epi32 with saturating packs;
+ *                  Q8_K: the reference with its nearest_int).
+ *   dot_TYPE       weight row . activation row (in q35_vec_dot_type), integer sums per
+ *                  (sub-)block, scaled and accumulated in float per block as ggml does.
+ *
+ * The SIMD levels (quant_avx2.c, quant_avx512.c) are held equal to these by the tests. The weight
+ * quantizers are in quantize_weights.c, the Q8_0X/Y/Z row packing in act_layout.c; the table
+ * q35_kernels_ref fills takes both.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "kernels/quant_internal.h"
+
+const int8_t q35_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                      1,    13,   25,  38,  53,  69,  89,  113};
+
+/* 1.5 * 2^23: adding it to |f| < 2^22 leaves round-half-even(f) in the low mantissa bits */
+#define ROUND_MAGIC 12582912.f
+
+/* GGML's nearest_int: round half to even via ROUND_MAGIC (|f| < 2^22). */
+static inline int nearest_int(float f) {
+  float v = f + ROUND_MAGIC;
+  int32_t i;
+  memcpy(&i, &v, 4);
+  return (i & 0x007fffff) - 0x00400000;
+}
+
+/* Round half to even, independent of the FP environment (for finite |f| < 2^31). */
+static inline float round_even(float f) {
+  float t = truncf(f), r = f - t; /* exact */
+  if (r > 0.5f || (r == 0.5f && fmodf(t, 2.0f) != 0.0f)) return t + 1.0f;
+  if (r < -0.5f || (r == -0.5f && fmodf(t, 2.0f) != 0.0f)) return t - 1.0f;
+  return t;
+}
+
+/* _mm256_cvtps_epi32 of an already-integral float: NaN and out-of-range give INT32_MIN. */
+static inline int32_t cvtps_epi32(float f) {
+  if (!(f >= -2147483648.0f && f < 2147483648.0f)) return INT32_MIN;
+  return (int32_t)round_even(f);
+}
+
+/* _mm_max_ps(a, b): a if a > b, else b (so a NaN in either gives b). */
+static inline float sse_max(float a, float b) { return a > b ? a : b; }
+
+
+/* ============================== dequantize ============================== */
+
+static void dequant_f32(const void *src, float *y, int64_t n) { memcpy(y, src, (size_t)n * 4); }
+
+/* F16 / BF16: each 2-byte value through `to_f32` (inlined: a constant at both uses) */
+static inline void dequant_half(const void *src, float *y, int64_t n, float (*to_f32)(uint16_t)) {
+  const uint8_t *s = src;
+  for (int64_t i = 0; i < n; i++) {
+    uint16_t h;
+    memcpy(&h, s + 2 * i, 2);
+    y[i] = to_f32(h);
+  }
+}
+static void dequant_f16(const void *src, float *y, int64_t n) { dequant_half(src, y, n, q35_fp16_to_fp32); }
+static void dequant_bf16(const void *src, float *y, int64_t n) { dequant_half(src, y, n, q35_bf16_to_fp32); }
+
+static void dequant_q4_0(const void *src, float *y, int64_t n) {
+  const blk_q4_0 *b = src;
+  for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
+    const float d = q35_fp16_to_fp32(b[i].d);
+    for (int j = 0; j < 16; j++) {
+      y[j] = (float)((b[i].qs[j] & 0xF) - 8) * d;
+      y[j + 16] = (float)((b[i].qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+static void dequant_q5_0(const void *src, float *y, int64_t n) {
+  const blk_q5_0 *b = src;
+  for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
+    const float d = q35_fp16_to_fp32(b[i].d);
+    uint32_t qh;
+    memcpy(&qh, b[i].qh, 4);
+    for (int j = 0; j < 16; j++) {
+      const int h0 = (int)((qh >> j) << 4) & 0x10;
+      const int h1 = (int)(qh >> (j + 12)) & 0x10;
+      y[j] = (float)(((b[i].qs[j] & 0xF) | h0) - 16) * d;
+      y[j + 16] = (float)(((b[i].qs[j] >> 4) | h1) - 16) * d;
+    }
+  }
+}
+
+static void dequant_q8_0(const void *src, float *y, int64_t n) {
+  const blk_q8_0 *b = src;
+  for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
+    const float d = q35_fp16_to_fp32(b[i].d);
+    for (int j = 0; j < QK8_0; j++) y[j] = (float)b[i].qs[j] * d;
+  }
+}
+
+static void dequant_q4_k(const void *src, float *y, int64_t n) {
+  const blk_q4_k *b = src;
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const float d = q35_fp16_to_fp32(b[i].d), dmin = q35_fp16_to_fp32(b[i].dmin);
+    const uint8_t *q = b[i].qs;
+    for (int c = 0; c < 4; c++, q += 32) {
+      uint8_t sc, m;
+      q35_scale_min_k4(2 * c, b[i].scales, &sc, &m);
+      const float d1 = d * sc, m1 = dmin * m;
+      q35_scale_min_k4(2 * c + 1, b[i].scales, &sc, &m);
+      const float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; l++) *y++ = d1 * (float)(q[l] & 0xF) - m1;
+      for (int l = 0; l < 32; l++) *y++ = d2 * (float)(q[l] >> 4) - m2;
+    }
+  }
+}
+
+static void dequant_q5_k(const void *src, float *y, int64_t n) {
+  const blk_q5_k *b = src;
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const float d = q35_fp16_to_fp32(b[i].d), dmin = q35_fp16_to_fp32(b[i].dmin);
+    const uint8_t *ql = b[i].qs, *qh = b[i].qh;
+    for (int c = 0; c < 4; c++, ql += 32) {
+      const uint8_t u1 = (uint8_t)(1u << (2 * c)), u2 = (uint8_t)(2u << (2 * c));
+      uint8_t sc, m;
+      q35_scale_min_k4(2 * c, b[i].scales, &sc, &m);
+      const float d1 = d * sc, m1 = dmin * m;
+      q35_scale_min_k4(2 * c + 1, b[i].scales, &sc, &m);
+      const float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; l++) *y++ = d1 * (float)((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+      for (int l = 0; l < 32; l++) *y++ = d2 * (float)((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+    }
+  }
+}
+
+static void dequant_q6_k(const void *src, float *y, int64_t n) {
+  const blk_q6_k *b = src;
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const float d = q35_fp16_to_fp32(b[i].d);
+    const uint8_t *ql = b[i].ql, *qh = b[i].qh;
+    const int8_t *sc = b[i].scales;
+    for (int h = 0; h < 2; h++, y += 128, ql += 64, qh += 32, sc += 8) {
+      for (int l = 0; l < 32; l++) {
+        const int is = l / 16;
+        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l] = d * (float)sc[is + 0] * (float)q1;
+        y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+        y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+        y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+      }
+    }
+  }
+}
+
+static inline int iq4xs_scale(const blk_iq4_xs *b, int ib) {
+  return (((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | (((b->scales_h >> 2 * ib) & 3) << 4)) - 32;
+}
+
+static void dequant_iq4_xs(const void *src, float *y, int64_t n) {
+  const blk_iq4_xs *b = src;
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const float d = q35_fp16_to_fp32(b[i].d);
+    const uint8_t *qs = b[i].qs;
+    for (int ib = 0; ib < 8; ib++, y += 32, qs += 16) {
+      const float dl = d * (float)iq4xs_scale(&b[i], ib);
+      for (int j = 0; j < 16; j++) {
+        y[j] = dl * (float)q35_kvalues_iq4nl[qs[j] & 0xF];
+        y[j + 16] = dl * (float)q35_kvalues_iq4nl[qs[j] >> 4];
+      }
+    }
+  }
+}
+
+static void dequant_q8_k(const void *src, float *y, int64_t n) {
+  const blk_q8_k *b = src;
+  for (int64_t i = 0; i < n / QK_K; i++, y += QK_K)
+    for (int j = 0; j < QK_K; j++) y[j] = b[i].d * (float)b[i].qs[j];
+}
+
+
+/* ===================== activation quantizers (exact ggml-cpu x86) ===================== */
+
+void q35_quantize_q8_0_block_ref(const float *x, blk_q8_0 *y) {
+  /* max|x| with the AVX reduction tree (matters only for NaN inputs). */
+  float m8[8], m4[4];
+  for (int l = 0; l < 8; l++)
+    m8[l] = sse_max(sse_max(sse_max(fabsf(x[l]), fabsf(x[8 + l])), fabsf(x[16 + l])), fabsf(x[24 + l]));
+  for (int l = 0; l < 4; l++) m4[l] = sse_max(m8[4 + l], m8[l]);
+  const float amax = sse_max(sse_max(m4[0], m4[2]), sse_max(m4[1], m4[3]));
+  const float d = amax / 127.f;
+  y->d = q35_fp32_to_fp16(d);
+  const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+  for (int j = 0; j < QK8_0; j++) {
+    int32_t q = cvtps_epi32(x[j] * id); /* packs_epi32 + packs_epi16: saturate to int8 */
+    y->qs[j] = (int8_t)(q < -128 ? -128 : q > 127 ? 127 : q);
+  }
+}
+
+static void quant_q8_0(const float *x, void *dst, int64_t n) {
+  blk_q8_0 *y = dst;
+  for (int64_t i = 0; i < n / QK8_0; i++) q35_quantize_q8_0_block_ref(x + i * QK8_0, &y[i]);
+}
+
+void q35_quantize_q8_k_block_ref(const float *x, blk_q8_k *y) {
+  float max = 0, amax = 0;
+  for (int j = 0; j < QK_K; j++) {
+    const float ax = fabsf(x[j]);
+    if (ax > amax) {
+      amax = ax;
+      max = x[j];
+    }
+  }
+  if (!amax) {
+    y->d = 0;
+    memset(y->qs, 0, QK_K);
+    memset(y->bsums, 0, sizeof y->bsums);
+    return;
+  }
+  const float iscale = -127.f / max;
+  for (int j = 0; j < QK_K; j++) {
+    const int v = nearest_int(iscale * x[j]);
+    y->qs[j] = (int8_t)(uint8_t)((v < 127 ? v : 127) & 0xFF); /* GGML: (int8_t)MIN(127, v) */
+  }
+  for (int j = 0; j < QK_K / 16; j++) {
+    int s = 0;
+    for (int l = 0; l < 16; l++) s += y->qs[16 * j + l];
+    y->bsums[j] = (int16_t)s;
+  }
+  y->d = 1 / iscale;
+}
+
+static void quant_q8_k(const float *x, void *dst, int64_t n) {
+  blk_q8_k *y = dst;
+  for (int64_t i = 0; i < n / QK_K; i++) q35_quantize_q8_k_block_ref(x + i * QK_K, &y[i]);
+}
+
+static void quant_f32(const float *x, void *dst, int64_t n) { memcpy(dst, x, (size_t)n * 4); }
+
+static inline void quant_half(const float *x, void *dst, int64_t n, uint16_t (*from_f32)(float)) {
+  uint8_t *d = dst;
+  for (int64_t i = 0; i < n; i++) {
+    uint16_t h = from_f32(x[i]);
+    memcpy(d + 2 * i, &h, 2);
+  }
+}
+static void quant_f16(const float *x, void *dst, int64_t n) { quant_half(x, dst, n, q35_fp32_to_fp16); }
+static void quant_bf16(const float *x, void *dst, int64_t n) { quant_half(x, dst, n, q35_fp32_to_bf16); }
+
+
+/* ============================== dot products (reference) ============================== */
+
+static float dot_f32(int64_t n, const void *w, const void *x) {
+  const uint8_t *a = w, *b = x; /* rows may be unaligned: memcpy loads */
+  double s = 0;
+  for (int64_t i = 0; i < n; i++) {
+    float p, q;
+    memcpy(&p, a + 4 * i, 4);
+    memcpy(&q, b + 4 * i, 4);
+    s += (double)p * q;
+  }
+  return (float)s;
+}
+
+static inline float dot_half(int64_t n, const void *w, const void *x, float (*to_f32)(uint16_t)) {
+  const uint8_t *a = w, *b = x;
+  double s = 0;
+  for (int64_t i = 0; i < n; i++) {
+    uint16_t p, q;
+    memcpy(&p, a + 2 * i, 2);
+    memcpy(&q, b + 2 * i, 2);
+    s += (double)to_f32(p) * to_f32(q);
+  }
+  return (float)s;
+}
+static float dot_f16(int64_t n, const void *w, const void *x) { return dot_half(n, w, x, q35_fp16_to_fp32); }
+static float dot_bf16(int64_t n, const void *w, const void *x) { return dot_half(n, w, x, q35_bf16_to_fp32); }
+
+/* Q4_0 x Q8_0X (the activation's Q8_0 blocks read back from their Q8_0X places) */
+static float dot_q4_0(int64_t n, const void *w, const void *x) {
+  const blk_q4_0 *a = w;
+  const int64_t nb = n / QK8_0;
+  float sumf = 0;
+  for (int64_t i = 0; i < nb; i++) {
+    blk_q8_0 b;
+    q8x_get(x, nb, i, &b);
+    int isum = 0;
+    for (int j = 0; j < 16; j++)
+      isum += ((a[i].qs[j] & 0xF) - 8) * b.qs[j] + ((a[i].qs[j] >> 4) - 8) * b.qs[j + 16];
+    sumf += (float)isum * (q35_fp16_to_fp32(a[i].d) * q35_fp16_to_fp32(b.d));
+  }
+  return sumf;
+}
+
+
+
+static float dot_q5_0(int64_t n, const void *w, const void *x) {
+  const blk_q5_0 *a = w;
+  const blk_q8_0 *b = x;
+  float sumf = 0;
+  for (int64_t i = 0; i < n / QK8_0; i++) {
+    uint32_t qh;
+    memcpy(&qh, a[i].qh, 4);
+    int isum = 0;
+    for (int j = 0; j < 16; j++) {
+      const int h0 = (int)((qh >> j) << 4) & 0x10, h1 = (int)(qh >> (j + 12)) & 0x10;
+      isum += (((a[i].qs[j] & 0xF) | h0) - 16) * b[i].qs[j] +
+              (((a[i].qs[j] >> 4) | h1) - 16) * b[i].qs[j + 16];
+    }
+    sumf += (float)isum * (q35_fp16_to_fp32(a[i].d) * q35_fp16_to_fp32(b[i].d));
+  }
+  return sumf;
+}
+
+/* Q8_0 x Q8_0Y (the activation's Q8_0 blocks read back from their Q8_0Y places) */
+static float dot_q8_0(int64_t n, const void *w, const void *x) {
+  const blk_q8_0 *a = w;
+  const int64_t nb = n / QK8_0;
+  float sumf = 0;
+  for (int64_t i = 0; i < nb; i++) {
+    blk_q8_0 b;
+    q8y_get(x, nb, i, &b);
+    int isum = 0;
+    for (int j = 0; j < QK8_0; j++) isum += a[i].qs[j] * b.qs[j];
+    sumf += (float)isum * (q35_fp16_to_fp32(a[i].d) * q35_fp16_to_fp32(b.d));
+  }
+  return sumf;
+}
+
+
+/* Q4_K/Q5_K (q5: Q5_K's fifth bits from qh): sum_j sc_j * (q . y)_j and sum_j m_j * bsum_j;
+ * sumf += d*isum - dmin*msum. */
+static inline float dot_k45(int64_t n, const void *w, const void *x, const int q5) {
+  const blk_q4_k *a4 = w;
+  const blk_q5_k *a5 = w;
+  const blk_q8_k *b = x;
+  float sumf = 0;
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const uint8_t *scales = q5 ? a5[i].scales : a4[i].scales, *qs = q5 ? a5[i].qs : a4[i].qs;
+    int isum = 0, msum = 0;
+    for (int j = 0; j < 8; j++) {
+      uint8_t sc, m;
+      q35_scale_min_k4(j, scales, &sc, &m);
+      const uint8_t *q = qs + 32 * (j / 2);
+      const int8_t *y = b[i].qs + 32 * j;
+      int s = 0;
+      for (int l = 0; l < 32; l++) {
+        const int lo = j % 2 ? q[l] >> 4 : q[l] & 0xF;
+        s += (q5 ? lo | (((a5[i].qh[l] >> j) & 1) << 4) : lo) * y[l];
+      }
+      isum += sc * s;
+      msum += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+    }
+    const uint16_t wd = q5 ? a5[i].d : a4[i].d, wdmin = q5 ? a5[i].dmin : a4[i].dmin;
+    const float d = q35_fp16_to_fp32(wd) * b[i].d, dmin = q35_fp16_to_fp32(wdmin) * b[i].d;
+    sumf += d * (float)isum - dmin * (float)msum;
+  }
+  return sumf;
+}
+
+static float dot_q4_k(int64_t n, const void *w, const void *x) { return dot_k45(n, w, x, 0); }
+static float dot_q5_k(int64_t n, const void *w, const void *x) { return dot_k45(n, w, x, 1); }
+
+static float dot_q6_k(int64_t n, const void *w, const void *x) {
+  const blk_q6_k *a = w;
+  const blk_q8_k *b = x;
+  float sumf = 0;
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    int isum = 0;
+    for (int h = 0; h < 2; h++) {
+      const uint8_t *ql = a[i].ql + 64 * h, *qh = a[i].qh + 32 * h;
+      const int8_t *y = b[i].qs + 128 * h, *sc = a[i].scales + 8 * h;
+      int s[8] = {0};
+      for (int l = 0; l < 32; l++) {
+        const int is = l / 16;
+        s[is + 0] += (((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32) * y[l];
+        s[is + 2] += (((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32) * y[l + 32];
+        s[is + 4] += (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32) * y[l + 64];
+        s[is + 6] += (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32) * y[l + 96];
+      }
+      for (int k = 0; k < 8; k++) isum += sc[k] * s[k];
+    }
+    sumf += q35_fp16_to_fp32(a[i].d) * b[i].d * (float)isum;
+  }
+  return sumf;
+}
+
+static float dot_iq4_xs(int64_t n, const void *w, const void *x) {
+  const blk_iq4_xs *a = w;
+  const blk_q8_k *b = x;
+  float sumf = 0;
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    int isum = 0;
+    for (int ib = 0; ib < 8; ib++) {
+      const uint8_t *q = a[i].qs + 16 * ib;
+      const int8_t *y = b[i].qs + 32 * ib;
+      int s = 0;
+      for (int j = 0; j < 16; j++)
+        s += q35_kvalues_iq4nl[q[j] & 0xF] * y[j] + q35_kvalues_iq4nl[q[j] >> 4] * y[j + 16];
+      isum += iq4xs_scale(&a[i], ib) * s;
+    }
+    sumf += q35_fp16_to_fp32(a[i].d) * b[i].d * (float)isum;
+  }
+  return sumf;
+}
+
+
+/* ============================== the reference table ============================== */
+
+void q35_kernels_ref(q35_kernels *k) {
+  memset(k, 0, sizeof *k);
+#define SET(T, dq, qz, vd) (k->dequantize[T] = (dq), k->quantize[T] = (qz), k->vec_dot[T] = (vd))
+  SET(Q35_TYPE_F32, dequant_f32, quant_f32, dot_f32);
+  SET(Q35_TYPE_F16, dequant_f16, quant_f16, dot_f16);
+  SET(Q35_TYPE_BF16, dequant_bf16, quant_bf16, dot_bf16);
+  SET(Q35_TYPE_Q4_0, dequant_q4_0, NULL, dot_q4_0);
+  SET(Q35_TYPE_Q5_0, dequant_q5_0, NULL, dot_q5_0);
+  SET(Q35_TYPE_Q8_0, dequant_q8_0, quant_q8_0, dot_q8_0);
+  SET(Q35_TYPE_Q4_K, dequant_q4_k, NULL, dot_q4_k);
+  SET(Q35_TYPE_Q5_K, dequant_q5_k, NULL, dot_q5_k);
+  SET(Q35_TYPE_Q6_K, dequant_q6_k, NULL, dot_q6_k);
+  SET(Q35_TYPE_IQ4_XS, dequant_iq4_xs, NULL, dot_iq4_xs);
+  SET(Q35_TYPE_Q8_K, dequant_q8_k, quant_q8_k, NULL);
+#undef SET
+  q35_kernels_weight_quantizers(k);
+  q35_kernels_act_layouts(k);
+  k->q4_0_act = Q35_TYPE_Q8_0X;
+}
+

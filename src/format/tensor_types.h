@@ -22,7 +22,7 @@ enum q35_type {
   Q35_TYPE_IQ4_XS = 23,
   Q35_TYPE_BF16 = 30,
   /* q35-internal activation type, never in a file: Q8_0 values laid out for the Q4_0 kernels
-   * (see quant_internal.h). GGML's ids end below 40. */
+   * (see kernels/act_layout.h). GGML's ids end below 40. */
   Q35_TYPE_Q8_0X = 40,
   Q35_TYPE_Q8_0Y = 41, /* the same for Q8_0 weights */
   Q35_TYPE_Q8_0Z = 42, /* Q4_0's activation type where the AVX-512 VBMI kernels run */

@@ -287,7 +287,8 @@ typedef struct q35_row {
   /* inputs (zero: one sample at the last position, no hidden state) */
   int32_t n_outputs;           /* positions sampled, the last n_outputs: 1 .. n_tokens; 0 means 1;
                                   Q35_OUTPUTS_NONE: none */
-  q35_output *outputs;         /* n_outputs > 1: n_outputs results, one per sampled position */
+  q35_output *outputs;         /* NULL, or one result per sampled position (required when
+                                  n_outputs > 1) */
   float *hidden;               /* NULL, or (sampled positions) * q35_model_n_embd floats: the
                                   post-norm hidden state of each sampled position, position major
                                   (output matrix x hidden = logits); unused with Q35_OUTPUTS_NONE */

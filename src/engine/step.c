@@ -135,7 +135,7 @@ static int step_results(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *
         if (m == 1) return q35_seterr(err, "row %d: %s", r, o[j].err.msg);
         return q35_seterr(err, "row %d, output %d: %s", r, j, o[j].err.msg);
       }
-      if (m > 1) {
+      if (row->outputs) {
         q35_output *d = &row->outputs[j];
         put_result(&o[j].res, &d->token, &d->logprob, d->top_ids, d->top_logprobs);
       }

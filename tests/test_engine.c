@@ -29,10 +29,9 @@
 
 static const char *cur_model = "";
 
-/* Checks of a known, reported bug that is not fixed yet: q35_session_eval with chunk < n checks
- * each chunk as it goes, so a context overflow or a bad id in a later chunk leaves the session
- * advanced by the earlier chunks. They print PENDING instead of failing unless
- * Q35_TEST_PENDING=1 (set it once src/model.c validates the whole input first). */
+/* Checks of a bug that is fixed: q35_session_eval with chunk < n must validate the whole input
+ * before the first chunk runs, so a context overflow or a bad id in a later chunk leaves the
+ * session where it was. They fail by default; Q35_TEST_PENDING=0 turns them into PENDING notes. */
 static int pending_strict;
 static int pending_seen;
 #define PENDING_CHECK(c, ...)                                                                       \

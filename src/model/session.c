@@ -59,8 +59,9 @@ q35_session *q35_session_new(q35_model *m, const q35_session_params *params, q35
   const uint64_t need = q35_session_state_bytes(m, params, NULL);
   if (params->mem_budget && need > params->mem_budget) {
     char a[32], b[32];
-    q35_seterr(err, "the session needs %s of KV/state for n_ctx %d, more than mem_budget (%s)",
-               fmt_bytes(a, sizeof a, need), params->n_ctx, fmt_bytes(b, sizeof b, params->mem_budget));
+    q35_seterr(err, "the session needs %s (%llu bytes) of KV/state for n_ctx %d, more than mem_budget (%s, %llu bytes)",
+               fmt_bytes(a, sizeof a, need), (unsigned long long)need, params->n_ctx,
+               fmt_bytes(b, sizeof b, params->mem_budget), (unsigned long long)params->mem_budget);
     return NULL;
   }
   q35_session *s = calloc(1, sizeof *s);

@@ -19,15 +19,12 @@
 
 static void attn_f16_ref(const q35_attn_job *j) {
   const int hd = j->hd;
-  const uint16_t *K = j->k, *V = j->v;
-  const size_t rs = j->row_bytes / sizeof(uint16_t);
   for (int h = 0; h < j->grp; h++) {
-    float *qh = (float *)j->qs + (size_t)h * hd, *s = j->sc + (size_t)h * j->sc_stride;
-    float *o = j->out + (size_t)h * j->out_stride;
+    float *qh = (float *)j->qs + (size_t)h * hd, *s = j->sc + (size_t)h * j->sc_stride, *o = j->out + (size_t)h * j->out_stride;
     for (int i = 0; i < hd; i++) qh[i] = q35_fp16_to_fp32(q35_fp32_to_fp16(j->q[(size_t)h * j->q_stride + i]));
     float mx = -INFINITY;
     for (int p = 0; p < j->npos; p++) {
-      const uint16_t *kr = K + (size_t)p * rs;
+      const uint16_t *kr = (const uint16_t *)((const char *)j->k + (size_t)p * j->row_bytes);
       double d = 0;
       for (int i = 0; i < hd; i++) d += (double)qh[i] * q35_fp16_to_fp32(kr[i]);
       s[p] = (float)d * j->scale;
@@ -37,7 +34,8 @@ static void attn_f16_ref(const q35_attn_job *j) {
     for (int p = 0; p < j->npos; p++) sum += s[p] = expf(s[p] - mx);
     for (int i = 0; i < hd; i++) {
       double a = 0;
-      for (int p = 0; p < j->npos; p++) a += (double)s[p] * q35_fp16_to_fp32(V[(size_t)p * rs + i]);
+      for (int p = 0; p < j->npos; p++)
+        a += (double)s[p] * q35_fp16_to_fp32(((const uint16_t *)((const char *)j->v + (size_t)p * j->row_bytes))[i]);
       o[i] = (float)(a / sum);
     }
   }

@@ -10,7 +10,7 @@
  *                processes share pages. A model holds only what the file defines
  *                (hyperparameters, tensors, a description) and never changes after loading.
  *   q35_context  the run state apart from the weights: a thread pool, the forward pass's
- *                scratch, the step's buffers (logits of the rows that want them), the sampler
+ *                scratch, the step's buffers (logits of the sampled positions), the sampler
  *                workspaces and a sampling-time counter. A context computes on one model; one
  *                model can serve several contexts at once (each running its own steps on its own
  *                threads). Every model owns a default context, made at load with
@@ -47,9 +47,10 @@
  *
  * Threading: a context runs one step (or eval) at a time; the caller serializes the calls on
  * one context (the server's scheduler does). Distinct contexts run at the same time, on one
- * model or several, provided no session is in two steps at once. Creating sessions and
- * snapshots, and reading a model, are safe from any thread; freeing a model frees its default
- * context and needs every other context of it freed first.
+ * model or several. A session is in one call at a time (a step, an eval, a snapshot, a restore,
+ * a reset). Making and freeing sessions and contexts is safe from any thread while other
+ * contexts step; freeing a model frees its default context and needs every other context and
+ * every session of it freed first.
  *
  * Errors: fallible calls return 0 (or a non-NULL object) on success, and -1 (or NULL) on
  * failure with a human-readable message in the caller's q35_err. Messages name the parameter
@@ -150,7 +151,8 @@ const char *q35_model_desc(const q35_model *model);
 /* ---- contexts ------------------------------------------------------------------------- */
 
 typedef struct q35_context_params {
-  int32_t n_threads; /* threads of the context's pool (the caller's thread is one); <= 0: all online CPUs */
+  int32_t n_threads; /* threads of the context's pool, the calling thread included (at most 256);
+                        <= 0: all online CPUs */
 } q35_context_params;
 
 /* n_threads 0 */

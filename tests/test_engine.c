@@ -896,6 +896,55 @@ static void test_outputs_multi(q35_model *m) {
   static const int outs[] = {1, 2, MULTI_K};
   for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
     for (int nbr = 0; nbr < 2; nbr++) multi_case(m, outs[i], nbr, p, np, x);
+  /* three rows of MULTI_K samples each in one step: 18 positions, more than one joint pass over
+   * the output matrix takes, so a row's positions straddle two passes; each row == alone */
+  {
+    enum { NR = 3 };
+    const int H = q35_model_n_embd(m);
+    q35_session *ss[NR], *solo = new_session(m, 128);
+    q35_sampling sps[NR];
+    q35_output outs[NR][MULTI_K], o1[MULTI_K];
+    float *hid = malloc(sizeof(float) * NR * MULTI_K * (size_t)H), *h1 = malloc(sizeof(float) * MULTI_K * (size_t)H);
+    q35_row rows[NR];
+    memset(rows, 0, sizeof rows);
+    for (int k = 0; k < NR; k++) {
+      ss[k] = new_session(m, 128);
+      must_eval(ss[k], p, np - k, 0, NULL, 0);
+      sps[k] = sampling_for(900 + (uint64_t)k);
+      rows[k].session = ss[k];
+      rows[k].tokens = x;
+      rows[k].n_tokens = MULTI_K;
+      rows[k].sampling = &sps[k];
+      rows[k].history = p;
+      rows[k].n_history = np - k;
+      rows[k].n_prompt = np - k;
+      rows[k].n_top_logprobs = 5;
+      rows[k].n_outputs = MULTI_K;
+      rows[k].outputs = outs[k];
+      rows[k].hidden = hid + (size_t)k * MULTI_K * H;
+    }
+    must_step(m, rows, NR);
+    for (int k = 0; k < NR; k++) {
+      q35_session_reset(solo);
+      must_eval(solo, p, np - k, 0, NULL, 0);
+      q35_row r1 = rows[k];
+      r1.session = solo;
+      r1.outputs = o1;
+      r1.hidden = h1;
+      must_step(m, &r1, 1);
+      int same = 1;
+      for (int j = 0; j < MULTI_K; j++) /* token, logprob and the 5 alternatives asked for */
+        same &= o1[j].token == outs[k][j].token && !memcmp(&o1[j].logprob, &outs[k][j].logprob, sizeof(float)) &&
+                !memcmp(o1[j].top_ids, outs[k][j].top_ids, sizeof(int32_t) * 5) &&
+                !memcmp(o1[j].top_logprobs, outs[k][j].top_logprobs, sizeof(float) * 5);
+      CHECK(same, "row %d of 3 (6 samples each) differs from the row alone", k);
+      CHECK(same_floats(h1, hid + (size_t)k * MULTI_K * H, (size_t)MULTI_K * H), "row %d: hidden states differ", k);
+    }
+    for (int k = 0; k < NR; k++) q35_session_free(ss[k]);
+    q35_session_free(solo);
+    free(hid);
+    free(h1);
+  }
   /* bad n_outputs: refused before anything runs */
   q35_err err = {{0}};
   q35_session *s = new_session(m, 64);
@@ -924,8 +973,8 @@ static void test_outputs_multi(q35_model *m) {
   memset(&err, 0, sizeof err);
   CHECK(q35_step(m, &row, 1, &err) == -1 && has(err.msg, "sampling"), "no sampling: '%s'", err.msg);
   CHECK(q35_session_pos(s) == 0);
-  printf("[%s] samples at 1, 2 and %d of %d positions (alone and beside a row) == one per step; hidden state "
-         "x output matrix == logits\n", cur_model, MULTI_K, MULTI_K);
+  printf("[%s] samples at 1, 2 and %d of %d positions (alone and beside a row) == one per step; 3 such rows in one "
+         "step == alone; hidden state x output matrix == logits\n", cur_model, MULTI_K, MULTI_K);
   q35_session_free(s);
   free(p);
   free(x);

@@ -3,29 +3,99 @@
  *
  * Overview
  * --------
- * A q35_model is one loaded GGUF file: the file is mmapped read-only and every weight tensor
- * is a zero-copy view into it, so loading is cheap and several processes share pages. The
- * model owns a persistent thread pool that every forward pass uses.
+ * Four objects, one per concern:
  *
- * A q35_session is one sequence's state: the KV cache of the full-attention layers, the
- * convolution and recurrent (delta-rule) state of the Gated DeltaNet layers, the position,
- * and the tokens consumed so far. Sessions never share mutable state, so any number of them
- * can live on one model. They are created with a context limit; feeding a token past it is
- * refused with an error, never truncated silently.
+ *   q35_model    the weights: one loaded GGUF file. The file is mmapped read-only and every
+ *                weight tensor is a zero-copy view into it, so loading is cheap and several
+ *                processes share pages. A model holds only what the file defines
+ *                (hyperparameters, tensors, a description) and never changes after loading.
+ *   q35_context  the run state apart from the weights: a thread pool, the forward pass's
+ *                scratch, the step's buffers (logits of the sampled positions), the sampler
+ *                workspaces and a sampling-time counter. A context computes on one model; one
+ *                model can serve several contexts at once (each running its own steps on its own
+ *                threads). Every model owns a default context, made at load with
+ *                q35_model_params.n_threads threads; q35_step and q35_session_eval use it.
+ *   q35_session  one sequence's state: the KV cache of the full-attention layers, the
+ *                convolution and recurrent (delta-rule) state of the Gated DeltaNet layers, the
+ *                position. Sessions belong to the model (not to a context): any context of
+ *                that model may step a session, one step at a time. Sessions never share
+ *                mutable state, so any number of them can live on one model. They are created
+ *                with a context limit (n_ctx); feeding a token past it is refused with an
+ *                error, never truncated silently.
+ *   q35_row      one session's part of a step (below).
  *
- * The model step is q35_step: each row names a session and the tokens it consumes (a prompt
- * chunk for prefill, one token for decode), and the step returns, per row, the token sampled
- * from that row's last-position logits with that row's own sampling parameters
- * (temperature, top-k, top-p, min-p, penalties, seed, draw index). Sampling follows the
- * contract in docs/sampling.md: temperature 0 is greedy; seeded draws are a pure function of
- * (seed, draw index), so seeded runs reproduce bit for bit whatever the batch neighbours,
- * thread count or prefill chunking. A row's logits never depend on the other rows.
+ * The step: q35_context_step (or q35_step on the default context) advances several sessions
+ * in one pass over the weights. Each row names a session and the tokens it consumes (a prompt
+ * chunk for prefill, one token for decode, or a run of drafted tokens to verify) and says
+ * where it wants outputs: by default one sample at its last position; none at all
+ * (Q35_OUTPUTS_NONE: the tokens are consumed and nothing past the last layer is computed, as
+ * for a prompt chunk before the last one); or a sample at each of its last n_outputs positions
+ * (speculative verification). Each sample comes from that position's logits with the row's own
+ * sampling parameters (temperature, top-k, top-p, min-p, penalties, seed, draw index); on
+ * request the row also receives the post-norm hidden state of those positions (the input of
+ * the output matrix, as a multi-token-prediction draft head consumes it). The caller never sees
+ * logits through a step: a step goes from tokens to tokens (q35_session_eval / q35_context_eval
+ * return logits, for inspection and tests).
  *
- * Threading: one q35_step runs at a time per model (the caller serializes; the server's
- * scheduler does). Distinct models are independent.
+ * Sampling follows the contract in docs/SAMPLING.md: temperature 0 is greedy; seeded draws are
+ * a pure function of (seed, draw index), so seeded runs reproduce bit for bit whatever the
+ * batch neighbours, thread count, context or prefill chunking. A row's logits never depend on
+ * the other rows (the invariance contract: the same bits however tokens are batched, chunked
+ * or threaded). So a row consuming k tokens with samples at its last m positions returns
+ * exactly what feeding those tokens one step at a time would (see q35_row for the draw index
+ * and penalty history of each position).
+ *
+ * Threading: a context runs one step (or eval) at a time; the caller serializes the calls on
+ * one context (the server's scheduler does). Distinct contexts run at the same time, on one
+ * model or several. A session is in one call at a time (a step, an eval, a snapshot, a restore,
+ * a reset). Making and freeing sessions and contexts is safe from any thread while other
+ * contexts step; freeing a model frees its default context and needs every other context and
+ * every session of it freed first.
  *
  * Errors: fallible calls return 0 (or a non-NULL object) on success, and -1 (or NULL) on
- * failure with a human-readable message in the caller's q35_err.
+ * failure with a human-readable message in the caller's q35_err. Messages name the parameter
+ * involved (n_ctx, mem_budget, a row's field) with the numbers; a refused step or eval moves no
+ * session.
+ *
+ * Example: greedy decoding of 16 tokens after a prompt, on a context of 4 threads.
+ *
+ *   q35_err err;
+ *   q35_model *model = q35_model_load("model.gguf", NULL, &err);          // NULL: default params
+ *   if (!model) { fprintf(stderr, "%s\n", err.msg); return 1; }
+ *   q35_context_params cp = q35_context_default_params();
+ *   cp.n_threads = 4;
+ *   q35_context *ctx = q35_context_new(model, &cp, &err);                 // or q35_model_context(model)
+ *   q35_session *s = q35_session_new(model, NULL, &err);                  // n_ctx 4096, F16 KV cache
+ *   q35_sampling greedy = q35_sampling_default();
+ *   greedy.temperature = 0;
+ *   const int32_t prompt[] = {9707, 11, 1879, 0};                         // token ids (tokenizer: src/text)
+ *   q35_row row = {0};                                                    // zero: one sample, last position
+ *   row.session = s;
+ *   row.tokens = prompt;
+ *   row.n_tokens = 4;
+ *   row.sampling = &greedy;
+ *   row.n_top_logprobs = -1;                                              // no log-probabilities
+ *   int32_t next;
+ *   for (int i = 0; i < 16; i++) {
+ *     if (q35_context_step(ctx, &row, 1, &err)) { fprintf(stderr, "%s\n", err.msg); break; }
+ *     printf("%d\n", row.token);
+ *     next = row.token;                                                   // feed the sample back
+ *     row.tokens = &next;
+ *     row.n_tokens = 1;
+ *   }
+ *   q35_session_free(s);
+ *   q35_context_free(ctx);
+ *   q35_model_free(model);
+ *
+ * Room for what comes next (designed, not built): a model loaded for a range of layers, as a
+ * pipeline stage of a model split across machines. The plan: q35_model_params gains
+ * layer_begin / layer_end (default: all layers); a session then holds the KV cache and
+ * recurrent state of those layers only; a row of a stage that does not own the embedding takes
+ * its input as hidden states (a `const float *embd` of n_tokens * n_embd floats in place of
+ * tokens), and a stage that does not own the output head returns the residual stream of every
+ * consumed position (a `float *residual` output) instead of samples. The step, the invariance
+ * contract and the row's output rules stay as they are: the last stage samples exactly what a
+ * whole model would.
  */
 #ifndef Q35_H
 #define Q35_H
@@ -42,12 +112,13 @@ typedef struct q35_err {
 } q35_err;
 
 typedef struct q35_model q35_model;
+typedef struct q35_context q35_context;
 typedef struct q35_session q35_session;
 
 /* ---- model ---------------------------------------------------------------------------- */
 
 typedef struct q35_model_params {
-  int n_threads;     /* worker threads for the forward pass; <= 0: all online CPUs */
+  int n_threads;     /* threads of the default context (q35_model_context); <= 0: all online CPUs */
   int progress;      /* non-zero: print a load progress indication on stderr */
   int no_mmap;       /* non-zero: read the weights into anonymous memory instead of using the
                       * file mapping; costs a copy of the file in memory and a slower load */
@@ -65,14 +136,37 @@ q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_
 void q35_model_free(q35_model *model);
 
 int32_t q35_model_n_vocab(const q35_model *model);
+/* Width of the hidden state (the floats per position of q35_row.hidden). */
+int32_t q35_model_n_embd(const q35_model *model);
+/* Threads of the default context (q35_context_n_threads of q35_model_context). */
 int32_t q35_model_n_threads(const q35_model *model);
-/* Seconds spent in the sampling head by q35_step since the model was loaded. */
+/* Seconds the default context has spent in the sampling head since the model was loaded. */
 double q35_model_sample_seconds(const q35_model *model);
 /* Bytes of the weight file mapped with 2 MiB pages after loading (0 with no_mmap, where the
  * copy is anonymous memory); -1 where the kernel does not report it. */
 long long q35_model_huge_bytes(const q35_model *model);
 /* Short description: architecture, layer counts, tensor types (one line, no newline). */
 const char *q35_model_desc(const q35_model *model);
+
+/* ---- contexts ------------------------------------------------------------------------- */
+
+typedef struct q35_context_params {
+  int32_t n_threads; /* threads of the context's pool, the calling thread included (at most 256);
+                        <= 0: all online CPUs */
+} q35_context_params;
+
+/* n_threads 0 */
+q35_context_params q35_context_default_params(void);
+/* A context on model: starts its threads now; its buffers grow with the first steps that need
+ * them (later steps of that size allocate nothing). NULL with a message on failure. */
+q35_context *q35_context_new(q35_model *model, const q35_context_params *params, q35_err *err);
+/* Frees a context made by q35_context_new (not the default context: q35_model_free does). */
+void q35_context_free(q35_context *ctx);
+/* The context q35_step and q35_session_eval use; owned by the model. */
+q35_context *q35_model_context(q35_model *model);
+int32_t q35_context_n_threads(const q35_context *ctx);
+/* Seconds this context has spent in the sampling head since it was made. */
+double q35_context_sample_seconds(const q35_context *ctx);
 
 /* ---- sessions ------------------------------------------------------------------------- */
 
@@ -114,9 +208,13 @@ int32_t q35_snapshot_pos(const q35_snapshot *snap);
 size_t q35_snapshot_bytes(const q35_snapshot *snap);
 void q35_snapshot_free(q35_snapshot *snap);
 
-/* Feed tokens (prefill in chunks of `chunk` tokens, <= 0: one chunk) and optionally write
- * logits: the last position's n_vocab floats, or with all != 0 every position's (n * n_vocab,
- * position major). logits may be NULL. */
+/* Feed tokens on ctx (prefill in chunks of `chunk` tokens, <= 0: one chunk) and optionally
+ * write logits: the last position's n_vocab floats, or with all != 0 every position's
+ * (n * n_vocab, position major). logits may be NULL. The whole input is checked first: a
+ * refused call leaves the session as it was. */
+int q35_context_eval(q35_context *ctx, q35_session *s, const int32_t *tokens, int32_t n, int32_t chunk,
+                     float *logits, int all, q35_err *err);
+/* q35_context_eval on the default context of the session's model. */
 int q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, int32_t chunk,
                      float *logits, int all, q35_err *err);
 
@@ -145,25 +243,67 @@ uint64_t q35_random_seed(void);
 
 /* ---- the step ------------------------------------------------------------------------- */
 
+/* q35_row.n_outputs: consume the tokens only (no logits, no sample; token = -1) */
+#define Q35_OUTPUTS_NONE (-1)
+
+/* One sampled position's result. */
+typedef struct q35_output {
+  int32_t token;               /* the sampled token */
+  float logprob;               /* log-probability of `token` under log_softmax(logits); NAN when
+                                  n_top_logprobs is -1 */
+  int32_t top_ids[Q35_MAX_TOP_LOGPROBS];
+  float top_logprobs[Q35_MAX_TOP_LOGPROBS];
+} q35_output;
+
+/*
+ * One row of a step. Zero-initialise it and set the inputs: a zero row's outputs are one sample
+ * at its last position, as before these fields existed.
+ *
+ * Outputs at several positions (n_outputs = m > 1): the row consumes tokens[0 .. n_tokens) and
+ * samples at its last m positions, p_j = n_tokens - m + j for j = 0 .. m-1 (the sample at p_j
+ * predicts the token after tokens[p_j]). Position p_j is sampled exactly as a step that had fed
+ * tokens[0 .. p_j] would have sampled it, with
+ *   draw index  sampling->draw_index + j
+ *   history     history[0 .. n_history) followed by tokens[p_0 + 1 .. p_j] (j tokens; they count
+ *               as generated tokens, after the prompt's n_prompt)
+ * So `history` is the history of the first sampled position, and a verification row
+ * [last accepted token, draft_1 .. draft_k-1] with m = k gets, at position j, the sample a
+ * one-token-per-step decoder would draw after accepting draft_1 .. draft_j. The results go to
+ * outputs[0 .. m); the last one is also written to the row's own token / logprob / top fields.
+ */
 typedef struct q35_row {
   /* inputs */
   q35_session *session;
   const int32_t *tokens;       /* tokens this row consumes in this step (>= 1) */
   int32_t n_tokens;
-  const q35_sampling *sampling;
+  const q35_sampling *sampling;/* required unless n_outputs is Q35_OUTPUTS_NONE */
   const int32_t *history;      /* for penalties: prompt then generated tokens (may be NULL) */
   int32_t n_history;
   int32_t n_prompt;            /* history[0 .. n_prompt) is the prompt */
   int32_t n_top_logprobs;      /* -1: no logprobs; 0: the token's; 1 .. Q35_MAX_TOP_LOGPROBS: alternatives */
-  /* outputs */
-  int32_t token;               /* the sampled token */
+  /* outputs: the sample at the last position */
+  int32_t token;               /* the sampled token (-1 with Q35_OUTPUTS_NONE) */
   float logprob;               /* log-probability of `token` under log_softmax(logits) */
   int32_t top_ids[Q35_MAX_TOP_LOGPROBS];
   float top_logprobs[Q35_MAX_TOP_LOGPROBS];
+  /* inputs (zero: one sample at the last position, no hidden state) */
+  int32_t n_outputs;           /* positions sampled, the last n_outputs: 1 .. n_tokens; 0 means 1;
+                                  Q35_OUTPUTS_NONE: none */
+  q35_output *outputs;         /* NULL, or one result per sampled position (required when
+                                  n_outputs > 1) */
+  float *hidden;               /* NULL, or (sampled positions) * q35_model_n_embd floats: the
+                                  post-norm hidden state of each sampled position, position major
+                                  (output matrix x hidden = logits); unused with Q35_OUTPUTS_NONE */
 } q35_row;
 
-/* Advance every row's session by its tokens in one pass over the weights and sample one
- * token per row. Rows must name distinct sessions of this model. */
+/* Advance every row's session by its tokens in one pass over the weights and sample the
+ * positions each row asks for. Rows must name distinct sessions of the context's model; no
+ * session may be in another context's step at the same time. The step computes the logits of
+ * the sampled positions only (Q35_OUTPUTS_NONE rows compute none) and allocates nothing once
+ * its buffers have grown to the step's size. Every row is checked before anything runs: a
+ * refused step moves no session. */
+int q35_context_step(q35_context *ctx, q35_row *rows, int32_t n_rows, q35_err *err);
+/* q35_context_step on the model's default context. */
 int q35_step(q35_model *model, q35_row *rows, int32_t n_rows, q35_err *err);
 
 #ifdef __cplusplus

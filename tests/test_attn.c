@@ -1,29 +1,23 @@
 /*
- * test_attn.c - the F16-cache attention kernel (src/attn.c) against its plain scalar twin:
- * head dims 16..256 (odd numbers of 16-chunks too), groups of 1..11 query heads (more than the
- * kernel's 8 at once), 1..700 positions (block edges at 128), flat and very peaked scores,
- * keys/values of mixed magnitudes. Also: the kernel is deterministic and its result does not
- * depend on where its scratch and output buffers sit. Runs at whatever level q35_attn_level()
- * picked (the suite also runs under Q35_SIMD=scalar in other tests).
+ * test_attn.c - the attention kernels (kernels/attn.c) against their plain scalar twins, for each
+ * KV cache type:
+ *   F16: head dims 16..256 (odd numbers of 16-chunks too), groups of 1..11 query heads (more than
+ *        the AVX-512 kernel's 8 at once), 1..2000 positions (block edges at 128), flat and very
+ *        peaked scores, keys/values of mixed magnitudes;
+ *   F32 and Q8_0 (head dims that are multiples of 32): the same grid.
+ * Also: each kernel is deterministic and its result does not depend on where its scratch and
+ * output buffers sit. Runs at whatever level q35_attn_level() picked (the suite also runs under
+ * Q35_SIMD=scalar in other tests).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/attn.h"
 #include "base/util.h"
-
-static int fails;
-#define CHECK(c, ...)                                               \
-  do {                                                              \
-    if (!(c)) {                                                     \
-      fails++;                                                      \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);          \
-      fprintf(stderr, __VA_ARGS__);                                 \
-      fprintf(stderr, "\n");                                        \
-    }                                                               \
-  } while (0)
+#include "check.h"
+#include "kernels/attn.h"
+#include "kernels/quant.h"
 
 static uint64_t rs = 0x9E3779B97F4A7C15ull;
 static uint64_t rng(void) {
@@ -37,15 +31,37 @@ static float gauss(void) {
   return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
 }
 
-static double worst;
+static double worst[3]; /* per type: worst |fast - ref| / max |v| */
 
-static void one(int hd, int grp, int npos, float qmag) {
-  const size_t stride = (size_t)hd * 3 + (rng() % 2) * 8; /* several heads per cache row */
-  uint16_t *k = malloc(sizeof(uint16_t) * stride * npos), *v = malloc(sizeof(uint16_t) * stride * npos);
-  for (size_t i = 0; i < stride * (size_t)npos; i++) {
-    k[i] = q35_fp32_to_fp16(gauss() * (rng() % 40 == 0 ? 6.0f : 1.0f));
-    v[i] = q35_fp32_to_fp16(gauss() * (rng() % 30 == 0 ? 20.0f : 1.0f));
+static const char *tname(int type) { return type == Q35_TYPE_F16 ? "f16" : type == Q35_TYPE_F32 ? "f32" : "q8_0"; }
+static int tindex(int type) { return type == Q35_TYPE_F16 ? 0 : type == Q35_TYPE_F32 ? 1 : 2; }
+
+/* npos cache rows of w elements of `type` (gaussians, one in spike_every scaled by spike);
+ * *vmax receives the largest magnitude stored in columns [hd, 2 hd) (the head under test). */
+static char *make_cache(int type, int w, int hd, int npos, int spike_every, float spike, double *vmax) {
+  const size_t rb = q35_row_size(type, w);
+  char *c = malloc(rb * (size_t)npos);
+  float *row = malloc(sizeof(float) * (size_t)w), *back = malloc(sizeof(float) * (size_t)w);
+  for (int p = 0; p < npos; p++) {
+    for (int i = 0; i < w; i++) row[i] = gauss() * (rng() % spike_every == 0 ? spike : 1.0f);
+    char *dst = c + (size_t)p * rb;
+    if (type == Q35_TYPE_F32) memcpy(dst, row, sizeof(float) * (size_t)w);
+    else q35_quantize_row(type, row, dst, w);
+    q35_dequantize_row(type, dst, back, w);
+    for (int i = hd; i < 2 * hd; i++) *vmax = fmax(*vmax, fabs(back[i]));
   }
+  free(row);
+  free(back);
+  return c;
+}
+
+static void one(int type, int hd, int grp, int npos, float qmag) {
+  /* several heads per cache row (the head under test at column hd); F16 rows with 8 more */
+  const int w = hd * 3 + (type == Q35_TYPE_F16 ? (int)(rng() % 2) * 8 : 0);
+  const size_t rb = q35_row_size(type, w);
+  double kmax = 0, vmax = 0;
+  char *k = make_cache(type, w, hd, npos, 40, 6.0f, &kmax);
+  char *v = make_cache(type, w, hd, npos, 30, 20.0f, &vmax);
   const size_t qst = (size_t)2 * hd;
   float *q = malloc(sizeof(float) * qst * grp);
   for (size_t i = 0; i < qst * (size_t)grp; i++) q[i] = gauss() * qmag;
@@ -57,21 +73,21 @@ static void one(int hd, int grp, int npos, float qmag) {
     out[r] = malloc(sizeof(float) * ((size_t)hd * grp + 3));
   }
   const float scale = 1.0f / sqrtf((float)hd);
-  const size_t off = rng() % 4; /* kernel output at an odd float offset in run 2 */
+  const size_t off = rng() % 4; /* kernel scratch and output at an odd float offset in run 2 */
+  const size_t col = q35_row_size(type, hd); /* the group's head: column hd of each row */
   for (int r = 0; r < 3; r++) {
-    q35_attn_job j = {hd, grp, npos, k + hd, v + hd, stride, q, qst, scale,
+    q35_attn_job j = {hd, grp, npos, type, k + col, v + col, rb, q, qst, scale,
                       sc[r] + (r == 2 ? off : 0), scs, qs[r] + (r == 2 ? off : 0), out[r] + (r == 2 ? off : 0), (size_t)hd};
-    if (r == 0) q35_attn_f16_ref(&j);
-    else q35_attn_f16(&j);
+    if (r == 0) q35_attn_ref(&j);
+    else q35_attn(&j);
   }
-  double vmax = 0, err = 0;
-  for (size_t i = 0; i < stride * (size_t)npos; i++) vmax = fmax(vmax, fabs(q35_fp16_to_fp32(v[i])));
+  double err = 0;
   for (size_t i = 0; i < (size_t)hd * grp; i++) err = fmax(err, fabs((double)out[1][i] - out[0][i]));
-  worst = fmax(worst, err / vmax);
-  CHECK(err <= 2e-5 * vmax, "hd %d grp %d npos %d qmag %g: |fast - ref| %.3g (max |v| %.3g)", hd, grp, npos, qmag, err,
-        vmax);
-  CHECK(!memcmp(out[1], out[2] + off, sizeof(float) * (size_t)hd * grp), "hd %d grp %d npos %d: result depends on buffers",
-        hd, grp, npos);
+  worst[tindex(type)] = fmax(worst[tindex(type)], err / vmax);
+  CHECK(err <= 2e-5 * vmax, "%s hd %d grp %d npos %d qmag %g: |fast - ref| %.3g (max |v| %.3g)", tname(type), hd, grp,
+        npos, qmag, err, vmax);
+  CHECK(!memcmp(out[1], out[2] + off, sizeof(float) * (size_t)hd * grp), "%s hd %d grp %d npos %d: result depends on buffers",
+        tname(type), hd, grp, npos);
   for (int r = 0; r < 3; r++) {
     free(sc[r]);
     free(qs[r]);
@@ -83,21 +99,23 @@ static void one(int hd, int grp, int npos, float qmag) {
 }
 
 int main(void) {
-  printf("attention kernel level: %s\n", q35_attn_level());
-  static const int hds[] = {16, 48, 128, 256};
+  printf("attention kernel level (f16 cache): %s\n", q35_attn_level());
+  static const int types[] = {Q35_TYPE_F16, Q35_TYPE_F32, Q35_TYPE_Q8_0};
+  static const int hds[] = {16, 32, 48, 128, 256};
   static const int grps[] = {1, 2, 3, 8, 11};
   static const int nps[] = {1, 2, 15, 16, 17, 127, 128, 129, 300};
-  for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
-    for (size_t b = 0; b < sizeof grps / sizeof grps[0]; b++)
-      for (size_t c = 0; c < sizeof nps / sizeof nps[0]; c++) one(hds[a], grps[b], nps[c], c % 2 ? 1.0f : 8.0f);
-  one(256, 8, 700, 1.0f);
-  one(256, 8, 700, 30.0f); /* one position takes nearly all the weight */
-  one(256, 8, 2000, 0.05f); /* nearly flat */
-  printf("worst |fast - ref| / max|v|: %.3g\n", worst);
-  if (fails) {
-    fprintf(stderr, "%d failure(s)\n", fails);
-    return 1;
+  for (size_t ty = 0; ty < sizeof types / sizeof types[0]; ty++) {
+    const int type = types[ty];
+    for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++) {
+      if (type == Q35_TYPE_Q8_0 && hds[a] % 32) continue; /* a Q8_0 cache needs whole blocks per head */
+      if (type == Q35_TYPE_F16 && hds[a] == 32) continue; /* the F16 grid as it always was */
+      for (size_t b = 0; b < sizeof grps / sizeof grps[0]; b++)
+        for (size_t c = 0; c < sizeof nps / sizeof nps[0]; c++) one(type, hds[a], grps[b], nps[c], c % 2 ? 1.0f : 8.0f);
+    }
+    one(type, 256, 8, 700, 1.0f);
+    one(type, 256, 8, 700, 30.0f); /* one position takes nearly all the weight */
+    one(type, 256, 8, 2000, 0.05f); /* nearly flat */
+    printf("%s cache: worst |fast - ref| / max|v|: %.3g\n", tname(type), worst[tindex(type)]);
   }
-  printf("test_attn: ok\n");
-  return 0;
+  return check_done("test_attn");
 }

@@ -14,18 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "check.h"
 #include "engine/threadpool.h"
-
-static int failures;
-#define CHECK(c, ...)                                                   \
-  do {                                                                  \
-    if (!(c)) {                                                         \
-      failures++;                                                       \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);              \
-      fprintf(stderr, __VA_ARGS__);                                     \
-      fprintf(stderr, "\n");                                            \
-    }                                                                   \
-  } while (0)
 
 enum { MAXN = 100000, MAXT = 8 };
 
@@ -123,10 +113,5 @@ int main(void) {
   CHECK(stolen_slow > 0, "a slowed thread's share was never taken from the back (stealing untested)");
   printf("%ld launches; items taken from another thread's share: %ld with a slowed thread, %ld without\n", cases,
          stolen_slow, stolen_plain);
-  if (failures) {
-    fprintf(stderr, "%d failure(s)\n", failures);
-    return 1;
-  }
-  printf("test_threadpool: all passed\n");
-  return 0;
+  return check_done("test_threadpool");
 }

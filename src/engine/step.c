@@ -1,122 +1,198 @@
 /*
- * step.c - q35_step: the model step with the sampling head inside it.
+ * step.c - the model step with the sampling head inside it (q35_context_step), and evaluation
+ * with logits (q35_context_eval).
  *
- * The forward pass writes each row's last-position logits into a buffer the model keeps;
- * each row is then sampled with its own parameters (sampler.h). The caller never sees the
- * logits: a step goes from tokens to tokens. Rows are sampled on the model's threads (row r by
- * thread r % nth, each with its own workspace); a row's result depends only on its own logits
- * and parameters, so which thread samples it never changes it.
+ * A step checks every row, sizes the context's buffers, runs one forward pass that writes the
+ * logits of the sampled positions only (a row with Q35_OUTPUTS_NONE asks for none) into the
+ * context's buffer, and samples each of those positions with its row's parameters (sampler.h).
+ * The caller never sees the logits: a step goes from tokens to tokens. Positions are sampled on
+ * the context's threads (position i by thread i % nth, each with its own workspace); a result
+ * depends only on its own logits, parameters and history, so which thread samples it never
+ * changes it.
  */
 #include <math.h>
-#include <stdlib.h>
+#include <string.h>
 
-#include "model/model.h"
-#include "sample/sampler.h"
 #include "base/util.h"
+#include "engine/context.h"
 
-struct q35_step_out {
-  q35_sample_result res;
-  int rc;
-  q35_err err;
-};
+/* The positions a row samples, as n_outputs encodes them (0: one; Q35_OUTPUTS_NONE: none). */
+static int32_t n_outputs(const q35_row *row) {
+  return row->n_outputs == Q35_OUTPUTS_NONE ? 0 : row->n_outputs == 0 ? 1 : row->n_outputs;
+}
 
-void q35_model_free_step(q35_model *m) {
-  for (int i = 0; i < m->n_samplers; i++) q35_sampler_free(m->samplers[i]);
-  free(m->samplers);
-  m->samplers = NULL;
-  m->n_samplers = 0;
-  free(m->step_logits);
-  free(m->step_rows);
-  free(m->step_out);
-  m->step_logits = NULL;
-  m->step_rows = NULL;
-  m->step_out = NULL;
-  m->step_cap = 0;
+/* Positions row r samples (0 .. n_tokens), after checking its fields. */
+static int check_row(const q35_row *row, int32_t r, int32_t *n_out, q35_err *err) {
+  if (!row->session || !row->tokens || row->n_tokens < 1)
+    return q35_seterr(err, "row %d: a session and at least one token are required", r);
+  const int32_t m = n_outputs(row);
+  if (m < 0 || m > row->n_tokens)
+    return q35_seterr(err, "row %d: n_outputs %d is out of range [1, n_tokens = %d] (0: one, %d: none)", r,
+                      row->n_outputs, row->n_tokens, Q35_OUTPUTS_NONE);
+  *n_out = m;
+  if (m == 0) return 0;
+  if (m > 1 && !row->outputs) return q35_seterr(err, "row %d: n_outputs %d needs an outputs array", r, m);
+  if (m > 1 && (row->n_history < 0 || (row->n_history > 0 && !row->history)))
+    return q35_seterr(err, "row %d: bad history (n_history %d)", r, row->n_history);
+  if (!row->sampling) return q35_seterr(err, "row %d: sampling parameters are required", r);
+  if (row->n_top_logprobs > Q35_MAX_TOP_LOGPROBS)
+    return q35_seterr(err, "row %d: top logprobs %d is out of range [0, %d]", r, row->n_top_logprobs,
+                      Q35_MAX_TOP_LOGPROBS);
+  q35_err e2;
+  if (q35_sampling_validate(row->sampling, &e2)) return q35_seterr(err, "row %d: %s", r, e2.msg);
+  return 0;
+}
+
+/* The penalty history of a row sampled at m > 1 positions: history, then the m - 1 tokens the
+ * row consumes after its first sampled position (position j reads the first n_history + j). */
+static size_t hist_len(const q35_row *row, int32_t m) { return m > 1 ? (size_t)row->n_history + (size_t)(m - 1) : 0; }
+
+static void hist_fill(int32_t *dst, const q35_row *row, int32_t m) {
+  if (row->n_history > 0) memcpy(dst, row->history, (size_t)row->n_history * sizeof *dst);
+  memcpy(dst + row->n_history, row->tokens + row->n_tokens - m + 1, (size_t)(m - 1) * sizeof *dst);
+}
+
+/* Buffers for the step (before anything runs, so running out of memory moves no session), the
+ * forward rows, and which row each sampled position belongs to. Returns the sampled positions. */
+static int32_t step_prepare(q35_context *c, const q35_row *rows, int32_t n_rows, q35_err *err) {
+  int32_t n_out = 0;
+  size_t n_hist = 0;
+  for (int32_t r = 0; r < n_rows; r++) {
+    int32_t m;
+    if (check_row(&rows[r], r, &m, err)) return -1;
+    n_out += m;
+    n_hist += hist_len(&rows[r], m);
+  }
+  const int nth = n_out < q35_pool_size(c->fwd.pool) ? n_out : q35_pool_size(c->fwd.pool);
+  if (q35_context_reserve(c, n_rows, n_out, err) || q35_context_reserve_samplers(c, nth, err) ||
+      q35_context_reserve_hist(c, n_hist, err))
+    return -1;
+  const size_t V = (size_t)c->model->hp.n_vocab;
+  int32_t at = 0;
+  size_t hat = 0;
+  for (int32_t r = 0; r < n_rows; r++) {
+    const q35_row *row = &rows[r];
+    const int32_t m = n_outputs(row);
+    c->fwd_rows[r] = (q35_fwd_row){row->session, row->tokens, row->n_tokens, m, c->logits + (size_t)at * V,
+                                   m ? row->hidden : NULL};
+    c->out_at[r] = at;
+    for (int32_t j = 0; j < m; j++) c->item_row[at + j] = r;
+    at += m;
+    c->hist_at[r] = hat;
+    if (m > 1) hist_fill(c->hist + hat, row, m);
+    hat += hist_len(row, m);
+  }
+  return n_out;
 }
 
 typedef struct {
-  q35_model *m;
+  q35_context *c;
   const q35_row *rows;
-  int32_t n_rows;
-  const float *logits;
+  int32_t n_out;
 } sample_task;
 
-static void sample_run(void *ctx, int ith, int nth) {
-  const sample_task *t = ctx;
-  q35_model *m = t->m;
-  const int V = m->hp.n_vocab;
-  for (int32_t r = ith; r < t->n_rows; r += nth) {
+static void sample_run(void *vctx, int ith, int nth) {
+  const sample_task *t = vctx;
+  q35_context *c = t->c;
+  const int V = c->model->hp.n_vocab;
+  for (int32_t i = ith; i < t->n_out; i += nth) {
+    const int32_t r = c->item_row[i], j = i - c->out_at[r];
     const q35_row *row = &t->rows[r];
-    struct q35_step_out *o = &m->step_out[r];
-    o->rc = q35_sample(m->samplers[ith], t->logits + (size_t)r * V, V, row->sampling, row->history, row->n_history,
-                       row->n_prompt, row->n_top_logprobs, &o->res, &o->err);
+    const int multi = row->n_outputs > 1;
+    q35_sampling sp = *row->sampling;
+    sp.draw_index += (uint64_t)j;
+    q35_step_out *o = &c->out[i];
+    const int32_t *hist = multi ? c->hist + c->hist_at[r] : row->history;
+    const int32_t n_hist = multi ? row->n_history + j : row->n_history;
+    o->rc = q35_sample(c->samplers[ith], c->logits + (size_t)i * V, V, &sp, hist, n_hist, row->n_prompt,
+                       row->n_top_logprobs, &o->res, &o->err);
   }
 }
 
-int q35_step(q35_model *m, q35_row *rows, int32_t n_rows, q35_err *err) {
-  if (n_rows < 1 || !rows) return q35_seterr(err, "a step needs at least one row");
-  const int V = m->hp.n_vocab;
+static void put_result(const q35_sample_result *res, int32_t *token, float *logprob, int32_t *top_ids,
+                       float *top_logprobs) {
+  *token = res->token;
+  *logprob = res->logprob;
+  for (int i = 0; i < res->n_top && i < Q35_MAX_TOP_LOGPROBS; i++) {
+    top_ids[i] = res->top_ids[i];
+    top_logprobs[i] = res->top_logprobs[i];
+  }
+}
+
+/* The sampled positions' results into their rows. */
+static int step_results(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
   for (int32_t r = 0; r < n_rows; r++) {
-    if (!rows[r].session || !rows[r].tokens || rows[r].n_tokens < 1)
-      return q35_seterr(err, "row %d: a session and at least one token are required", r);
-    if (!rows[r].sampling) return q35_seterr(err, "row %d: sampling parameters are required", r);
-    if (rows[r].n_top_logprobs > Q35_MAX_TOP_LOGPROBS)
-      return q35_seterr(err, "row %d: top logprobs %d is out of range [0, %d]", r, rows[r].n_top_logprobs,
-                        Q35_MAX_TOP_LOGPROBS);
-    q35_err e2;
-    if (q35_sampling_validate(rows[r].sampling, &e2)) return q35_seterr(err, "row %d: %s", r, e2.msg);
-  }
-  /* as many threads as rows, at most the pool's */
-  const int nth = n_rows < q35_pool_size(m->pool) ? n_rows : q35_pool_size(m->pool);
-  if (m->n_samplers < nth) {
-    struct q35_sampler **ss = realloc(m->samplers, (size_t)nth * sizeof *ss);
-    if (!ss) return q35_seterr(err, "out of memory (sampling workspaces)");
-    m->samplers = ss;
-    while (m->n_samplers < nth) {
-      ss[m->n_samplers] = q35_sampler_new(V, err);
-      if (!ss[m->n_samplers]) return -1;
-      m->n_samplers++;
+    q35_row *row = &rows[r];
+    const int32_t m = c->fwd_rows[r].n_out;
+    if (m == 0) {
+      row->token = -1;
+      row->logprob = NAN;
+      continue;
     }
-  }
-  if (n_rows > m->step_cap) { /* grown rarely; the per-token path allocates nothing */
-    free(m->step_logits);
-    free(m->step_rows);
-    free(m->step_out);
-    m->step_logits = q35_alloc64((size_t)n_rows * V * sizeof(float), 0);
-    m->step_rows = malloc((size_t)n_rows * sizeof *m->step_rows);
-    m->step_out = malloc((size_t)n_rows * sizeof *m->step_out);
-    m->step_cap = n_rows;
-    if (!m->step_logits || !m->step_rows || !m->step_out) {
-      q35_model_free_step(m);
-      return q35_seterr(err, "out of memory (logits of %d rows)", n_rows);
+    const q35_step_out *o = &c->out[c->out_at[r]];
+    for (int32_t j = 0; j < m; j++) {
+      if (o[j].rc) {
+        if (m == 1) return q35_seterr(err, "row %d: %s", r, o[j].err.msg);
+        return q35_seterr(err, "row %d, output %d: %s", r, j, o[j].err.msg);
+      }
+      if (row->outputs) {
+        q35_output *d = &row->outputs[j];
+        put_result(&o[j].res, &d->token, &d->logprob, d->top_ids, d->top_logprobs);
+      }
     }
+    put_result(&o[m - 1].res, &row->token, &row->logprob, row->top_ids, row->top_logprobs);
   }
-  float *logits = m->step_logits;
-  q35_fwd_row *fr = m->step_rows;
-  for (int32_t r = 0; r < n_rows; r++)
-    fr[r] = (q35_fwd_row){rows[r].session, rows[r].tokens, rows[r].n_tokens, 1, logits + (size_t)r * V};
-  int rc = q35_forward(m, fr, n_rows, err);
+  return 0;
+}
+
+int q35_context_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
+  if (n_rows < 1 || !rows) return q35_seterr(err, "a step needs at least one row");
+  const int32_t n_out = step_prepare(c, rows, n_rows, err);
+  if (n_out < 0) return -1;
+  if (q35_forward(c->model, &c->fwd, c->fwd_rows, n_rows, err)) return -1;
   const double t0 = q35_now();
-  if (rc == 0) {
-    sample_task st = {m, rows, n_rows, logits};
-    if (nth > 1) q35_pool_run(m->pool, sample_run, &st);
-    else sample_run(&st, 0, 1);
-  }
-  for (int32_t r = 0; rc == 0 && r < n_rows; r++) {
-    const struct q35_step_out *o = &m->step_out[r];
-    if (o->rc) {
-      rc = q35_seterr(err, "row %d: %s", r, o->err.msg);
-      break;
-    }
-    rows[r].token = o->res.token;
-    rows[r].logprob = o->res.logprob;
-    for (int i = 0; i < o->res.n_top && i < Q35_MAX_TOP_LOGPROBS; i++) {
-      rows[r].top_ids[i] = o->res.top_ids[i];
-      rows[r].top_logprobs[i] = o->res.top_logprobs[i];
-    }
-  }
-  m->t_sample += q35_now() - t0;
+  const int nth = n_out < q35_pool_size(c->fwd.pool) ? n_out : q35_pool_size(c->fwd.pool);
+  sample_task st = {c, rows, n_out};
+  if (nth > 1) q35_pool_run(c->fwd.pool, sample_run, &st);
+  else if (nth == 1) sample_run(&st, 0, 1);
+  const int rc = step_results(c, rows, n_rows, err);
+  c->t_sample += q35_now() - t0;
   return rc;
 }
 
-double q35_model_sample_seconds(const q35_model *m) { return m->t_sample; }
+int q35_step(q35_model *m, q35_row *rows, int32_t n_rows, q35_err *err) {
+  return q35_context_step(m->ctx, rows, n_rows, err);
+}
+
+/* ---- evaluation with logits ---- */
+
+int q35_context_eval(q35_context *c, q35_session *s, const int32_t *tokens, int32_t n, int32_t chunk, float *logits,
+                     int all, q35_err *err) {
+  if (n < 1) return q35_seterr(err, "no tokens to evaluate");
+  if (chunk <= 0 || chunk > n) chunk = n;
+  const int V = s->model->hp.n_vocab;
+  /* validate everything before the first chunk runs, so a refused call leaves the session as it was */
+  if ((int64_t)s->pos + n > s->params.n_ctx)
+    return q35_seterr(err, "%d tokens at position %d exceed the context limit of %d tokens (the session's n_ctx)",
+                      n, s->pos, s->params.n_ctx);
+  for (int32_t i = 0; i < n; i++)
+    if (tokens[i] < 0 || tokens[i] >= V) return q35_seterr(err, "token id %d is out of range [0, %d)", tokens[i], V);
+  for (int32_t i = 0; i < n; i += chunk) {
+    const int32_t len = n - i < chunk ? n - i : chunk;
+    q35_fwd_row r = {s, tokens + i, len, 0, NULL, NULL};
+    if (logits && all) {
+      r.n_out = len;
+      r.logits = logits + (size_t)i * V;
+    } else if (logits && i + len == n) {
+      r.n_out = 1;
+      r.logits = logits;
+    }
+    if (q35_forward(c->model, &c->fwd, &r, 1, err)) return -1;
+  }
+  return 0;
+}
+
+int q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, int32_t chunk, float *logits, int all,
+                     q35_err *err) {
+  return q35_context_eval(s->model->ctx, s, tokens, n, chunk, logits, all, err);
+}

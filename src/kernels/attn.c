@@ -1,26 +1,30 @@
 /*
- * attn.c - attention over an F16 KV cache for one (token, KV group) item; see attn.h.
+ * attn.c - attention over the KV cache for one (token, KV group) item; see attn.h.
+ *
+ * Three cache types, one job: F16 (the default cache) has a fast AVX-512 kernel and its scalar
+ * reference; F32 and Q8_0 run through q35_vec_dot (whose SIMD level kernels/quant.c picks) and have
+ * a plain double-precision reference of their own.
  */
 #include "kernels/attn.h"
 
 #include <immintrin.h>
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 
-#include "kernels/quant.h"
+#include "base/cpu.h"
 #include "base/util.h"
+#include "kernels/quant.h"
 
-/* ----------------------------------- reference ----------------------------------- */
+/* ----------------------------------- F16 reference ----------------------------------- */
 
-void q35_attn_f16_ref(const q35_attn_job *j) {
+static void attn_f16_ref(const q35_attn_job *j) {
   const int hd = j->hd;
   for (int h = 0; h < j->grp; h++) {
-    float *qh = j->qs + (size_t)h * hd, *s = j->sc + (size_t)h * j->sc_stride, *o = j->out + (size_t)h * j->out_stride;
+    float *qh = (float *)j->qs + (size_t)h * hd, *s = j->sc + (size_t)h * j->sc_stride, *o = j->out + (size_t)h * j->out_stride;
     for (int i = 0; i < hd; i++) qh[i] = q35_fp16_to_fp32(q35_fp32_to_fp16(j->q[(size_t)h * j->q_stride + i]));
     float mx = -INFINITY;
     for (int p = 0; p < j->npos; p++) {
-      const uint16_t *kr = j->k + (size_t)p * j->row_stride;
+      const uint16_t *kr = (const uint16_t *)((const char *)j->k + (size_t)p * j->row_bytes);
       double d = 0;
       for (int i = 0; i < hd; i++) d += (double)qh[i] * q35_fp16_to_fp32(kr[i]);
       s[p] = (float)d * j->scale;
@@ -30,7 +34,8 @@ void q35_attn_f16_ref(const q35_attn_job *j) {
     for (int p = 0; p < j->npos; p++) sum += s[p] = expf(s[p] - mx);
     for (int i = 0; i < hd; i++) {
       double a = 0;
-      for (int p = 0; p < j->npos; p++) a += (double)s[p] * q35_fp16_to_fp32(j->v[(size_t)p * j->row_stride + i]);
+      for (int p = 0; p < j->npos; p++)
+        a += (double)s[p] * q35_fp16_to_fp32(((const uint16_t *)((const char *)j->v + (size_t)p * j->row_bytes))[i]);
       o[i] = (float)(a / sum);
     }
   }
@@ -61,16 +66,18 @@ A5 static inline __m512 exp_neg(__m512 x) {
 enum { GMAX = 8, PBLK = 128, KPF = 16 };
 
 /* heads h0..h0+ng-1 (ng <= GMAX). Inlined into callers with a constant ng so that the per-head
- * accumulators live in registers: with a variable ng, GCC -O2 kept them on the stack and every
- * FMA became a load, an FMA and a store. K rows are prefetched KPF positions ahead and V rows one
- * block ahead. One 32k-position item (8 heads x 256 dims, 1 thread): 11.8 ms -> 7.2 (registers)
- * -> 4.5 (prefetch). */
+ * accumulators live in registers (with a variable ng, GCC -O2 keeps them on the stack and every
+ * FMA becomes a load, an FMA and a store). K rows are prefetched KPF positions ahead and V rows
+ * one block ahead. */
 A5 static inline __attribute__((always_inline)) void attn_heads_body(const q35_attn_job *j, int h0, const int ng) {
   const int hd = j->hd, np = j->npos, nc = hd / 16;
+  const uint16_t *K = j->k, *V = j->v;
+  const size_t rs = j->row_bytes / sizeof(uint16_t);
+  float *qs = j->qs;
   const float *qh[GMAX];
   float *sh[GMAX];
   for (int h = 0; h < ng; h++) {
-    float *q = j->qs + (size_t)(h0 + h) * hd;
+    float *q = qs + (size_t)(h0 + h) * hd;
     const float *src = j->q + (size_t)(h0 + h) * j->q_stride;
     for (int c = 0; c < nc; c++) /* round to fp16 and back */
       _mm512_storeu_ps(q + 16 * c, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(src + 16 * c), _MM_FROUND_TO_NEAREST_INT)));
@@ -79,9 +86,9 @@ A5 static inline __attribute__((always_inline)) void attn_heads_body(const q35_a
   }
   /* scores: one pass over K, each key converted once for all heads */
   for (int p = 0; p < np; p++) {
-    const uint16_t *kr = j->k + (size_t)p * j->row_stride;
+    const uint16_t *kr = K + (size_t)p * rs;
     if (p + KPF < np) /* the row KPF positions ahead, one prefetch per cache line */
-      for (int c = 0; c < nc; c += 2) _mm_prefetch((const char *)(kr + (size_t)KPF * j->row_stride + 16 * c), _MM_HINT_T0);
+      for (int c = 0; c < nc; c += 2) _mm_prefetch((const char *)(kr + (size_t)KPF * rs + 16 * c), _MM_HINT_T0);
     __m512 acc[GMAX] = {0};
 #pragma GCC unroll 8
     for (int h = 0; h < ng; h++) acc[h] = _mm512_setzero_ps();
@@ -128,8 +135,8 @@ A5 static inline __attribute__((always_inline)) void attn_heads_body(const q35_a
         a1[h] = _mm512_loadu_ps(o + 16);
       }
       for (int p = p0; p < p1; p++) {
-        const uint16_t *vr = j->v + (size_t)p * j->row_stride + 16 * c;
-        if (p + PBLK < np) _mm_prefetch((const char *)(vr + (size_t)PBLK * j->row_stride), _MM_HINT_T0); /* next block */
+        const uint16_t *vr = V + (size_t)p * rs + 16 * c;
+        if (p + PBLK < np) _mm_prefetch((const char *)(vr + (size_t)PBLK * rs), _MM_HINT_T0); /* next block */
         const __m512 v0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)vr));
         const __m512 v1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16)));
 #pragma GCC unroll 8
@@ -153,7 +160,7 @@ A5 static inline __attribute__((always_inline)) void attn_heads_body(const q35_a
         __m512 a = _mm512_loadu_ps(o);
         for (int p = p0; p < p1; p++)
           a = _mm512_fmadd_ps(_mm512_set1_ps(sh[h][p]),
-                              _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(j->v + (size_t)p * j->row_stride + 16 * c))), a);
+                              _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(V + (size_t)p * rs + 16 * c))), a);
         _mm512_storeu_ps(o, a);
       }
     }
@@ -173,24 +180,103 @@ A5 static void attn_avx512(const q35_attn_job *j) {
   }
 }
 
+/* ----------------------------------- F32 / Q8_0 ----------------------------------- */
+
+/* Scores: the query converted to the cache's dot type (as ggml does for a q8_0 cache), one
+ * q35_vec_dot per stored key; softmax with the sum in double; V (converted row by row for Q8_0)
+ * accumulated position by position. */
+static void attn_dot(const q35_attn_job *j) {
+  const int hd = j->hd, grp = j->grp, np = j->npos, etype = j->type;
+  const int qtype = q35_vec_dot_type(etype);
+  const size_t qrb = q35_row_size(qtype, hd);
+  const char *K = j->k, *V = j->v;
+  char *qq = j->qs;
+  float vrow[Q35_ATTN_MAX_HEAD_DIM];
+  for (int h = 0; h < grp; h++) {
+    if (etype == Q35_TYPE_F32) memcpy(qq + (size_t)h * qrb, j->q + (size_t)h * j->q_stride, qrb);
+    else q35_quantize_row(qtype, j->q + (size_t)h * j->q_stride, qq + (size_t)h * qrb, hd);
+  }
+  for (int p = 0; p < np; p++) {
+    const char *kr = K + (size_t)p * j->row_bytes;
+    for (int h = 0; h < grp; h++) j->sc[(size_t)h * j->sc_stride + p] = q35_vec_dot(etype, hd, kr, qq + (size_t)h * qrb) * j->scale;
+  }
+  for (int h = 0; h < grp; h++) {
+    float *sh = j->sc + (size_t)h * j->sc_stride;
+    float mx = -INFINITY;
+    for (int p = 0; p < np; p++) mx = sh[p] > mx ? sh[p] : mx;
+    double sum = 0.0;
+    for (int p = 0; p < np; p++) {
+      sh[p] = expf(sh[p] - mx);
+      sum += sh[p];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int p = 0; p < np; p++) sh[p] *= inv;
+    memset(j->out + (size_t)h * j->out_stride, 0, (size_t)hd * sizeof(float));
+  }
+  for (int p = 0; p < np; p++) {
+    const float *vr;
+    if (etype == Q35_TYPE_F32) {
+      vr = (const float *)(const void *)(V + (size_t)p * j->row_bytes);
+    } else {
+      q35_dequantize_row(etype, V + (size_t)p * j->row_bytes, vrow, hd);
+      vr = vrow;
+    }
+    for (int h = 0; h < grp; h++) {
+      const float w = j->sc[(size_t)h * j->sc_stride + p];
+      float *a = j->out + (size_t)h * j->out_stride;
+      for (int i = 0; i < hd; i++) a[i] += w * vr[i];
+    }
+  }
+}
+
+/* The reference of attn_dot: the same query conversion, then every product and sum in double on
+ * dequantized keys and values. */
+static void attn_dot_ref(const q35_attn_job *j) {
+  const int hd = j->hd, np = j->npos, etype = j->type;
+  const int qtype = q35_vec_dot_type(etype);
+  const char *K = j->k, *V = j->v;
+  float qh[Q35_ATTN_MAX_HEAD_DIM], row[Q35_ATTN_MAX_HEAD_DIM];
+  for (int h = 0; h < j->grp; h++) {
+    const float *q = j->q + (size_t)h * j->q_stride;
+    if (etype == Q35_TYPE_F32) {
+      memcpy(qh, q, (size_t)hd * sizeof(float));
+    } else { /* the kernel's query rounding: to the dot type and back */
+      q35_quantize_row_ref(qtype, q, j->qs, hd);
+      q35_dequantize_row_ref(qtype, j->qs, qh, hd);
+    }
+    float *s = j->sc + (size_t)h * j->sc_stride, *o = j->out + (size_t)h * j->out_stride;
+    double mx = -INFINITY, sum = 0;
+    for (int p = 0; p < np; p++) {
+      q35_dequantize_row_ref(etype, K + (size_t)p * j->row_bytes, row, hd);
+      double d = 0;
+      for (int i = 0; i < hd; i++) d += (double)qh[i] * row[i];
+      s[p] = (float)(d * j->scale);
+      mx = s[p] > mx ? s[p] : mx;
+    }
+    for (int p = 0; p < np; p++) sum += s[p] = (float)exp(s[p] - mx);
+    double acc[Q35_ATTN_MAX_HEAD_DIM];
+    for (int i = 0; i < hd; i++) acc[i] = 0;
+    for (int p = 0; p < np; p++) {
+      q35_dequantize_row_ref(etype, V + (size_t)p * j->row_bytes, row, hd);
+      for (int i = 0; i < hd; i++) acc[i] += (double)s[p] * row[i];
+    }
+    for (int i = 0; i < hd; i++) o[i] = (float)(acc[i] / sum);
+  }
+}
+
 /* ----------------------------------- dispatch ----------------------------------- */
 
-static int use_avx512;
-static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int f16_fast(void) { return q35_simd_active() >= Q35_SIMD_AVX512; }
 
-static void pick(void) {
-  __builtin_cpu_init();
-  use_avx512 = !strcmp(q35_simd_level(), "avx512") && __builtin_cpu_supports("avx512dq") &&
-               __builtin_cpu_supports("f16c");
+const char *q35_attn_level(void) { return q35_simd_name(f16_fast() ? Q35_SIMD_AVX512 : Q35_SIMD_SCALAR); }
+
+void q35_attn(const q35_attn_job *j) {
+  if (j->type != Q35_TYPE_F16) attn_dot(j);
+  else if (j->hd % 16 == 0 && f16_fast()) attn_avx512(j);
+  else attn_f16_ref(j);
 }
 
-const char *q35_attn_level(void) {
-  pthread_once(&once, pick);
-  return use_avx512 ? "avx512" : "scalar";
-}
-
-void q35_attn_f16(const q35_attn_job *j) {
-  pthread_once(&once, pick);
-  if (use_avx512 && j->hd % 16 == 0) attn_avx512(j);
-  else q35_attn_f16_ref(j);
+void q35_attn_ref(const q35_attn_job *j) {
+  if (j->type == Q35_TYPE_F16) attn_f16_ref(j);
+  else attn_dot_ref(j);
 }

@@ -20,10 +20,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "format/gguf_names.h"
-#include "kernels/quant.h"
 #include "base/cpu.h"
 #include "base/util.h"
+#include "format/gguf_names.h"
+#include "kernels/quant.h"
 
 q35_model_params q35_model_default_params(void) {
   q35_model_params p = {0, 0, 0, 0};
@@ -177,7 +177,6 @@ static int bind(q35_model *m, q35_tensor *t, const char *name, int n_dims, int64
   for (int i = 0; i < 4; i++) t->ne[i] = g->ne[i];
   t->nb1 = q35_row_size(g->type, g->ne[0]);
   t->nb2 = t->nb1 * (size_t)g->ne[1];
-  t->name = NULL;
   return 0;
 }
 
@@ -281,15 +280,9 @@ q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_
   }
   if (load_tensors(m, err)) goto fail;
   if (!params->no_mmap) m->huge_bytes = q35_map_prefault(m->gguf, !params->no_huge, params->progress);
-  int nt = params->n_threads;
-  if (nt <= 0) nt = (int)sysconf(_SC_NPROCESSORS_ONLN);
-  if (nt <= 0) nt = 1;
-  if (nt > 256) nt = 256;
-  m->pool = q35_pool_new(nt);
-  if (!m->pool) {
-    q35_seterr(err, "cannot start %d threads", nt);
-    goto fail;
-  }
+  const q35_context_params cp = {params->n_threads};
+  m->ctx = q35_context_new(m, &cp, err); /* the default context: its threads start now */
+  if (!m->ctx) goto fail;
   snprintf(m->desc, sizeof m->desc, "%s: %d layers (%d attention, %d DeltaNet), embd %d, vocab %d%s, %s FFN weights",
            m->hp.is_moe ? "qwen35moe" : "qwen35", m->hp.n_layer, m->n_attn_layers, m->n_gdn_layers, m->hp.n_embd,
            m->hp.n_vocab, m->output.data == m->tok_embd.data ? ", tied output" : "",
@@ -303,15 +296,13 @@ fail:
 
 void q35_model_free(q35_model *m) {
   if (!m) return;
-  if (m->pool) q35_pool_free(m->pool);
-  q35_model_free_step(m);
+  q35_context_free(m->ctx);
   free(m->layers);
-  free(m->scratch);
   gguf_close(m->gguf);
   free(m);
 }
 
 int32_t q35_model_n_vocab(const q35_model *m) { return m->hp.n_vocab; }
-int32_t q35_model_n_threads(const q35_model *m) { return q35_pool_size(m->pool); }
+int32_t q35_model_n_embd(const q35_model *m) { return m->hp.n_embd; }
 const char *q35_model_desc(const q35_model *m) { return m->desc; }
 long long q35_model_huge_bytes(const q35_model *m) { return m->huge_bytes; }

@@ -129,10 +129,8 @@ static void reread_range(const gguf_file *f, int fd, size_t off, size_t len) {
  * nothing; pages not yet in the page cache are read from disk here instead of mid-generation.
  *
  * Huge pages (unless params.no_huge): decode streams gigabytes of weights per token, and with
- * 4 KiB pages every 4 KiB costs a TLB fill -- a two-dimensional page walk under a hypervisor.
- * Measured on this project's 2-core VM (8-layer Q4_0 file): 50 tok/s with 4 KiB pages against
- * 69 with the same bytes copied into memory, and 73 once the file is mapped with 2 MiB entries.
- * Kernels with large page-cache folios (ext4 since 6.16, XFS, tmpfs) map a file with PMD entries
+ * 4 KiB pages every 4 KiB costs a TLB fill -- a two-dimensional page walk under a hypervisor
+ * (docs/PERF.md has the figures). Kernels with large page-cache folios (ext4 since 6.16, XFS, tmpfs) map a file with PMD entries
  * when its cached folios are 2 MiB: MADV_HUGEPAGE makes the fault path read 2 MiB folios, but a
  * file already cached in small folios (written by an exporter, read with read(), partly evicted
  * and read back) stays small. So: populate; find the 2 MiB ranges not PMD-mapped (PAGEMAP_SCAN;
@@ -178,7 +176,7 @@ long long q35_map_prefault(const gguf_file *f, int huge, int progress) {
         for (size_t i = 0; i < r.n; i++) total += r.len[i];
         if (total >= ((size_t)64 << 20))
           fprintf(stderr, "re-reading %.2f GiB of the file cached in small pages, in 2 MiB pages (once; "
-                          "--no-huge-pages skips this)\n", (double)total / (1u << 30));
+                          "no_huge skips this)\n", (double)total / (1u << 30));
       }
       if (r.len[0] > HUGE_SZ) reread_range(f, fd, r.off[0] + HUGE_SZ, r.len[0] - HUGE_SZ);
       for (size_t i = 1; i < r.n; i++) reread_range(f, fd, r.off[i], r.len[i]);
@@ -192,22 +190,20 @@ long long q35_map_prefault(const gguf_file *f, int huge, int progress) {
 }
 
 /* --no-mmap: the file's bytes into anonymous memory, then moved over the file mapping at the same
- * address with mremap, so every pointer into the map stays valid. It was the fast mode on this
- * project's VMs while the file mapping used 4 KiB pages (1-thread decode 26 -> 54 tok/s); with
- * the 2 MiB-page mapping (prefault) the default mmap decodes as fast or faster, without a copy. */
+ * address with mremap, so every pointer into the map stays valid. The default file mapping in
+ * 2 MiB pages (q35_map_prefault) decodes at least as fast, without the copy. */
 int q35_map_into_memory(gguf_file *f, const char *path, q35_err *err) {
   const size_t size = f->size;
   uint8_t *a = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (a == MAP_FAILED) {
-    q35_seterr(err, "%s: cannot allocate %.2f GiB to read the weights into memory (--no-mmap)", path,
+    q35_seterr(err, "%s: cannot allocate %.2f GiB to read the weights into memory (no_mmap)", path,
                (double)size / (1u << 30));
     return -1;
   }
-  /* no MADV_HUGEPAGE: on a 2-core VM khugepaged's background collapsing took a core from the
-   * forward pass (2-thread decode fell 5x). Asking before the reads and withdrawing the advice
-   * after them (2 MiB pages from the faults, nothing left for khugepaged) got 99% of the copy in
-   * 2 MiB pages but decoded slower than 4 KiB pages here (8-layer Q4_0: 30-54 vs 51-66 tok/s,
-   * alternating runs); the file mapping's 2 MiB page-cache folios are the fast path. */
+  /* no MADV_HUGEPAGE: khugepaged's background collapsing takes a core from the forward pass, and
+   * 2 MiB anonymous pages taken at fault time (advice given before the reads, withdrawn after)
+   * did not decode faster than 4 KiB ones (docs/PERF.md); the file mapping's 2 MiB page-cache
+   * folios are the fast path. */
   int fd = open(path, O_RDONLY);
   size_t done = 0;
   while (fd >= 0 && done < size) {

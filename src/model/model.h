@@ -1,12 +1,16 @@
 /*
- * model.h - Qwen3.5 hyperparameters, weights (views into the mmapped GGUF), per-session
- * state, and the forward pass.
+ * model.h - the model as the file defines it: Qwen3.5 hyperparameters and weights (views into the
+ * mmapped GGUF); per-session state; and the forward pass over several sessions at once.
+ *
+ * A q35_model is read-only once loaded: every forward pass reads it and writes only the sessions
+ * it advances and the workspace it is given (q35_fwd_ws: threads + scratch, which a q35_context
+ * owns, engine/context.h). So any number of contexts can run forward passes on one model at once.
  *
  * Architectures: "qwen35moe" (sparse MoE FFN with a shared expert) and "qwen35" (dense
  * SwiGLU FFN). Layer i is full attention iff (i + 1) % full_attention_interval == 0, else a
  * Gated DeltaNet layer. MTP blocks (the last nextn_predict_layers blocks) are ignored.
- * Math: /work/shared/docs/qwen35moe.md (GGUF conventions: norms hold 1 + w, ssm_a holds
- * -exp(A_log), value head j of a DeltaNet layer uses key head j mod Hk).
+ * Math: the model notes (docs/DESIGN.md); GGUF conventions: norms hold 1 + w, ssm_a holds
+ * -exp(A_log), value head j of a DeltaNet layer uses key head j mod Hk.
  */
 #ifndef Q35_MODEL_H
 #define Q35_MODEL_H
@@ -24,7 +28,6 @@ typedef struct q35_tensor {
   int64_t ne[4];
   size_t nb1;            /* bytes per row (ne[0] elements) */
   size_t nb2;            /* bytes per matrix (ne[0] * ne[1] elements) */
-  const char *name;
 } q35_tensor;
 
 typedef struct q35_hparams {
@@ -61,19 +64,9 @@ struct q35_model {
   q35_tensor tok_embd, output_norm, output;
   q35_layer *layers;
   int n_attn_layers, n_gdn_layers;
-  q35_pool *pool;
   char desc[256];
-  /* scratch for the forward pass, grown on demand (one step at a time per model) */
-  void *scratch;
-  size_t scratch_size;
-  struct q35_sampler **samplers; /* sampling workspaces, one per pool thread (created on demand) */
-  int n_samplers;
-  float *step_logits;           /* [step_cap][n_vocab] */
-  struct q35_fwd_row *step_rows;
-  struct q35_step_out *step_out; /* [step_cap]: each row's sampling result or error */
-  int32_t step_cap;
-  double t_sample;              /* seconds in the sampling head */
   long long huge_bytes;         /* bytes of the file mapping mapped with 2 MiB entries; -1 unknown */
+  q35_context *ctx;             /* the default context (q35_step, q35_session_eval), made at load */
 };
 
 struct q35_session {
@@ -88,20 +81,28 @@ struct q35_session {
   size_t bytes;
 };
 
-/* One row of a forward pass: a session consuming n tokens; logits wanted for the last
- * position (want = 1), every position (want = 2) or none (0). */
+/* One row of a forward pass: a session consuming n tokens, with logits (and optionally the
+ * post-norm hidden state) wanted for its last n_out positions (0 <= n_out <= n). */
 typedef struct q35_fwd_row {
   q35_session *s;
   const int32_t *tokens;
   int32_t n;
-  int want;
-  float *logits; /* n_vocab or n * n_vocab floats */
+  int32_t n_out;
+  float *logits; /* n_out * n_vocab floats, position major (unused when n_out is 0) */
+  float *hidden; /* NULL, or n_out * n_embd floats: output_norm(x) of those positions */
 } q35_fwd_row;
 
-/* Frees what q35_step keeps in the model (step.c). */
-void q35_model_free_step(q35_model *m);
+/* What a forward pass runs on: the threads, and the scratch block it grows on demand (never per
+ * token once grown). One forward pass at a time per workspace. */
+typedef struct q35_fwd_ws {
+  q35_pool *pool;
+  void *scratch;
+  size_t scratch_size;
+} q35_fwd_ws;
 
-int q35_forward(q35_model *m, q35_fwd_row *rows, int n_rows, q35_err *err);
+/* Advance every row's session by its tokens (rows name distinct sessions of m) and write the
+ * logits asked for. Validates every row before anything runs: a refused call moves no session. */
+int q35_forward(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, int n_rows, q35_err *err);
 
 /* mapping.c: populate the file mapping (2 MiB pages unless huge is 0); returns the bytes mapped
  * with 2 MiB entries, -1 where the kernel does not say. */

@@ -59,8 +59,9 @@ q35_session *q35_session_new(q35_model *m, const q35_session_params *params, q35
   const uint64_t need = q35_session_state_bytes(m, params, NULL);
   if (params->mem_budget && need > params->mem_budget) {
     char a[32], b[32];
-    q35_seterr(err, "the session needs %s of KV/state for --ctx %d, the memory budget is %s; lower --ctx or raise "
-               "--mem-budget", fmt_bytes(a, sizeof a, need), params->n_ctx, fmt_bytes(b, sizeof b, params->mem_budget));
+    q35_seterr(err, "the session needs %s (%llu bytes) of KV/state for n_ctx %d, more than mem_budget (%s, %llu bytes)",
+               fmt_bytes(a, sizeof a, need), (unsigned long long)need, params->n_ctx,
+               fmt_bytes(b, sizeof b, params->mem_budget), (unsigned long long)params->mem_budget);
     return NULL;
   }
   q35_session *s = calloc(1, sizeof *s);
@@ -127,33 +128,6 @@ void q35_session_free(q35_session *s) {
 int32_t q35_session_pos(const q35_session *s) { return s->pos; }
 int32_t q35_session_n_ctx(const q35_session *s) { return s->params.n_ctx; }
 size_t q35_session_bytes(const q35_session *s) { return s->bytes; }
-
-int q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, int32_t chunk, float *logits, int all,
-                     q35_err *err) {
-  if (n < 1) return q35_seterr(err, "no tokens to evaluate");
-  if (chunk <= 0 || chunk > n) chunk = n;
-  const int V = s->model->hp.n_vocab;
-  /* validate everything before the first chunk runs, so a refused call leaves the session as it was */
-  if ((int64_t)s->pos + n > s->params.n_ctx)
-    return q35_seterr(err, "%d tokens at position %d exceed the context limit of %d tokens (raise --ctx)", n, s->pos,
-                      s->params.n_ctx);
-  for (int32_t i = 0; i < n; i++)
-    if (tokens[i] < 0 || tokens[i] >= V) return q35_seterr(err, "token id %d is out of range [0, %d)", tokens[i], V);
-  for (int32_t i = 0; i < n; i += chunk) {
-    int32_t c = n - i < chunk ? n - i : chunk;
-    int last = i + c == n;
-    q35_fwd_row r = {s, tokens + i, c, 0, NULL};
-    if (logits && all) {
-      r.want = 2;
-      r.logits = logits + (size_t)i * V;
-    } else if (logits && last) {
-      r.want = 1;
-      r.logits = logits;
-    }
-    if (q35_forward(s->model, &r, 1, err)) return -1;
-  }
-  return 0;
-}
 
 /* ---- snapshots ---- */
 

@@ -695,7 +695,6 @@ static void wait_for_work(srv_sched *s) {
 
 static void *sched_main(void *arg) {
   srv_sched *s = arg;
-  static const q35_sampling greedy = {.temperature = 0, .top_k = 1, .top_p = 1, .repetition_penalty = 1};
   pthread_mutex_lock(&s->mu);
   while (!s->stop) {
     free_deleted(s);
@@ -725,7 +724,7 @@ static void *sched_main(void *arg) {
         r->tokens = q->job->prompt + q->fed;
         r->n_tokens = take;
         if (q->fed + take < q->job->n_prompt) {
-          r->sampling = &greedy;
+          r->n_outputs = Q35_OUTPUTS_NONE; /* a chunk before the last: consume it, no logits */
         } else {
           r->sampling = &q->sp;
           r->n_top_logprobs = q->job->n_top_logprobs;

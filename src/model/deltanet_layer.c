@@ -1,0 +1,125 @@
+/*
+ * deltanet_layer.c - the Gated DeltaNet layer (every layer that is not full attention):
+ *
+ *   qkv = Wqkv h,  z = Wz h,  beta = sigmoid(Wbeta h),  g = ssm_a * softplus(Walpha h + dt_bias)
+ *   qkv: causal depthwise conv over the last conv_kernel tokens (the session keeps the K-1 before
+ *        this step), then SiLU
+ *   q, k: per-head L2 norm (q also scaled by 1/sqrt(dk))
+ *   per value head: S = e^g S + beta (v - e^g S k) k^T,  o = S q   (kernels/deltanet.h)
+ *   o: gated RMSNorm (RMSNorm over the head, times w, times silu(z));  out = Wout o
+ *
+ * Value head j reads key head j mod Hk. The conv and recurrent state live in the session
+ * (conv_state, ssm_state), so a row's tokens run through them in order.
+ */
+#include <math.h>
+
+#include "kernels/deltanet.h"
+#include "model/forward_internal.h"
+
+/* channels of the conv: q and k of every key head, v of every value head */
+static int64_t conv_channels(const q35_hparams *hp) {
+  return 2 * (int64_t)hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner;
+}
+
+/* Causal depthwise conv + SiLU. Items: channels (each runs through every row's tokens). */
+static void gdn_conv(void *vctx, int ith, int nth) {
+  const q35_layer_task *c = vctx;
+  const q35_fwd *f = c->f;
+  const q35_hparams *hp = &f->m->hp;
+  const int K = hp->conv_kernel;
+  const int64_t C = conv_channels(hp);
+  const float *w = c->L->conv.data;
+  const int li = c->L->attn_index;
+  long c0, c1;
+  q35_split(C, ith, nth, &c0, &c1);
+  for (int r = 0; r < f->n_rows; r++) {
+    float *st = f->rows[r].s->conv_state[li]; /* [K-1][C], oldest first */
+    for (int32_t i = 0; i < f->rows[r].n; i++) {
+      const int64_t t = f->row_start[r] + i;
+      const float *xin = f->b->qkv + t * C;
+      float *out = f->b->conv + t * C;
+      for (long ch = c0; ch < c1; ch++) {
+        const float *wc = w + (size_t)ch * K;
+        float sum = 0.0f;
+        for (int j = 0; j < K - 1; j++) sum += st[(size_t)j * C + ch] * wc[j];
+        sum += xin[ch] * wc[K - 1];
+        for (int j = 0; j < K - 2; j++) st[(size_t)j * C + ch] = st[(size_t)(j + 1) * C + ch];
+        if (K > 1) st[(size_t)(K - 2) * C + ch] = xin[ch];
+        out[ch] = silu(sum);
+      }
+    }
+  }
+}
+
+/* L2-normalize q and k heads (q also scaled by 1/sqrt(dk)). Items: (token, key head). */
+static void gdn_qk_norm(void *vctx, int ith, int nth) {
+  const q35_layer_task *c = vctx;
+  const q35_fwd *f = c->f;
+  const q35_hparams *hp = &f->m->hp;
+  const int Hk = hp->ssm_n_group, dk = hp->ssm_d_state;
+  const int64_t C = conv_channels(hp);
+  const float qscale = 1.0f / sqrtf((float)dk);
+  long i0, i1;
+  q35_split(f->b->T * Hk * 2, ith, nth, &i0, &i1);
+  for (long it = i0; it < i1; it++) {
+    const long t = it / (2 * Hk);
+    const int part = (int)(it % (2 * Hk)); /* 0..Hk-1: q heads, Hk..2Hk-1: k heads */
+    float *x = f->b->conv + t * C + (size_t)part * dk;
+    float ss = 0.0f;
+    for (int i = 0; i < dk; i++) ss += x[i] * x[i];
+    float sc = 1.0f / sqrtf(ss + hp->eps);
+    if (part < Hk) sc *= qscale;
+    for (int i = 0; i < dk; i++) x[i] *= sc;
+  }
+}
+
+/* The delta rule, token by token, and the gated RMSNorm. Items: (row, value head). */
+static void gdn_recur(void *vctx, int ith, int nth) {
+  const q35_layer_task *c = vctx;
+  const q35_fwd *f = c->f;
+  const q35_bufs *b = f->b;
+  const q35_hparams *hp = &f->m->hp;
+  const int Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, dv = hp->ssm_d_state;
+  const int64_t C = conv_channels(hp);
+  const float *dt_bias = c->L->dt_bias.data, *ssm_a = c->L->ssm_a.data, *nw = c->L->ssm_norm.data;
+  const int li = c->L->attn_index;
+  long i0, i1;
+  q35_split((long)f->n_rows * Hv, ith, nth, &i0, &i1);
+  for (long it = i0; it < i1; it++) {
+    const int r = (int)(it / Hv), hv = (int)(it % Hv), hk = hv % Hk;
+    float *S = f->rows[r].s->ssm_state[li] + (size_t)hv * dv * dk; /* [dv][dk] */
+    for (int32_t i = 0; i < f->rows[r].n; i++) {
+      const int64_t t = f->row_start[r] + i;
+      const float *row = b->conv + t * C;
+      const float *q = row + (size_t)hk * dk, *k = row + (size_t)(Hk + hk) * dk;
+      const float *v = row + 2 * (size_t)Hk * dk + (size_t)hv * dv;
+      const float beta = sigmoidf(b->beta[t * Hv + hv]);
+      const float g = ssm_a[hv] * softplus(b->alpha[t * Hv + hv] + dt_bias[hv]);
+      const float decay = expf(g);
+      float *o = b->o + t * hp->ssm_d_inner + (size_t)hv * dv;
+      q35_delta_step(S, dv, dk, q, k, v, beta, decay, o);
+      /* gated RMSNorm: norm over the head, times w, times silu(z) */
+      const float *z = b->z + t * hp->ssm_d_inner + (size_t)hv * dv;
+      double ss = 0.0;
+      for (int j = 0; j < dv; j++) ss += (double)(o[j] * o[j]);
+      const float sc = 1.0f / sqrtf((float)(ss / dv) + hp->eps);
+      for (int j = 0; j < dv; j++) o[j] = o[j] * sc * nw[j] * silu(z[j]);
+    }
+  }
+}
+
+void q35_layer_deltanet(const q35_fwd *f, const q35_layer *L) {
+  const q35_hparams *hp = &f->m->hp;
+  q35_bufs *b = f->b;
+  const int64_t T = b->T, H = hp->n_embd, Hv = hp->ssm_dt_rank;
+  q35_act xa = Q35_ACT_NONE;
+  const q35_tensor *ws[4] = {&L->wqkv, &L->wz, &L->wbeta, &L->walpha};
+  float *outs[4] = {b->qkv, b->z, b->beta, b->alpha};
+  const int64_t lds[4] = {conv_channels(hp), hp->ssm_d_inner, Hv, Hv};
+  q35_matmul_same(f->pool, ws, outs, lds, 4, &xa, b->h, H, T, b->xq);
+  q35_layer_task c = {f, L};
+  q35_pool_run(f->pool, gdn_conv, &c);
+  pool_or_inline(f->pool, gdn_qk_norm, &c, T <= INLINE_ROWS);
+  q35_pool_run(f->pool, gdn_recur, &c);
+  q35_matmul_f(f->pool, &L->ssm_out, b->o, hp->ssm_d_inner, T, b->tmp, H, b->xq);
+}

@@ -1,0 +1,284 @@
+/*
+ * ffn.c - the feed-forward half of a layer:
+ *
+ *   qwen35moe: p = softmax(Wrouter h); the top-k experts by p (ties to the lower id), their
+ *              weights renormalized to sum 1;  out = sum_j w_j E_j(h) + sigmoid(g . h) S(h)
+ *              where every expert E_j and the shared expert S are SwiGLU MLPs
+ *   qwen35:    out = SwiGLU(h)
+ *   SwiGLU(h) = Wdown (silu(Wgate h) * Wup h)
+ *
+ * The experts run over (expert, block of weight rows) units: each unit reads its rows once and
+ * serves every token routed to that expert in this step. Tokens' slots are gathered in expert
+ * order, so an expert's activations are contiguous; a slot's result does not depend on which
+ * other tokens share its expert (each output is one q35_vec_dot).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/quant.h"
+#include "model/forward_internal.h"
+
+/* ---- routing ---- */
+
+/* Floor under the sum of the selected experts' probabilities before renormalizing: 2^-14, the
+ * smallest normal fp16 (the clamp ggml applies there). */
+#define MOE_WEIGHT_SUM_MIN 6.103515625e-5f
+
+/* softmax over E router logits, top-k (ties to the lower expert id), renormalized weights */
+static void moe_route(const q35_hparams *hp, q35_bufs *b) {
+  const int E = hp->n_expert, k = hp->n_expert_used;
+  for (int64_t t = 0; t < b->T; t++) {
+    float *l = b->logits_r + t * E;
+    float mx = -INFINITY;
+    for (int e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+    double sum = 0.0;
+    for (int e = 0; e < E; e++) {
+      l[e] = expf(l[e] - mx);
+      sum += l[e];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int e = 0; e < E; e++) l[e] *= inv;
+    int32_t *sel = b->sel + t * k;
+    float *w = b->selw + t * k;
+    for (int j = 0; j < k; j++) {
+      int best = -1;
+      for (int e = 0; e < E; e++) {
+        int taken = 0;
+        for (int q = 0; q < j; q++) taken |= sel[q] == e;
+        if (!taken && (best < 0 || l[e] > l[best])) best = e;
+      }
+      sel[j] = best;
+      w[j] = l[best];
+    }
+    float ws = 0.0f;
+    for (int j = 0; j < k; j++) ws += w[j];
+    if (ws < MOE_WEIGHT_SUM_MIN) ws = MOE_WEIGHT_SUM_MIN;
+    for (int j = 0; j < k; j++) w[j] /= ws;
+  }
+}
+
+/* Per-expert lists of the T*k slots (token t, choice j = slot t*k + j), in token order:
+ * elist[estart[e] ..] are expert e's slots, inv[slot] its row in that order; active[] lists the
+ * experts with at least one slot. Returns the number of active experts. */
+static int moe_lists(const q35_hparams *hp, q35_bufs *b) {
+  const int64_t E = hp->n_expert, n = b->T * hp->n_expert_used;
+  memset(b->ecount, 0, (size_t)(E + 1) * 4);
+  for (int64_t s = 0; s < n; s++) b->ecount[b->sel[s]]++;
+  int n_active = 0;
+  int32_t acc = 0;
+  for (int e = 0; e < E; e++) {
+    b->estart[e] = acc;
+    acc += b->ecount[e];
+    if (b->ecount[e]) b->active[n_active++] = e;
+    b->ecount[e] = 0;
+  }
+  for (int64_t s = 0; s < n; s++) {
+    const int e = b->sel[s];
+    b->elist[b->estart[e] + b->ecount[e]++] = (int32_t)s;
+  }
+  for (int64_t i = 0; i < n; i++) b->inv[b->elist[i]] = (int32_t)i;
+  return n_active;
+}
+
+/* ---- the experts' matrix products ---- */
+
+typedef struct {
+  const q35_fwd *f;
+  const q35_layer *L;
+  int phase;          /* 0: gate+up, 1: down */
+  int n_active;
+} moe_task;
+
+/* units: (active expert, block of MOE_RB weight rows); phase 0 has gate blocks then up blocks.
+ * An expert's slots go through the tile MOE_CB at a time. */
+enum { MOE_RB = 16, MOE_CB = 32 };
+static int moe_blocks(const q35_hparams *hp, int phase) {
+  const int nbh = (hp->n_ff_exp + MOE_RB - 1) / MOE_RB;
+  return phase == 0 ? 2 * nbh : (hp->n_embd + MOE_RB - 1) / MOE_RB;
+}
+
+/* One unit's weights and destination. */
+typedef struct {
+  const q35_tensor *w;
+  const char *wr;     /* row r0 of the unit */
+  int r0, r1;         /* rows [r0, r1) of the block */
+  int ocol;           /* output column of row r0 */
+  int64_t K, ldo;
+  float *out;
+  const char *x;      /* the gathered, converted activations */
+} moe_unit;
+
+static moe_unit moe_unit_of(const moe_task *c, int e, int blk) {
+  const q35_hparams *hp = &c->f->m->hp;
+  const q35_layer *L = c->L;
+  const q35_bufs *b = c->f->b;
+  const int I = hp->n_ff_exp, H = hp->n_embd, nbh = (I + MOE_RB - 1) / MOE_RB;
+  moe_unit u;
+  if (c->phase == 0) {
+    const int part = blk >= nbh; /* 0: gate, 1: up */
+    u.r0 = (blk % nbh) * MOE_RB;
+    u.r1 = u.r0 + MOE_RB < I ? u.r0 + MOE_RB : I;
+    if (L->gate_up_exps.data) {
+      u.w = &L->gate_up_exps;
+      u.wr = (const char *)u.w->data + (size_t)e * u.w->nb2 + (size_t)(part * I + u.r0) * u.w->nb1;
+    } else {
+      u.w = part ? &L->up_exps : &L->gate_exps;
+      u.wr = (const char *)u.w->data + (size_t)e * u.w->nb2 + (size_t)u.r0 * u.w->nb1;
+    }
+    u.ocol = part * I + u.r0;
+    u.K = H;
+    u.ldo = 2 * I;
+    u.out = b->gu;
+    u.x = b->xq2;
+  } else {
+    u.r0 = blk * MOE_RB;
+    u.r1 = u.r0 + MOE_RB < H ? u.r0 + MOE_RB : H;
+    u.w = &L->down_exps;
+    u.wr = (const char *)u.w->data + (size_t)e * u.w->nb2 + (size_t)u.r0 * u.w->nb1;
+    u.ocol = u.r0;
+    u.K = I;
+    u.ldo = H;
+    u.out = b->y;
+    u.x = b->xq3;
+  }
+  return u;
+}
+
+/* Units go out in claimed pieces (q35_claim_next), one unit per chunk. */
+static void moe_mm(void *vctx, int ith, int nth) {
+  const moe_task *c = vctx;
+  const q35_hparams *hp = &c->f->m->hp;
+  const q35_layer *L = c->L;
+  const q35_bufs *b = c->f->b;
+  const int nblk = moe_blocks(hp, c->phase);
+  (void)nth;
+  long u0, u1;
+  int from = 0;
+  const int in_type = c->phase == 0 ? (L->gate_up_exps.data ? L->gate_up_exps.type : L->gate_exps.type)
+                                    : L->down_exps.type;
+  const size_t ldx = q35_row_size(q35_vec_dot_type(in_type), c->phase == 0 ? hp->n_embd : hp->n_ff_exp);
+  while (q35_claim_next(c->f->pool, ith, &from, &u0, &u1)) {
+    for (long i = u0; i < u1; i++) {
+      const int e = b->active[i / nblk];
+      const moe_unit u = moe_unit_of(c, e, (int)(i % nblk));
+      /* this expert's slots are rows [estart, estart + ecount) of the gathered activations */
+      for (int32_t c0 = 0; c0 < b->ecount[e]; c0 += MOE_CB) {
+        const int32_t i0 = b->estart[e] + c0, nc = b->ecount[e] - c0 < MOE_CB ? b->ecount[e] - c0 : MOE_CB;
+        q35_vec_dot_tile_ex(u.w->type, u.K, u.wr, u.w->nb1, u.r1 - u.r0, u.x + (size_t)i0 * ldx, ldx, nc,
+                            u.out + (size_t)i0 * u.ldo + u.ocol, 1, (size_t)u.ldo);
+      }
+    }
+  }
+}
+
+/* Gather the converted activation row of each slot's token, in expert order. */
+typedef struct {
+  q35_bufs *b;
+  int64_t n, k;
+  size_t ld;
+} gather_task;
+
+static void gather_run(void *vctx, int ith, int nth) {
+  const gather_task *g = vctx;
+  long i0, i1;
+  q35_split(g->n, ith, nth, &i0, &i1);
+  for (long i = i0; i < i1; i++)
+    memcpy(g->b->xq2 + (size_t)i * g->ld, g->b->xq + (size_t)(g->b->elist[i] / g->k) * g->ld, g->ld);
+}
+
+/* ---- SwiGLU ---- */
+
+typedef struct {
+  int64_t n, width;   /* rows, width of act */
+  const float *gu;    /* [n][2*width] gate|up */
+  float *act;
+} swiglu_task;
+
+static void swiglu_run(void *vctx, int ith, int nth) {
+  const swiglu_task *c = vctx;
+  long r0, r1;
+  q35_split(c->n, ith, nth, &r0, &r1);
+  for (long r = r0; r < r1; r++) {
+    const float *g = c->gu + r * 2 * c->width, *u = g + c->width;
+    float *a = c->act + r * c->width;
+    for (int64_t i = 0; i < c->width; i++) a[i] = silu(g[i]) * u[i];
+  }
+}
+
+/* out = down(silu(gate h) * up h) for the normed activations b->h; xa caches their conversion. */
+static void swiglu_ffn(const q35_fwd *f, const q35_tensor *gate, const q35_tensor *up, const q35_tensor *down,
+                       q35_act *xa, float *out) {
+  q35_bufs *b = f->b;
+  const int64_t T = b->T, H = f->m->hp.n_embd, F = gate->ne[1];
+  const q35_tensor *ws[2] = {gate, up};
+  float *ys[2] = {b->gu, b->gu + F};
+  const int64_t lds[2] = {2 * F, 2 * F};
+  q35_matmul_same(f->pool, ws, ys, lds, 2, xa, b->h, H, T, b->xq);
+  swiglu_task s = {T, F, b->gu, b->act};
+  pool_or_inline(f->pool, swiglu_run, &s, T * F <= INLINE_ELEMS);
+  q35_matmul_f(f->pool, down, b->act, F, T, out, H, b->xq2);
+}
+
+/* ---- the MoE layer ---- */
+
+/* The routed experts: gate + up for every (token, slot) on the activations gathered in expert
+ * order, SwiGLU, down. xa receives the conversion of h (the shared expert reuses it). */
+static void moe_experts(const q35_fwd *f, const q35_layer *L, int n_active, q35_act *xa) {
+  const q35_hparams *hp = &f->m->hp;
+  q35_bufs *b = f->b;
+  const int64_t T = b->T, H = hp->n_embd, k = hp->n_expert_used, I = hp->n_ff_exp;
+  const int gtype = L->gate_up_exps.data ? L->gate_up_exps.type : L->gate_exps.type;
+  q35_act_prepare(f->pool, xa, q35_vec_dot_type(gtype), b->h, H, H, T, b->xq);
+  gather_task ga = {b, T * k, k, xa->ld};
+  pool_or_inline(f->pool, gather_run, &ga, T <= INLINE_ROWS);
+  moe_task c = {f, L, 0, n_active};
+  q35_claim_init(f->pool, (long)n_active * moe_blocks(hp, 0), 1);
+  q35_pool_run(f->pool, moe_mm, &c);
+  swiglu_task sw = {T * k, I, b->gu, b->act};
+  pool_or_inline(f->pool, swiglu_run, &sw, T * k * I <= INLINE_ELEMS);
+  q35_act aa = Q35_ACT_NONE;
+  q35_act_prepare(f->pool, &aa, q35_vec_dot_type(L->down_exps.type), b->act, I, I, T * k, b->xq3);
+  c.phase = 1;
+  q35_claim_init(f->pool, (long)n_active * moe_blocks(hp, 1), 1);
+  q35_pool_run(f->pool, moe_mm, &c);
+}
+
+void q35_layer_moe(const q35_fwd *f, const q35_layer *L) {
+  const q35_hparams *hp = &f->m->hp;
+  q35_bufs *b = f->b;
+  const int64_t T = b->T, H = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used, Is = hp->n_ff_shexp;
+  /* router (on float activations converted to the router's dot type) */
+  q35_matmul_f(f->pool, &L->router, b->h, H, T, b->logits_r, E, b->xq);
+  moe_route(hp, b);
+  const int n_active = moe_lists(hp, b);
+  q35_act xa = Q35_ACT_NONE;
+  moe_experts(f, L, n_active, &xa);
+  if (Is > 0) { /* the shared expert and its gate */
+    swiglu_ffn(f, &L->gate_shexp, &L->up_shexp, &L->down_shexp, &xa, b->sh);
+    if (L->shexp_gate.data) {
+      q35_tensor g = L->shexp_gate;
+      g.ne[1] = 1;
+      q35_matmul_f(f->pool, &g, b->h, H, T, b->shg, 1, b->xq2);
+    }
+  }
+  /* combine: routed experts in slot order, then the gated shared expert */
+  for (int64_t t = 0; t < T; t++) {
+    float *out = b->tmp + t * H;
+    for (int64_t i = 0; i < H; i++) out[i] = 0.0f;
+    for (int64_t j = 0; j < k; j++) {
+      const float w = b->selw[t * k + j];
+      const float *y = b->y + (int64_t)b->inv[t * k + j] * H;
+      for (int64_t i = 0; i < H; i++) out[i] += y[i] * w;
+    }
+    if (Is > 0) {
+      const float sg = L->shexp_gate.data ? sigmoidf(b->shg[t]) : 1.0f;
+      const float *sh = b->sh + t * H;
+      for (int64_t i = 0; i < H; i++) out[i] += sh[i] * sg;
+    }
+  }
+}
+
+void q35_layer_dense_ffn(const q35_fwd *f, const q35_layer *L) {
+  q35_act xa = Q35_ACT_NONE;
+  swiglu_ffn(f, &L->ffn_gate, &L->ffn_up, &L->ffn_down, &xa, f->b->tmp);
+}

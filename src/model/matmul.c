@@ -1,0 +1,152 @@
+/*
+ * matmul.c - the forward pass's matrix products: Y = W X over every token of a step, so each
+ * weight matrix is read once per step whatever the number of rows and tokens.
+ *
+ * Activations are converted once (q35_act_prepare) to the weight's vec_dot type and reused by
+ * every weight of that type. Each output element is exactly one q35_vec_dot's value (the tiles of
+ * kernels/quant.h are bit-identical to it), so neither the blocking nor which thread computes a
+ * row changes a bit. Rows of W are handed out in claimed pieces (q35_claim_next): a thread that
+ * streams faster or starts earlier takes more of them.
+ */
+#include <string.h>
+
+#include "kernels/quant.h"
+#include "model/forward_internal.h"
+
+/* Y[t][n] (row stride ldy) = W_n . X_t for t < T, n < N. W: rows of `type`, row stride nb1.
+ * X: T rows already converted to q35_vec_dot_type(type), row stride ldx bytes. */
+typedef struct {
+  const char *w;
+  int type;
+  size_t nb1;
+  int64_t K, N, T;
+  const char *x;
+  size_t ldx;
+  float *y;
+  int64_t ldy;
+  q35_pool *pool; /* whose claim hands out the rows */
+} mm_task;
+
+/* Blocks of TB tokens x RB rows, so a token block's activations stay in cache while the thread's
+ * rows stream past. */
+enum { MM_TB = 32, MM_RB = 16 };
+/* Rows go out in chunks of MM_GRAIN, so each claimed piece is whole row blocks. */
+enum { MM_GRAIN = MM_RB };
+
+/* rows [n0, n1) of one product */
+static void mm_rows(const mm_task *t, long n0, long n1) {
+  for (int64_t j0 = 0; j0 < t->T; j0 += MM_TB) {
+    const int64_t j1 = j0 + MM_TB < t->T ? j0 + MM_TB : t->T;
+    for (long nb = n0; nb < n1; nb += MM_RB) {
+      const long ne = nb + MM_RB < n1 ? nb + MM_RB : n1;
+      /* register-blocked tile: bit-identical to one q35_vec_dot per (row, token) pair; a single
+       * token (decode) goes straight to the row kernels */
+      if (j1 - j0 == 1) {
+        q35_vec_dot_rows(t->type, t->K, t->w + (size_t)nb * t->nb1, t->nb1, (int)(ne - nb), t->x + (size_t)j0 * t->ldx,
+                         t->y + j0 * t->ldy + nb);
+        continue;
+      }
+      q35_vec_dot_tile_ex(t->type, t->K, t->w + (size_t)nb * t->nb1, t->nb1, (int)(ne - nb),
+                          t->x + (size_t)j0 * t->ldx, t->ldx, (int)(j1 - j0), t->y + j0 * t->ldy + nb, 1,
+                          (size_t)t->ldy);
+    }
+  }
+}
+
+static void mm_run(void *ctx, int ith, int nth) {
+  const mm_task *t = ctx;
+  (void)nth;
+  long n0, n1;
+  int from = 0;
+  while (q35_claim_next(t->pool, ith, &from, &n0, &n1)) mm_rows(t, n0, n1);
+}
+
+/* Several products on the same activations in one launch: the threads split the rows of all of
+ * them as one list (each row's value is the same whichever thread computes it). */
+enum { MM_MULTI_MAX = 4 };
+typedef struct {
+  mm_task t[MM_MULTI_MAX];
+  int n;
+} mm_multi;
+
+static void mm_multi_run(void *ctx, int ith, int nth) {
+  const mm_multi *mm = ctx;
+  (void)nth;
+  long a0, a1;
+  int from = 0;
+  while (q35_claim_next(mm->t[0].pool, ith, &from, &a0, &a1)) {
+    int64_t base = 0;
+    for (int i = 0; i < mm->n; i++) {
+      const int64_t lo = a0 > base ? a0 : base, hi = a1 < base + mm->t[i].N ? a1 : base + mm->t[i].N;
+      if (lo < hi) mm_rows(&mm->t[i], (long)(lo - base), (long)(hi - base));
+      base += mm->t[i].N;
+    }
+  }
+}
+
+/* Convert T float rows (stride ldx floats) of length K to vec_dot_type rows. */
+typedef struct {
+  const float *x;
+  int64_t ldx, K, T;
+  int type;
+  char *out;
+  size_t ldo;
+} cvt_task;
+
+static void cvt_run(void *ctx, int ith, int nth) {
+  const cvt_task *c = ctx;
+  long t0, t1;
+  q35_split(c->T, ith, nth, &t0, &t1);
+  for (long t = t0; t < t1; t++) {
+    if (c->type == Q35_TYPE_F32)
+      memcpy(c->out + (size_t)t * c->ldo, c->x + t * c->ldx, (size_t)c->K * sizeof(float));
+    else
+      q35_quantize_row(c->type, c->x + t * c->ldx, c->out + (size_t)t * c->ldo, c->K);
+  }
+}
+
+void q35_act_prepare(q35_pool *pool, q35_act *q, int vtype, const float *x, int64_t ldx, int64_t K, int64_t T,
+                     char *buf) {
+  if (q->type == vtype) return;
+  cvt_task c = {x, ldx, K, T, vtype, buf, q35_row_size(vtype, K)};
+  pool_or_inline(pool, cvt_run, &c, T * K <= INLINE_ELEMS);
+  q->type = vtype;
+  q->data = buf;
+  q->ld = c.ldo;
+}
+
+void q35_matmul(q35_pool *pool, const q35_tensor *w, const q35_act *xa, int64_t T, float *y, int64_t ldy) {
+  mm_task t = {w->data, w->type, w->nb1, w->ne[0], w->ne[1], T, xa->data, xa->ld, y, ldy, pool};
+  q35_claim_init(pool, (long)t.N, MM_GRAIN);
+  q35_pool_run(pool, mm_run, &t);
+}
+
+void q35_matmul_f(q35_pool *pool, const q35_tensor *w, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy,
+                  char *buf) {
+  q35_act q = Q35_ACT_NONE;
+  q35_act_prepare(pool, &q, q35_vec_dot_type(w->type), x, ldx, w->ne[0], T, buf);
+  q35_matmul(pool, w, &q, T, y, ldy);
+}
+
+void q35_matmul_same(q35_pool *pool, const q35_tensor *const *ws, float *const *ys, const int64_t *ldy, int n,
+                     q35_act *xa, const float *x, int64_t ldx, int64_t T, char *buf) {
+  int same = n <= MM_MULTI_MAX;
+  for (int i = 1; i < n; i++) same &= q35_vec_dot_type(ws[i]->type) == q35_vec_dot_type(ws[0]->type);
+  if (!same) {
+    for (int i = 0; i < n; i++) {
+      q35_act_prepare(pool, xa, q35_vec_dot_type(ws[i]->type), x, ldx, ws[i]->ne[0], T, buf);
+      q35_matmul(pool, ws[i], xa, T, ys[i], ldy[i]);
+    }
+    return;
+  }
+  q35_act_prepare(pool, xa, q35_vec_dot_type(ws[0]->type), x, ldx, ws[0]->ne[0], T, buf);
+  mm_multi mm = {.n = n};
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) {
+    mm.t[i] = (mm_task){ws[i]->data, ws[i]->type, ws[i]->nb1, ws[i]->ne[0], ws[i]->ne[1], T,
+                        xa->data,    xa->ld,      ys[i],      ldy[i],       pool};
+    total += ws[i]->ne[1];
+  }
+  q35_claim_init(pool, (long)total, MM_GRAIN);
+  q35_pool_run(pool, mm_multi_run, &mm);
+}

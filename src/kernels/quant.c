@@ -70,7 +70,6 @@ static inline const q35_kernels *kern_ref(void) {
   return &g_ref_kernels;
 }
 
-const char *q35_simd_level(void) { return q35_simd_name(q35_simd_active()); }
 
 int q35_kernels_vec_dot_type(const q35_kernels *k, int type) {
   switch (type) {

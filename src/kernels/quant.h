@@ -62,8 +62,5 @@ void q35_vec_dot_rows(int type, int64_t n, const void *w, size_t w_stride, int n
 void q35_vec_dot_tile_ex(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x,
                          size_t x_stride, int nc, float *out, size_t out_rs, size_t out_cs);
 
-/* Transitional: q35_simd_name(q35_simd_active()) (base/cpu.h), for callers not yet converted
- * to the level enum. The kernels here run at q35_simd_active(). */
-const char *q35_simd_level(void);
 
 #endif

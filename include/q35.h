@@ -17,7 +17,7 @@
  * chunk for prefill, one token for decode), and the step returns, per row, the token sampled
  * from that row's last-position logits with that row's own sampling parameters
  * (temperature, top-k, top-p, min-p, penalties, seed, draw index). Sampling follows the
- * contract in docs/sampling.md: temperature 0 is greedy; seeded draws are a pure function of
+ * contract in docs/SAMPLING.md: temperature 0 is greedy; seeded draws are a pure function of
  * (seed, draw index), so seeded runs reproduce bit for bit whatever the batch neighbours,
  * thread count or prefill chunking. A row's logits never depend on the other rows.
  *

@@ -32,19 +32,31 @@ T512 static inline __m512 exp512(__m512 x) {
   q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.0f));
   q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.0f));
   __m512i ni = _mm512_cvttps_epi32(n);
-  __m512 scale = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(ni, _mm512_set1_epi32(EXP_BIAS)), 23));
+  __m512i ebits = _mm512_slli_epi32(_mm512_add_epi32(ni, _mm512_set1_epi32(EXP_BIAS)), 23);
+  __m512 scale = _mm512_castsi512_ps(ebits);
   return _mm512_maskz_mul_ps((__mmask16)~zero, q, scale);
 }
 
-/* W = trunc(w * 2^61) of 16 lanes, accumulated as high and low 32-bit halves in 64-bit
- * lanes (each add < 2^32, so 2^32 adds cannot overflow). */
-T512 static inline void acc_fix512(__m512 w, __m512i *hi, __m512i *lo) {
-  __m512 ws = _mm512_mul_ps(w, _mm512_set1_ps(FIX_SCALE));
-  __m512i a = _mm512_cvttps_epi64(_mm512_castps512_ps256(ws));
-  __m512i b = _mm512_cvttps_epi64(_mm512_extractf32x8_ps(ws, 1));
+/* Two vectors of 64-bit sums added into wide accumulators as their high and low 32-bit halves
+ * (each add < 2^32, so 2^32 adds cannot overflow). */
+T512 static inline void acc_halves(__m512i a, __m512i b, __m512i *hi, __m512i *lo) {
   __m512i m32 = _mm512_set1_epi64(0xffffffffll);
   *hi = _mm512_add_epi64(*hi, _mm512_add_epi64(_mm512_srli_epi64(a, 32), _mm512_srli_epi64(b, 32)));
   *lo = _mm512_add_epi64(*lo, _mm512_add_epi64(_mm512_and_si512(a, m32), _mm512_and_si512(b, m32)));
+}
+
+/* W = trunc(w * 2^61) of 16 lanes (lanes 0-7 and 8-15 in two vectors of 64-bit lanes). */
+T512 static inline void fix512(__m512 w, __m512i *a, __m512i *b) {
+  __m512 ws = _mm512_mul_ps(w, _mm512_set1_ps(FIX_SCALE));
+  *a = _mm512_cvttps_epi64(_mm512_castps512_ps256(ws));
+  *b = _mm512_cvttps_epi64(_mm512_extractf32x8_ps(ws, 1));
+}
+
+/* W of 16 lanes, accumulated into hi and lo (acc_halves). */
+T512 static inline void acc_fix512(__m512 w, __m512i *hi, __m512i *lo) {
+  __m512i a, b;
+  fix512(w, &a, &b);
+  acc_halves(a, b, hi, lo);
 }
 
 T512 static inline u128 fold512(__m512i hi, __m512i lo) {
@@ -154,26 +166,32 @@ T512 void sample_exp_row_512(const float *l, int32_t n, float m, float temp, flo
   else exp_row_512_body(l, n, m, temp, 0.0f, 0, w, bsum);
 }
 
-T512 void sample_block_sums_512(const float *w, int32_t n, float cut, u128 *bsum) {
+/* Sum of W over a_j >= cut (wsum_ge and each block of block_sums). */
+T512 static inline u128 wsum_ge512(const float *a, int32_t n, float cut) {
   __m512 cv = _mm512_set1_ps(cut);
-  for (int32_t b = 0; b * BLOCK < n; b++) {
-    int32_t e = block_end(b, BLOCK, n), i = b * BLOCK;
-    __m512i hi = _mm512_setzero_si512(), lo = _mm512_setzero_si512();
-    for (; i + 16 <= e; i += 16) {
-      __m512 x = _mm512_loadu_ps(w + i);
-      acc_fix512(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, cv, _CMP_GE_OQ), x), &hi, &lo);
-    }
-    if (i < e) {
-      __mmask16 k = tail_mask(e - i);
-      __m512 x = _mm512_maskz_loadu_ps(k, w + i);
-      acc_fix512(_mm512_maskz_mov_ps(k & _mm512_cmp_ps_mask(x, cv, _CMP_GE_OQ), x), &hi, &lo);
-    }
-    bsum[b] = fold512(hi, lo);
+  __m512i hi = _mm512_setzero_si512(), lo = hi;
+  int32_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    __m512 x = _mm512_loadu_ps(a + j);
+    acc_fix512(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, cv, _CMP_GE_OQ), x), &hi, &lo);
   }
+  if (j < n) {
+    __mmask16 k = tail_mask(n - j);
+    __m512 x = _mm512_maskz_loadu_ps(k, a + j);
+    acc_fix512(_mm512_maskz_mov_ps(k & _mm512_cmp_ps_mask(x, cv, _CMP_GE_OQ), x), &hi, &lo);
+  }
+  return fold512(hi, lo);
 }
 
-T512 int32_t sample_window_512(const float *a, int32_t n, float lo, float hi, float *out, u128 *m_above,
-                        u128 *m_in) {
+T512 u128 sample_wsum_ge_512(const float *a, int32_t n, float cut) { return wsum_ge512(a, n, cut); }
+
+T512 void sample_block_sums_512(const float *w, int32_t n, float cut, u128 *bsum) {
+  for (int32_t b = 0; b * BLOCK < n; b++)
+    bsum[b] = wsum_ge512(w + b * BLOCK, block_end(b, BLOCK, n) - b * BLOCK, cut);
+}
+
+T512 int32_t sample_window_512(const float *a, int32_t n, float lo, float hi, float *out,
+                               u128 *m_above, u128 *m_in) {
   __m512 lv = _mm512_set1_ps(lo), hv = _mm512_set1_ps(hi);
   __m512i ah = _mm512_setzero_si512(), al = ah, ih = ah, il = ah;
   int32_t c = 0, i = 0;
@@ -193,22 +211,6 @@ T512 int32_t sample_window_512(const float *a, int32_t n, float lo, float hi, fl
   *m_above = fold512(ah, al) + tab;
   *m_in = fold512(ih, il) + tin;
   return c;
-}
-
-T512 u128 sample_wsum_ge_512(const float *a, int32_t n, float cut) {
-  __m512 cv = _mm512_set1_ps(cut);
-  __m512i hi = _mm512_setzero_si512(), lo = hi;
-  int32_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    __m512 x = _mm512_loadu_ps(a + j);
-    acc_fix512(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, cv, _CMP_GE_OQ), x), &hi, &lo);
-  }
-  if (j < n) {
-    __mmask16 k = tail_mask(n - j);
-    __m512 x = _mm512_maskz_loadu_ps(k, a + j);
-    acc_fix512(_mm512_maskz_mov_ps(k & _mm512_cmp_ps_mask(x, cv, _CMP_GE_OQ), x), &hi, &lo);
-  }
-  return fold512(hi, lo);
 }
 
 T512 float sample_scan_chunks_512(const float *l, int32_t n, float *cmax, int32_t *bad) {
@@ -248,8 +250,8 @@ T512 static inline __attribute__((always_inline)) int32_t
 fused_512_body(const float *l, int32_t n, float m, float temp, float inv, int pow2, float lo,
                float hi, u128 *bsum, int32_t *cstart, u128 *total, float *cw) {
   __m512 mv = _mm512_set1_ps(m), tv = _mm512_set1_ps(temp), invv = _mm512_set1_ps(inv);
-  __m512 lv = _mm512_set1_ps(lo), hv = _mm512_set1_ps(hi), sc = _mm512_set1_ps(FIX_SCALE);
-  __m512i m32 = _mm512_set1_epi64(0xffffffffll), z = _mm512_setzero_si512();
+  __m512 lv = _mm512_set1_ps(lo), hv = _mm512_set1_ps(hi);
+  __m512i z = _mm512_setzero_si512();
   __m512i th = z, tl = z; /* total: high and low 32-bit halves */
   int32_t c = 0;
   for (int32_t b = 0; b * BLOCK < n; b++) {
@@ -261,12 +263,12 @@ fused_512_body(const float *l, int32_t n, float m, float temp, float inv, int po
       int full = e - i >= 64; /* four whole vectors: no masks (the common case) */
       for (int u = 0; u < 4 && i < e; u++, i += 16) {
         __mmask16 k = full ? (__mmask16)0xffff : tail_mask(e - i);
-        __m512 d = _mm512_sub_ps(full ? _mm512_loadu_ps(l + i) : _mm512_mask_loadu_ps(mv, k, l + i), mv);
+        __m512 li = full ? _mm512_loadu_ps(l + i) : _mm512_mask_loadu_ps(mv, k, l + i);
+        __m512 d = _mm512_sub_ps(li, mv);
         __m512 x = scaled512(d, tv, invv, pow2);
         __m512 y = full ? exp512(x) : _mm512_maskz_mov_ps(k, exp512(x));
-        __m512 ys = _mm512_mul_ps(y, sc);
-        __m512i wa = _mm512_cvttps_epi64(_mm512_castps512_ps256(ys));
-        __m512i wb = _mm512_cvttps_epi64(_mm512_extractf32x8_ps(ys, 1));
+        __m512i wa, wb;
+        fix512(y, &wa, &wb);
         ta = _mm512_add_epi64(ta, wa);
         tb = _mm512_add_epi64(tb, wb);
         /* branch-free: the masks are data dependent and often mixed */
@@ -277,10 +279,8 @@ fused_512_body(const float *l, int32_t n, float m, float temp, float inv, int po
         _mm512_storeu_ps(cw + c, _mm512_maskz_compress_ps(in, y));
         c += __builtin_popcount(in);
       }
-      th = _mm512_add_epi64(th, _mm512_add_epi64(_mm512_srli_epi64(ta, 32), _mm512_srli_epi64(tb, 32)));
-      tl = _mm512_add_epi64(tl, _mm512_add_epi64(_mm512_and_si512(ta, m32), _mm512_and_si512(tb, m32)));
-      ah = _mm512_add_epi64(ah, _mm512_add_epi64(_mm512_srli_epi64(ua, 32), _mm512_srli_epi64(ub, 32)));
-      al = _mm512_add_epi64(al, _mm512_add_epi64(_mm512_and_si512(ua, m32), _mm512_and_si512(ub, m32)));
+      acc_halves(ta, tb, &th, &tl);
+      acc_halves(ua, ub, &ah, &al);
     }
     bsum[b] = fold512(ah, al);
   }
@@ -289,7 +289,7 @@ fused_512_body(const float *l, int32_t n, float m, float temp, float inv, int po
 }
 
 T512 int32_t sample_fused_512(const float *l, int32_t n, float m, float temp, float lo, float hi,
-                       u128 *bsum, int32_t *cstart, u128 *total, float *cw) {
+                              u128 *bsum, int32_t *cstart, u128 *total, float *cw) {
   float inv = pow2_recip(temp);
   if (inv != 0.0f) return fused_512_body(l, n, m, temp, inv, 1, lo, hi, bsum, cstart, total, cw);
   return fused_512_body(l, n, m, temp, 0.0f, 0, lo, hi, bsum, cstart, total, cw);

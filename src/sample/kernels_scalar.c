@@ -57,19 +57,14 @@ void sample_exp_row_scalar(const float *l, int32_t n, float m, float temp, float
 
 /* Block sums of W over w >= cut. */
 void sample_block_sums_scalar(const float *w, int32_t n, float cut, u128 *bsum) {
-  for (int32_t b = 0; b * BLOCK < n; b++) {
-    int32_t e = block_end(b, BLOCK, n);
-    u128 acc = 0;
-    for (int32_t i = b * BLOCK; i < e; i++)
-      if (w[i] >= cut) acc += fix_w(w[i]);
-    bsum[b] = acc;
-  }
+  for (int32_t b = 0; b * BLOCK < n; b++)
+    bsum[b] = sample_wsum_ge_scalar(w + b * BLOCK, block_end(b, BLOCK, n) - b * BLOCK, cut);
 }
 
 /* Partition pass of the weighted selection: copy elements in [lo, hi] to out; mass of the
  * elements above hi and inside the window. */
-int32_t sample_window_scalar(const float *a, int32_t n, float lo, float hi, float *out, u128 *m_above,
-                      u128 *m_in) {
+int32_t sample_window_scalar(const float *a, int32_t n, float lo, float hi, float *out,
+                             u128 *m_above, u128 *m_in) {
   u128 ab = 0, in = 0;
   int32_t c = 0;
   for (int32_t i = 0; i < n; i++) {

@@ -157,8 +157,8 @@ int32_t sample_find_eq_scalar(const float *l, int32_t n, float v);
 int32_t sample_filter_ge_scalar(const float *l, int32_t n, float t, int32_t *ids);
 void sample_exp_row_scalar(const float *l, int32_t n, float m, float temp, float *w, u128 *bsum);
 void sample_block_sums_scalar(const float *w, int32_t n, float cut, u128 *bsum);
-int32_t sample_window_scalar(const float *a, int32_t n, float lo, float hi, float *out, u128 *m_above,
-                      u128 *m_in);
+int32_t sample_window_scalar(const float *a, int32_t n, float lo, float hi, float *out,
+                             u128 *m_above, u128 *m_in);
 void sample_exp_array_scalar(const float *x, float *y, int32_t n);
 u128 sample_wsum_ge_scalar(const float *a, int32_t n, float cut);
 float sample_scan_chunks_scalar(const float *l, int32_t n, float *cmax, int32_t *bad);
@@ -176,8 +176,8 @@ int32_t sample_window_512(const float *a, int32_t n, float lo, float hi, float *
 void sample_exp_array_512(const float *x, float *y, int32_t n);
 u128 sample_wsum_ge_512(const float *a, int32_t n, float cut);
 float sample_scan_chunks_512(const float *l, int32_t n, float *cmax, int32_t *bad);
-int32_t sample_fused_512(const float *l, int32_t n, float m, float temp, float lo, float hi, u128 *bsum,
-                  int32_t *cstart, u128 *total, float *cw);
+int32_t sample_fused_512(const float *l, int32_t n, float m, float temp, float lo, float hi,
+                         u128 *bsum, int32_t *cstart, u128 *total, float *cw);
 #endif
 
 /* What runs at each level (base/cpu.h): Q35_SIMD_AVX512 runs the AVX-512 kernels;
@@ -212,7 +212,8 @@ static inline int32_t k_find_eq(const q35_sampler *ws, const float *l, int32_t n
 }
 static inline int32_t k_filter_ge(const q35_sampler *ws, const float *l, int32_t n, float t,
                                   int32_t *ids) {
-  return SAMPLE_DISPATCH(ws->simd, sample_filter_ge_512(l, n, t, ids), sample_filter_ge_scalar(l, n, t, ids));
+  return SAMPLE_DISPATCH(ws->simd, sample_filter_ge_512(l, n, t, ids),
+                         sample_filter_ge_scalar(l, n, t, ids));
 }
 static inline void k_exp_row(const q35_sampler *ws, const float *l, int32_t n, float m, float temp,
                              float *w, u128 *bsum) {
@@ -221,7 +222,8 @@ static inline void k_exp_row(const q35_sampler *ws, const float *l, int32_t n, f
 }
 static inline void k_block_sums(const q35_sampler *ws, const float *w, int32_t n, float cut,
                                 u128 *bsum) {
-  SAMPLE_DISPATCH(ws->simd, sample_block_sums_512(w, n, cut, bsum), sample_block_sums_scalar(w, n, cut, bsum));
+  SAMPLE_DISPATCH(ws->simd, sample_block_sums_512(w, n, cut, bsum),
+                  sample_block_sums_scalar(w, n, cut, bsum));
 }
 static inline int32_t k_window(const q35_sampler *ws, const float *a, int32_t n, float lo,
                                float hi, float *out, u128 *m_above, u128 *m_in) {

@@ -51,7 +51,8 @@
 
 #include "sample/sample_internal.h"
 
-#define REP_DONE 0x40000000 /* penalties: a count's flag "repetition applied" (counts < 2^30) */
+#define VOCAB_MAX (1 << 30)  /* the largest vocabulary a workspace takes */
+#define REP_DONE 0x40000000 /* penalties: the flag bit "repetition applied" in a token's count */
 #define LSE_CHUNK 256       /* log-sum-exp: elements per exp call (an L1-resident buffer) */
 
 /* ---- parameters ----------------------------------------------------------------------- */
@@ -91,7 +92,7 @@ int q35_sampling_validate(const q35_sampling *p, q35_err *err) {
 /* ---- workspace -------------------------------------------------------------------------- */
 
 q35_sampler *q35_sampler_new(int32_t n_vocab, q35_err *err) {
-  if (n_vocab < 1 || n_vocab > (1 << 30)) {
+  if (n_vocab < 1 || n_vocab > VOCAB_MAX) {
     q35_seterr(err, "sampler: vocabulary size %d out of range [1, 2^30]", (int)n_vocab);
     return NULL;
   }
@@ -241,7 +242,8 @@ double sample_row_lse(const q35_sampler *ws, const float *l, int32_t n, float m)
       for (int q = 0; q < 8; q++) acc[q] += (double)ex[j + q];
     for (; j < c; j++) acc[j % 8] += (double)ex[j]; /* i is a multiple of 8: lane (i + j) % 8 */
   }
-  const double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  const double sum =
+      ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   return (double)m + log(sum);
 }
 

@@ -60,7 +60,8 @@ static int32_t sample_list(q35_sampler *ws, const q35_sampling *p, int32_t *ids,
     if (w[j] > wmax) wmax = w[j];
   }
   float cut = 0.0f;
-  if (p->top_p < 1.0f) cut = sample_select_vstar(ws, w, n, t1, thr_topp(p->top_p, t1), ws->tmp, ws->tmp2);
+  if (p->top_p < 1.0f)
+    cut = sample_select_vstar(ws, w, n, t1, thr_topp(p->top_p, t1), ws->tmp, ws->tmp2);
   if (p->min_p > 0.0f && p->min_p * wmax > cut) cut = p->min_p * wmax;
   u128 t2 = 0;
   int32_t last = -1;

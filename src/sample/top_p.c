@@ -404,8 +404,9 @@ static void fused_crossing(const q35_sampler *ws, const fused_est *e, double q, 
     }
   }
   /* bin k holds s in (-(k + 1) / B, -k / B] */
-  float hi = khi < 0 ? INFINITY : sample_exp(-(float)(khi + 1) / FUSED_BINS) * (1.0f + FUSED_WIDEN);
-  float lo = klo >= FUSED_NBIN - 1 ? 0.0f : sample_exp(-(float)(klo + 1) / FUSED_BINS) * (1.0f - FUSED_WIDEN);
+  float hi = INFINITY, lo = 0.0f;
+  if (khi >= 0) hi = sample_exp(-(float)(khi + 1) / FUSED_BINS) * (1.0f + FUSED_WIDEN);
+  if (klo < FUSED_NBIN - 1) lo = sample_exp(-(float)(klo + 1) / FUSED_BINS) * (1.0f - FUSED_WIDEN);
   *plo = lo > hi ? hi : lo;
   *phi = hi;
 }

@@ -128,8 +128,8 @@ int main(int argc, char **argv) {
       {"min_p=0.05", 0, 1.0f, 0.05f, 1},   {"B=8 top_k=50+top_p=0.9", 50, 0.9f, 0.0f, 8},
   };
   const int ncfg = (int)(sizeof cfgs / sizeof cfgs[0]);
-  fprintf(stderr, "sampler bench: V=%d, 1 thread, SIMD level %d, %d reps (best of 5)\n", V,
-          q35_sampler_simd_level(), reps);
+  fprintf(stderr, "sampler bench: V=%d, 1 thread, SIMD level %s, %d reps (best of 5)\n", V,
+          q35_simd_name(q35_simd_active()), reps);
   fprintf(stderr, "%-32s %10s %10s %10s %8s %8s\n", "config", "q35 us", "llama us", "floor us",
           "q35/flr", "llama/q35");
   printf("{\"V\":%d,\"threads\":1,\"configs\":{", V);

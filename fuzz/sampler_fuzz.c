@@ -3,14 +3,15 @@
  * (NaN, +-inf, ties, huge/tiny values), penalty history (ids in and out of range).
  *
  * Input layout (short inputs are padded with zeros):
- *   byte 0       mode: bits 0-1 SIMD cap (0 scalar, 2 AVX2, 3 AVX-512), bit 2 logits as raw
+ *   byte 0       mode: bits 0-1 SIMD level (0, 1 scalar, 2 AVX2, 3 AVX-512; never above
+ *                q35_simd_active()), bit 2 logits as raw
  *                float32 (else int8 / 8 with -128 = -inf), bit 3 ids may leave the vocabulary
  *   bytes 1..7   temperature, top_p, min_p, presence, frequency, repetition, top_k: each a byte;
  *                values with the top bit set are read as raw float32 from the stream instead
  *                of picked from a table of edge values
  *   then         n_vocab (1..512), n_top (-1..20), n_history, n_prompt, seed, draw index,
  *                history ids, logits
- * Properties: q35_sampling_validate agrees with the ranges written out here (docs/sampling.md);
+ * Properties: q35_sampling_validate agrees with the ranges written out here (docs/SAMPLING.md);
  * q35_sample (fast path, at the chosen SIMD level) and q35_sample_ref agree on the return code
  * and bit for bit on the result; a sampled token is in range and never has a -inf logit; each
  * row of q35_sample_batch equals the single-row call; valid input is refused only when the
@@ -123,8 +124,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   check((vrc == 0) == valid, "q35_sampling_validate agrees with the documented ranges");
   if (vrc) check(err.msg[0] != 0, "validate error has a message");
 
-  const int lvl = (mode & 3) == 1 ? 0 : (mode & 3);
-  q35_sampler_set_simd(ws, lvl);
+  static const q35_simd levels[4] = {Q35_SIMD_SCALAR, Q35_SIMD_SCALAR, Q35_SIMD_AVX2, Q35_SIMD_AVX512};
+  q35_sampler_set_simd(ws, levels[mode & 3]);
   q35_sample_result a, b;
   memset(&a, 0, sizeof a);
   memset(&b, 0, sizeof b);
@@ -160,7 +161,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check(ea.msg[0] != 0 && eb.msg[0] != 0, "sampling error has a message");
     /* penalties may push a huge finite logit to +-inf: refused as an overflow, by design; and
      * when they push every finite logit to -inf the row is all -inf, an error by the contract
-     * (docs/sampling.md). The penalized logits are recomputed here from the documented formula. */
+     * (docs/SAMPLING.md). The penalized logits are recomputed here from the documented formula. */
     int all_ninf = 0;
     if (valid && !bad_logit && any_finite && hist_ok && n_prompt <= n_hist) {
       float *pl = malloc(sizeof(float) * (size_t)V);

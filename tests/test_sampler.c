@@ -1,12 +1,13 @@
 /*
- * test_sampler.c - the sampling head against its contract (docs/sampling.md).
+ * test_sampler.c - the sampling head against its contract (docs/SAMPLING.md).
  *
  *  - Philox4x32-10 against the Random123 known-answer vectors (kat_vectors).
  *  - the exp: SIMD twin bit-identical to the scalar routine; accuracy against libm.
  *  - fast path == sort-based reference, bit for bit (token, logprob, alternatives), on
  *    100,000 random rows (fewer under Q35_SANITIZE_RUN): V log-uniform in 1 .. 300,000,
  *    ties, -inf entries, huge and tiny logit ranges, every parameter kind, penalties,
- *    batches of 1 .. 64; also with the SIMD level forced to scalar.
+ *    batches of 1 .. 64; also with the SIMD level lowered to scalar (and, for the one-pass
+ *    top-p path, to every level below the active one).
  *  - statistics: empirical frequencies vs the filtered, renormalized softmax computed here in
  *    double with libm (independent of the sampler's exp and fixed-point sums): total
  *    variation below 0.8 sqrt(bins / N) (twice its expected bound) and a chi-square test
@@ -20,19 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
+#include "check.h"
 #include "sample/sampler.h"
-
-static int failures;
-#define CHECK(c, ...)                                         \
-  do {                                                        \
-    if (!(c)) {                                               \
-      failures++;                                             \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);    \
-      fprintf(stderr, __VA_ARGS__);                           \
-      fputc('\n', stderr);                                    \
-      if (failures > 20) exit(1);                             \
-    }                                                         \
-  } while (0)
 
 /* test-local generator (splitmix64) */
 static uint64_t rs = 0x1234567887654321ull;
@@ -126,7 +117,8 @@ static void test_exp(void) {
       if (r > maxrel) maxrel = r;
     }
   }
-  CHECK(mism == 0, "exp SIMD (level %d) differs from scalar in %d of %d", q35_sampler_simd_level(), mism, N + 7);
+  CHECK(mism == 0, "exp SIMD (level %s) differs from scalar in %d of %d", q35_simd_name(q35_simd_active()), mism,
+        N + 7);
   CHECK(maxrel < 1e-6, "exp max relative error %g", maxrel);
   CHECK(q35_sampler_exp(0.0f) == 1.0f && q35_sampler_exp(-0.0f) == 1.0f, "exp(0) != 1");
   CHECK(q35_sampler_exp(-INFINITY) == 0.0f, "exp(-inf) != 0");
@@ -137,8 +129,8 @@ static void test_exp(void) {
     CHECK(e >= prev * (1.0f - 1e-6f), "exp not monotone at %g", (double)t);
     prev = e;
   }
-  printf("exp: SIMD level %d bit-identical on %d inputs; max rel error %.3g\n",
-         q35_sampler_simd_level(), N + 7, maxrel);
+  printf("exp: SIMD level %s bit-identical on %d inputs; max rel error %.3g\n",
+         q35_simd_name(q35_simd_active()), N + 7, maxrel);
 }
 
 /* ---- random rows and parameters ---- */
@@ -252,7 +244,7 @@ static void test_fast_vs_ref(int n_rows) {
   q35_err err;
   q35_sampler *ws = q35_sampler_new(VMAX, &err);
   q35_sampler *ws0 = q35_sampler_new(VMAX, &err);
-  q35_sampler_set_simd(ws0, 0);
+  q35_sampler_set_simd(ws0, Q35_SIMD_SCALAR);
   float *rows = malloc((size_t)64 * 3000 * sizeof(float));
   float *big = malloc((size_t)VMAX * sizeof(float));
   int32_t hist[64];
@@ -334,14 +326,16 @@ static void test_fast_vs_ref(int n_rows) {
 /* The one-pass top-p path (keep-all rows, top_p < 1, V >= 16384) against the reference on
  * rows built to be hard for its estimate: flat, peaked, a hidden heavy subpopulation, ties,
  * sorted, tiny and huge ranges; with its window on, deliberately misplaced (every row takes
- * the fallback) and with scalar kernels. */
+ * the fallback) and at every SIMD level below the active one (workspace 2 is scalar). */
 static void test_fused_topp(int n_rows) {
   const int32_t VMAX = 70000;
   q35_err err;
-  q35_sampler *ws[3];
-  for (int k = 0; k < 3; k++) ws[k] = q35_sampler_new(VMAX, &err);
+  q35_sampler *ws[2 + Q35_SIMD_NEON] = {0};
+  /* levels below the active one: x86 scalar .. active - 1, aarch64 scalar */
+  int nws = 2 + (q35_simd_active() == Q35_SIMD_NEON ? 1 : (int)q35_simd_active());
+  for (int k = 0; k < nws; k++) ws[k] = q35_sampler_new(VMAX, &err);
   q35_sampler_set_fused(ws[1], 2);
-  q35_sampler_set_simd(ws[2], 0);
+  for (int k = 2; k < nws; k++) q35_sampler_set_simd(ws[k], (q35_simd)(k - 2));
   float *l = malloc(sizeof(float) * VMAX);
   static const float tps[] = {0.9f, 0.5f, 0.95f, 0.99f, 0.3f, 1e-6f, 0.99999994f, 0.7f};
   static const float temps[] = {1.0f, 0.7f, 1.5f, 0.25f, 3.0f, 1e-4f};
@@ -372,7 +366,7 @@ static void test_fused_topp(int n_rows) {
     p.draw_index = rnd() % 100;
     q35_sample_result want, got;
     CHECK(q35_sample_ref(ws[0], l, V, &p, NULL, 0, 0, -1, &want, &err) == 0, "ref: %s", err.msg);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < nws; k++) {
       CHECK(q35_sample(ws[k], l, V, &p, NULL, 0, 0, -1, &got, &err) == 0, "fast: %s", err.msg);
       if (got.token != want.token && mism++ < 5) {
         CHECK(0, "one-pass top-p (workspace %d, kind %d) != ref: token %d vs %d", k, kind,
@@ -381,19 +375,21 @@ static void test_fused_topp(int n_rows) {
       }
     }
   }
-  int64_t rows[3], fb[3];
-  for (int k = 0; k < 3; k++) q35_sampler_fused_stats(ws[k], &rows[k], &fb[k]);
-  CHECK(rows[0] == n_rows && rows[1] == n_rows && rows[2] == n_rows,
-        "every row should enter the one-pass path: %lld %lld %lld of %d", (long long)rows[0],
-        (long long)rows[1], (long long)rows[2], n_rows);
+  int64_t rows[2 + Q35_SIMD_NEON], fb[2 + Q35_SIMD_NEON];
+  for (int k = 0; k < nws; k++) {
+    q35_sampler_fused_stats(ws[k], &rows[k], &fb[k]);
+    CHECK(rows[k] == n_rows, "every row should enter the one-pass path: %lld of %d (workspace %d)",
+          (long long)rows[k], n_rows, k);
+  }
   CHECK(fb[0] < n_rows / 2, "one-pass path fell back on %lld of %d rows", (long long)fb[0], n_rows);
   CHECK(fb[1] == n_rows, "the misplaced window fell back on only %lld of %d rows",
         (long long)fb[1], n_rows);
-  printf("one-pass top-p == ref: %d rows x 3 workspaces; fallbacks: %lld (window on), %lld "
-         "(misplaced), %lld (scalar)\n",
-         n_rows, (long long)fb[0], (long long)fb[1], (long long)fb[2]);
+  printf("one-pass top-p == ref: %d rows x %d workspaces; fallbacks: %lld (window on, %s), %lld "
+         "(misplaced)", n_rows, nws, (long long)fb[0], q35_simd_name(q35_simd_active()), (long long)fb[1]);
+  for (int k = 2; k < nws; k++) printf(", %lld (%s)", (long long)fb[k], q35_simd_name((q35_simd)(k - 2)));
+  printf("\n");
   free(l);
-  for (int k = 0; k < 3; k++) q35_sampler_free(ws[k]);
+  for (int k = 0; k < nws; k++) q35_sampler_free(ws[k]);
 }
 
 /* ---- statistics ---- */
@@ -759,10 +755,5 @@ int main(void) {
   test_stats(sanitize ? 20000 : 200000);
   test_fast_vs_ref(sanitize ? 4000 : 100000);
   test_fused_topp(sanitize ? 40 : 200);
-  if (failures) {
-    fprintf(stderr, "%d failures\n", failures);
-    return 1;
-  }
-  printf("ok\n");
-  return 0;
+  return check_done("test_sampler");
 }

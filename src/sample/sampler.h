@@ -1,19 +1,23 @@
 /*
- * sampler.h - the sampling head (contract: docs/sampling.md, shared copy in the project docs).
+ * sampler.h - the sampling head (contract: docs/SAMPLING.md).
  *
- * One row of logits in, one token out. Two implementations of the same contract live in
- * sampler.c and must agree bit for bit:
- *   q35_sample_ref  plain and sort-based: easy to check against the contract text;
- *   q35_sample      the fast path: never sorts the vocabulary (SIMD passes, candidate
- *                   filtering, weighted selection), allocation-free per call.
+ * One row of logits in, one token out. Two implementations of the same contract live in this
+ * folder and must agree bit for bit:
+ *   q35_sample_ref  plain and sort-based (reference.c): easy to check against the contract;
+ *   q35_sample      the fast path (sampler.c, top_k.c, top_p.c, kernels_*.c): never sorts the
+ *                   vocabulary (SIMD passes, candidate filtering, weighted selection),
+ *                   allocation-free per call.
  * They agree exactly because every decision is made with order-independent arithmetic: one
  * shared exp routine (its SIMD twin gives the same bits), weights converted to fixed-point
  * integers and summed exactly, top-p decided by value, and the draw compared in integers.
  * The recipe is written out at the top of sampler.c.
  *
- * Randomness is counter based: the uniform of a draw is Philox4x32-10 keyed by the 64-bit
- * seed with the draw index as counter, so a row's token depends only on (logits, params,
- * history, seed, draw index), never on batch neighbours or call order.
+ * Randomness is counter based (rng.c): the uniform of a draw is Philox4x32-10 keyed by the
+ * 64-bit seed with the draw index as counter, so a row's token depends only on (logits,
+ * params, history, seed, draw index), never on batch neighbours or call order.
+ *
+ * The kernels run at the one SIMD level of base/cpu.h (q35_simd_active(), Q35_SIMD); every
+ * level gives the same bits.
  *
  * A q35_sampler is a workspace for one vocabulary size; it is not thread safe (use one per
  * thread). Rows are independent: sampling B rows is B calls.
@@ -23,6 +27,7 @@
 
 #include <stdint.h>
 
+#include "base/cpu.h"
 #include "q35.h"
 
 typedef struct q35_sampler q35_sampler;
@@ -86,17 +91,15 @@ void q35_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t ou
  * (key = {seed low 32 bits, seed high 32 bits}) with counter {n low, n high, 0, 0};
  * k = ((out[0] << 32) | out[1]) >> 11. */
 uint64_t q35_draw_u53(uint64_t seed, uint64_t n);
-/* The one exp routine for x <= 0 (returns 0 below -87, 1 at 0); see sampler.c. */
+/* The one exp routine for x <= 0 (returns 0 below -87, 1 at 0); see sample_internal.h. */
 float q35_sampler_exp(float x);
-/* Its SIMD twin over an array (y[i] = q35_sampler_exp(x[i]) bit for bit); uses the best
- * instruction set present. */
+/* Its SIMD twin over an array (y[i] = q35_sampler_exp(x[i]) bit for bit), at the level
+ * q35_simd_active() names. */
 void q35_sampler_exp_array(const float *x, float *y, int32_t n);
-/* Which SIMD level the fast path uses: 0 scalar, 2 AVX2+FMA, 3 AVX-512 (the environment
- * variable Q35_SAMPLER_SIMD=N caps it). */
-int q35_sampler_simd_level(void);
-/* Testing aid: cap this workspace's SIMD level (never raises it above what the CPU has). */
-void q35_sampler_set_simd(q35_sampler *ws, int level);
-/* Testing aids for the one-pass top-p path (keep-all rows with top_p < 1, see sampler.c):
+/* Testing aid: lower this workspace's SIMD level (never above q35_simd_active(); a workspace
+ * starts at that level). */
+void q35_sampler_set_simd(q35_sampler *ws, q35_simd level);
+/* Testing aids for the one-pass top-p path (keep-all rows with top_p < 1, see top_p.c):
  * mode 1 (the default) uses it, 0 never, 2 with a deliberately misplaced window so that
  * rows take its fallback. Stats: rows that entered it, and of those, rows that fell back. */
 void q35_sampler_set_fused(q35_sampler *ws, int mode);

@@ -5,9 +5,9 @@
 
 Each sample is attributed to a phase by the frames on its stack (outermost match wins for the
 phase, the leaf decides the kind):
-  phase: attention (layer_attention), deltanet (layer_deltanet: projections, conv, recurrence,
+  phase: attention (q35_layer_attention), deltanet (q35_layer_deltanet: projections, conv, recurrence,
          out-projection), moe experts (moe_mm), moe other (router, top-k, shared expert, combine:
-         the rest of layer_moe), output matrix (matmul/qact_make straight from q35_forward),
+         the rest of q35_layer_moe), output matrix (output_head: q35_matmul/q35_act_prepare),
          norms+residual+embedding (the rest of q35_forward), sampling (q35_step outside
          q35_forward), pool workers (a worker thread; phase unknown), pool wait (spinning or
          sleeping in the thread pool), other.
@@ -37,23 +37,23 @@ def phase_of(frames):
     if "worker" in s:
         return "pool workers (phase unknown)"
     for f in syms:
-        if f == "layer_attention":
+        if f == "q35_layer_attention":
             return "attention"
-        if f == "layer_deltanet":
+        if f == "q35_layer_deltanet":
             return "deltanet"
-        if f == "layer_moe":
+        if f == "q35_layer_moe":
             return "moe experts" if "moe_mm" in s else "moe other"
-        if f == "layer_dense_ffn":
+        if f == "q35_layer_dense_ffn":
             return "dense ffn"
     if "q35_forward" in s:
         i = frames.index("q35_forward")
         callee = frames[i - 1] if i > 0 else ""
-        if callee in ("matmul", "qact_make", "matmul_f") or "mm_run" in s or "cvt_run" in s:
+        if callee in ("output_head", "q35_matmul", "q35_act_prepare", "q35_matmul_f") or "output_head" in s:
             return "output matrix"
         return "norms+residual+embedding"
-    if "q35_step" in s:
+    if "q35_context_step" in s or "q35_step" in s:
         return "sampling"
-    if "q35_session_eval" in s or "cmd_bench" in s:
+    if "q35_session_eval" in s or "q35_context_eval" in s or "cmd_bench" in s:
         return "other (bench loop)"
     return "other (startup, load, page faults)"
 

@@ -22,9 +22,9 @@ int q35_seterr(q35_err *e, const char *fmt, ...) __attribute__((format(printf, 2
 double q35_now(void);
 
 /* n bytes aligned to 64 (a cache line, one 512-bit vector), zeroed when zero is set; release
- * with free(). Every buffer the SIMD kernels stream through comes from here: malloc's 16-byte
- * alignment made each 512-bit load of an activation row straddle two cache lines (a 4-column
- * decode product over the output matrix ran 31 ms instead of 18). NULL when out of memory. */
+ * with free(). Every buffer the SIMD kernels stream through comes from here, so no 512-bit load
+ * of an activation row straddles two cache lines (malloc aligns to 16). NULL when out of
+ * memory. */
 void *q35_alloc64(size_t n, int zero);
 
 /* ---- IEEE half and bfloat16 <-> float, exact (round to nearest even) ---- */

@@ -3,10 +3,12 @@
 #
 #   bench/ab.sh BEFORE_Q35 AFTER_Q35 MODEL.gguf [PAIRS=5] [THREADS=2] [PROMPT=512] [GEN=128]
 #
-# Runs `q35 bench -r 1 --json` with BEFORE then AFTER, PAIRS times (each process does its own
-# untimed warm-up), and prints every pair's prefill and decode tok/s, the per-pair ratios
-# after/before and their medians. Alternating pairs cancel most of the drift of a shared,
-# noisy machine; quote only runs where the load average stayed below the core count.
+# Runs `q35 bench -r 1 --json` with both binaries, PAIRS times (each process does its own
+# untimed warm-up), in ABBA order (odd pairs BEFORE first, even pairs AFTER first: the second
+# process of a pair tends to run a few percent slower on these VMs), and prints every pair's
+# prefill and decode tok/s, the per-pair ratios after/before and their medians. Alternating
+# pairs cancel most of the drift of a shared, noisy machine; quote only runs where the load
+# average stayed at the thread count (the benchmark's own threads) or below.
 set -euo pipefail
 [ $# -ge 3 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
 before=$1 after=$2 model=$3 pairs=${4:-5} threads=${5:-2} np=${6:-512} ng=${7:-128}
@@ -15,7 +17,9 @@ py=/usr/bin/python3
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for i in $(seq 1 "$pairs"); do
-  for which in before after; do
+  order="before after"
+  [ $((i % 2)) = 0 ] && order="after before"
+  for which in $order; do
     bin=$before
     [ "$which" = after ] && bin=$after
     line=$("$bin" bench -m "$model" -t "$threads" -p "$np" -n "$ng" -r 1 --json 2>/dev/null | tail -1)

@@ -68,6 +68,14 @@ void q35_buf_free(q35_buf *b) {
   *b = (q35_buf){0};
 }
 
+char *q35_strndup(const char *s, size_t n) {
+  char *p = malloc(n + 1);
+  if (!p) return NULL;
+  if (n) memcpy(p, s, n);
+  p[n] = 0;
+  return p;
+}
+
 int q35_grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return 0;
   size_t nc = *cap ? *cap : 16;

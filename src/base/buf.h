@@ -30,6 +30,11 @@ int q35_buf_printf(q35_buf *b, const char *fmt, ...) __attribute__((format(print
 char *q35_buf_take(q35_buf *b, size_t *len);
 void q35_buf_free(q35_buf *b);
 
+/* A NUL-terminated copy of exactly n bytes of s (s need not be terminated: GGUF strings in the
+ * mapping, slices of a buffer); NULL when out of memory. Unlike strndup it never looks past
+ * s[n - 1], which matters under ASan's strict string checks and at the end of a mapping. */
+char *q35_strndup(const char *s, size_t n);
+
 /* Make room for `need` elements of `elem` bytes in the array *p of capacity *cap (doubling;
  * new slots zeroed). 0, or -1 when out of memory (the array is left as it was). */
 int q35_grow(void **p, size_t *cap, size_t need, size_t elem);

@@ -260,7 +260,7 @@ void gguf_set_arr_gstr(gguf_writer *w, const char *key, const gguf_str *v, uint6
 
 void gguf_set_kv_from(gguf_writer *w, const gguf_kv *kv) {
   if (!w || !kv) return;
-  char *key = strndup(kv->key.ptr, (size_t)kv->key.len);
+  char *key = q35_strndup(kv->key.ptr, (size_t)kv->key.len);
   if (!key) {
     wfail(w, "gguf writer: out of memory copying a key%s%s", "", "");
     return;

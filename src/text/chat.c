@@ -195,7 +195,7 @@ static char *gguf_token_text(const gguf_file *f, const char *id_key) {
     default: return NULL;
   }
   if (i >= toks->arr_n) return NULL;
-  return strndup(toks->arr_str[i].ptr, (size_t)toks->arr_str[i].len);
+  return q35_strndup(toks->arr_str[i].ptr, (size_t)toks->arr_str[i].len);
 }
 
 int q35_chat_template_from_gguf(const gguf_file *f, char **tmpl, char **bos, char **eos, q35_err *err) {
@@ -209,7 +209,7 @@ int q35_chat_template_from_gguf(const gguf_file *f, char **tmpl, char **bos, cha
     if (eos) free(*eos), *eos = NULL;
     return q35_seterr(err, "%s: tokenizer.chat_template is not a string", f->path ? f->path : "GGUF");
   }
-  *tmpl = strndup(kv->v.s.ptr, (size_t)kv->v.s.len);
+  *tmpl = q35_strndup(kv->v.s.ptr, (size_t)kv->v.s.len);
   if (*tmpl && strlen(*tmpl) != kv->v.s.len) {
     free(*tmpl);
     *tmpl = NULL;
@@ -339,7 +339,7 @@ static json_t *parse_xml_call(const char *p, const char *e, const json_t *tools,
     q35_seterr(err, "tool call %d: unterminated <function=...> tag", index);
     return NULL;
   }
-  char *name = strndup(p, (size_t)(ne - p));
+  char *name = q35_strndup(p, (size_t)(ne - p));
   json_t *args = json_object();
   const char *q = ne + 1;
   const char *fend = memfind(q, e, FUNC_CLOSE);
@@ -354,7 +354,7 @@ static json_t *parse_xml_call(const char *p, const char *e, const json_t *tools,
       q35_seterr(err, "tool call %d: unterminated <parameter=...> tag", index);
       return NULL;
     }
-    char *pname = strndup(ps + TAGLEN(PARAM_OPEN), (size_t)(pe - ps - TAGLEN(PARAM_OPEN)));
+    char *pname = q35_strndup(ps + TAGLEN(PARAM_OPEN), (size_t)(pe - ps - TAGLEN(PARAM_OPEN)));
     const char *vs = pe + 1, *ve = memfind(vs, fend, PARAM_CLOSE);
     const char *next = ve ? ve + TAGLEN(PARAM_CLOSE) : fend;
     if (!ve) { /* tolerate a missing close tag: value runs to the next parameter */
@@ -425,7 +425,7 @@ int q35_chat_parse_tool_calls(const char *text, const json_t *tools, char **cont
   const char *a = buf, *b = buf + bn;
   a = skip_ws(a, b);
   while (b > a && isspace((unsigned char)b[-1])) b--;
-  *content = strndup(a, (size_t)(b - a));
+  *content = q35_strndup(a, (size_t)(b - a));
   free(buf);
   *tool_calls = calls;
   return 0;
@@ -594,7 +594,7 @@ static int feed_tool(q35_chat_stream *s, int final, q35_chat_delta *d, q35_err *
     return FEED_AGAIN;
   }
   if (final) { /* unterminated: give the text back as content */
-    char *rest = strndup(p, s->pend.n);
+    char *rest = q35_strndup(p, s->pend.n);
     if (!rest) return q35_seterr(err, "out of memory");
     s->pend.n = 0;
     if (q35_buf_str(&s->pend, TOOL_OPEN) || q35_buf_str(&s->pend, rest)) {

@@ -438,7 +438,7 @@ q35_tokenizer *q35_tokenizer_from_gguf(const gguf_file *f, q35_err *err) {
   if (t->eos < 0) t->eos = t->im_end >= 0 ? t->im_end : t->endoftext;
   if (gguf_find(f, q35_gguf_key(Q35_KEY_TOKENIZER_CHAT_TEMPLATE, NULL).s)) {
     if (gguf_get_str(f, q35_gguf_key(Q35_KEY_TOKENIZER_CHAT_TEMPLATE, NULL).s, &s, err)) goto fail_t;
-    if (!(t->chat_template = strndup(s.ptr, s.len))) goto oom_t;
+    if (!(t->chat_template = q35_strndup(s.ptr, s.len))) goto oom_t;
   }
   return t;
 oom:

@@ -1,8 +1,8 @@
 /*
  * attn.c - attention over the KV cache for one (token, KV group) item; see attn.h.
  *
- * Three cache types, one job: F16 (the default cache) has a fast AVX-512 kernel and its scalar
- * reference; F32 and Q8_0 run through q35_vec_dot (whose SIMD level kernels/quant.c picks) and have
+ * Three cache types, one job: F16 (the default cache) has a fast AVX-512 kernel (here), an AVX2
+ * one (attn_avx2.c) and its scalar reference; F32 and Q8_0 run through q35_vec_dot (whose SIMD level kernels/quant.c picks) and have
  * a plain double-precision reference of their own.
  */
 #include "kernels/attn.h"
@@ -13,6 +13,7 @@
 
 #include "base/cpu.h"
 #include "base/util.h"
+#include "kernels/attn_internal.h"
 #include "kernels/quant.h"
 
 /* ----------------------------------- F16 reference ----------------------------------- */
@@ -266,14 +267,27 @@ static void attn_dot_ref(const q35_attn_job *j) {
 
 /* ----------------------------------- dispatch ----------------------------------- */
 
-static int f16_fast(void) { return q35_simd_active() >= Q35_SIMD_AVX512; }
+/* The SIMD level of the F16 kernel q35_attn takes for head dim hd (the reference where the
+ * level's kernel cannot take hd). */
+static q35_simd f16_level(int hd) {
+  const q35_simd l = q35_simd_active();
+  if (l == Q35_SIMD_AVX512 && hd % 16 == 0) return Q35_SIMD_AVX512;
+  if ((l == Q35_SIMD_AVX512 || l == Q35_SIMD_AVX2) && hd % 8 == 0) return Q35_SIMD_AVX2;
+  return Q35_SIMD_SCALAR;
+}
 
-const char *q35_attn_level(void) { return q35_simd_name(f16_fast() ? Q35_SIMD_AVX512 : Q35_SIMD_SCALAR); }
+const char *q35_attn_level(void) { return q35_simd_name(f16_level(16)); }
 
 void q35_attn(const q35_attn_job *j) {
-  if (j->type != Q35_TYPE_F16) attn_dot(j);
-  else if (j->hd % 16 == 0 && f16_fast()) attn_avx512(j);
-  else attn_f16_ref(j);
+  if (j->type != Q35_TYPE_F16) {
+    attn_dot(j);
+    return;
+  }
+  switch (f16_level(j->hd)) {
+  case Q35_SIMD_AVX512: attn_avx512(j); break;
+  case Q35_SIMD_AVX2: q35_attn_f16_avx2(j); break;
+  default: attn_f16_ref(j); break;
+  }
 }
 
 void q35_attn_ref(const q35_attn_job *j) {

@@ -2,8 +2,9 @@
  * attn.c - attention over the KV cache for one (token, KV group) item; see attn.h.
  *
  * Three cache types, one job: F16 (the default cache) has a fast AVX-512 kernel (here), an AVX2
- * one (attn_avx2.c) and its scalar reference; F32 and Q8_0 run through q35_vec_dot (whose SIMD level kernels/quant.c picks) and have
- * a plain double-precision reference of their own.
+ * one (attn_avx2.c) and its scalar reference; F32 and Q8_0 have the AVX2 kernel, a portable one
+ * through q35_vec_dot (whose SIMD level kernels/quant.c picks) and a plain double-precision
+ * reference of their own.
  */
 #include "kernels/attn.h"
 
@@ -280,12 +281,14 @@ const char *q35_attn_level(void) { return q35_simd_name(f16_level(16)); }
 
 void q35_attn(const q35_attn_job *j) {
   if (j->type != Q35_TYPE_F16) {
-    attn_dot(j);
+    const q35_simd l = q35_simd_active();
+    if ((l == Q35_SIMD_AVX2 || l == Q35_SIMD_AVX512) && j->hd % 8 == 0) q35_attn_avx2(j);
+    else attn_dot(j);
     return;
   }
   switch (f16_level(j->hd)) {
   case Q35_SIMD_AVX512: attn_avx512(j); break;
-  case Q35_SIMD_AVX2: q35_attn_f16_avx2(j); break;
+  case Q35_SIMD_AVX2: q35_attn_avx2(j); break;
   default: attn_f16_ref(j); break;
   }
 }

@@ -7,7 +7,7 @@
 
 #include "kernels/attn.h"
 
-/* F16 cache, AVX2 + FMA + F16C; needs hd % 8 == 0 (attn_avx2.c). */
-void q35_attn_f16_avx2(const q35_attn_job *j);
+/* AVX2 + FMA + F16C, every cache type; needs hd % 8 == 0 (attn_avx2.c). */
+void q35_attn_avx2(const q35_attn_job *j);
 
 #endif

@@ -47,22 +47,16 @@ static void attn_f16_ref(const q35_attn_job *j) {
 
 #define A5 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 
-/* exp(x) for x <= 0 (x - max of the scores): 2^(x log2 e) = 2^n 2^f, f in [-1/2, 1/2], 2^f by a
- * degree-6 Taylor polynomial (relative error < 2e-7); results below 2^-126 flush to 0. */
+/* exp(x) for x <= 0 (x - max of the scores): see attn_internal.h */
 A5 static inline __m512 exp_neg(__m512 x) {
-  const __m512 t = _mm512_mul_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(1.44269504088896341f));
+  const __m512 t = _mm512_mul_ps(_mm512_max_ps(x, _mm512_set1_ps(ATTN_EXP_FLOOR)), _mm512_set1_ps(ATTN_LOG2E));
   const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(t, n);
-  __m512 p = _mm512_set1_ps(1.540353039338161e-4f); /* Taylor: ln2^k / k! */
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.333355814642844e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265069591007e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471805599453e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  const __m512i e = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23);
+  __m512 p = _mm512_set1_ps(attn_exp2_taylor[0]);
+  for (int k = 1; k <= ATTN_EXP2_DEGREE; k++) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(attn_exp2_taylor[k]));
+  const __m512i e = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23); /* 2^n: n into the exponent field */
   const __m512 r = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
-  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GT_OQ), r);
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(ATTN_EXP_FLOOR), _CMP_GT_OQ), r);
 }
 
 enum { GMAX = 8, PBLK = 128, KPF = 16 };

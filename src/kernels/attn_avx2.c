@@ -20,23 +20,15 @@
 
 #define A2 __attribute__((target("avx2,fma,f16c")))
 
-/* exp(x) for x <= 0 (x - max of the scores): 2^(x log2 e) = 2^n 2^f, f in [-1/2, 1/2], 2^f by a
- * degree-6 Taylor polynomial (relative error < 2e-7); results below 2^-126 flush to 0. The same
- * polynomial as the AVX-512 kernel's. */
-#define EXP_FLOOR (-87.0f) /* below this, exp(x) < 2^-125: flushed to 0 */
+/* exp(x) for x <= 0 (x - max of the scores): see attn_internal.h */
 A2 static inline __m256 exp_neg(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(EXP_FLOOR);
-  const __m256 t = _mm256_mul_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(1.44269504088896341f));
+  const __m256 lo = _mm256_set1_ps(ATTN_EXP_FLOOR);
+  const __m256 t = _mm256_mul_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(ATTN_LOG2E));
   const __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(t, n);
-  __m256 p = _mm256_set1_ps(1.540353039338161e-4f); /* Taylor: ln2^k / k! */
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.333355814642844e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618129107628477e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550410866482158e-2f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402265069591007e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931471805599453e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+  __m256 p = _mm256_set1_ps(attn_exp2_taylor[0]);
+  for (int k = 1; k <= ATTN_EXP2_DEGREE; k++) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(attn_exp2_taylor[k]));
+  const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23); /* 2^n: n into the exponent field */
   const __m256 r = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
   return _mm256_and_ps(r, _mm256_cmp_ps(x, lo, _CMP_GT_OQ));
 }

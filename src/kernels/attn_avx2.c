@@ -2,14 +2,14 @@
  * attn_avx2.c - the AVX2 (+FMA, F16C) attention kernels for F16, F32 and Q8_0 KV caches; see
  * attn.h.
  *
- * The same algorithm as the AVX-512 kernel in attn.c, on 256-bit vectors: the group's queries are
- * brought to the cache's dot type once (as floats); one pass over K converts each key once (a
- * Q8_0 block: its scale times its int8 values) and scores it against every head
- * of the group (per-head accumulators in registers); softmax with a vector exp polynomial; then V
- * accumulates into registers over blocks of positions, several heads at once. The head count of
- * a pass is a compile-time constant (the body is inlined per count and cache type) so that the accumulators stay
- * in registers. Needs a head dim that is a multiple of 8 (attn.c falls back to the reference
- * otherwise). The result depends only on the job's inputs: every sum runs in a fixed order.
+ * The same algorithm as the AVX-512 kernel in attn.c, on 256-bit vectors: the group's queries
+ * are brought to the cache's dot type once (as floats); one pass over K converts each key once
+ * (a Q8_0 block: its scale times its int8 values) and scores it against every head of the group
+ * (per-head accumulators in registers); softmax with a vector exp polynomial; then V accumulates
+ * into registers over blocks of positions, several heads at once. The head count of a pass and
+ * the cache type are compile-time constants (the body is inlined per count and type) so that the
+ * accumulators stay in registers. Needs a head dim that is a multiple of 8 (attn.c takes another
+ * path otherwise). The result depends only on the job's inputs: every sum runs in a fixed order.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -58,8 +58,9 @@ A2 static inline __m256 hsum8(const __m256 *a) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-/* Q8_0 cache rows: blocks of Q8_BLOCK int8 values after their fp16 scale (Q8_BLOCK_BYTES bytes). */
-enum { Q8_BLOCK = 32, Q8_BLOCK_BYTES = 34, Q8_CHUNKS = Q8_BLOCK / 8 };
+/* Q8_0 cache rows: blocks of Q8_BLOCK int8 values after their fp16 scale (Q8_SCALE_BYTES), in
+ * Q8_BLOCK_BYTES bytes; Q8_CHUNKS 8-element chunks a block. */
+enum { Q8_BLOCK = 32, Q8_SCALE_BYTES = 2, Q8_BLOCK_BYTES = Q8_SCALE_BYTES + Q8_BLOCK, Q8_CHUNKS = Q8_BLOCK / 8 };
 
 /* Most heads in one pass, positions per V block, K prefetch distance (positions), bytes per
  * cache line, 8-dim chunks in one pass of V for a pass of at most VWIDE_HEADS heads
@@ -70,7 +71,7 @@ enum { GMAX = 8, PBLK = 128, KPF = 16, LINE = 64, VWIDE_HEADS = 4 };
 static inline size_t chunk_off(int type, int c) {
   if (type == Q35_TYPE_F16) return (size_t)16 * c;
   if (type == Q35_TYPE_F32) return (size_t)32 * c;
-  return (size_t)(c / Q8_CHUNKS) * Q8_BLOCK_BYTES + 2 + 8 * (c % Q8_CHUNKS);
+  return (size_t)(c / Q8_CHUNKS) * Q8_BLOCK_BYTES + Q8_SCALE_BYTES + 8 * (c % Q8_CHUNKS);
 }
 
 /* Its last byte. */
@@ -85,7 +86,8 @@ A2 static inline __attribute__((always_inline)) __m256 ld_chunk(const char *row,
   const char *b = row + (size_t)(c / Q8_CHUNKS) * Q8_BLOCK_BYTES;
   uint16_t d;
   memcpy(&d, b, sizeof d);
-  const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + 8 * (c % Q8_CHUNKS)))));
+  const __m128i q = _mm_loadl_epi64((const __m128i *)(b + Q8_SCALE_BYTES + 8 * (c % Q8_CHUNKS)));
+  const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
   return _mm256_mul_ps(x, _mm256_set1_ps(_cvtsh_ss(d)));
 }
 

@@ -1,13 +1,14 @@
 /*
  * test_attn.c - the attention kernels (kernels/attn.c) against their plain scalar twins, for each
  * KV cache type:
- *   F16: head dims 16..256 (odd numbers of 16-chunks too), groups of 1..11 query heads (more than
- *        the AVX-512 kernel's 8 at once), 1..2000 positions (block edges at 128), flat and very
+ *   F16: head dims 8..256 (odd numbers of 16- and 8-chunks too: a head dim that is a multiple of 8
+ *        only runs the AVX2 kernel at the AVX-512 level), groups of 1..11 query heads (more than
+ *        the kernels' 8 at once), 1..2000 positions (block edges at 128), flat and very
  *        peaked scores, keys/values of mixed magnitudes;
  *   F32 and Q8_0 (head dims that are multiples of 32): the same grid.
  * Also: each kernel is deterministic and its result does not depend on where its scratch and
- * output buffers sit. Runs at whatever level q35_attn_level() picked (the suite also runs under
- * Q35_SIMD=scalar in other tests).
+ * output buffers sit. Runs at whatever level q35_attn_level() picked; ctest runs it again
+ * as test_attn@avx2 and test_attn@scalar (Q35_SIMD=avx2 / scalar).
  */
 #include <math.h>
 #include <stdio.h>
@@ -101,14 +102,15 @@ static void one(int type, int hd, int grp, int npos, float qmag) {
 int main(void) {
   printf("attention kernel level (f16 cache): %s\n", q35_attn_level());
   static const int types[] = {Q35_TYPE_F16, Q35_TYPE_F32, Q35_TYPE_Q8_0};
-  static const int hds[] = {16, 32, 48, 128, 256};
-  static const int grps[] = {1, 2, 3, 8, 11};
+  static const int hds[] = {8, 16, 24, 32, 40, 48, 128, 256};
+  static const int grps[] = {1, 2, 3, 7, 8, 11}; /* the kernels' passes: 8, 4, 2 and 1 heads */
   static const int nps[] = {1, 2, 15, 16, 17, 127, 128, 129, 300};
   for (size_t ty = 0; ty < sizeof types / sizeof types[0]; ty++) {
     const int type = types[ty];
     for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++) {
       if (type == Q35_TYPE_Q8_0 && hds[a] % 32) continue; /* a Q8_0 cache needs whole blocks per head */
       if (type == Q35_TYPE_F16 && hds[a] == 32) continue; /* the F16 grid as it always was */
+      if (type != Q35_TYPE_F16 && hds[a] % 16) continue;  /* odd 8-dim chunks: the F16 AVX2 kernel */
       for (size_t b = 0; b < sizeof grps / sizeof grps[0]; b++)
         for (size_t c = 0; c < sizeof nps / sizeof nps[0]; c++) one(type, hds[a], grps[b], nps[c], c % 2 ? 1.0f : 8.0f);
     }

@@ -1,9 +1,10 @@
 /*
  * attn.c - attention over the KV cache for one (token, KV group) item; see attn.h.
  *
- * Three cache types, one job: F16 (the default cache) has a fast AVX-512 kernel and its scalar
- * reference; F32 and Q8_0 run through q35_vec_dot (whose SIMD level kernels/quant.c picks) and have
- * a plain double-precision reference of their own.
+ * Three cache types, one job: F16 (the default cache) has a fast AVX-512 kernel (here), an AVX2
+ * one (attn_avx2.c) and its scalar reference; F32 and Q8_0 have the AVX2 kernel, a portable one
+ * through q35_vec_dot (whose SIMD level kernels/quant.c picks) and a plain double-precision
+ * reference of their own.
  */
 #include "kernels/attn.h"
 
@@ -13,6 +14,7 @@
 
 #include "base/cpu.h"
 #include "base/util.h"
+#include "kernels/attn_internal.h"
 #include "kernels/quant.h"
 
 /* ----------------------------------- F16 reference ----------------------------------- */
@@ -45,22 +47,16 @@ static void attn_f16_ref(const q35_attn_job *j) {
 
 #define A5 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 
-/* exp(x) for x <= 0 (x - max of the scores): 2^(x log2 e) = 2^n 2^f, f in [-1/2, 1/2], 2^f by a
- * degree-6 Taylor polynomial (relative error < 2e-7); results below 2^-126 flush to 0. */
+/* exp(x) for x <= 0 (x - max of the scores): see attn_internal.h */
 A5 static inline __m512 exp_neg(__m512 x) {
-  const __m512 t = _mm512_mul_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(1.44269504088896341f));
+  const __m512 t = _mm512_mul_ps(_mm512_max_ps(x, _mm512_set1_ps(ATTN_EXP_FLOOR)), _mm512_set1_ps(ATTN_LOG2E));
   const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(t, n);
-  __m512 p = _mm512_set1_ps(1.540353039338161e-4f); /* Taylor: ln2^k / k! */
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.333355814642844e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265069591007e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471805599453e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  const __m512i e = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23);
+  __m512 p = _mm512_set1_ps(attn_exp2_taylor[0]);
+  for (int k = 1; k <= ATTN_EXP2_DEGREE; k++) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(attn_exp2_taylor[k]));
+  const __m512i e = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23); /* 2^n: n into the exponent field */
   const __m512 r = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
-  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GT_OQ), r);
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(ATTN_EXP_FLOOR), _CMP_GT_OQ), r);
 }
 
 enum { GMAX = 8, PBLK = 128, KPF = 16 };
@@ -266,14 +262,29 @@ static void attn_dot_ref(const q35_attn_job *j) {
 
 /* ----------------------------------- dispatch ----------------------------------- */
 
-static int f16_fast(void) { return q35_simd_active() >= Q35_SIMD_AVX512; }
+/* The SIMD level of the F16 kernel q35_attn takes for head dim hd (the reference where the
+ * level's kernel cannot take hd). */
+static q35_simd f16_level(int hd) {
+  const q35_simd l = q35_simd_active();
+  if (l == Q35_SIMD_AVX512 && hd % 16 == 0) return Q35_SIMD_AVX512;
+  if ((l == Q35_SIMD_AVX512 || l == Q35_SIMD_AVX2) && hd % 8 == 0) return Q35_SIMD_AVX2;
+  return Q35_SIMD_SCALAR;
+}
 
-const char *q35_attn_level(void) { return q35_simd_name(f16_fast() ? Q35_SIMD_AVX512 : Q35_SIMD_SCALAR); }
+const char *q35_attn_level(void) { return q35_simd_name(f16_level(16)); }
 
 void q35_attn(const q35_attn_job *j) {
-  if (j->type != Q35_TYPE_F16) attn_dot(j);
-  else if (j->hd % 16 == 0 && f16_fast()) attn_avx512(j);
-  else attn_f16_ref(j);
+  if (j->type != Q35_TYPE_F16) {
+    const q35_simd l = q35_simd_active();
+    if ((l == Q35_SIMD_AVX2 || l == Q35_SIMD_AVX512) && j->hd % 8 == 0) q35_attn_avx2(j);
+    else attn_dot(j);
+    return;
+  }
+  switch (f16_level(j->hd)) {
+  case Q35_SIMD_AVX512: attn_avx512(j); break;
+  case Q35_SIMD_AVX2: q35_attn_avx2(j); break;
+  default: attn_f16_ref(j); break;
+  }
 }
 
 void q35_attn_ref(const q35_attn_job *j) {

@@ -8,12 +8,14 @@
  * cache, quantized to Q8_0 for a Q8_0 cache, as ggml does; left as is for F32),
  * s[h][p] = dot(q_h, K[p]) * scale, w = softmax over p, out_h = sum_p w[h][p] V[p].
  *
- *   q35_attn      the fast path. F16: with AVX-512 (q35_simd_active() >= Q35_SIMD_AVX512 and a
- *                 head dim that is a multiple of 16) keys are converted once per row and shared by
- *                 the group's heads, exp is a vector polynomial and V accumulates in registers over
- *                 blocks of positions; otherwise the F16 reference below. F32 / Q8_0: one
- *                 q35_vec_dot per stored key (kernels/quant.h picks its SIMD level), softmax with
- *                 the sum in double, V accumulated position by position.
+ *   q35_attn      the fast path: keys are converted once per row and shared by the group's
+ *                 heads, exp is a vector polynomial and V accumulates in registers over blocks of
+ *                 positions. F16: with AVX-512 (q35_simd_active() == Q35_SIMD_AVX512, head dim a
+ *                 multiple of 16) on 512-bit vectors; with AVX2 + FMA + F16C (the AVX2 level, or
+ *                 AVX-512 with a head dim that is a multiple of 8 only) on 256-bit vectors;
+ *                 otherwise the F16 reference below. F32 / Q8_0: the 256-bit kernel at the AVX2
+ *                 and AVX-512 levels (head dim a multiple of 8); otherwise one q35_vec_dot per
+ *                 stored key, softmax with the sum in double, V accumulated position by position.
  *   q35_attn_ref  the plain scalar twin of every type (double accumulation). tests/test_attn.c holds
  *                 them together within a tolerance.
  * q35_attn is deterministic and independent of batching and threads: an item's result depends
@@ -49,7 +51,8 @@ typedef struct {
 
 void q35_attn(const q35_attn_job *j);
 void q35_attn_ref(const q35_attn_job *j);
-/* "avx512" or "scalar": which path q35_attn takes for an F16 cache (Q35_SIMD lowers it). */
+/* "avx512", "avx2" or "scalar": which path q35_attn takes for an F16 cache with a head dim that
+ * is a multiple of 16 (Q35_SIMD lowers it). */
 const char *q35_attn_level(void);
 
 #endif

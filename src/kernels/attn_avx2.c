@@ -1,0 +1,250 @@
+/*
+ * attn_avx2.c - the AVX2 (+FMA, F16C) attention kernels for F16, F32 and Q8_0 KV caches; see
+ * attn.h.
+ *
+ * The same algorithm as the AVX-512 kernel in attn.c, on 256-bit vectors: the group's queries
+ * are brought to the cache's dot type once (as floats); one pass over K converts each key once
+ * (a Q8_0 block: its scale times its int8 values) and scores it against every head of the group
+ * (per-head accumulators in registers); softmax with a vector exp polynomial; then V accumulates
+ * into registers over blocks of positions, several heads at once. The head count of a pass and
+ * the cache type are compile-time constants (the body is inlined per count and type) so that the
+ * accumulators stay in registers. Needs a head dim that is a multiple of 8 (attn.c takes another
+ * path otherwise). The result depends only on the job's inputs: every sum runs in a fixed order.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/attn_internal.h"
+#include "kernels/quant.h"
+
+#define A2 __attribute__((target("avx2,fma,f16c")))
+
+/* exp(x) for x <= 0 (x - max of the scores): see attn_internal.h */
+A2 static inline __m256 exp_neg(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(ATTN_EXP_FLOOR);
+  const __m256 t = _mm256_mul_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(ATTN_LOG2E));
+  const __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_sub_ps(t, n);
+  __m256 p = _mm256_set1_ps(attn_exp2_taylor[0]);
+  for (int k = 1; k <= ATTN_EXP2_DEGREE; k++) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(attn_exp2_taylor[k]));
+  const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23); /* 2^n: n into the exponent field */
+  const __m256 r = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+  return _mm256_and_ps(r, _mm256_cmp_ps(x, lo, _CMP_GT_OQ));
+}
+
+/* lanes i < n set (n clamped to 8): the mask of a partial last vector of positions */
+A2 static inline __m256i tail_mask(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+A2 static inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+A2 static inline float hmax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* the 8 horizontal sums of a[0..7] as one vector (lane h = sum of a[h]) */
+A2 static inline __m256 hsum8(const __m256 *a) {
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/* Q8_0 cache rows: blocks of Q8_BLOCK int8 values after their fp16 scale (Q8_SCALE_BYTES), in
+ * Q8_BLOCK_BYTES bytes; Q8_CHUNKS 8-element chunks a block. */
+enum { Q8_BLOCK = 32, Q8_SCALE_BYTES = 2, Q8_BLOCK_BYTES = Q8_SCALE_BYTES + Q8_BLOCK, Q8_CHUNKS = Q8_BLOCK / 8 };
+
+/* Most heads in one pass, positions per V block, K prefetch distance (positions), bytes per
+ * cache line, 8-dim chunks in one pass of V for a pass of at most VWIDE_HEADS heads
+ * (accumulators: heads x chunks <= 8 of the 16 ymm registers). */
+enum { GMAX = 8, PBLK = 128, KPF = 16, LINE = 64, VWIDE_HEADS = 4 };
+
+/* Where 8-element chunk c of a cache row starts (for Q8_0, its int8 values), in bytes. */
+static inline size_t chunk_off(int type, int c) {
+  if (type == Q35_TYPE_F16) return (size_t)16 * c;
+  if (type == Q35_TYPE_F32) return (size_t)32 * c;
+  return (size_t)(c / Q8_CHUNKS) * Q8_BLOCK_BYTES + Q8_SCALE_BYTES + 8 * (c % Q8_CHUNKS);
+}
+
+/* Its last byte. */
+static inline size_t chunk_end(int type, int c) {
+  return chunk_off(type, c) + (type == Q35_TYPE_F32 ? 32 : type == Q35_TYPE_F16 ? 16 : 8) - 1;
+}
+
+/* Chunk c of a cache row as 8 floats. For Q8_0, c's block scale times its int8 values. */
+A2 static inline __attribute__((always_inline)) __m256 ld_chunk(const char *row, int c, const int type) {
+  if (type == Q35_TYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 16 * (size_t)c)));
+  if (type == Q35_TYPE_F32) return _mm256_loadu_ps((const float *)(const void *)(row + 32 * (size_t)c));
+  const char *b = row + (size_t)(c / Q8_CHUNKS) * Q8_BLOCK_BYTES;
+  uint16_t d;
+  memcpy(&d, b, sizeof d);
+  const __m128i q = _mm_loadl_epi64((const __m128i *)(b + Q8_SCALE_BYTES + 8 * (c % Q8_CHUNKS)));
+  const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+  return _mm256_mul_ps(x, _mm256_set1_ps(_cvtsh_ss(d)));
+}
+
+/* Scores of heads h0..h0+ng-1 at every position: sh[h][p] = dot(q_h, K[p]) * scale. */
+A2 static inline __attribute__((always_inline)) void scores(const q35_attn_job *j, const float *const *qh,
+                                                            float *const *sh, const int ng, const int type) {
+  const int hd = j->hd, np = j->npos, nc = hd / 8;
+  const int cpl = type == Q35_TYPE_Q8_0 ? Q8_CHUNKS : 1; /* chunks per load group (one Q8_0 block) */
+  const char *K = j->k;
+  const size_t rb = j->row_bytes, hb = q35_row_size(type, hd); /* the head's bytes in a row */
+  const __m256 scale = _mm256_set1_ps(j->scale);
+  for (int p = 0; p < np; p++) {
+    const char *kr = K + (size_t)p * rb;
+    if (p + KPF < np) { /* the row KPF positions ahead, one prefetch per cache line */
+      for (size_t i = 0; i < hb; i += LINE) _mm_prefetch(kr + (size_t)KPF * rb + i, _MM_HINT_T0);
+      _mm_prefetch(kr + (size_t)KPF * rb + hb - 1, _MM_HINT_T0);
+    }
+    __m256 acc[GMAX];
+#pragma GCC unroll 8
+    for (int h = 0; h < ng; h++) acc[h] = _mm256_setzero_ps();
+    for (int c = 0; c < nc; c += cpl) {
+#pragma GCC unroll 4
+      for (int u = 0; u < cpl; u++) {
+        const __m256 kv = ld_chunk(kr, c + u, type);
+#pragma GCC unroll 8
+        for (int h = 0; h < ng; h++) acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(qh[h] + 8 * (c + u)), kv, acc[h]);
+      }
+    }
+    if (ng == GMAX) {
+      float s[GMAX];
+      _mm256_storeu_ps(s, _mm256_mul_ps(hsum8(acc), scale));
+#pragma GCC unroll 8
+      for (int h = 0; h < ng; h++) sh[h][p] = s[h];
+    } else {
+#pragma GCC unroll 8
+      for (int h = 0; h < ng; h++) sh[h][p] = hsum(acc[h]) * j->scale;
+    }
+  }
+}
+/* s[0..np) <- softmax(s), normalized */
+A2 static void softmax(float *s, int np) {
+  __m256 m = _mm256_set1_ps(-INFINITY);
+  int p = 0;
+  for (; p + 8 <= np; p += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + p));
+  float mx = hmax(m);
+  for (; p < np; p++) mx = s[p] > mx ? s[p] : mx;
+  const __m256 vm = _mm256_set1_ps(mx);
+  __m256 sum = _mm256_setzero_ps();
+  for (p = 0; p < np; p += 8) {
+    const __m256i k = tail_mask(np - p);
+    const __m256 e = _mm256_and_ps(exp_neg(_mm256_sub_ps(_mm256_maskload_ps(s + p, k), vm)), _mm256_castsi256_ps(k));
+    _mm256_maskstore_ps(s + p, k, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  const __m256 inv = _mm256_set1_ps(1.0f / hsum(sum));
+  for (p = 0; p < np; p += 8) {
+    const __m256i k = tail_mask(np - p);
+    _mm256_maskstore_ps(s + p, k, _mm256_mul_ps(_mm256_maskload_ps(s + p, k), inv));
+  }
+}
+
+/* out[h][8c .. 8(c+nv)) += sum over p in [p0, p1) of w[h][p] V[p][same dims], for ng heads:
+ * ng x nv accumulators in registers, the V rows of the next block prefetched (the cache line
+ * where this pass's chunks end, when the previous pass ended in another one). */
+A2 static inline __attribute__((always_inline)) void v_pass(const q35_attn_job *j, int h0, const float *const *sh, int c,
+                                                            int p0, int p1, const int ng, const int nv, const int type) {
+  const char *V = j->v;
+  const size_t rb = j->row_bytes, end = chunk_end(type, c + nv - 1);
+  const int np = j->npos, pf = c == 0 || chunk_end(type, c - 1) / LINE != end / LINE;
+  __m256 a[GMAX][2];
+#pragma GCC unroll 8
+  for (int h = 0; h < ng; h++)
+#pragma GCC unroll 2
+    for (int u = 0; u < nv; u++) a[h][u] = _mm256_loadu_ps(j->out + (size_t)(h0 + h) * j->out_stride + 8 * (c + u));
+  for (int p = p0; p < p1; p++) {
+    const char *vr = V + (size_t)p * rb;
+    if (pf && p + PBLK < np) _mm_prefetch(vr + (size_t)PBLK * rb + end, _MM_HINT_T0); /* next block */
+    __m256 v[2];
+#pragma GCC unroll 2
+    for (int u = 0; u < nv; u++) v[u] = ld_chunk(vr, c + u, type);
+#pragma GCC unroll 8
+    for (int h = 0; h < ng; h++) {
+      const __m256 w = _mm256_broadcast_ss(sh[h] + p);
+#pragma GCC unroll 2
+      for (int u = 0; u < nv; u++) a[h][u] = _mm256_fmadd_ps(w, v[u], a[h][u]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int h = 0; h < ng; h++)
+#pragma GCC unroll 2
+    for (int u = 0; u < nv; u++) _mm256_storeu_ps(j->out + (size_t)(h0 + h) * j->out_stride + 8 * (c + u), a[h][u]);
+}
+
+/* The group's queries in the cache's dot type, as floats: rounded to fp16 (F16), quantized to
+ * Q8_0 and back (Q8_0, as ggml does), as they are (F32). */
+A2 static void queries(const q35_attn_job *j, int h0, int ng, int type) {
+  const int hd = j->hd;
+  uint8_t q8[Q35_ATTN_MAX_HEAD_DIM / Q8_BLOCK * Q8_BLOCK_BYTES];
+  for (int h = h0; h < h0 + ng; h++) {
+    float *q = (float *)j->qs + (size_t)h * hd;
+    const float *src = j->q + (size_t)h * j->q_stride;
+    if (type == Q35_TYPE_F16) {
+      for (int i = 0; i < hd; i += 8)
+        _mm256_storeu_ps(q + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT)));
+    } else if (type == Q35_TYPE_Q8_0) {
+      q35_quantize_row(Q35_TYPE_Q8_0, src, q8, hd);
+      q35_dequantize_row(Q35_TYPE_Q8_0, q8, q, hd);
+    } else {
+      memcpy(q, src, sizeof(float) * (size_t)hd);
+    }
+  }
+}
+
+/* heads h0..h0+ng-1 (ng <= GMAX) of a `type` cache, inlined into callers with a constant ng and
+ * type (see the file comment) */
+A2 static inline __attribute__((always_inline)) void heads_body(const q35_attn_job *j, int h0, const int ng, const int type) {
+  const int hd = j->hd, np = j->npos, nc = hd / 8;
+  const int nv = ng <= VWIDE_HEADS ? 2 : 1; /* 8-dim chunks per V pass */
+  const float *qh[GMAX];
+  float *sh[GMAX];
+  queries(j, h0, ng, type);
+  for (int h = 0; h < ng; h++) {
+    qh[h] = (const float *)j->qs + (size_t)(h0 + h) * hd;
+    sh[h] = j->sc + (size_t)(h0 + h) * j->sc_stride;
+  }
+  scores(j, qh, sh, ng, type);
+  for (int h = 0; h < ng; h++) softmax(sh[h], np);
+  for (int h = 0; h < ng; h++) memset(j->out + (size_t)(h0 + h) * j->out_stride, 0, sizeof(float) * (size_t)hd);
+  for (int p0 = 0; p0 < np; p0 += PBLK) {
+    const int p1 = np - p0 < PBLK ? np : p0 + PBLK;
+    int c = 0;
+    for (; c + nv <= nc; c += nv) v_pass(j, h0, (const float *const *)sh, c, p0, p1, ng, nv, type);
+    if (c < nc) v_pass(j, h0, (const float *const *)sh, c, p0, p1, ng, 1, type); /* a last 8-dim chunk */
+  }
+}
+
+/* One kernel per cache type: passes of 8, 4, 2 and 1 heads over the group. */
+#define ATTN_KERNEL(name, type)                                                              \
+  A2 static void name##8(const q35_attn_job *j, int h0) { heads_body(j, h0, 8, type); }      \
+  A2 static void name##4(const q35_attn_job *j, int h0) { heads_body(j, h0, 4, type); }      \
+  A2 static void name##2(const q35_attn_job *j, int h0) { heads_body(j, h0, 2, type); }      \
+  A2 static void name##1(const q35_attn_job *j, int h0) { heads_body(j, h0, 1, type); }      \
+  A2 static void name(const q35_attn_job *j) {                                               \
+    for (int h0 = 0; h0 < j->grp;) {                                                         \
+      const int left = j->grp - h0;                                                          \
+      if (left >= 8) name##8(j, h0), h0 += 8;                                                \
+      else if (left >= 4) name##4(j, h0), h0 += 4;                                           \
+      else if (left >= 2) name##2(j, h0), h0 += 2;                                           \
+      else name##1(j, h0), h0 += 1;                                                          \
+    }                                                                                        \
+  }
+ATTN_KERNEL(attn_f16, Q35_TYPE_F16)
+ATTN_KERNEL(attn_f32, Q35_TYPE_F32)
+ATTN_KERNEL(attn_q8_0, Q35_TYPE_Q8_0)
+
+void q35_attn_avx2(const q35_attn_job *j) {
+  if (j->type == Q35_TYPE_F16) attn_f16(j);
+  else if (j->type == Q35_TYPE_F32) attn_f32(j);
+  else attn_q8_0(j);
+}

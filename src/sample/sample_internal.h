@@ -79,8 +79,9 @@ struct q35_sampler {
  * in Horner form (fused); times 2^n built from the exponent bits (n >= -126 here, so the
  * factor is a normal float). Only fmaf, one subtraction, one product by a power of two and
  * a comparison: each is correctly rounded, so any faithful twin of this sequence (exp256 in
- * kernels_avx2.c, exp512 in kernels_avx512.c) gives the same bits. Accuracy is a few ulp, which only matters for the
- * statistics. Inline so that the scalar kernels and the reference inline it. */
+ * kernels_avx2.c, exp512 in kernels_avx512.c) gives the same bits. Accuracy is a few ulp,
+ * which only matters for the statistics. Inline so that the scalar kernels and the reference
+ * inline it. */
 
 #define EXP_LOG2E 1.44269504088896341f
 #define EXP_ROUND 0x1.8p23f
@@ -222,16 +223,16 @@ static inline int sample_kernel_level(q35_simd level) {
 
 static inline float k_scan(const q35_sampler *ws, const float *l, int32_t n, int32_t *bad) {
   return SAMPLE_DISPATCH(ws->simd, sample_scan_512(l, n, bad),
-                  sample_scan_avx2(l, n, bad), sample_scan_scalar(l, n, bad));
+                         sample_scan_avx2(l, n, bad), sample_scan_scalar(l, n, bad));
 }
 static inline int32_t k_find_eq(const q35_sampler *ws, const float *l, int32_t n, float v) {
   return SAMPLE_DISPATCH(ws->simd, sample_find_eq_512(l, n, v),
-                  sample_find_eq_avx2(l, n, v), sample_find_eq_scalar(l, n, v));
+                         sample_find_eq_avx2(l, n, v), sample_find_eq_scalar(l, n, v));
 }
 static inline int32_t k_filter_ge(const q35_sampler *ws, const float *l, int32_t n, float t,
                                   int32_t *ids) {
   return SAMPLE_DISPATCH(ws->simd, sample_filter_ge_512(l, n, t, ids),
-                  sample_filter_ge_avx2(l, n, t, ids),
+                         sample_filter_ge_avx2(l, n, t, ids),
                          sample_filter_ge_scalar(l, n, t, ids));
 }
 static inline void k_exp_row(const q35_sampler *ws, const float *l, int32_t n, float m, float temp,
@@ -249,24 +250,24 @@ static inline void k_block_sums(const q35_sampler *ws, const float *w, int32_t n
 static inline int32_t k_window(const q35_sampler *ws, const float *a, int32_t n, float lo,
                                float hi, float *out, u128 *m_above, u128 *m_in) {
   return SAMPLE_DISPATCH(ws->simd, sample_window_512(a, n, lo, hi, out, m_above, m_in),
-                  sample_window_avx2(a, n, lo, hi, out, m_above, m_in),
+                         sample_window_avx2(a, n, lo, hi, out, m_above, m_in),
                          sample_window_scalar(a, n, lo, hi, out, m_above, m_in));
 }
 static inline float k_scan_chunks(const q35_sampler *ws, const float *l, int32_t n, float *cmax,
                                   int32_t *bad) {
   return SAMPLE_DISPATCH(ws->simd, sample_scan_chunks_512(l, n, cmax, bad),
-                  sample_scan_chunks_avx2(l, n, cmax, bad),
+                         sample_scan_chunks_avx2(l, n, cmax, bad),
                          sample_scan_chunks_scalar(l, n, cmax, bad));
 }
 static inline u128 k_wsum_ge(const q35_sampler *ws, const float *a, int32_t n, float cut) {
   return SAMPLE_DISPATCH(ws->simd, sample_wsum_ge_512(a, n, cut),
-                  sample_wsum_ge_avx2(a, n, cut), sample_wsum_ge_scalar(a, n, cut));
+                         sample_wsum_ge_avx2(a, n, cut), sample_wsum_ge_scalar(a, n, cut));
 }
 static inline int32_t k_fused(const q35_sampler *ws, const float *l, int32_t n, float m,
                               float temp, float lo, float hi, u128 *bsum, int32_t *cstart,
                               u128 *total, float *cw) {
   return SAMPLE_DISPATCH(ws->simd, sample_fused_512(l, n, m, temp, lo, hi, bsum, cstart, total, cw),
-                  sample_fused_avx2(l, n, m, temp, lo, hi, bsum, cstart, total, cw),
+                         sample_fused_avx2(l, n, m, temp, lo, hi, bsum, cstart, total, cw),
                          sample_fused_scalar(l, n, m, temp, lo, hi, bsum, cstart, total, cw));
 }
 static inline void k_exp_array(q35_simd level, const float *x, float *y, int32_t n) {

@@ -23,6 +23,7 @@
 
 #include "base/cpu.h"
 #include "check.h"
+#include "sample/sample_internal.h"
 #include "sample/sampler.h"
 
 /* test-local generator (splitmix64) */
@@ -392,6 +393,135 @@ static void test_fused_topp(int n_rows) {
   for (int k = 0; k < nws; k++) q35_sampler_free(ws[k]);
 }
 
+/* ---- kernel twins ----
+ * Every row kernel of sample_internal.h at every SIMD level up to the active one, against the
+ * scalar kernel, bit for bit, on lengths 0 .. 80 (every tail) and a few block edges: rows from
+ * gen_row (ties, -inf, huge and tiny ranges), NaN and +inf at random places, weights with the
+ * edge values of W = trunc(w * 2^61) (0, 1, subnormals, 2^-61 and its neighbours). */
+
+#define TWIN_NMAX 5000
+
+static int twin_levels(q35_simd *lv) {
+  int n = 0;
+  lv[n++] = Q35_SIMD_SCALAR;
+  if (q35_simd_active() != Q35_SIMD_NEON)
+    for (int k = Q35_SIMD_AVX2; k <= (int)q35_simd_active(); k++) lv[n++] = (q35_simd)k;
+  return n;
+}
+
+static int32_t twin_len(int r) {
+  static const int32_t big[] = {127, 1000, 1023, 1024, 1025, 2047, 2049, 3000, TWIN_NMAX};
+  return r <= 80 ? r : big[r % (int)(sizeof big / sizeof big[0])];
+}
+
+static float twin_weight(void) {
+  switch (rnd() % 8) {
+  case 0: return 0.0f;
+  case 1: return 1.0f;
+  case 2: return ldexpf(1.0f + (float)(rnd() % 4) * 0x1p-23f, -61 - (int)(rnd() % 3));
+  case 3: return (float)unif() * FLT_MIN; /* subnormal */
+  case 4: return nextafterf(1.0f, 0.0f);
+  default: return (float)exp(-30.0 * unif());
+  }
+}
+
+static int same_floats(const float *a, const float *b, int32_t n) {
+  for (int32_t i = 0; i < n; i++)
+    if (fbits(a[i]) != fbits(b[i])) return 0;
+  return 1;
+}
+
+static int same_sums(const u128 *a, const u128 *b, int32_t n) {
+  for (int32_t i = 0; i < n; i++)
+    if (a[i] != b[i]) return 0;
+  return 1;
+}
+
+/* One row at one level (ws) against the scalar kernels (s0); buffers [0] scalar, [1] the level. */
+static void twin_check(const q35_sampler *ws, const q35_sampler *s0, const float *l, const float *wt,
+                       const float *xe, int32_t n, float temp, float *w[2], float *o[2], float *cm[2],
+                       int32_t *ids[2], int32_t *cst[2], u128 *bs[2]) {
+  const char *nm = q35_simd_name(ws->simd);
+  int32_t nb = (n + BLOCK - 1) / BLOCK, nch = (n + CHUNK - 1) / CHUNK, bad0, bad, c, c0;
+  float m0 = k_scan(s0, l, n, &bad0), m = k_scan(ws, l, n, &bad);
+  CHECK(fbits(m) == fbits(m0) && bad == bad0, "scan %s n=%d", nm, (int)n);
+  m0 = k_scan_chunks(s0, l, n, cm[0], &bad0);
+  m = k_scan_chunks(ws, l, n, cm[1], &bad);
+  CHECK(fbits(m) == fbits(m0) && bad == bad0, "scan_chunks %s n=%d", nm, (int)n);
+  if (bad0 < 0) CHECK(same_floats(cm[1], cm[0], nch), "scan_chunks maxima %s n=%d", nm, (int)n);
+  float t = n ? l[rnd() % (uint64_t)n] : 0.0f;
+  CHECK(k_find_eq(ws, l, n, t) == k_find_eq(s0, l, n, t), "find_eq %s n=%d", nm, (int)n);
+  CHECK(k_find_eq(ws, l, n, m0) == k_find_eq(s0, l, n, m0), "find_eq max %s n=%d", nm, (int)n);
+  c0 = k_filter_ge(s0, l, n, t, ids[0]);
+  c = k_filter_ge(ws, l, n, t, ids[1]);
+  CHECK(c == c0 && !memcmp(ids[1], ids[0], (size_t)c * 4), "filter_ge %s n=%d", nm, (int)n);
+  if (bad0 >= 0) return; /* the exp kernels see rows without NaN / +inf */
+  if (m0 == -INFINITY) m0 = 0.0f;
+  k_exp_row(s0, l, n, m0, temp, w[0], bs[0]);
+  k_exp_row(ws, l, n, m0, temp, w[1], bs[1]);
+  CHECK(same_floats(w[1], w[0], n) && same_sums(bs[1], bs[0], nb), "exp_row %s n=%d T=%g", nm,
+        (int)n, (double)temp);
+  float lo = n ? wt[rnd() % (uint64_t)n] : 0.0f, hi = n ? wt[rnd() % (uint64_t)n] : 0.0f;
+  if (lo > hi) { float x = lo; lo = hi; hi = x; }
+  if (rnd() % 5 == 0) hi = INFINITY;
+  k_block_sums(s0, wt, n, lo, bs[0]);
+  k_block_sums(ws, wt, n, lo, bs[1]);
+  CHECK(same_sums(bs[1], bs[0], nb), "block_sums %s n=%d", nm, (int)n);
+  CHECK(k_wsum_ge(ws, wt, n, lo) == k_wsum_ge(s0, wt, n, lo) &&
+            k_wsum_ge(ws, w[0], n, 0.0f) == k_wsum_ge(s0, w[0], n, 0.0f),
+        "wsum_ge %s n=%d", nm, (int)n);
+  u128 ab, in, ab0, in0, tot, tot0;
+  c0 = k_window(s0, wt, n, lo, hi, o[0], &ab0, &in0);
+  c = k_window(ws, wt, n, lo, hi, o[1], &ab, &in);
+  CHECK(c == c0 && same_floats(o[1], o[0], c) && ab == ab0 && in == in0, "window %s n=%d", nm,
+        (int)n);
+  lo = n ? w[0][rnd() % (uint64_t)n] : 0.0f, hi = n ? w[0][rnd() % (uint64_t)n] : 1.0f;
+  if (lo > hi) { float x = lo; lo = hi; hi = x; }
+  c0 = k_fused(s0, l, n, m0, temp, lo, hi, bs[0], cst[0], &tot0, o[0]);
+  c = k_fused(ws, l, n, m0, temp, lo, hi, bs[1], cst[1], &tot, o[1]);
+  CHECK(c == c0 && tot == tot0 && same_floats(o[1], o[0], c) && same_sums(bs[1], bs[0], nb) &&
+            !memcmp(cst[1], cst[0], (size_t)nb * 4),
+        "fused %s n=%d T=%g", nm, (int)n, (double)temp);
+  k_exp_array(Q35_SIMD_SCALAR, xe, o[0], n);
+  k_exp_array(ws->simd, xe, o[1], n);
+  CHECK(same_floats(o[1], o[0], n), "exp_array %s n=%d", nm, (int)n);
+}
+
+static void test_kernel_twins(int n_rows) {
+  q35_simd lv[3];
+  int nl = twin_levels(lv);
+  q35_sampler ks[3];
+  memset(ks, 0, sizeof ks);
+  for (int k = 0; k < nl; k++) ks[k].simd = lv[k];
+  size_t cap = TWIN_NMAX + SLACK;
+  float *l = malloc(cap * 4), *wt = malloc(cap * 4), *xe = malloc(cap * 4), *w[2], *o[2], *cm[2];
+  int32_t *ids[2], *cst[2];
+  u128 *bs[2];
+  for (int k = 0; k < 2; k++) {
+    w[k] = malloc(cap * 4), o[k] = malloc(cap * 4), cm[k] = malloc(cap * 4);
+    ids[k] = malloc(cap * 4), cst[k] = malloc(cap * 4), bs[k] = malloc(cap * sizeof(u128));
+  }
+  static const float temps[] = {1.0f, 0.7f, 0.5f, 3.0f, 1e-4f, 2.0f};
+  int bad_rows = 0;
+  for (int r = 0; r < n_rows; r++) {
+    int32_t n = twin_len(r % 90);
+    if (n > 0) gen_row(l, n);
+    if (n > 0 && r % 7 == 3) l[rnd() % (uint64_t)n] = rnd() % 2 ? NAN : INFINITY, bad_rows++;
+    for (int32_t i = 0; i < n; i++) wt[i] = twin_weight(), xe[i] = -(float)(90.0 * unif());
+    if (n > 2) xe[0] = -INFINITY, xe[1] = -87.0f, xe[2] = nextafterf(-87.0f, -INFINITY);
+    float temp = temps[rnd() % 6];
+    for (int k = 1; k < nl; k++) twin_check(&ks[k], &ks[0], l, wt, xe, n, temp, w, o, cm, ids, cst, bs);
+  }
+  printf("kernel twins: %d rows (%d with NaN / +inf), levels up to %s bit-identical to scalar\n",
+         n_rows, bad_rows, q35_simd_name(lv[nl - 1]));
+  for (int k = 0; k < 2; k++) {
+    free(w[k]), free(o[k]), free(cm[k]), free(ids[k]), free(cst[k]), free(bs[k]);
+  }
+  free(l);
+  free(wt);
+  free(xe);
+}
+
 /* ---- statistics ---- */
 
 /* The contract's distribution in double, with libm exp and sorting: an independent model. */
@@ -755,5 +885,6 @@ int main(void) {
   test_stats(sanitize ? 20000 : 200000);
   test_fast_vs_ref(sanitize ? 4000 : 100000);
   test_fused_topp(sanitize ? 40 : 200);
+  test_kernel_twins(sanitize ? 900 : 9000);
   return check_done("test_sampler");
 }

@@ -2,8 +2,9 @@
  * kernels_scalar.c - the one exp of the sampling head and its scalar row kernels: the maximum
  * scan (with the NaN / +inf check), the greedy search, threshold filters, exp of a row with
  * exact fixed-point block sums, the partition pass of the weighted selection and the one pass
- * of the top-p path. Each has an AVX-512 twin in kernels_avx512.c that gives identical
- * results; sample_internal.h dispatches between them by SIMD level.
+ * of the top-p path. Each has an AVX2 twin (kernels_avx2.c) and an AVX-512 twin
+ * (kernels_avx512.c) that give identical results; sample_internal.h dispatches between them
+ * by SIMD level.
  */
 #include "sample/sample_internal.h"
 

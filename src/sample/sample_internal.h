@@ -8,6 +8,7 @@
  *   top_p.c            the fast path's top-p: v* by weighted selection, keep-all rows, and
  *                      the one-pass top-p on large keep-all rows
  *   kernels_scalar.c   the one exp and the scalar row kernels
+ *   kernels_avx2.c     their AVX2 (+FMA) twins (same bits)
  *   kernels_avx512.c   their AVX-512 twins (same bits)
  *   rng.c              Philox4x32-10, the draw's uniform, OS-entropy seeds
  *
@@ -57,7 +58,7 @@ typedef struct { float v; int32_t id; } vid;
 
 struct q35_sampler {
   int32_t n_vocab;
-  q35_simd simd;   /* the level its kernels run at (sample_avx512 says which set that is) */
+  q35_simd simd;   /* the level its kernels run at (sample_kernel_level says which set) */
   float *lp;       /* penalized logits */
   int32_t *cnt;    /* per-token counts for the penalties (kept zero between calls) */
   float *w;        /* weights of the full row / candidate values */
@@ -77,9 +78,10 @@ struct q35_sampler {
  * constant; r = x - n ln2 (hi and lo parts, fused); exp(r) by a degree-7 Taylor polynomial
  * in Horner form (fused); times 2^n built from the exponent bits (n >= -126 here, so the
  * factor is a normal float). Only fmaf, one subtraction, one product by a power of two and
- * a comparison: each is correctly rounded, so any faithful twin of this sequence (exp512 in
- * kernels_avx512.c) gives the same bits. Accuracy is a few ulp, which only matters for the
- * statistics. Inline so that the scalar kernels and the reference inline it. */
+ * a comparison: each is correctly rounded, so any faithful twin of this sequence (exp256 in
+ * kernels_avx2.c, exp512 in kernels_avx512.c) gives the same bits. Accuracy is a few ulp,
+ * which only matters for the statistics. Inline so that the scalar kernels and the reference
+ * inline it. */
 
 #define EXP_LOG2E 1.44269504088896341f
 #define EXP_ROUND 0x1.8p23f
@@ -150,7 +152,7 @@ static inline int32_t block_end(int32_t b, int32_t size, int32_t n) {
 }
 
 /* ---- kernels, by level -------------------------------------------------------------------
- * Each scalar kernel has an AVX-512 twin that gives identical results (kernels_*.c). */
+ * Each scalar kernel has an AVX2 and an AVX-512 twin that give identical results (kernels_*.c). */
 
 float sample_scan_scalar(const float *l, int32_t n, int32_t *bad);
 int32_t sample_find_eq_scalar(const float *l, int32_t n, float v);
@@ -178,74 +180,99 @@ u128 sample_wsum_ge_512(const float *a, int32_t n, float cut);
 float sample_scan_chunks_512(const float *l, int32_t n, float *cmax, int32_t *bad);
 int32_t sample_fused_512(const float *l, int32_t n, float m, float temp, float lo, float hi,
                          u128 *bsum, int32_t *cstart, u128 *total, float *cw);
+float sample_scan_avx2(const float *l, int32_t n, int32_t *bad);
+int32_t sample_find_eq_avx2(const float *l, int32_t n, float v);
+int32_t sample_filter_ge_avx2(const float *l, int32_t n, float t, int32_t *ids);
+void sample_exp_row_avx2(const float *l, int32_t n, float m, float temp, float *w, u128 *bsum);
+void sample_block_sums_avx2(const float *w, int32_t n, float cut, u128 *bsum);
+int32_t sample_window_avx2(const float *a, int32_t n, float lo, float hi, float *out, u128 *m_above,
+                   u128 *m_in);
+void sample_exp_array_avx2(const float *x, float *y, int32_t n);
+u128 sample_wsum_ge_avx2(const float *a, int32_t n, float cut);
+float sample_scan_chunks_avx2(const float *l, int32_t n, float *cmax, int32_t *bad);
+int32_t sample_fused_avx2(const float *l, int32_t n, float m, float temp, float lo, float hi,
+                         u128 *bsum, int32_t *cstart, u128 *total, float *cw);
 #endif
 
-/* What runs at each level (base/cpu.h): Q35_SIMD_AVX512 runs the AVX-512 kernels;
- * Q35_SIMD_AVX2 runs the scalar twins (the sampler has no AVX2 kernels yet: issue 15 writes
- * them); Q35_SIMD_SCALAR and Q35_SIMD_NEON run the scalar kernels. */
-static inline int sample_avx512(q35_simd level) {
+/* Which kernel set runs at each level (base/cpu.h): Q35_SIMD_AVX512 the AVX-512 kernels,
+ * Q35_SIMD_AVX2 the AVX2 ones, Q35_SIMD_SCALAR and Q35_SIMD_NEON the scalar ones. */
+enum { SAMPLE_K_SCALAR = 0, SAMPLE_K_AVX2 = 1, SAMPLE_K_AVX512 = 2 };
+static inline int sample_kernel_level(q35_simd level) {
 #if Q35_SAMPLE_X86
   switch (level) {
-  case Q35_SIMD_AVX512: return 1;
-  case Q35_SIMD_AVX2: return 0; /* scalar twins until AVX2 kernels exist */
+  case Q35_SIMD_AVX512: return SAMPLE_K_AVX512;
+  case Q35_SIMD_AVX2: return SAMPLE_K_AVX2;
   case Q35_SIMD_SCALAR:
   case Q35_SIMD_NEON:
-  default: return 0;
+  default: return SAMPLE_K_SCALAR;
   }
 #else
   (void)level;
-  return 0;
+  return SAMPLE_K_SCALAR;
 #endif
 }
 
 #if Q35_SAMPLE_X86
-#define SAMPLE_DISPATCH(level, k512, kscalar) (sample_avx512(level) ? (k512) : (kscalar))
+#define SAMPLE_DISPATCH(level, k512, k256, kscalar)                                             \
+  (sample_kernel_level(level) == SAMPLE_K_AVX512 ? (k512)                                       \
+   : sample_kernel_level(level) == SAMPLE_K_AVX2 ? (k256)                                       \
+                                                 : (kscalar))
 #else
-#define SAMPLE_DISPATCH(level, k512, kscalar) (kscalar)
+#define SAMPLE_DISPATCH(level, k512, k256, kscalar) (kscalar)
 #endif
 
 static inline float k_scan(const q35_sampler *ws, const float *l, int32_t n, int32_t *bad) {
-  return SAMPLE_DISPATCH(ws->simd, sample_scan_512(l, n, bad), sample_scan_scalar(l, n, bad));
+  return SAMPLE_DISPATCH(ws->simd, sample_scan_512(l, n, bad),
+                         sample_scan_avx2(l, n, bad), sample_scan_scalar(l, n, bad));
 }
 static inline int32_t k_find_eq(const q35_sampler *ws, const float *l, int32_t n, float v) {
-  return SAMPLE_DISPATCH(ws->simd, sample_find_eq_512(l, n, v), sample_find_eq_scalar(l, n, v));
+  return SAMPLE_DISPATCH(ws->simd, sample_find_eq_512(l, n, v),
+                         sample_find_eq_avx2(l, n, v), sample_find_eq_scalar(l, n, v));
 }
 static inline int32_t k_filter_ge(const q35_sampler *ws, const float *l, int32_t n, float t,
                                   int32_t *ids) {
   return SAMPLE_DISPATCH(ws->simd, sample_filter_ge_512(l, n, t, ids),
+                         sample_filter_ge_avx2(l, n, t, ids),
                          sample_filter_ge_scalar(l, n, t, ids));
 }
 static inline void k_exp_row(const q35_sampler *ws, const float *l, int32_t n, float m, float temp,
                              float *w, u128 *bsum) {
   SAMPLE_DISPATCH(ws->simd, sample_exp_row_512(l, n, m, temp, w, bsum),
+                  sample_exp_row_avx2(l, n, m, temp, w, bsum),
                   sample_exp_row_scalar(l, n, m, temp, w, bsum));
 }
 static inline void k_block_sums(const q35_sampler *ws, const float *w, int32_t n, float cut,
                                 u128 *bsum) {
   SAMPLE_DISPATCH(ws->simd, sample_block_sums_512(w, n, cut, bsum),
+                  sample_block_sums_avx2(w, n, cut, bsum),
                   sample_block_sums_scalar(w, n, cut, bsum));
 }
 static inline int32_t k_window(const q35_sampler *ws, const float *a, int32_t n, float lo,
                                float hi, float *out, u128 *m_above, u128 *m_in) {
   return SAMPLE_DISPATCH(ws->simd, sample_window_512(a, n, lo, hi, out, m_above, m_in),
+                         sample_window_avx2(a, n, lo, hi, out, m_above, m_in),
                          sample_window_scalar(a, n, lo, hi, out, m_above, m_in));
 }
 static inline float k_scan_chunks(const q35_sampler *ws, const float *l, int32_t n, float *cmax,
                                   int32_t *bad) {
   return SAMPLE_DISPATCH(ws->simd, sample_scan_chunks_512(l, n, cmax, bad),
+                         sample_scan_chunks_avx2(l, n, cmax, bad),
                          sample_scan_chunks_scalar(l, n, cmax, bad));
 }
 static inline u128 k_wsum_ge(const q35_sampler *ws, const float *a, int32_t n, float cut) {
-  return SAMPLE_DISPATCH(ws->simd, sample_wsum_ge_512(a, n, cut), sample_wsum_ge_scalar(a, n, cut));
+  return SAMPLE_DISPATCH(ws->simd, sample_wsum_ge_512(a, n, cut),
+                         sample_wsum_ge_avx2(a, n, cut), sample_wsum_ge_scalar(a, n, cut));
 }
 static inline int32_t k_fused(const q35_sampler *ws, const float *l, int32_t n, float m,
                               float temp, float lo, float hi, u128 *bsum, int32_t *cstart,
                               u128 *total, float *cw) {
   return SAMPLE_DISPATCH(ws->simd, sample_fused_512(l, n, m, temp, lo, hi, bsum, cstart, total, cw),
+                         sample_fused_avx2(l, n, m, temp, lo, hi, bsum, cstart, total, cw),
                          sample_fused_scalar(l, n, m, temp, lo, hi, bsum, cstart, total, cw));
 }
 static inline void k_exp_array(q35_simd level, const float *x, float *y, int32_t n) {
-  SAMPLE_DISPATCH(level, sample_exp_array_512(x, y, n), sample_exp_array_scalar(x, y, n));
+  SAMPLE_DISPATCH(level, sample_exp_array_512(x, y, n),
+                  sample_exp_array_avx2(x, y, n), sample_exp_array_scalar(x, y, n));
 }
 
 /* ---- steps shared between files --------------------------------------------------------- */

@@ -13,6 +13,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #define Q35_CPU_X86 1
+#include <cpuid.h>
 #else
 #define Q35_CPU_X86 0
 #endif
@@ -36,11 +37,20 @@ static int runs(q35_simd best, q35_simd level) {
   return best != Q35_SIMD_NEON && level <= best;
 }
 
+#if Q35_CPU_X86
+/* F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c",
+ * and the fuzz build compiles this file with clang. */
+static int cpuid_f16c(void) {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1);
+}
+#endif
+
 static void detect(void) {
   q35_simd best = Q35_SIMD_SCALAR;
 #if Q35_CPU_X86
   __builtin_cpu_init();
-  const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_f16c();
   const int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                      __builtin_cpu_supports("avx512vnni");

@@ -17,6 +17,11 @@
 #else
 #define Q35_CPU_X86 0
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
 
 static const char *const level_names[] = {"scalar", "avx2", "avx512", "neon"};
 
@@ -46,6 +51,25 @@ static int cpuid_f16c(void) {
 }
 #endif
 
+#if defined(__aarch64__)
+/* dotprod / i8mm at run time: the kernel's hwcaps on Linux, sysctl on macOS (0 elsewhere). */
+static int arm_feature(q35_cpu_feature f) {
+#if defined(__linux__)
+  enum { HWCAP_DOTPROD_BIT = 20, HWCAP2_I8MM_BIT = 13 }; /* asm/hwcap.h: HWCAP_ASIMDDP, HWCAP2_I8MM */
+  if (f == Q35_CPU_DOTPROD) return (int)((getauxval(AT_HWCAP) >> HWCAP_DOTPROD_BIT) & 1);
+  return (int)((getauxval(AT_HWCAP2) >> HWCAP2_I8MM_BIT) & 1);
+#elif defined(__APPLE__)
+  int v = 0;
+  size_t len = sizeof v;
+  const char *name = f == Q35_CPU_DOTPROD ? "hw.optional.arm.FEAT_DotProd" : "hw.optional.arm.FEAT_I8MM";
+  return sysctlbyname(name, &v, &len, NULL, 0) == 0 && v;
+#else
+  (void)f;
+  return 0;
+#endif
+}
+#endif
+
 static void detect(void) {
   q35_simd best = Q35_SIMD_SCALAR;
 #if Q35_CPU_X86
@@ -59,7 +83,9 @@ static void detect(void) {
   g_cpu.features[Q35_CPU_AVX512_VBMI] = avx512 && __builtin_cpu_supports("avx512vbmi");
   g_cpu.features[Q35_CPU_AVX512_BF16] = avx512 && __builtin_cpu_supports("avx512bf16");
 #elif defined(__aarch64__)
-  best = Q35_SIMD_SCALAR; /* NEON kernels are not written yet */
+  best = Q35_SIMD_NEON; /* Advanced SIMD is mandatory on aarch64 */
+  g_cpu.features[Q35_CPU_DOTPROD] = arm_feature(Q35_CPU_DOTPROD);
+  g_cpu.features[Q35_CPU_I8MM] = arm_feature(Q35_CPU_I8MM);
 #endif
   g_cpu.best = best;
   g_cpu.active = best;
@@ -107,8 +133,19 @@ int q35_simd_parse(const char *name, q35_simd *out) {
 int q35_cpu_has(q35_cpu_feature f) {
   once();
   if ((unsigned)f >= Q35_CPU_FEATURE_COUNT) return 0;
-  if (g_cpu.active < Q35_SIMD_AVX512 || g_cpu.active == Q35_SIMD_NEON) return 0; /* both are AVX-512 features */
+  if (f == Q35_CPU_DOTPROD || f == Q35_CPU_I8MM) return g_cpu.active == Q35_SIMD_NEON && g_cpu.features[f];
+  if (g_cpu.active < Q35_SIMD_AVX512 || g_cpu.active == Q35_SIMD_NEON) return 0; /* AVX-512 features */
   return g_cpu.features[f];
+}
+
+const char *q35_simd_desc(void) {
+  once();
+  switch (g_cpu.active) {
+  case Q35_SIMD_NEON:
+    return q35_cpu_has(Q35_CPU_I8MM) ? (q35_cpu_has(Q35_CPU_DOTPROD) ? "neon+dotprod+i8mm" : "neon+i8mm")
+           : q35_cpu_has(Q35_CPU_DOTPROD) ? "neon+dotprod" : "neon";
+  default: return q35_simd_name(g_cpu.active);
+  }
 }
 
 int q35_cpu_check(q35_err *err) {
@@ -117,6 +154,11 @@ int q35_cpu_check(q35_err *err) {
   q35_simd want;
   if (q35_simd_parse(g_cpu.env, &want))
     return q35_seterr(err, "Q35_SIMD=%s is not a SIMD level (scalar, avx2, avx512, neon)", g_cpu.env);
+  const int want_arm = want == Q35_SIMD_NEON, here_arm = !Q35_CPU_X86;
+  if (want != Q35_SIMD_SCALAR && want_arm != here_arm)
+    return q35_seterr(err, "Q35_SIMD=%s: %s is an %s level; this is not an %s CPU (best level here: %s)", g_cpu.env,
+                      q35_simd_name(want), want_arm ? "aarch64" : "x86-64", want_arm ? "aarch64" : "x86-64",
+                      q35_simd_name(g_cpu.best));
   return q35_seterr(err, "Q35_SIMD=%s: this CPU does not support the %s level (best here: %s)", g_cpu.env,
                     q35_simd_name(want), q35_simd_name(g_cpu.best));
 }

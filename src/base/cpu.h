@@ -19,13 +19,15 @@ typedef enum q35_simd {
   Q35_SIMD_SCALAR = 0,
   Q35_SIMD_AVX2 = 1,   /* AVX2 + FMA + F16C */
   Q35_SIMD_AVX512 = 2, /* AVX-512 F/BW/VL/DQ/VNNI on top of the AVX2 level */
-  Q35_SIMD_NEON = 3,   /* aarch64 Advanced SIMD (reserved; no kernels yet) */
+  Q35_SIMD_NEON = 3,   /* aarch64 Advanced SIMD (dotprod / i8mm: features inside the level) */
 } q35_simd;
 
 /* Features kernels may branch on inside a level (each implies its level is supported). */
 typedef enum q35_cpu_feature {
   Q35_CPU_AVX512_VBMI, /* vpermb: the Q8_0Z Q4_0 kernels */
   Q35_CPU_AVX512_BF16,
+  Q35_CPU_DOTPROD, /* aarch64 SDOT/UDOT (FEAT_DotProd): the NEON integer dot products */
+  Q35_CPU_I8MM,    /* aarch64 SMMLA (FEAT_I8MM): the NEON 2 x 2 tiles */
   Q35_CPU_FEATURE_COUNT,
 } q35_cpu_feature;
 
@@ -41,6 +43,9 @@ const char *q35_simd_name(q35_simd level);
 int q35_simd_parse(const char *name, q35_simd *out);
 /* Has the CPU this feature (and is the active level at least the one the feature belongs to)? */
 int q35_cpu_has(q35_cpu_feature f);
+/* The active level for reports (q35 bench --json "simd"): the level's name, on aarch64 with the
+ * features the NEON kernels use: "neon", "neon+dotprod", "neon+dotprod+i8mm" (a static string). */
+const char *q35_simd_desc(void);
 /* 0, or -1 with a message naming the value when Q35_SIMD is unknown or names a level this CPU
  * lacks. */
 int q35_cpu_check(q35_err *err);

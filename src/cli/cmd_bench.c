@@ -138,7 +138,7 @@ int cmd_bench(int argc, char **argv) {
              "\"depth\": %d, \"threads\": %d, \"runs\": %d, \"load_s\": %.4f, \"session_bytes\": %zu, "
              "\"huge_mapped_bytes\": %lld, \"simd\": \"%s\"}\n",
              mpf, mdc, np, ng, depth, q35_model_n_threads(m), runs, load_s, q35_session_bytes(s),
-             q35_model_huge_bytes(m), q35_simd_name(q35_simd_active()));
+             q35_model_huge_bytes(m), q35_simd_desc());
     else
       printf("prefill %.2f tok/s, decode %.2f tok/s (median of %d; %d threads)\n", mpf, mdc, runs,
              q35_model_n_threads(m));

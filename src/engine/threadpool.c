@@ -4,8 +4,15 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <immintrin.h>
 #include <stdint.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
 
 /* one thread's share of a claim: [front, back) in chunks, packed front | back << 32 */
 typedef struct {
@@ -43,7 +50,7 @@ static void *worker(void *arg) {
     int spins = 0;
     while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && spins < 20000) {
       if (++spins % 64 == 0) sched_yield(); /* share the core when the machine is busy */
-      else _mm_pause();
+      else cpu_relax();
     }
     if (g == seen) {
       pthread_mutex_lock(&p->mu);
@@ -117,7 +124,7 @@ void q35_pool_run(q35_pool *p, q35_task_fn fn, void *ctx) {
   fn(ctx, 0, p->n);
   for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
     if (spins % 64 == 63) sched_yield();
-    else _mm_pause();
+    else cpu_relax();
   }
 }
 

@@ -8,7 +8,9 @@
 #define _GNU_SOURCE
 #include "export/hf.h"
 
-#include <malloc.h>
+#if defined(__GLIBC__)
+#include <malloc.h> /* malloc_trim */
+#endif
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,7 +229,9 @@ int q35_export_hf(const q35_export_opts *o, q35_export_stats *st, q35_err *err) 
   tok = NULL;
   free(tmpl);
   tmpl = NULL;
+#if defined(__GLIBC__)
   malloc_trim(0);
+#endif
   size_t maxbuf;
   int64_t maxrow;
   if (declare_tensors(w, &p, o->out, st, &maxbuf, &maxrow, err)) goto done;

@@ -8,7 +8,6 @@
  */
 #include "kernels/attn.h"
 
-#include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
@@ -16,6 +15,13 @@
 #include "base/util.h"
 #include "kernels/attn_internal.h"
 #include "kernels/quant.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define Q35_ATTN_X86 1
+#include <immintrin.h>
+#else
+#define Q35_ATTN_X86 0
+#endif
 
 /* ----------------------------------- F16 reference ----------------------------------- */
 
@@ -44,6 +50,7 @@ static void attn_f16_ref(const q35_attn_job *j) {
 }
 
 /* ----------------------------------- AVX-512 ----------------------------------- */
+#if Q35_ATTN_X86
 
 #define A5 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 
@@ -176,6 +183,8 @@ A5 static void attn_avx512(const q35_attn_job *j) {
   }
 }
 
+#endif /* Q35_ATTN_X86 */
+
 /* ----------------------------------- F32 / Q8_0 ----------------------------------- */
 
 /* Scores: the query converted to the cache's dot type (as ggml does for a q8_0 cache), one
@@ -274,6 +283,7 @@ static q35_simd f16_level(int hd) {
 const char *q35_attn_level(void) { return q35_simd_name(f16_level(16)); }
 
 void q35_attn(const q35_attn_job *j) {
+#if Q35_ATTN_X86
   if (j->type != Q35_TYPE_F16) {
     const q35_simd l = q35_simd_active();
     if ((l == Q35_SIMD_AVX2 || l == Q35_SIMD_AVX512) && j->hd % 8 == 0) q35_attn_avx2(j);
@@ -285,6 +295,10 @@ void q35_attn(const q35_attn_job *j) {
   case Q35_SIMD_AVX2: q35_attn_avx2(j); break;
   default: attn_f16_ref(j); break;
   }
+#else
+  if (j->type != Q35_TYPE_F16) attn_dot(j);
+  else attn_f16_ref(j);
+#endif
 }
 
 void q35_attn_ref(const q35_attn_job *j) {

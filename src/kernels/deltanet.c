@@ -2,11 +2,17 @@
  * one q35_simd_active() names taken (the reference where dk is not a multiple of 16). */
 #include "kernels/deltanet.h"
 
-#include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
 #include "base/cpu.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define Q35_DELTA_X86 1
+#include <immintrin.h>
+#else
+#define Q35_DELTA_X86 0
+#endif
 
 static float reduce16(float *a) {
   for (int w = 8; w >= 1; w /= 2)
@@ -33,6 +39,7 @@ void q35_delta_step_ref(float *S, int dv, int dk, const float *q, const float *k
   }
 }
 
+#if Q35_DELTA_X86
 __attribute__((target("avx2,fma"))) static inline float hsum_avx2(__m256 lo, __m256 hi) {
   __m256 s8 = _mm256_add_ps(lo, hi);                                                  /* i + (i+8) */
   __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));  /* + (i+4) */
@@ -102,12 +109,16 @@ __attribute__((target("avx512f,avx512dq,avx2,fma"))) static void delta_step_avx5
   }
 }
 
+#endif /* Q35_DELTA_X86 */
+
 void q35_delta_step(float *S, int dv, int dk, const float *q, const float *k, const float *v, float beta, float decay,
                     float *o) {
+#if Q35_DELTA_X86
   if (dk % 16 == 0) switch (q35_simd_active()) {
     case Q35_SIMD_AVX512: delta_step_avx512(S, dv, dk, q, k, v, beta, decay, o); return;
     case Q35_SIMD_AVX2: delta_step_avx2(S, dv, dk, q, k, v, beta, decay, o); return;
     default: break;
     }
+#endif
   q35_delta_step_ref(S, dv, dk, q, k, v, beta, decay, o);
 }

@@ -36,10 +36,11 @@ static void overlay(q35_kernels *dst, const q35_kernels *src) {
 int q35_kernels_get(q35_simd level, q35_kernels *out) {
   q35_kernels_ref(out);
   if (level == Q35_SIMD_SCALAR) return 0;
-  if (level != Q35_SIMD_AVX2 && level != Q35_SIMD_AVX512) return -1; /* no NEON kernels yet */
   if (!q35_simd_supported(level) || level > q35_simd_active()) return -1;
   q35_kernels k;
   memset(&k, 0, sizeof k);
+#if defined(__x86_64__) || defined(__i386__)
+  if (level != Q35_SIMD_AVX2 && level != Q35_SIMD_AVX512) return -1;
   q35_kernels_avx2(&k);
   overlay(out, &k);
   if (level == Q35_SIMD_AVX512) {
@@ -47,6 +48,13 @@ int q35_kernels_get(q35_simd level, q35_kernels *out) {
     q35_kernels_avx512(&k);
     overlay(out, &k);
   }
+#elif defined(__aarch64__)
+  if (level != Q35_SIMD_NEON) return -1;
+  q35_kernels_neon(&k);
+  overlay(out, &k);
+#else
+  return -1;
+#endif
   return 0;
 }
 
@@ -57,7 +65,7 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void dispatch_init(void) {
   q35_kernels_ref(&g_ref_kernels);
-  if (q35_kernels_get(q35_simd_active(), &g_kernels)) q35_kernels_ref(&g_kernels); /* NEON: no kernels yet */
+  if (q35_kernels_get(q35_simd_active(), &g_kernels)) q35_kernels_ref(&g_kernels);
 }
 
 static inline const q35_kernels *kern(void) {

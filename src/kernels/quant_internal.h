@@ -9,6 +9,7 @@
  *   act_layout.c        Q8_0X / Q8_0Y / Q8_0Z rows: scalar pack and unpack
  *   quant_avx2.c        the AVX2 level        } both built from the 256-bit kernel templates
  *   quant_avx512.c      the AVX-512 level     } in quant_256*.inc, plus 512-bit kernels here
+ *   quant_neon.c        the aarch64 NEON level (dotprod / i8mm variants chosen at run time)
  */
 #ifndef Q35_QUANT_INTERNAL_H
 #define Q35_QUANT_INTERNAL_H
@@ -62,6 +63,7 @@ void q35_kernels_weight_quantizers(q35_kernels *k); /* quantize_weights.c: quant
 void q35_kernels_act_layouts(q35_kernels *k);      /* act_layout.c: Q8_0X/Y/Z quantize[], dequantize[] */
 void q35_kernels_avx2(q35_kernels *k);             /* quant_avx2.c: AVX2 + FMA + F16C */
 void q35_kernels_avx512(q35_kernels *k);           /* quant_avx512.c: AVX-512 F/BW/VL/DQ/VNNI (+ VBMI) */
+void q35_kernels_neon(q35_kernels *k);             /* quant_neon.c: aarch64 NEON (+ dotprod, i8mm) */
 
 /* Scalar helpers the SIMD files share with the reference for exactness at edge cases. */
 void q35_quantize_q8_0_block_ref(const float *x, blk_q8_0 *y);

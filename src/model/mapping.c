@@ -114,7 +114,11 @@ static int small_ranges(const gguf_file *f, size_t lo, size_t hi, ranges *r) {
  * has mapped, or dirty ones, stay as they are (fadvise leaves them). */
 static void reread_range(const gguf_file *f, int fd, size_t off, size_t len) {
   madvise((void *)(f->map + off), len, MADV_DONTNEED); /* our PTEs only; a shared file map keeps its data */
+#ifdef POSIX_FADV_DONTNEED
   posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+#else
+  (void)fd;
+#endif
 #ifdef MADV_POPULATE_READ
   if (madvise((void *)(f->map + off), len, MADV_POPULATE_READ) == 0) return;
 #endif
@@ -139,7 +143,11 @@ static void reread_range(const gguf_file *f, int fd, size_t off, size_t len) {
  * keeps the large folios for later loads, so this happens once per file and eviction). */
 long long q35_map_prefault(const gguf_file *f, int huge, int progress) {
   const size_t size = f->size;
+#ifdef MADV_HUGEPAGE
   if (huge) madvise((void *)f->map, size, MADV_HUGEPAGE);
+#else
+  huge = 0; /* no transparent huge pages here (macOS): the populate below is all there is */
+#endif
 #ifdef MADV_POPULATE_READ
   if (madvise((void *)f->map, size, MADV_POPULATE_READ) != 0)
 #endif
@@ -194,7 +202,14 @@ long long q35_map_prefault(const gguf_file *f, int huge, int progress) {
  * 2 MiB pages (q35_map_prefault) decodes at least as fast, without the copy. */
 int q35_map_into_memory(gguf_file *f, const char *path, q35_err *err) {
   const size_t size = f->size;
+#if defined(__linux__)
   uint8_t *a = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+#else
+  /* no mremap (macOS): anonymous memory over the file mapping's address at once (MAP_FIXED
+   * replaces it), read into there */
+  uint8_t *a = mmap((void *)(uintptr_t)f->map, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                    -1, 0);
+#endif
   if (a == MAP_FAILED) {
     q35_seterr(err, "%s: cannot allocate %.2f GiB to read the weights into memory (no_mmap)", path,
                (double)size / (1u << 30));
@@ -218,7 +233,12 @@ int q35_map_into_memory(gguf_file *f, const char *path, q35_err *err) {
     return -1;
   }
   if (mprotect(a, size, PROT_READ) != 0 ||
-      mremap(a, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)(uintptr_t)f->map) == MAP_FAILED) {
+#if defined(__linux__)
+      mremap(a, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)(uintptr_t)f->map) == MAP_FAILED
+#else
+      a != f->map
+#endif
+  ) {
     munmap(a, size);
     q35_seterr(err, "%s: cannot move the weights read into memory over the file mapping", path);
     return -1;

@@ -6,7 +6,7 @@
  * JSON client can echo it exactly.
  */
 #include <fcntl.h>
-#include <sys/random.h>
+#include <sys/random.h> /* getrandom (Linux), getentropy (macOS) */
 #include <time.h>
 #include <unistd.h>
 
@@ -53,7 +53,11 @@ uint64_t q35_draw_u53(uint64_t seed, uint64_t n) {
 
 uint64_t q35_random_seed(void) {
   uint64_t x = 0;
+#if defined(__linux__)
   ssize_t got = getrandom(&x, sizeof x, 0);
+#else
+  ssize_t got = getentropy(&x, sizeof x) == 0 ? (ssize_t)sizeof x : -1;
+#endif
   if (got != (ssize_t)sizeof x) {
     int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
     if (fd < 0 || read(fd, &x, sizeof x) != (ssize_t)sizeof x) {

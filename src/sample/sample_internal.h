@@ -218,7 +218,7 @@ static inline int sample_kernel_level(q35_simd level) {
    : sample_kernel_level(level) == SAMPLE_K_AVX2 ? (k256)                                       \
                                                  : (kscalar))
 #else
-#define SAMPLE_DISPATCH(level, k512, k256, kscalar) (kscalar)
+#define SAMPLE_DISPATCH(level, k512, k256, kscalar) ((void)(level), (kscalar))
 #endif
 
 static inline float k_scan(const q35_sampler *ws, const float *l, int32_t n, int32_t *bad) {

@@ -404,7 +404,8 @@ static void test_fused_topp(int n_rows) {
 static int twin_levels(q35_simd *lv) {
   int n = 0;
   lv[n++] = Q35_SIMD_SCALAR;
-  if (q35_simd_active() != Q35_SIMD_NEON)
+  if (q35_simd_active() == Q35_SIMD_NEON) lv[n++] = Q35_SIMD_NEON;
+  else
     for (int k = Q35_SIMD_AVX2; k <= (int)q35_simd_active(); k++) lv[n++] = (q35_simd)k;
   return n;
 }

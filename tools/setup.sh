@@ -11,5 +11,7 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   bash tools/install-deps.sh nodejs npm
 fi
 bash tools/setup-peers.sh
+# the aarch64 cross toolchain, qemu-user-static and the arm64 libraries (tests/test_aarch64.sh)
+bash tools/build-aarch64.sh --deps-only
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"

@@ -25,7 +25,8 @@ if [ "${Q35_SKIP_SANITIZE:-0}" != 1 ]; then
   #   test_fuzz_replay: the fuzz targets are ASan+UBSan builds already (it skips itself there too).
   #   test_sampler@*, test_parity_llama@*: the slowest per-level variants; the sanitizer run keeps
   #     the kernel, attention, engine and invariance tests' variants (each level's own code paths).
-  exclude="^(test_fuzz_replay|test_sampler@.*|test_parity_llama@.*)$"
+  #   test_aarch64: the emulated aarch64 build, which does not depend on the x86 build's flags.
+  exclude="^(test_fuzz_replay|test_sampler@.*|test_parity_llama@.*|test_aarch64)$"
   Q35_SANITIZE_RUN=1 \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

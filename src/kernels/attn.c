@@ -4,7 +4,7 @@
  * Three cache types, one job: F16 (the default cache) has a fast AVX-512 kernel (here), an AVX2
  * one (attn_avx2.c) and its scalar reference; F32 and Q8_0 have the AVX2 kernel, a portable one
  * through q35_vec_dot (whose SIMD level kernels/quant.c picks) and a plain double-precision
- * reference of their own.
+ * reference of their own. On aarch64 the NEON kernel (attn_neon.c) takes all three types.
  */
 #include "kernels/attn.h"
 
@@ -277,6 +277,7 @@ static q35_simd f16_level(int hd) {
   const q35_simd l = q35_simd_active();
   if (l == Q35_SIMD_AVX512 && hd % 16 == 0) return Q35_SIMD_AVX512;
   if ((l == Q35_SIMD_AVX512 || l == Q35_SIMD_AVX2) && hd % 8 == 0) return Q35_SIMD_AVX2;
+  if (l == Q35_SIMD_NEON && hd % 8 == 0) return Q35_SIMD_NEON;
   return Q35_SIMD_SCALAR;
 }
 
@@ -296,7 +297,8 @@ void q35_attn(const q35_attn_job *j) {
   default: attn_f16_ref(j); break;
   }
 #else
-  if (j->type != Q35_TYPE_F16) attn_dot(j);
+  if (q35_simd_active() == Q35_SIMD_NEON && j->hd % 8 == 0) q35_attn_neon(j);
+  else if (j->type != Q35_TYPE_F16) attn_dot(j);
   else attn_f16_ref(j);
 #endif
 }

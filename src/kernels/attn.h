@@ -51,8 +51,8 @@ typedef struct {
 
 void q35_attn(const q35_attn_job *j);
 void q35_attn_ref(const q35_attn_job *j);
-/* "avx512", "avx2" or "scalar": which path q35_attn takes for an F16 cache with a head dim that
- * is a multiple of 16 (Q35_SIMD lowers it). */
+/* "avx512", "avx2", "neon" or "scalar": which path q35_attn takes for an F16 cache with a head
+ * dim that is a multiple of 16 (Q35_SIMD lowers it). */
 const char *q35_attn_level(void);
 
 #endif

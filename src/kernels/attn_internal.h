@@ -19,5 +19,7 @@ static const float attn_exp2_taylor[ATTN_EXP2_DEGREE + 1] = {
 
 /* AVX2 + FMA + F16C, every cache type; needs hd % 8 == 0 (attn_avx2.c). */
 void q35_attn_avx2(const q35_attn_job *j);
+/* aarch64 NEON, every cache type; needs hd % 8 == 0 (attn_neon.c). */
+void q35_attn_neon(const q35_attn_job *j);
 
 #endif

@@ -10,6 +10,7 @@
  *   kernels_scalar.c   the one exp and the scalar row kernels
  *   kernels_avx2.c     their AVX2 (+FMA) twins (same bits)
  *   kernels_avx512.c   their AVX-512 twins (same bits)
+ *   kernels_neon.c     their aarch64 NEON twins (same bits)
  *   rng.c              Philox4x32-10, the draw's uniform, OS-entropy seeds
  *
  * The exactness recipe (why the fast path and the reference agree bit for bit) is written out
@@ -194,85 +195,112 @@ int32_t sample_fused_avx2(const float *l, int32_t n, float m, float temp, float 
                          u128 *bsum, int32_t *cstart, u128 *total, float *cw);
 #endif
 
+#if defined(__aarch64__)
+float sample_scan_neon(const float *l, int32_t n, int32_t *bad);
+int32_t sample_find_eq_neon(const float *l, int32_t n, float v);
+int32_t sample_filter_ge_neon(const float *l, int32_t n, float t, int32_t *ids);
+void sample_exp_row_neon(const float *l, int32_t n, float m, float temp, float *w, u128 *bsum);
+void sample_block_sums_neon(const float *w, int32_t n, float cut, u128 *bsum);
+int32_t sample_window_neon(const float *a, int32_t n, float lo, float hi, float *out, u128 *m_above,
+                           u128 *m_in);
+void sample_exp_array_neon(const float *x, float *y, int32_t n);
+u128 sample_wsum_ge_neon(const float *a, int32_t n, float cut);
+float sample_scan_chunks_neon(const float *l, int32_t n, float *cmax, int32_t *bad);
+int32_t sample_fused_neon(const float *l, int32_t n, float m, float temp, float lo, float hi,
+                          u128 *bsum, int32_t *cstart, u128 *total, float *cw);
+#endif
+
 /* Which kernel set runs at each level (base/cpu.h): Q35_SIMD_AVX512 the AVX-512 kernels,
- * Q35_SIMD_AVX2 the AVX2 ones, Q35_SIMD_SCALAR and Q35_SIMD_NEON the scalar ones. */
-enum { SAMPLE_K_SCALAR = 0, SAMPLE_K_AVX2 = 1, SAMPLE_K_AVX512 = 2 };
+ * Q35_SIMD_AVX2 the AVX2 ones, Q35_SIMD_NEON the NEON ones, Q35_SIMD_SCALAR the scalar ones.
+ * SAMPLE_DISPATCH(level, k512, k256, kneon, kscalar) evaluates the one call this build has
+ * (the other architecture's calls are not compiled). */
+enum { SAMPLE_K_SCALAR = 0, SAMPLE_K_AVX2 = 1, SAMPLE_K_AVX512 = 2, SAMPLE_K_NEON = 3 };
 static inline int sample_kernel_level(q35_simd level) {
-#if Q35_SAMPLE_X86
   switch (level) {
+#if Q35_SAMPLE_X86
   case Q35_SIMD_AVX512: return SAMPLE_K_AVX512;
   case Q35_SIMD_AVX2: return SAMPLE_K_AVX2;
-  case Q35_SIMD_SCALAR:
-  case Q35_SIMD_NEON:
+#elif defined(__aarch64__)
+  case Q35_SIMD_NEON: return SAMPLE_K_NEON;
+#endif
   default: return SAMPLE_K_SCALAR;
   }
-#else
-  (void)level;
-  return SAMPLE_K_SCALAR;
-#endif
 }
 
 #if Q35_SAMPLE_X86
-#define SAMPLE_DISPATCH(level, k512, k256, kscalar)                                             \
+#define SAMPLE_DISPATCH(level, k512, k256, kneon, kscalar)                                      \
   (sample_kernel_level(level) == SAMPLE_K_AVX512 ? (k512)                                       \
    : sample_kernel_level(level) == SAMPLE_K_AVX2 ? (k256)                                       \
                                                  : (kscalar))
+#elif defined(__aarch64__)
+#define SAMPLE_DISPATCH(level, k512, k256, kneon, kscalar)                                      \
+  (sample_kernel_level(level) == SAMPLE_K_NEON ? (kneon) : (kscalar))
 #else
-#define SAMPLE_DISPATCH(level, k512, k256, kscalar) ((void)(level), (kscalar))
+#define SAMPLE_DISPATCH(level, k512, k256, kneon, kscalar) ((void)(level), (kscalar))
 #endif
 
 static inline float k_scan(const q35_sampler *ws, const float *l, int32_t n, int32_t *bad) {
   return SAMPLE_DISPATCH(ws->simd, sample_scan_512(l, n, bad),
-                         sample_scan_avx2(l, n, bad), sample_scan_scalar(l, n, bad));
+                         sample_scan_avx2(l, n, bad), sample_scan_neon(l, n, bad),
+                         sample_scan_scalar(l, n, bad));
 }
 static inline int32_t k_find_eq(const q35_sampler *ws, const float *l, int32_t n, float v) {
   return SAMPLE_DISPATCH(ws->simd, sample_find_eq_512(l, n, v),
-                         sample_find_eq_avx2(l, n, v), sample_find_eq_scalar(l, n, v));
+                         sample_find_eq_avx2(l, n, v), sample_find_eq_neon(l, n, v),
+                         sample_find_eq_scalar(l, n, v));
 }
 static inline int32_t k_filter_ge(const q35_sampler *ws, const float *l, int32_t n, float t,
                                   int32_t *ids) {
   return SAMPLE_DISPATCH(ws->simd, sample_filter_ge_512(l, n, t, ids),
                          sample_filter_ge_avx2(l, n, t, ids),
+                         sample_filter_ge_neon(l, n, t, ids),
                          sample_filter_ge_scalar(l, n, t, ids));
 }
 static inline void k_exp_row(const q35_sampler *ws, const float *l, int32_t n, float m, float temp,
                              float *w, u128 *bsum) {
   SAMPLE_DISPATCH(ws->simd, sample_exp_row_512(l, n, m, temp, w, bsum),
                   sample_exp_row_avx2(l, n, m, temp, w, bsum),
+                  sample_exp_row_neon(l, n, m, temp, w, bsum),
                   sample_exp_row_scalar(l, n, m, temp, w, bsum));
 }
 static inline void k_block_sums(const q35_sampler *ws, const float *w, int32_t n, float cut,
                                 u128 *bsum) {
   SAMPLE_DISPATCH(ws->simd, sample_block_sums_512(w, n, cut, bsum),
                   sample_block_sums_avx2(w, n, cut, bsum),
+                  sample_block_sums_neon(w, n, cut, bsum),
                   sample_block_sums_scalar(w, n, cut, bsum));
 }
 static inline int32_t k_window(const q35_sampler *ws, const float *a, int32_t n, float lo,
                                float hi, float *out, u128 *m_above, u128 *m_in) {
   return SAMPLE_DISPATCH(ws->simd, sample_window_512(a, n, lo, hi, out, m_above, m_in),
                          sample_window_avx2(a, n, lo, hi, out, m_above, m_in),
+                         sample_window_neon(a, n, lo, hi, out, m_above, m_in),
                          sample_window_scalar(a, n, lo, hi, out, m_above, m_in));
 }
 static inline float k_scan_chunks(const q35_sampler *ws, const float *l, int32_t n, float *cmax,
                                   int32_t *bad) {
   return SAMPLE_DISPATCH(ws->simd, sample_scan_chunks_512(l, n, cmax, bad),
                          sample_scan_chunks_avx2(l, n, cmax, bad),
+                         sample_scan_chunks_neon(l, n, cmax, bad),
                          sample_scan_chunks_scalar(l, n, cmax, bad));
 }
 static inline u128 k_wsum_ge(const q35_sampler *ws, const float *a, int32_t n, float cut) {
   return SAMPLE_DISPATCH(ws->simd, sample_wsum_ge_512(a, n, cut),
-                         sample_wsum_ge_avx2(a, n, cut), sample_wsum_ge_scalar(a, n, cut));
+                         sample_wsum_ge_avx2(a, n, cut), sample_wsum_ge_neon(a, n, cut),
+                         sample_wsum_ge_scalar(a, n, cut));
 }
 static inline int32_t k_fused(const q35_sampler *ws, const float *l, int32_t n, float m,
                               float temp, float lo, float hi, u128 *bsum, int32_t *cstart,
                               u128 *total, float *cw) {
   return SAMPLE_DISPATCH(ws->simd, sample_fused_512(l, n, m, temp, lo, hi, bsum, cstart, total, cw),
                          sample_fused_avx2(l, n, m, temp, lo, hi, bsum, cstart, total, cw),
+                         sample_fused_neon(l, n, m, temp, lo, hi, bsum, cstart, total, cw),
                          sample_fused_scalar(l, n, m, temp, lo, hi, bsum, cstart, total, cw));
 }
 static inline void k_exp_array(q35_simd level, const float *x, float *y, int32_t n) {
   SAMPLE_DISPATCH(level, sample_exp_array_512(x, y, n),
-                  sample_exp_array_avx2(x, y, n), sample_exp_array_scalar(x, y, n));
+                  sample_exp_array_avx2(x, y, n), sample_exp_array_neon(x, y, n),
+                  sample_exp_array_scalar(x, y, n));
 }
 
 /* ---- steps shared between files --------------------------------------------------------- */

@@ -8,8 +8,11 @@
 # reference), checking that each model got the variant it should ("simd" of the dispatch), and
 # tiny-model logits (f32, q8_0, q4_0, q4_k_m weights) against the x86 llama.cpp peer's logits of
 # the same file computed natively (tests/peer/llama_peer, tolerances of test_parity_llama.sh).
-# Once, on `max`: the attention and sampling-head twins (test_attn, test_sampler) and the
-# invariance test (tests/test_invariance.sh with Q35 = the emulated binary). The tests see
+# Once, on `max`: the attention and sampling-head twins (test_attn, test_sampler), the
+# invariance test (tests/test_invariance.sh with Q35 = the emulated binary) and one smoke test
+# against llama.cpp's own arm64 build (.peer/llama-arm64 from tools/setup-peers.sh, or
+# Q35_ARM64_PEER=DIR; skipped when absent): tests/peer/llama_peer.c cross-compiled against it,
+# its q8_0-model logits under qemu against the emulated q35's. The tests see
 # Q35_EMULATED=1 (smaller grids: qemu is 10-50x slower). The CPU models run in parallel.
 # Skips (exit 77) when the cross compiler, qemu-user-static or the arm64 libraries are absent
 # (tools/setup.sh installs them; .ci/run runs it). Q35_AARCH64_CPUS overrides the models.
@@ -19,6 +22,7 @@ BUILD=${Q35_BUILD:-$SRC/build}
 A=${Q35_AARCH64_BUILD:-$SRC/build-aarch64}
 PEER=${LLAMA_PEER:-$BUILD/tests/peer/llama_peer}
 PY=/usr/bin/python3
+ARM64_PEER=${Q35_ARM64_PEER:-$SRC/.peer/llama-arm64}/bins/linux-arm64
 CPUS=${Q35_AARCH64_CPUS:-cortex-a53 neoverse-n1 max}
 
 for tool in aarch64-linux-gnu-gcc qemu-aarch64-static; do
@@ -82,6 +86,28 @@ else
   echo "note: no x86 build with the llama.cpp peer ($PEER): the logits comparison is skipped"
 fi
 
+# llama.cpp's arm64 build under qemu against the emulated q35 (logits of $W/max.moe_q8_0.bin)
+arm64_peer_smoke() {
+  if [ ! -f "$ARM64_PEER/libllama.v0.5.0.so" ]; then
+    echo "arm64 llama.cpp smoke: skipped ($ARM64_PEER not installed)"
+    return 0
+  fi
+  if ! aarch64-linux-gnu-gcc -O2 -std=gnu11 -DLLAMA_PEER_BACKEND_DIR="\"$ARM64_PEER\"" "$SRC/tests/peer/llama_peer.c" \
+    -o "$W/llama_peer_arm64" -L"$ARM64_PEER" -l:libllama.v0.5.0.so -l:libggml.v0.5.0.so -l:libggml-base.so -lm \
+    -Wl,-rpath,"$ARM64_PEER" 2>"$W/peer_arm64.log"; then
+    echo "FAIL: arm64 llama_peer does not build: $(tail -3 "$W/peer_arm64.log")"
+    return 1
+  fi
+  if ! Q35_QEMU_CPU=max bash "$QEMU" "$W/llama_peer_arm64" logits -m "$W/moe_q8_0.gguf" --tokens "$toks" --all -t 1 \
+    --kv f32 --flash 0 -o "$W/arm64_peer.bin" 2>"$W/peer_arm64.log"; then
+    echo "FAIL: arm64 llama_peer logits failed: $(tail -3 "$W/peer_arm64.log")"
+    return 1
+  fi
+  "$PY" "$SRC/tests/tools/compare_logits.py" "$W/max.moe_q8_0.bin" "$W/arm64_peer.bin" --vocab 2048 --quant --tol 0.5 \
+    --mean-tol 2e-2 --tie 5e-2 --first-tol 1e-4 --label "arm64 llama.cpp vs q35 (max) moe_q8_0" 2>&1 ||
+    { echo "FAIL: logits differ from the arm64 llama.cpp"; return 1; }
+}
+
 # per_cpu CPU: everything for one CPU model, its report in $W/CPU.out, failures counted in $W/CPU.fails
 per_cpu() {
   local cpu=$1 nf=0 t
@@ -128,6 +154,7 @@ per_cpu() {
       echo "FAIL: $cpu test_invariance:" >>"$out"; grep -m5 FAIL "$W/$cpu.inv.log" >>"$out"; nf=$((nf + 1))
     fi
   fi
+  if [ "$cpu" = max ] && [ $have_peer = 1 ]; then arm64_peer_smoke >>"$out" || nf=$((nf + 1)); fi
   echo "$cpu: $(($(date +%s) - s)) s" >>"$out"
   echo $nf >"$W/$cpu.fails"
 }

@@ -2,6 +2,8 @@
 # Installs the independent references the tests compare against (never vendored):
 #   .peer/llama/        prebuilt llama.cpp (npm @node-llama-cpp/linux-x64@3.22.1, commit 0ad4a86)
 #   tests/node_modules  HF tokenizers, Qwen3 tokenizer files, HF jinja, OpenAI client
+#   .peer/llama-arm64/  the same llama.cpp release for aarch64 (npm @node-llama-cpp/linux-arm64@3.22.1),
+#                       run under qemu by tests/test_aarch64.sh (one smoke comparison)
 # Idempotent: does nothing for the parts already present.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -11,6 +13,13 @@ if [ ! -f .peer/llama/bins/linux-x64/libllama.v0.5.0.so ]; then
   tmp=$(mktemp -d)
   (cd "$tmp" && npm pack --silent @node-llama-cpp/linux-x64@3.22.1 >/dev/null)
   tar -xzf "$tmp"/*.tgz -C .peer/llama --strip-components=1
+  rm -rf "$tmp"
+fi
+if [ ! -f .peer/llama-arm64/bins/linux-arm64/libllama.v0.5.0.so ]; then
+  rm -rf .peer/llama-arm64 && mkdir -p .peer/llama-arm64
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent @node-llama-cpp/linux-arm64@3.22.1 >/dev/null)
+  tar -xzf "$tmp"/*.tgz -C .peer/llama-arm64 --strip-components=1
   rm -rf "$tmp"
 fi
 if [ ! -d tests/node_modules/tokenizers ] || [ ! -d tests/node_modules/openai ]; then

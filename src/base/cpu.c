@@ -142,8 +142,9 @@ const char *q35_simd_desc(void) {
   once();
   switch (g_cpu.active) {
   case Q35_SIMD_NEON:
-    return q35_cpu_has(Q35_CPU_I8MM) ? (q35_cpu_has(Q35_CPU_DOTPROD) ? "neon+dotprod+i8mm" : "neon+i8mm")
-           : q35_cpu_has(Q35_CPU_DOTPROD) ? "neon+dotprod" : "neon";
+    /* the kernels take the i8mm tiles only with dotprod (quant_neon.c) */
+    if (!q35_cpu_has(Q35_CPU_DOTPROD)) return "neon";
+    return q35_cpu_has(Q35_CPU_I8MM) ? "neon+dotprod+i8mm" : "neon+dotprod";
   default: return q35_simd_name(g_cpu.active);
   }
 }

@@ -21,6 +21,22 @@
 #include <float.h>
 #include <math.h>
 
+/* The extensions' target attributes: GCC names an architecture with them (its arm_neon.h guards
+ * the intrinsics with "arch=armv8.2-a+..."), clang the features. Clang before 16 declares the
+ * SDOT / SMMLA intrinsics only for a whole-file -march: there the base kernels stand in. */
+#if defined(__clang__) && __clang_major__ < 16
+#define Q35_NEON_EXT 0
+#else
+#define Q35_NEON_EXT 1
+#endif
+#if defined(__clang__)
+#define Q35_TARGET_DOTPROD __attribute__((target("dotprod")))
+#define Q35_TARGET_I8MM __attribute__((target("dotprod,i8mm")))
+#else
+#define Q35_TARGET_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+#define Q35_TARGET_I8MM __attribute__((target("arch=armv8.2-a+dotprod+i8mm")))
+#endif
+
 /* fp16 -> fp32 by the FP unit (FCVT; base Armv8-A): exact, the same value as q35_fp16_to_fp32
  * for every non-NaN input, without its branches */
 static inline float h2f(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0); }
@@ -35,13 +51,15 @@ static inline float h2f(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinte
 #undef QN_TARGET
 #undef QN_DOTPROD
 
+#if Q35_NEON_EXT
 #define QN(name) name##_dp
-#define QN_TARGET __attribute__((target("arch=armv8.2-a+dotprod")))
+#define QN_TARGET Q35_TARGET_DOTPROD
 #define QN_DOTPROD 1
 #include "kernels/quant_neon.inc"
 #undef QN
 #undef QN_TARGET
 #undef QN_DOTPROD
+#endif
 
 /* ------------------------------ float dot products ------------------------------ */
 
@@ -159,6 +177,7 @@ static void quant_q8_k_neon(const float *x, void *dst, int64_t n) {
   for (int64_t i = 0; i < n / QK_K; i++) q8_k_block_neon(x + i * QK_K, &y[i]);
 }
 
+#if Q35_NEON_EXT
 /* ------------------------------ i8mm tiles ------------------------------ */
 /*
  * SMMLA multiplies a 2 x 8 by an 8 x 2 int8 matrix into 2 x 2 int32 lanes [r0c0, r0c1, r1c0,
@@ -166,7 +185,7 @@ static void quant_q8_k_neon(const float *x, void *dst, int64_t n) {
  * each block's four exact sums from one accumulator, then each (row, column) goes through the
  * reference's float steps (lane by lane, in block order), so a tile equals its four vec_dots.
  */
-#define I8MM __attribute__((target("arch=armv8.2-a+dotprod+i8mm")))
+#define I8MM Q35_TARGET_I8MM
 
 /* The two 8-byte halves of a and b interleaved: {a[0..7], b[0..7]} and {a[8..15], b[8..15]}. */
 I8MM static inline int8x16_t zlo(int8x16_t a, int8x16_t b) {
@@ -267,11 +286,17 @@ static void tile_q8_0_i8mm(int64_t n, const void *w, size_t ws, int nr, const vo
   tile_2x2(q8_0_2x2, dot_q8_0_dp, n, w, ws, nr, x, xs, nc, o, ors, ocs);
 }
 
+#endif /* Q35_NEON_EXT */
+
 /* ------------------------------ the table ------------------------------ */
 
 void q35_kernels_neon(q35_kernels *k) {
+#if Q35_NEON_EXT
   const int dp = q35_cpu_has(Q35_CPU_DOTPROD), mm = dp && q35_cpu_has(Q35_CPU_I8MM);
 #define PICK(T, f) (k->vec_dot[T] = dp ? f##_dp : f##_base)
+#else
+#define PICK(T, f) (k->vec_dot[T] = f##_base)
+#endif
   PICK(Q35_TYPE_Q4_0, dot_q4_0);
   PICK(Q35_TYPE_Q8_0, dot_q8_0);
   PICK(Q35_TYPE_Q5_0, dot_q5_0);
@@ -283,10 +308,12 @@ void q35_kernels_neon(q35_kernels *k) {
   k->vec_dot[Q35_TYPE_F32] = dot_f32_neon;
   k->vec_dot[Q35_TYPE_F16] = dot_f16_neon;
   k->vec_dot[Q35_TYPE_BF16] = dot_bf16_neon;
+#if Q35_NEON_EXT
   if (mm) { /* i8mm (Armv8.6) CPUs have dotprod (mandatory from Armv8.4) */
     k->tile[Q35_TYPE_Q4_0] = tile_q4_0_i8mm;
     k->tile[Q35_TYPE_Q8_0] = tile_q8_0_i8mm;
   }
+#endif
   k->quantize[Q35_TYPE_Q8_0] = quant_q8_0_neon;
   k->quantize[Q35_TYPE_Q8_0X] = quant_q8_0x_neon;
   k->quantize[Q35_TYPE_Q8_0Y] = quant_q8_0y_neon;

@@ -28,8 +28,13 @@ V5 static inline __m512 vexp16(__m512 x) {
   return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(e), kb));
 }
 
+/* -x by flipping the sign bit (AVX-512 F has no float xor) */
+V5 static inline __m512 vneg16(__m512 x) {
+  return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
+}
+
 V5 static inline __m512 vsilu16(__m512 x) {
-  return _mm512_div_ps(x, _mm512_add_ps(S16(1.0f), vexp16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u))))));
+  return _mm512_div_ps(x, _mm512_add_ps(S16(1.0f), vexp16(vneg16(x))));
 }
 
 V5 int64_t q35_vec_silu_avx512(float *y, const float *x, int64_t n) {

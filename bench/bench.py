@@ -2,7 +2,7 @@
 """bench.py - q35 vs llama.cpp on Qwen3.5-35B-A3B-shaped random-weight GGUFs (driven by run.sh).
 
 Runs `q35 bench` and `llama_peer bench` on the same file with the same thread count, one timed
-run per process, alternating q35, llama.cpp, q35, llama.cpp, ...; prints medians and the ratio
+run per process, alternating ABBA (q35, llama.cpp, llama.cpp, q35, ...); prints medians and the ratio
 q35 / llama.cpp; measures the memory bandwidth (bench/membw.c) between the groups and prints
 decode as a fraction of the roofline (bytes read per decoded token, bench/gguf_bytes.py, over
 the bandwidth); records each process's peak RSS (wait4) and model load time. Ends with one
@@ -26,17 +26,21 @@ SHAPE = ["--embd", "2048", "--heads", "16", "--kv-heads", "2", "--head-dim", "25
          "--ssm-k-heads", "16", "--ssm-v-heads", "32", "--ssm-head-dim", "128", "--experts", "256",
          "--experts-used", "8", "--ff", "512", "--shexp-ff", "512", "--vocab", "248320"]
 MODE_NAME = {0: "read", -1: "auto(mmap)", 1: "mmap"}
+# --simd LEVEL: q35 runs with Q35_SIMD=LEVEL, llama_peer with --cpu-variant of the same
+# instruction set (the first variant in the list this CPU can run).
+PEER_VARIANT = {"scalar": "x64", "avx2": "haswell", "avx512": "zen4,skylakex"}
 
 
 def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
-def run_proc(argv, timeout):
-    """Runs argv; returns (rc, stdout, stderr, wall_s, peak_rss_bytes)."""
+def run_proc(argv, timeout, env=None):
+    """Runs argv (env: extra environment variables); returns (rc, stdout, stderr, wall_s, peak_rss_bytes)."""
+    full_env = dict(os.environ, **env) if env else None
     with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
         t0 = time.monotonic()
-        p = subprocess.Popen(argv, stdout=fo, stderr=fe)
+        p = subprocess.Popen(argv, stdout=fo, stderr=fe, env=full_env)
         timer = threading.Timer(timeout, p.kill)
         timer.start()
         try:
@@ -78,6 +82,7 @@ class Bench:
         self.bw = {}  # threads -> list of membw results
         self.results = []
         self.errors = []
+        self.level = None  # --simd level of the configs being run (None: each engine's own best)
 
     # ---- models --------------------------------------------------------------------------
     def model(self, layers, qtype):
@@ -127,18 +132,20 @@ class Bench:
             argv += ["--depth", str(depth), "--chunk", "512", "--warmup", "0"]
         if self.a.q35_load == "read":
             argv += ["--no-mmap"]
-        return self.engine_run("q35/%s" % self.a.q35_load, argv)
+        return self.engine_run("q35/%s" % self.a.q35_load, argv, {"Q35_SIMD": self.level} if self.level else None)
 
     def llama_run(self, model, threads, p, n, depth, mode):
         argv = [self.a.peer, "bench", "-m", model, "-t", str(threads), "-p", str(p), "-n", str(n), "-r", "1",
                 "--kv", "f16", "--flash", "-1", "--load-mode", str(mode), "--json"]
         if depth:
             argv += ["--depth", str(depth), "--warmup", "0"]
+        if self.level:
+            argv += ["--cpu-variant", PEER_VARIANT[self.level]]
         return self.engine_run("llama.cpp/%s" % MODE_NAME[mode], argv)
 
-    def engine_run(self, name, argv):
+    def engine_run(self, name, argv, env=None):
         la = loadavg()
-        rc, out, err, wall, rss = run_proc(argv, self.a.timeout)
+        rc, out, err, wall, rss = run_proc(argv, self.a.timeout, env)
         if rc != 0:
             msg = "%s failed (rc %d): %s :: %s" % (name, rc, " ".join(argv), err.strip()[-600:])
             log("bench: " + msg)
@@ -152,7 +159,7 @@ class Bench:
         r = {"prefill_tok_s": j.get("prefill_tok_s"), "decode_tok_s": j.get("decode_tok_s"),
              "load_s": j.get("load_s"), "peak_rss_bytes": rss, "process_wall_s": wall,
              "loadavg_1m": la[0] if la else None, "huge_mapped_bytes": j.get("huge_mapped_bytes"),
-             "simd": j.get("simd")}
+             "simd": j.get("simd") or j.get("cpu_variant")}
         hm = r["huge_mapped_bytes"]
         log("bench:   %-18s prefill %8.2f tok/s  decode %7.2f tok/s  load %.2f s  rss %.2f GB  (%.0f s)%s%s"
             % (name, r["prefill_tok_s"] or 0, r["decode_tok_s"] or 0, r["load_s"] or 0, rss / 1e9, wall,
@@ -163,25 +170,29 @@ class Bench:
     def config(self, kind, layers, qtype, threads, p, n, depth, modes, rounds):
         model = self.model(layers, qtype)
         bytes_info = gguf_bytes.decode_bytes(model, depth=depth + p, kv_type="f16")
-        label = "%s L%d %s t%d" % (kind, layers, qtype, threads)
+        label = "%s L%d %s t%d" % (kind, layers, qtype, threads) + (" @%s" % self.level if self.level else "")
         log("bench: %s (p %d, n %d, depth %d, %d round(s))" % (label, p, n, depth, rounds))
         runs = {"q35": []}
         for m in modes:
             runs["llama_%d" % m] = []
-        for _ in range(rounds):
-            runs["q35"].append(self.q35_run(model, threads, p, n, depth))
+        for i in range(rounds):  # ABBA: odd rounds run llama.cpp first, so drift hits both alike
+            if i % 2 == 0:
+                runs["q35"].append(self.q35_run(model, threads, p, n, depth))
             for m in modes:
                 runs["llama_%d" % m].append(self.llama_run(model, threads, p, n, depth, m))
+            if i % 2 == 1:
+                runs["q35"].append(self.q35_run(model, threads, p, n, depth))
         res = {"kind": kind, "label": label, "layers": layers, "type": qtype, "threads": threads, "prompt": p,
                "gen": n, "depth": depth, "rounds": rounds, "model": model,
                "decode_bytes": bytes_info["decode_bytes"], "weights_bytes": bytes_info["weights_bytes"],
                "kv_cache_bytes": bytes_info["kv_cache_bytes"],
                "deltanet_state_bytes": bytes_info["deltanet_state_bytes"],
-               "parts_bytes": bytes_info["parts_bytes"], "engines": {}}
+               "parts_bytes": bytes_info["parts_bytes"], "engines": {}, "simd_level": self.level}
         for k, rs in runs.items():
             ok = [r for r in rs if r]
             res["engines"][k] = {
                 "runs": ok,
+                "simd": "/".join(sorted({r["simd"] for r in ok if r.get("simd")})) or None,
                 "prefill_tok_s": median([r["prefill_tok_s"] for r in ok]),
                 "decode_tok_s": median([r["decode_tok_s"] for r in ok]),
                 "load_s": median([r["load_s"] for r in ok]),
@@ -228,8 +239,8 @@ def fmt(x, f="%.1f"):
 
 def print_table(b):
     out = sys.stdout
-    hdr = ("%-26s %9s %9s %6s | %8s %8s %6s %6s | %7s %7s %7s | %7s %7s | %5s %5s"
-           % ("config", "q35 pp", "llama pp", "ratio", "q35 tg", "llama tg", "ratio", "paired", "GB/tok", "q35 %rf",
+    hdr = ("%-30s %-20s %9s %9s %6s | %8s %8s %6s %6s | %7s %7s %7s | %7s %7s | %5s %5s"
+           % ("config", "simd q35/llama", "q35 pp", "llama pp", "ratio", "q35 tg", "llama tg", "ratio", "paired", "GB/tok", "q35 %rf",
               "lla %rf", "q35 RSS", "lla RSS", "q35ld", "llald"))
     print(hdr, file=out)
     print("-" * len(hdr), file=out)
@@ -242,9 +253,11 @@ def print_table(b):
                     default=None)
         cfg = "%s %s L%d t%d%s" % (r["kind"], r["type"], r["layers"], r["threads"],
                                    (" d%dk" % (r["depth"] // 1024)) if r["depth"] else "")
+        lsimd = "/".join(sorted({r["engines"][k]["simd"] for k in modes if r["engines"][k]["simd"]})) or "-"
+        simd = "%s/%s" % (q["simd"] or "-", lsimd)
         pp_l = fmt(lb["prefill_tok_s"]) + ("" if r["kind"] != "pp+tg" else "")
-        print("%-26s %9s %9s %6s | %8s %8s %6s %6s | %7s %7s %7s | %7s %7s | %5s %5s"
-              % (cfg, fmt(q["prefill_tok_s"]) if not r["depth"] else "-", pp_l if not r["depth"] else "-",
+        print("%-30s %-20s %9s %9s %6s | %8s %8s %6s %6s | %7s %7s %7s | %7s %7s | %5s %5s"
+              % (cfg, simd, fmt(q["prefill_tok_s"]) if not r["depth"] else "-", pp_l if not r["depth"] else "-",
                  fmt(r["ratio_prefill"], "%.2f") if not r["depth"] else "-",
                  fmt(q["decode_tok_s"], "%.2f"), fmt(lb["decode_tok_s"], "%.2f"), fmt(r["ratio_decode"], "%.2f"),
                  fmt(r["ratio_decode_paired_median"], "%.2f"), fmt(r["decode_bytes"] / 1e9, "%.3f"),
@@ -262,6 +275,15 @@ def print_table(b):
                 m = int(k.split("_")[1])
                 parts.append("%s pp %s tg %s" % (MODE_NAME[m], fmt(e["prefill_tok_s"]), fmt(e["decode_tok_s"], "%.2f")))
         print("  %-26s %s" % (r["label"] + (" d%d" % r["depth"] if r["depth"] else ""), " | ".join(parts)), file=out)
+    print("ranges over the rounds (min-max tok/s):", file=out)
+    for r in b.results:
+        parts = []
+        for k, e in r["engines"].items():
+            for metric, short in (("prefill_tok_s", "pp"), ("decode_tok_s", "tg")):
+                xs = [x[metric] for x in e["runs"] if x.get(metric) is not None]
+                if xs and not (metric == "prefill_tok_s" and r["depth"]):
+                    parts.append("%s %s %s-%s" % (k, short, fmt(min(xs)), fmt(max(xs))))
+        print("  %-30s %s" % (r["label"], " | ".join(parts)), file=out)
     for t in sorted(b.bw):
         bw = b.bw_of(t)
         print("memory bandwidth, %d thread(s): %.1f GB/s median of %d samples (best %.1f; per CPU-second %.1f)"
@@ -278,6 +300,24 @@ def git_rev(src):
         return rev + ("+dirty" if dirty else "")
     except OSError:
         return None
+
+
+def run_levels(b, a, layers, types, threads, rounds, modes2, modes1, depths, depth_rounds):
+    """One pass over every configuration at b.level."""
+    for L in layers:
+        for ty in types:
+            for t in threads:
+                b.config("pp+tg", L, ty, t, a.prompt, a.gen, 0, modes2 if t >= 2 else modes1, rounds)
+                b.membw([t])
+    for d in depths:
+        # llama.cpp load mode: the faster decode mode measured for Q4_0 L{first} at 2 threads, else 0
+        mode = 0
+        for r in b.results:
+            if r["type"] == "q4_0" and r["threads"] == 2 and r["layers"] == layers[0] and r["simd_level"] == b.level and \
+                    r["llama_best"]["decode_load_mode"] is not None:
+                mode = r["llama_best"]["decode_load_mode"]
+        b.config("tg@depth", layers[0], "q4_0", 2, 16, a.depth_gen, d, [mode], depth_rounds)
+        b.membw([2])
 
 
 def main():
@@ -305,6 +345,10 @@ def main():
     ap.add_argument("--q35-load", default="mmap", choices=["read", "mmap"],
                     help="q35's load mode: mmap (its default: zero copy, 2 MiB pages) or read (--no-mmap, "
                          "weights copied into anonymous memory); default mmap")
+    ap.add_argument("--simd", default=None, help="comma list of SIMD levels (scalar, avx2, avx512): the whole "
+                    "table once per level, q35 with Q35_SIMD=LEVEL and llama.cpp with the CPU variant of the "
+                    "same instruction set (avx2: haswell; avx512: zen4 or skylakex; scalar: x64); default: "
+                    "each engine's own best")
     ap.add_argument("--membw-mib", type=int, default=1024)
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--json-out", default=None, help="also write the final JSON to this file")
@@ -331,20 +375,13 @@ def main():
         b.model(layers[0], "q4_0")
     bw_threads = sorted(set(threads) | {2} if depths else set(threads))
     b.membw(bw_threads)
-    for L in layers:
-        for ty in types:
-            for t in threads:
-                b.config("pp+tg", L, ty, t, a.prompt, a.gen, 0, modes2 if t >= 2 else modes1, rounds)
-                b.membw([t])
-    for d in depths:
-        # llama.cpp load mode: the faster decode mode measured for Q4_0 L{first} at 2 threads, else 0
-        mode = 0
-        for r in b.results:
-            if r["type"] == "q4_0" and r["threads"] == 2 and r["layers"] == layers[0] and \
-                    r["llama_best"]["decode_load_mode"] is not None:
-                mode = r["llama_best"]["decode_load_mode"]
-        b.config("tg@depth", layers[0], "q4_0", 2, 16, a.depth_gen, d, [mode], depth_rounds)
-        b.membw([2])
+    levels = [x for x in (a.simd or "").split(",") if x] or [None]
+    for lv in levels:
+        if lv is not None and lv not in PEER_VARIANT:
+            raise SystemExit("bench: --simd: unknown level '%s' (expected %s)" % (lv, ", ".join(PEER_VARIANT)))
+    for lv in levels:
+        b.level = lv
+        run_levels(b, a, layers, types, threads, rounds, modes2, modes1, depths, depth_rounds)
     b.finish_roofline()
     print_table(b)
     busy = [la for la in [la0, loadavg()] if la and la[0] > (os.cpu_count() or 1)]
@@ -357,7 +394,7 @@ def main():
         "bench": "q35-vs-llama.cpp", "git": git_rev(a.src), "host": platform.node(), "nproc": os.cpu_count(),
         "loadavg_start": la0, "loadavg_end": loadavg(), "elapsed_s": time.time() - t_start,
         "settings": {"quick": q, "threads": threads, "rounds": rounds, "prompt": a.prompt, "gen": a.gen,
-                     "depths": depths, "depth_rounds": depth_rounds, "depth_gen": a.depth_gen,
+                     "depths": depths, "simd": levels, "depth_rounds": depth_rounds, "depth_gen": a.depth_gen,
                      "llama_modes_2t": modes2, "llama_modes_1t": modes1, "q35_load": a.q35_load, "types": types, "layers": layers,
                      "kv": "f16 (both); llama.cpp flash attention auto"},
         "bandwidth": {str(t): b.bw_of(t) for t in sorted(b.bw)}, "bandwidth_samples": b.bw,

@@ -9,6 +9,9 @@
 # threads for Q8_0, Q4_0, Q4_K_M (4 layers; --8 adds 8 layers), decode at 8k and 32k context for
 # Q4_0 at 2 threads, memory bandwidth and the roofline fraction, peak RSS and load time.
 # Prints a table and, last, one JSON line. `bench/run.sh --help` lists bench.py's options.
+# --simd avx2,avx512 runs the table once per SIMD level: q35 with Q35_SIMD=LEVEL, llama.cpp with
+# the CPU variant of the same instruction set (llama_peer --cpu-variant: haswell for avx2, zen4
+# or skylakex for avx512, x64 for scalar); the "simd" column names what each engine ran.
 # Not part of ctest; numbers are ratios from the same run (the machine is shared and noisy).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

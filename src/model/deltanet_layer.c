@@ -3,7 +3,7 @@
  *
  *   qkv = Wqkv h,  z = Wz h,  beta = sigmoid(Wbeta h),  g = ssm_a * softplus(Walpha h + dt_bias)
  *   qkv: causal depthwise conv over the last conv_kernel tokens (the session keeps the K-1 before
- *        this step), then SiLU
+ *        this step), then SiLU (kernels/vec.h: fma taps, the vector exp polynomial)
  *   q, k: per-head L2 norm (q also scaled by 1/sqrt(dk))
  *   per value head: S = e^g S + beta (v - e^g S k) k^T,  o = S q   (kernels/deltanet.h)
  *   o: gated RMSNorm (RMSNorm over the head, times w, times silu(z));  out = Wout o
@@ -14,7 +14,11 @@
 #include <math.h>
 
 #include "kernels/deltanet.h"
+#include "kernels/vec.h"
 #include "model/forward_internal.h"
+
+#define CONV_KMAX 16   /* load.c's MAX_CONV_KERNEL */
+#define CONV_BLOCK 256 /* channels whose transposed taps sit on the stack at once */
 
 /* channels of the conv: q and k of every key head, v of every value head */
 static int64_t conv_channels(const q35_hparams *hp) {
@@ -30,22 +34,22 @@ static void gdn_conv(void *vctx, int ith, int nth) {
   const int64_t C = conv_channels(hp);
   const float *w = c->L->conv.data;
   const int li = c->L->attn_index;
+  if (K < 1 || K > CONV_KMAX) return; /* load.c refuses such a file */
   long c0, c1;
   q35_split(C, ith, nth, &c0, &c1);
-  for (int r = 0; r < f->n_rows; r++) {
-    float *st = f->rows[r].s->conv_state[li]; /* [K-1][C], oldest first */
-    for (int32_t i = 0; i < f->rows[r].n; i++) {
-      const int64_t t = f->row_start[r] + i;
-      const float *xin = f->b->qkv + t * C;
-      float *out = f->b->conv + t * C;
-      for (long ch = c0; ch < c1; ch++) {
-        const float *wc = w + (size_t)ch * K;
-        float sum = 0.0f;
-        for (int j = 0; j < K - 1; j++) sum += st[(size_t)j * C + ch] * wc[j];
-        sum += xin[ch] * wc[K - 1];
-        for (int j = 0; j < K - 2; j++) st[(size_t)j * C + ch] = st[(size_t)(j + 1) * C + ch];
-        if (K > 1) st[(size_t)(K - 2) * C + ch] = xin[ch];
-        out[ch] = silu(sum);
+  /* channel blocks: the block's taps transposed once to tap-major (the vec kernel's layout),
+   * then every row's tokens in order (a channel's state advances token by token) */
+  float wt[CONV_KMAX * CONV_BLOCK];
+  for (long cb = c0; cb < c1; cb += CONV_BLOCK) {
+    const int nch = (int)(c1 - cb < CONV_BLOCK ? c1 - cb : CONV_BLOCK);
+    for (int ch = 0; ch < nch; ch++)
+      for (int j = 0; j < K; j++) wt[j * CONV_BLOCK + ch] = w[(size_t)(cb + ch) * K + j];
+    for (int r = 0; r < f->n_rows; r++) {
+      float *st = f->rows[r].s->conv_state[li]; /* [K-1][C], oldest first */
+      for (int32_t i = 0; i < f->rows[r].n; i++) {
+        const int64_t t = f->row_start[r] + i;
+        q35_vec_conv_silu(f->b->conv + t * C + cb, st + cb, (size_t)C, f->b->qkv + t * C + cb, wt, CONV_BLOCK, K,
+                          nch);
       }
     }
   }
@@ -103,7 +107,12 @@ static void gdn_recur(void *vctx, int ith, int nth) {
       double ss = 0.0;
       for (int j = 0; j < dv; j++) ss += (double)(o[j] * o[j]);
       const float sc = 1.0f / sqrtf((float)(ss / dv) + hp->eps);
-      for (int j = 0; j < dv; j++) o[j] = o[j] * sc * nw[j] * silu(z[j]);
+      for (int j0 = 0; j0 < dv; j0 += CONV_BLOCK) { /* silu(z) a block at a time */
+        const int m = dv - j0 < CONV_BLOCK ? dv - j0 : CONV_BLOCK;
+        float sz[CONV_BLOCK];
+        q35_vec_silu(sz, z + j0, m);
+        for (int j = 0; j < m; j++) o[j0 + j] = o[j0 + j] * sc * nw[j0 + j] * sz[j];
+      }
     }
   }
 }

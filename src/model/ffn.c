@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kernels/quant.h"
+#include "kernels/vec.h"
 #include "model/forward_internal.h"
 
 /* ---- routing ---- */
@@ -201,7 +202,7 @@ static void swiglu_run(void *vctx, int ith, int nth) {
   for (long r = r0; r < r1; r++) {
     const float *g = c->gu + r * 2 * c->width, *u = g + c->width;
     float *a = c->act + r * c->width;
-    for (int64_t i = 0; i < c->width; i++) a[i] = silu(g[i]) * u[i];
+    q35_vec_swiglu(a, g, u, c->width);
   }
 }
 

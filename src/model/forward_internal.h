@@ -37,7 +37,7 @@ static inline void pool_or_inline(q35_pool *pool, void (*fn)(void *, int, int), 
 
 /* ---- small math helpers (scalar; their order of operations is part of the invariance) ---- */
 
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+/* SiLU: kernels/vec.h (q35_vec_silu, _swiglu, _conv_silu), one exp polynomial at every level */
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* log(1 + e^x); above this x, e^x swamps the 1 in float */
 #define SOFTPLUS_LINEAR_ABOVE 20.0f

@@ -23,12 +23,21 @@
  *       median aggregate decode tok/s (S * N / decode seconds) over RUNS, one line per count
  *       in the list (the model is loaded once, each count gets a fresh context).
  *
+ *   Every command also takes --cpu-variant V[,V2,...] (or the environment variable
+ *   Q35_PEER_CPU=V[,V2,...]): load exactly libggml-cpu-V.so (ggml_backend_load) instead of
+ *   every variant (ggml_backend_load_all_from_path, which keeps the best-scoring one). A
+ *   variant this CPU cannot run (its ggml_backend_score is 0) is skipped with a message and
+ *   the next in the list is tried; none runnable: exit 3. The variant used is printed on
+ *   stderr and, with --json, as "cpu_variant".
+ *
  * Defaults are the strict-parity settings: f32 KV cache, flash attention off.
  * The llama.cpp declarations below are written here from include/llama.h of that commit (the
  * npm package ships no headers); struct layouts are checked at compile time against the
  * offsets documented in docs/peers.md and at run time against known defaults.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -140,6 +149,7 @@ struct llama_batch {
 typedef void (*ggml_log_callback)(int level, const char *text, void *user_data);
 
 extern void ggml_backend_load_all_from_path(const char *dir_path);
+extern void *ggml_backend_load(const char *path); /* ggml_backend_reg_t or NULL */
 extern void llama_log_set(ggml_log_callback cb, void *user_data);
 extern void llama_backend_init(void);
 extern void llama_backend_free(void);
@@ -182,6 +192,7 @@ static void usage(void) {
           "                           [--kv ..] [--flash ..] [--seed S] [--json]\n"
           "       llama_peer parallel -m F.gguf --seqs S[,S2..] [-p P] [-n N] [-r RUNS] [-t N]\n"
           "                           [--kv ..] [--flash ..] [--load-mode ..] [--seed S] [--warmup W] [--json]\n"
+          "       every command: [--cpu-variant haswell|skylakex|zen4|...[,next,...]] (or Q35_PEER_CPU)\n"
           "common: -v (llama.cpp log on stderr)\n");
 }
 
@@ -310,6 +321,7 @@ typedef struct {
   int json;
   int seqs; /* parallel sequences (n_seq_max); 0: 1 */
   const char *seqs_arg;
+  const char *cpu_variant; /* NULL: load all, ggml picks the best */
 } opts;
 
 static void parse_opts(const char *cmd, int argc, char **argv, opts *o) {
@@ -371,6 +383,9 @@ static void parse_opts(const char *cmd, int argc, char **argv, opts *o) {
     } else if (flag_is(a, "--seqs", &iv) || flag_is(a, "--parallel", &iv)) {
       o->seqs_arg = VAL();
       if (!o->seqs_arg) usage_error("%s: missing value", a);
+    } else if (flag_is(a, "--cpu-variant", &iv)) {
+      o->cpu_variant = VAL();
+      if (!o->cpu_variant || !*o->cpu_variant) usage_error("%s: missing value", "--cpu-variant");
     } else if (flag_is(a, "--seed", &iv)) {
       o->seed = (uint64_t)parse_long("--seed", VAL(), 0, INT32_MAX);
     } else if (flag_is(a, "-h", &iv) || flag_is(a, "--help", &iv)) {
@@ -384,6 +399,10 @@ static void parse_opts(const char *cmd, int argc, char **argv, opts *o) {
 #undef VAL
   }
   if (!o->model) usage_error("%s: -m MODEL is required", cmd);
+  if (!o->cpu_variant) {
+    const char *e = getenv("Q35_PEER_CPU");
+    if (e && *e) o->cpu_variant = e;
+  }
   if (o->kv_type == 8 && !o->flash_set) {
     o->flash = 1; /* llama.cpp refuses a quantized V cache without flash attention */
     fprintf(stderr, "llama_peer: --kv q8_0: flash attention on (llama.cpp requires it)\n");
@@ -419,10 +438,103 @@ static void check_defaults(const struct llama_model_params *mp,
 
 static void peer_ctx_open(peer *p, const opts *o, int32_t n_ctx_need, int32_t n_batch);
 
+/* ---- CPU variant ---------------------------------------------------------------------- */
+
+static char g_cpu_variant[64] = "?"; /* the libggml-cpu-<variant>.so in use */
+
+/* ggml_backend_score() of DIR/libggml-cpu-<name>.so: 0 = this CPU cannot run it, -1 = the
+ * file is missing or not a ggml backend. The library is opened privately and closed again. */
+static int variant_score(const char *name) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/libggml-cpu-%s.so", LLAMA_PEER_BACKEND_DIR, name);
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) return -1;
+  int (*score)(void) = NULL;
+  *(void **)&score = dlsym(h, "ggml_backend_score");
+  int s = score ? score() : -1;
+  dlclose(h);
+  return s;
+}
+
+static int variant_name_ok(const char *s, size_t n) {
+  if (n == 0 || n >= sizeof g_cpu_variant) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_')) return 0;
+  return 1;
+}
+
+/* The name of the variant ggml_backend_load_all_from_path keeps: the highest score. */
+static void best_variant(void) {
+  DIR *d = opendir(LLAMA_PEER_BACKEND_DIR);
+  if (!d) return;
+  int best = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    const char *n = e->d_name;
+    size_t len = strlen(n);
+    if (strncmp(n, "libggml-cpu-", 12) != 0 || len < 16 || strcmp(n + len - 3, ".so") != 0) continue;
+    char name[64];
+    size_t k = len - 15;
+    if (!variant_name_ok(n + 12, k)) continue;
+    memcpy(name, n + 12, k);
+    name[k] = '\0';
+    int s = variant_score(name);
+    if (s > best) {
+      best = s;
+      memcpy(g_cpu_variant, name, k + 1);
+    }
+  }
+  closedir(d);
+}
+
+/* Loads the CPU backend: every variant (spec NULL) or the first runnable one of the comma
+ * list spec. Exits 2 on a malformed name or a missing file, 3 when none of them can run. */
+static void load_cpu_backend(const char *spec) {
+  if (!spec) {
+    ggml_backend_load_all_from_path(LLAMA_PEER_BACKEND_DIR);
+    best_variant();
+    fprintf(stderr, "llama_peer: CPU variant %s (best of all; --cpu-variant picks one)\n",
+            g_cpu_variant);
+    return;
+  }
+  for (const char *p = spec; *p;) {
+    size_t n = strcspn(p, ",");
+    char name[64];
+    if (!variant_name_ok(p, n)) {
+      fprintf(stderr, "llama_peer: --cpu-variant: bad variant name '%.*s' (expected e.g. haswell, "
+              "skylakex, zen4: libggml-cpu-NAME.so in %s)\n", (int)n, p, LLAMA_PEER_BACKEND_DIR);
+      exit(2);
+    }
+    memcpy(name, p, n);
+    name[n] = '\0';
+    p += n + (p[n] == ',');
+    int s = variant_score(name);
+    if (s < 0) {
+      fprintf(stderr, "llama_peer: --cpu-variant: no loadable libggml-cpu-%s.so in %s\n", name,
+              LLAMA_PEER_BACKEND_DIR);
+      exit(2);
+    }
+    if (s == 0) {
+      fprintf(stderr, "llama_peer: CPU variant %s cannot run on this CPU; skipped\n", name);
+      continue;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/libggml-cpu-%s.so", LLAMA_PEER_BACKEND_DIR, name);
+    if (!ggml_backend_load(path)) {
+      fprintf(stderr, "llama_peer: ggml_backend_load(%s) failed\n", path);
+      exit(1);
+    }
+    memcpy(g_cpu_variant, name, n + 1);
+    fprintf(stderr, "llama_peer: CPU variant %s\n", g_cpu_variant);
+    return;
+  }
+  fprintf(stderr, "llama_peer: --cpu-variant %s: none of these variants can run on this CPU\n", spec);
+  exit(3);
+}
+
 static void peer_open(peer *p, const opts *o, int32_t n_ctx_need, int32_t n_batch) {
   memset(p, 0, sizeof *p);
   llama_log_set(log_cb, NULL);
-  ggml_backend_load_all_from_path(LLAMA_PEER_BACKEND_DIR);
+  load_cpu_backend(o->cpu_variant);
   llama_backend_init();
 
   struct llama_model_params mp = llama_model_default_params();
@@ -641,8 +753,8 @@ static int cmd_bench(int argc, char **argv) {
   if (o.json)
     printf("{\"engine\":\"llama.cpp\",\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,"
            "\"prompt\":%d,\"decode\":%d,\"runs\":%d,\"threads\":%d,\"load_mode\":%d,"
-           "\"depth\":%d,\"load_s\":%.4f}\n",
-           mp, md, P, N, o.runs, o.threads, o.load_mode, D, load_s);
+           "\"depth\":%d,\"load_s\":%.4f,\"cpu_variant\":\"%s\"}\n",
+           mp, md, P, N, o.runs, o.threads, o.load_mode, D, load_s, g_cpu_variant);
   else
     printf("llama.cpp: prefill %d tokens %.2f tok/s, decode %d tokens %.2f tok/s "
            "(median of %d, %d threads)\n",
@@ -754,8 +866,9 @@ static int cmd_parallel(int argc, char **argv) {
     const double md = median(dec, o.runs);
     if (o.json)
       printf("{\"engine\":\"llama.cpp\",\"mode\":\"parallel\",\"seqs\":%d,\"decode_tok_s\":%.3f,"
-             "\"prompt\":%d,\"decode\":%d,\"runs\":%d,\"threads\":%d,\"load_mode\":%d,\"load_s\":%.4f}\n",
-             S, md, P, N, o.runs, o.threads, o.load_mode, load_s);
+             "\"prompt\":%d,\"decode\":%d,\"runs\":%d,\"threads\":%d,\"load_mode\":%d,\"load_s\":%.4f,"
+             "\"cpu_variant\":\"%s\"}\n",
+             S, md, P, N, o.runs, o.threads, o.load_mode, load_s, g_cpu_variant);
     else
       printf("llama.cpp: %d sequences, decode %d steps: %.2f tok/s aggregate (median of %d, %d threads)\n", S,
              N, md, o.runs, o.threads);

@@ -220,6 +220,13 @@ int q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, int32_t c
 
 /* ---- sampling ------------------------------------------------------------------------- */
 
+/* One additive logit bias: logits[token] += bias after the penalties, before temperature and the
+ * filters (OpenAI's logit_bias: -100 effectively bans a token, +100 effectively forces it). */
+typedef struct q35_logit_bias {
+  int32_t token;
+  float bias;
+} q35_logit_bias;
+
 typedef struct q35_sampling {
   float temperature;          /* >= 0; 0 = greedy */
   int64_t top_k;              /* <= 0: keep all; > vocab: clipped */
@@ -230,12 +237,17 @@ typedef struct q35_sampling {
   float repetition_penalty;   /* > 0; 1 = off; over prompt + generated tokens */
   uint64_t seed;              /* the draw is keyed by (seed, draw_index) */
   uint64_t draw_index;        /* 0 for the token after prefill, then 1, 2, ... */
+  const q35_logit_bias *logit_bias; /* n_logit_bias entries (borrowed; NULL when 0); each token in
+                                       [0, n_vocab), each bias finite; a token listed twice adds both */
+  int32_t n_logit_bias;
 } q35_sampling;
 
-/* temperature 1, top_k 0, top_p 1, min_p 0, no penalties, seed 0, draw 0 */
+/* temperature 1, top_k 0, top_p 1, min_p 0, no penalties, seed 0, draw 0, no logit bias */
 q35_sampling q35_sampling_default(void);
 /* 0 if every parameter is in range, else -1 with a message naming the parameter and range. */
 int q35_sampling_validate(const q35_sampling *p, q35_err *err);
+/* 0 if every logit_bias token id is in [0, n_vocab), else -1 with a message naming the id. */
+int q35_sampling_check_vocab(const q35_sampling *p, int32_t n_vocab, q35_err *err);
 /* A seed below 2^53 from OS entropy (for unseeded requests; report it to the user). */
 uint64_t q35_random_seed(void);
 

@@ -22,7 +22,7 @@ static int32_t n_outputs(const q35_row *row) {
 }
 
 /* Positions row r samples (0 .. n_tokens), after checking its fields. */
-static int check_row(const q35_row *row, int32_t r, int32_t *n_out, q35_err *err) {
+static int check_row(const q35_row *row, int32_t r, int32_t n_vocab, int32_t *n_out, q35_err *err) {
   if (!row->session || !row->tokens || row->n_tokens < 1)
     return q35_seterr(err, "row %d: a session and at least one token are required", r);
   const int32_t m = n_outputs(row);
@@ -39,7 +39,8 @@ static int check_row(const q35_row *row, int32_t r, int32_t *n_out, q35_err *err
     return q35_seterr(err, "row %d: top logprobs %d is out of range [0, %d]", r, row->n_top_logprobs,
                       Q35_MAX_TOP_LOGPROBS);
   q35_err e2;
-  if (q35_sampling_validate(row->sampling, &e2)) return q35_seterr(err, "row %d: %s", r, e2.msg);
+  if (q35_sampling_validate(row->sampling, &e2) || q35_sampling_check_vocab(row->sampling, n_vocab, &e2))
+    return q35_seterr(err, "row %d: %s", r, e2.msg);
   return 0;
 }
 
@@ -59,7 +60,7 @@ static int32_t step_prepare(q35_context *c, const q35_row *rows, int32_t n_rows,
   size_t n_hist = 0;
   for (int32_t r = 0; r < n_rows; r++) {
     int32_t m;
-    if (check_row(&rows[r], r, &m, err)) return -1;
+    if (check_row(&rows[r], r, c->model->hp.n_vocab, &m, err)) return -1;
     n_out += m;
     n_hist += hist_len(&rows[r], m);
   }

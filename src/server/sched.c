@@ -65,6 +65,8 @@ typedef struct seq {
   q35_sampling sp;
   q35_detok *dt;
   q35_buf hold;       /* text held back for stop strings */
+  size_t decoded;     /* bytes the detokenizer has produced */
+  size_t released;    /* bytes of text sent in events */
   int32_t *snaps_at;  /* prompt positions to snapshot at (ascending) */
   int n_snaps_at, snap_i;
 } seq;
@@ -133,6 +135,7 @@ static void job_free(srv_job *j) {
   free(j->prompt);
   for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
   free(j->session_id);
+  free(j->logit_bias);
   pthread_cond_destroy(&j->cv);
   free(j);
 }
@@ -372,8 +375,12 @@ static int seq_on_token(srv_sched *s, seq *q, const q35_row *r) {
       e->top_ids[i] = r->top_ids[i];
       e->top_logprobs[i] = r->top_logprobs[i];
     }
+    e->tok_start = q->decoded;
     q35_err err;
-    if (q35_detok_feed(q->dt, r->token, &piece, &plen, &err) == 0 && plen) hold_append(q, piece, plen);
+    if (q35_detok_feed(q->dt, r->token, &piece, &plen, &err) == 0 && plen) {
+      hold_append(q, piece, plen);
+      q->decoded += plen;
+    }
     if (q->n_gen >= q->limit) {
       finish = "length";
       flush = 1;
@@ -382,9 +389,13 @@ static int seq_on_token(srv_sched *s, seq *q, const q35_row *r) {
   if (flush) {
     q35_detok_flush(q->dt, &piece, &plen);
     if (plen) hold_append(q, piece, plen);
+    q->decoded += plen;
   }
   if (hold_release(q, flush, &e->text, &e->len)) finish = "stop";
+  q->released += e->len;
   e->finish = finish;
+  e->text_end = q->released;
+  e->cut = finish && q->released < q->decoded;
   push_event(q->job, e);
   return finish != NULL;
 }

@@ -41,6 +41,10 @@ typedef struct srv {
   char *tmpl, *bos, *eos;
   oai_model oai;                  /* what the OpenAI layer sees of the model */
   long created;
+  http_config http;               /* keys, CORS, TLS for http.c */
+  char **keys;                    /* --api-key values and --api-key-file lines */
+  int n_keys;
+  char *tls_key, *tls_cert;       /* PEM text of --ssl-key-file / --ssl-cert-file */
 } srv;
 
 /* ---- endpoints ---- */
@@ -52,18 +56,21 @@ static enum MHD_Result do_completion(srv *S, struct MHD_Connection *c, const jso
   if (!sid) sid = http_header(c, "X-Session-Id");
   if (oai_parse_request(&S->oai, body, chat, sid, &r, &e)) {
     if (r.job) srv_job_release(S->sched, r.job);
-    return http_send_error(c, e.status ? e.status : 400, e.param, "%s", e.msg);
+    oai_request_free(&r);
+    return http_send_error_code(c, e.status ? e.status : 400, e.param, e.code, "%s", e.msg);
   }
   char msg[512];
   int st = srv_sched_submit(S->sched, r.job, msg, sizeof msg);
   if (st) {
     srv_job_release(S->sched, r.job);
+    oai_request_free(&r);
     return http_send_error(c, (unsigned)st, NULL, "%s", msg);
   }
   oai_choice *ch = oai_choices_new(&r);
   if (!ch) {
     srv_job_cancel(S->sched, r.job);
     srv_job_release(S->sched, r.job);
+    oai_request_free(&r);
     return http_send_error(c, 503, NULL, "out of memory");
   }
   if (r.stream) return sse_respond(c, S->sched, &S->oai, S->o.timeout, &r, ch);
@@ -77,14 +84,17 @@ static enum MHD_Result do_completion(srv *S, struct MHD_Connection *c, const jso
       srv_job_cancel(S->sched, r.job);
       oai_choices_free(ch, r.job->n);
       srv_job_release(S->sched, r.job);
+      oai_request_free(&r);
       return MHD_NO;
     }
   }
   enum MHD_Result rc;
+  http_log_tokens(r.job->n_prompt, r.job->completion_tokens);
   if (r.job->failed) rc = http_send_error(c, (unsigned)r.job->status, NULL, "%s", r.job->errmsg);
   else rc = http_send_json(c, 200, oai_final_response(&S->oai, &r, ch));
   oai_choices_free(ch, r.job->n);
   srv_job_release(S->sched, r.job);
+  oai_request_free(&r);
   return rc;
 }
 
@@ -141,11 +151,19 @@ static enum MHD_Result do_detokenize(srv *S, struct MHD_Connection *c, const jso
   return http_send_json(c, 200, o);
 }
 
-static enum MHD_Result do_models(srv *S, struct MHD_Connection *c) {
-  return http_send_json(c, 200, json_pack("{s:s,s:[{s:s,s:s,s:I,s:s,s:{s:I,s:I}}]}", "object", "list", "data", "id",
-                                          S->oai.id, "object", "model", "created", (json_int_t)S->created, "owned_by",
-                                          "q35", "meta", "n_ctx", (json_int_t)S->o.n_ctx, "n_vocab",
-                                          (json_int_t)q35_model_n_vocab(S->model)));
+static json_t *model_obj(srv *S) {
+  return json_pack("{s:s,s:s,s:I,s:s,s:{s:I,s:I}}", "id", S->oai.id, "object", "model", "created",
+                   (json_int_t)S->created, "owned_by", "q35", "meta", "n_ctx", (json_int_t)S->o.n_ctx, "n_vocab",
+                   (json_int_t)q35_model_n_vocab(S->model));
+}
+
+/* GET /v1/models, or GET /v1/models/{id} when id is not NULL (the id or its stem without .gguf). */
+static enum MHD_Result do_models(srv *S, struct MHD_Connection *c, const char *id) {
+  if (!id) return http_send_json(c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_obj(S)));
+  if (strcmp(id, S->oai.id) && strcmp(id, S->oai.stem))
+    return http_send_error_code(c, 404, "model", "model_not_found", "model '%s' is not served here; this server has '%s'",
+                                id, S->oai.id);
+  return http_send_json(c, 200, model_obj(S));
 }
 
 static enum MHD_Result do_metrics(srv *S, struct MHD_Connection *c) {
@@ -201,7 +219,18 @@ static int known_path(const char *path) {
                                       "/metrics"};
   for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
     if (!strcmp(path, exact[i])) return 1;
-  return !strncmp(path, "/sessions/", 10);
+  return !strncmp(path, "/sessions/", 10) || !strncmp(path, "/models/", 8);
+}
+
+/* 401 in the shape of the API the path belongs to (Anthropic's for /v1/messages). */
+static enum MHD_Result send_unauthorized(struct MHD_Connection *c, const char *path) {
+  static const char msg[] = "a valid API key is required: send 'Authorization: Bearer KEY' (or 'x-api-key: KEY')";
+  if (!strncmp(path, "/messages", 9)) {
+    http_log_status(401, msg);
+    return http_send_json(c, 401, json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
+                                            "authentication_error", "message", msg));
+  }
+  return http_send_error(c, 401, NULL, "%s", msg);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -210,9 +239,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   srv *S = cls;
   const int is_post = !strcmp(method, "POST");
   enum MHD_Result ret;
-  if (http_collect_body(c, is_post, S->o.max_body, upload, upload_size, con_cls, &ret)) return ret;
-  if (S->o.verbose) fprintf(stderr, "q35 serve: %s %s\n", method, url);
-  /* routes that need no model */
+  if (http_collect_body(c, method, url, S->o.max_body, upload, upload_size, con_cls, &ret)) return ret;
+  /* CORS preflights carry no credentials; routes that need no model */
+  if (!strcmp(method, "OPTIONS")) return http_preflight(c, url);
   if (!strcmp(url, "/health")) {
     if (strcmp(method, "GET") && strcmp(method, "HEAD")) return http_send_error(c, 405, NULL, "use GET /health");
     if (!atomic_load(&S->ready)) return http_send_json(c, 503, http_error_body(503, "the model is loading", NULL));
@@ -220,11 +249,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   }
   const char *path = url;
   if (!strncmp(path, "/v1/", 4)) path += 3;
+  const int metrics = !strcmp(path, "/metrics");
+  if (!(metrics && S->o.metrics_open) && !http_auth_ok(c)) return send_unauthorized(c, path);
   if (!known_path(path)) return http_send_error(c, 404, NULL, "no endpoint %s %s", method, url);
   if (!atomic_load(&S->ready)) return http_send_error(c, 503, NULL, "the model is loading");
-  if (!strcmp(path, "/models") || !strcmp(path, "/metrics")) {
+  if (!strcmp(path, "/models") || metrics || !strncmp(path, "/models/", 8)) {
     if (strcmp(method, "GET")) return http_send_error(c, 405, NULL, "use GET %s", url);
-    return !strcmp(path, "/models") ? do_models(S, c) : do_metrics(S, c);
+    if (metrics) return do_metrics(S, c);
+    return do_models(S, c, path[7] == '/' ? path + 8 : NULL);
   }
   if (!strncmp(path, "/sessions/", 10)) return do_session(S, c, method, url, path + 10);
   if (!is_post) return http_send_error(c, 405, NULL, "use POST %s", url);
@@ -316,19 +348,96 @@ static void report_budget(const srv *S, const q35_server_opts *o) {
           (unsigned long long)most, need && o->mem_budget / need < most ? " (idle ones are freed to make room)" : "");
 }
 
+/* A whole file as a NUL-terminated string (NULL with a message on stderr). */
+static char *read_text_file(const char *path, const char *flag) {
+  FILE *f = fopen(path, "rb");
+  q35_buf b = {0};
+  char chunk[4096];
+  size_t n;
+  if (!f) {
+    fprintf(stderr, "q35 serve: %s %s: cannot open it\n", flag, path);
+    return NULL;
+  }
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+    if (q35_buf_add(&b, chunk, n)) break;
+  const int bad = ferror(f) || (!feof(f));
+  fclose(f);
+  if (bad || !b.p) {
+    fprintf(stderr, "q35 serve: %s %s: cannot read it%s\n", flag, path, b.p ? "" : " (empty)");
+    q35_buf_free(&b);
+    return NULL;
+  }
+  return b.p;
+}
+
+/* --api-key values and --api-key-file lines into S->keys; TLS files into S->tls_*. 0 or -1. */
+static int load_exposure(srv *S, const q35_server_opts *o) {
+  char *file = o->api_key_file ? read_text_file(o->api_key_file, "--api-key-file") : NULL;
+  if (o->api_key_file && !file) return -1;
+  size_t most = (size_t)o->n_api_keys + 1;
+  for (const char *p = file; p && *p; p++) most += *p == '\n';
+  S->keys = calloc(most, sizeof *S->keys);
+  if (!S->keys) return -1;
+  for (int i = 0; i < o->n_api_keys; i++) S->keys[S->n_keys++] = strdup(o->api_keys[i]);
+  for (char *line = file, *next; line && *line; line = next) {
+    next = strchr(line, '\n');
+    if (next) *next++ = 0;
+    else next = line + strlen(line);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t')) line[--n] = 0;
+    while (*line == ' ' || *line == '\t') line++;
+    if (*line && *line != '#') S->keys[S->n_keys++] = strdup(line);
+  }
+  free(file);
+  if (o->api_key_file && S->n_keys == o->n_api_keys) {
+    fprintf(stderr, "q35 serve: --api-key-file %s holds no key\n", o->api_key_file);
+    return -1;
+  }
+  if (!o->ssl_key_file != !o->ssl_cert_file) {
+    fprintf(stderr, "q35 serve: HTTPS needs both --ssl-key-file and --ssl-cert-file\n");
+    return -1;
+  }
+  if (o->ssl_key_file) {
+    S->tls_key = read_text_file(o->ssl_key_file, "--ssl-key-file");
+    S->tls_cert = S->tls_key ? read_text_file(o->ssl_cert_file, "--ssl-cert-file") : NULL;
+    if (!S->tls_cert) return -1;
+  }
+  S->http = (http_config){.api_keys = (const char *const *)S->keys,
+                          .n_api_keys = S->n_keys,
+                          .cors = o->cors,
+                          .n_cors = o->n_cors,
+                          .tls_key = S->tls_key,
+                          .tls_cert = S->tls_cert,
+                          .verbose = o->verbose};
+  return 0;
+}
+
+static void srv_free(srv *S) {
+  for (int i = 0; i < S->n_keys; i++) free(S->keys[i]);
+  free(S->keys);
+  free(S->tls_key);
+  free(S->tls_cert);
+  free(S);
+}
+
 int q35_server_run(const q35_server_opts *o) {
   srv *S = calloc(1, sizeof *S);
   if (!S) return 1;
   S->o = *o;
   S->created = (long)time(NULL);
   set_model_id(S, o);
-  /* listen first: /health answers 503 while the model loads */
-  S->d = http_start(o->host, o->port, (unsigned)(o->timeout > 0 ? o->timeout : 0), on_request, S);
-  if (!S->d) {
-    free(S);
+  if (load_exposure(S, o)) {
+    srv_free(S);
     return 1;
   }
-  fprintf(stderr, "q35 serve: listening on http://%s:%d (loading %s)\n", o->host, o->port, o->model_path);
+  /* listen first: /health answers 503 while the model loads */
+  S->d = http_start(o->host, o->port, (unsigned)(o->timeout > 0 ? o->timeout : 0), &S->http, on_request, S);
+  if (!S->d) {
+    srv_free(S);
+    return 1;
+  }
+  fprintf(stderr, "q35 serve: listening on %s://%s:%d (loading %s)%s\n", S->tls_key ? "https" : "http", o->host,
+          o->port, o->model_path, S->n_keys ? "; API key required" : "");
   int rc = 1;
   q35_err err = {{0}};
   if (load_model(S, o, &err)) {
@@ -358,6 +467,6 @@ done:
   free(S->tmpl);
   free(S->bos);
   free(S->eos);
-  free(S);
+  srv_free(S);
   return rc;
 }

@@ -53,6 +53,15 @@ typedef struct q35_server_opts {
   int timeout;             /* drop a client idle this many seconds while sending its request or not
                               reading its response (0 = never), default 30; never while a
                               request is being computed */
+  /* exposure */
+#define Q35_SERVER_MAX_LIST 64
+  const char *api_keys[Q35_SERVER_MAX_LIST]; /* --api-key (repeatable); any key set: requests need one */
+  int n_api_keys;
+  const char *api_key_file; /* --api-key-file: one key a line (blank lines and # comments skipped) */
+  int metrics_open;         /* /metrics without a key */
+  const char *ssl_key_file, *ssl_cert_file; /* PEM files: HTTPS */
+  const char *cors[Q35_SERVER_MAX_LIST];     /* --cors ORIGIN (repeatable; "*" = any) */
+  int n_cors;
 } q35_server_opts;
 
 void q35_server_default_opts(q35_server_opts *o);

@@ -16,4 +16,6 @@ fi
 if [ ! -d tests/node_modules/tokenizers ] || [ ! -d tests/node_modules/openai ]; then
   (cd tests && npm install --silent --no-audit --no-fund)
 fi
+# playwright-core (the server's browser CORS test), added after the first install
+[ -d tests/node_modules/playwright-core ] || (cd tests && npm install --silent --no-audit --no-fund)
 echo "peers ready: $root/.peer/llama, $root/tests/node_modules" >&2

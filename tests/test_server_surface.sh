@@ -32,6 +32,22 @@ Q35_URL="http://127.0.0.1:$port" Q35_MODEL="$tmp/tiny.gguf" Q35_CTX=$CTX Q35_MAX
   NODE_PATH="$Q35_SRC/tests/node_modules" node "$Q35_SRC/tests/tools/server_surface.mjs" || rc=$?
 kill -0 "$pid" 2>/dev/null || { echo "FAIL: the server died"; cat "$tmp/server.log"; exit 1; }
 [ $rc = 0 ] || { tail -n 30 "$tmp/server.log"; exit 1; }
+# a body over --max-body sent whole before the answer is read (as Python's http.client, requests
+# and many other clients do): the client must receive the 413, not EPIPE / a connection reset
+python3 - "$port" <<'PY' || { echo "FAIL: oversized bodies"; tail -n 5 "$tmp/server.log"; exit 1; }
+import http.client, json, sys
+for size in (100_000, 20_000_000):
+    c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=60)
+    body = b'{"prompt": "' + b"x" * size + b'"}'
+    try:
+        c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        status, err = r.status, json.loads(r.read())["error"]
+    except OSError as e:
+        sys.exit(f"a {size}-byte body: {type(e).__name__}: {e}")
+    if status != 413 or err["code"] != "request_too_large":
+        sys.exit(f"a {size}-byte body: {status} {err}")
+PY
 # -v: one line per request with the status and latency, the tokens of a completion, the reason of a 4xx
 fail=0
 grep -Eq '^q35 serve: POST /v1/completions -> 200 in [0-9.]+ ms prompt [0-9]+ completion [0-9]+ tokens$' "$tmp/server.log" ||

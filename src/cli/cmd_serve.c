@@ -31,7 +31,11 @@ static void usage(const model_args *ma) {
       "  --metrics-open          serve /metrics without a key\n"
       "  --ssl-key-file FILE     HTTPS: the PEM private key (with --ssl-cert-file)\n"
       "  --ssl-cert-file FILE    HTTPS: the PEM certificate chain\n"
-      "  --cors ORIGIN           allow browser pages from ORIGIN (repeatable; * = any origin)\n");
+      "  --cors ORIGIN           allow browser pages from ORIGIN (repeatable; * = any origin)\n"
+      "Sampling defaults for requests that leave a parameter unset; the model file's\n"
+      "general.sampling.* values (written by q35 export from generation_config.json) come first:\n"
+      "  --temp T, --top-k K, --top-p P, --min-p P, --repeat-penalty R,\n"
+      "  --presence-penalty X, --frequency-penalty X   (q35 defaults: 1, 0 (all), 1, 0, 1, 0, 0)\n");
   model_args_help(stdout, ma);
   printf("Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/ID], GET /health,\n"
          "POST /tokenize, POST /detokenize, GET /metrics, DELETE /v1/sessions/ID,\n"
@@ -78,6 +82,8 @@ static int serve_arg(q35_server_opts *o, int argc, char **argv, int *i) {
   } else if (arg_is(argc, argv, i, "--cors")) {
     const char *v = list_value(argc, argv, i, "--cors", o->n_cors);
     o->cors[o->n_cors++] = v;
+  } else if (sampling_arg(&o->sampling, argc, argv, i)) {
+    /* --temp, --top-k, --top-p, --min-p, --repeat-penalty, --presence-penalty, --frequency-penalty */
   } else if (arg_is(argc, argv, i, "--api_key_file")) {
     o->api_key_file = arg_value(argc, argv, i);
   } else if (arg_is(argc, argv, i, "--metrics_open")) {
@@ -112,6 +118,9 @@ int cmd_serve(int argc, char **argv) {
     if (!model_arg(&ma, argc, argv, &i) && !serve_arg(&o, argc, argv, &i)) arg_unknown("serve", argv[i]);
   }
   model_args_done(&ma, "serve");
+  q35_err err = {{0}};
+  if (q35_sampling_validate(&o.sampling, &err) || o.sampling.temperature > 2.0f)
+    die("serve: sampling defaults: %s", err.msg[0] ? err.msg : "--temp must be in [0, 2]");
   o.model_path = ma.model;
   o.n_threads = ma.threads;
   o.n_ctx = ma.ctx;

@@ -35,6 +35,8 @@ typedef struct oai_model {
   char stem[256];               /* the id without ".gguf", also accepted as "model" */
   int32_t n_ctx;                /* per-session context in tokens */
   int no_think;                 /* thinking off unless a request enables it */
+  q35_sampling defaults;        /* for parameters a request leaves unset: the model file's
+                                   general.sampling.*, else the server's flags, else q35's */
 } oai_model;
 
 /* A refused request. */

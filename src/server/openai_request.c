@@ -666,6 +666,7 @@ int oai_parse_request(const oai_model *M, const json_t *b, int chat, const char 
   srv_job *j = srv_job_new();
   if (!j) return bad(e, NULL, "out of memory");
   r->job = j;
+  j->sp = M->defaults;
   if (check_fields(b, chat, e) || parse_model(M, b, e) || parse_sampling(b, r, e) || parse_stop(b, j, e) ||
       parse_logprobs(b, r, e) || parse_stream(b, r, e) || parse_logit_bias(M, b, j, e))
     return -1;

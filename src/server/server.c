@@ -279,6 +279,7 @@ void q35_server_default_opts(q35_server_opts *o) {
   o->snap_every = 1024;
   o->idle_timeout = 600;
   o->timeout = 30;
+  o->sampling = q35_sampling_default();
 }
 
 static volatile sig_atomic_t g_stop; /* set by the signal handler (the one process-wide flag) */
@@ -297,6 +298,49 @@ static void set_model_id(srv *S, const q35_server_opts *o) {
   if (!o->alias && sl > 5 && !strcmp(S->oai.stem + sl - 5, ".gguf")) S->oai.stem[sl - 5] = 0;
 }
 
+/* The model card's recommended sampling (general.sampling.*, as gguf-py names them) over the
+ * server's defaults; a value out of range or a key q35 cannot honour is reported on stderr. */
+static void model_card_sampling(const gguf_file *gf, q35_sampling *sp) {
+  static const char *const unsupported[] = {"general.sampling.sequence", "general.sampling.xtc_probability",
+                                            "general.sampling.xtc_threshold", "general.sampling.penalty_last_n",
+                                            "general.sampling.mirostat", "general.sampling.mirostat_tau",
+                                            "general.sampling.mirostat_eta"};
+  static const struct { const char *key; int what; } K[] = {
+      {"general.sampling.temp", 0}, {"general.sampling.top_k", 1}, {"general.sampling.top_p", 2},
+      {"general.sampling.min_p", 3}, {"general.sampling.penalty_repeat", 4}};
+  char used[256] = "";
+  for (size_t i = 0; i < sizeof K / sizeof K[0]; i++) {
+    const gguf_kv *kv = gguf_find(gf, K[i].key);
+    if (!kv) continue;
+    double x;
+    if (kv->type == GGUF_F32 || kv->type == GGUF_F64) x = kv->v.f;
+    else if (kv->type == GGUF_I8 || kv->type == GGUF_I16 || kv->type == GGUF_I32 || kv->type == GGUF_I64) x = (double)kv->v.i;
+    else if (kv->type == GGUF_U8 || kv->type == GGUF_U16 || kv->type == GGUF_U32 || kv->type == GGUF_U64) x = (double)kv->v.u;
+    else {
+      fprintf(stderr, "q35 serve: %s is not a number; not used\n", K[i].key);
+      continue;
+    }
+    q35_sampling t = *sp;
+    if (K[i].what == 0) t.temperature = (float)x;
+    else if (K[i].what == 1) t.top_k = (int64_t)x;
+    else if (K[i].what == 2) t.top_p = (float)x;
+    else if (K[i].what == 3) t.min_p = (float)x;
+    else t.repetition_penalty = (float)x;
+    q35_err e = {{0}};
+    if (q35_sampling_validate(&t, &e) || (K[i].what == 0 && x > 2)) {
+      fprintf(stderr, "q35 serve: %s = %g is out of range; not used (%s)\n", K[i].key, x, e.msg[0] ? e.msg : "temp > 2");
+      continue;
+    }
+    *sp = t;
+    const size_t n = strlen(used);
+    snprintf(used + n, sizeof used - n, "%s%s %g", n ? ", " : "", K[i].key + 17, x);
+  }
+  if (used[0]) fprintf(stderr, "q35 serve: sampling defaults from the model file: %s\n", used);
+  for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
+    if (gguf_find(gf, unsupported[i]))
+      fprintf(stderr, "q35 serve: %s is in the model file but q35 has no such sampler; not applied\n", unsupported[i]);
+}
+
 /* Tokenizer, chat template, weights and the scheduler. 0, or -1 with err filled. */
 static int load_model(srv *S, const q35_server_opts *o, q35_err *err) {
   q35_model_params mp = q35_model_default_params();
@@ -306,6 +350,8 @@ static int load_model(srv *S, const q35_server_opts *o, q35_err *err) {
   mp.progress = 1; /* "loading ..." / "loaded ... in N s" (and a 2 MiB-page re-read) on stderr */
   gguf_file *gf = gguf_open(o->model_path, err);
   if (gf) {
+    S->oai.defaults = o->sampling;
+    model_card_sampling(gf, &S->oai.defaults);
     S->tok = q35_tokenizer_from_gguf(gf, err);
     if (S->tok && q35_chat_template_from_gguf(gf, &S->tmpl, &S->bos, &S->eos, err)) {
       q35_tokenizer_free(S->tok);

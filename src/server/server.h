@@ -53,6 +53,8 @@ typedef struct q35_server_opts {
   int timeout;             /* drop a client idle this many seconds while sending its request or not
                               reading its response (0 = never), default 30; never while a
                               request is being computed */
+  q35_sampling sampling;    /* defaults for requests that leave a parameter unset and a model
+                               file without general.sampling.* for it (--temp, --top-k, ...) */
   /* exposure */
 #define Q35_SERVER_MAX_LIST 64
   const char *api_keys[Q35_SERVER_MAX_LIST]; /* --api-key (repeatable); any key set: requests need one */

@@ -8,15 +8,20 @@
  *   openai_request.c    a request body -> a validated job: sampling, stop strings, logprobs,
  *                       the chat template (chat.h) and tokenization (tokenizer.h)
  *   openai_response.c   events -> OpenAI objects: responses, chunks, logprobs, tool calls
+ *   openai_constraint.c response_format / grammar / json_schema / forced tool calls: the one
+ *                       place that wires (today: refuses) constrained decoding
  *   sse.c               the server-sent events writer (streamed responses)
  *   sched.c             the scheduler: owns the model, batches every active request into
  *                       shared q35_step calls, slots and prefix reuse (sched.h)
  *   stop.c              stop strings: text held back while it may start one
  *
- * Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health
+ * Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/{id}], GET /health
  * (503 while loading), POST /tokenize, POST /detokenize, GET /metrics (Prometheus text),
- * DELETE /v1/sessions/{id}, POST /v1/sessions/{id}/reset. Errors are OpenAI-style bodies
- * {"error": {"message", "type", "param", "code"}}.
+ * DELETE /v1/sessions/{id}, POST /v1/sessions/{id}/reset, OPTIONS (CORS preflights). Errors
+ * are OpenAI-style bodies {"error": {"message", "type", "param", "code"}}.
+ *
+ * Exposure: API keys (401 without one; /health open, /metrics unless metrics_open), HTTPS
+ * (GnuTLS through libmicrohttpd), CORS origins; README.md "Server API" lists every field.
  *
  * Host limits (docs/HARDENING.md): body size (413), queue (429), memory budget for all
  * sessions' KV/state (idle sessions freed for room, else the request waits or gets 503), idle

@@ -15,6 +15,10 @@ stop_server() {
   if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
   pid=
 }
+clean_stop() { # SIGTERM: exit status 0 (under the sanitizers: no leak, no error report)
+  local st=0; kill -TERM "$pid"; wait "$pid" || st=$?; pid=
+  [ $st = 0 ] || { echo "FAIL: server exit status $st after SIGTERM"; grep -A20 Sanitizer "$tmp/server.log" | head -40; exit 1; }
+}
 cleanup() { stop_server; rm -rf "$tmp"; }
 trap cleanup EXIT INT TERM
 "$Q35" export --tiny-test -o "$tmp/tiny.gguf" >/dev/null 2>&1
@@ -49,7 +53,7 @@ Q35_URL="https://127.0.0.1:$port" Q35_MODEL="$tmp/tiny.gguf" Q35_KEYS=sk-flag,sk
   node "$Q35_SRC/tests/tools/server_expose.mjs" || rc=$?
 kill -0 "$pid" 2>/dev/null || { echo "FAIL: the server died"; cat "$tmp/server.log"; exit 1; }
 [ $rc = 0 ] || { tail -n 30 "$tmp/server.log"; exit 1; }
-stop_server
+clean_stop
 # --metrics-open: /metrics without a key, the API still closed; --cors '*'
 port=$(free_port)
 "$Q35" serve -m "$tmp/tiny.gguf" --host 127.0.0.1 --port "$port" --ctx 256 -t 2 --api-key k --metrics-open --cors '*' \
@@ -60,7 +64,7 @@ wait_healthy "http://127.0.0.1:$port"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/models")" = 401 ] || { echo "FAIL: models open"; exit 1; }
 curl -s -D - -o /dev/null -H 'Origin: http://any.example' "http://127.0.0.1:$port/health" | grep -qi '^access-control-allow-origin: \*' ||
   { echo "FAIL: --cors '*' sets no header"; exit 1; }
-stop_server
+clean_stop
 # bad values: each a clear message and a non-zero exit, before any model is loaded
 expect_fail() { # WHAT PATTERN ARGS...
   local what=$1 pat=$2; shift 2

@@ -56,4 +56,7 @@ grep -Eq "^q35 serve: POST /v1/chat/completions -> 400 in [0-9.]+ ms: unknown fi
   { echo "FAIL: -v logs no 4xx reason"; fail=1; }
 grep -Eq '^q35 serve: POST /v1/completions -> 413 in ' "$tmp/server.log" || { echo "FAIL: -v logs no 413"; fail=1; }
 [ $fail = 0 ] || { grep 'q35 serve: ' "$tmp/server.log" | tail -n 20; exit 1; }
+# a clean shutdown (under the sanitizers: no leak, no error report)
+src=0; kill -TERM "$pid"; wait "$pid" || src=$?; pid=
+[ $src = 0 ] || { echo "FAIL: server exit status $src after SIGTERM"; grep -A20 Sanitizer "$tmp/server.log" | head -40; exit 1; }
 echo "PASS"

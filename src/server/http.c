@@ -254,7 +254,9 @@ void http_request_done(void *cls, struct MHD_Connection *c, void **con_cls, enum
     char tokens[64] = "";
     if (tl_log.has_tokens) snprintf(tokens, sizeof tokens, " prompt %d completion %d tokens", tl_log.prompt,
                                     tl_log.completion);
-    fprintf(stderr, "q35 serve: %s -> %u in %.1f ms%s%s%s%s\n", rq->what, tl_log.status, (q35_now() - rq->t0) * 1e3,
+    char status[16] = "no response";
+    if (tl_log.status) snprintf(status, sizeof status, "%u", tl_log.status);
+    fprintf(stderr, "q35 serve: %s -> %s in %.1f ms%s%s%s%s\n", rq->what, status, (q35_now() - rq->t0) * 1e3,
             tokens, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? " (connection ended early)" : "",
             tl_log.status >= 400 && tl_log.reason[0] ? ": " : "", tl_log.status >= 400 ? tl_log.reason : "");
   }

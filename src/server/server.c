@@ -20,7 +20,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/util.h"
 #include "format/gguf.h"
+#include "server/api.h"
 #include "server/http.h"
 #include "server/openai.h"
 #include "server/sched.h"
@@ -40,6 +42,7 @@ typedef struct srv {
   srv_sched *sched;
   char *tmpl, *bos, *eos;
   oai_model oai;                  /* what the OpenAI layer sees of the model */
+  api_ctx api;                    /* /v1/responses and /v1/messages (api.h) */
   long created;
 } srv;
 
@@ -220,8 +223,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   }
   const char *path = url;
   if (!strncmp(path, "/v1/", 4)) path += 3;
-  if (!known_path(path)) return http_send_error(c, 404, NULL, "no endpoint %s %s", method, url);
+  if (!known_path(path) && !api_known_path(path)) return http_send_error(c, 404, NULL, "no endpoint %s %s", method, url);
   if (!atomic_load(&S->ready)) return http_send_error(c, 503, NULL, "the model is loading");
+  if (api_handle(&S->api, c, method, path, &((http_request *)*con_cls)->body, &ret)) return ret;
   if (!strcmp(path, "/models") || !strcmp(path, "/metrics")) {
     if (strcmp(method, "GET")) return http_send_error(c, 405, NULL, "use GET %s", url);
     return !strcmp(path, "/models") ? do_models(S, c) : do_metrics(S, c);
@@ -299,6 +303,8 @@ static int load_model(srv *S, const q35_server_opts *o, q35_err *err) {
   S->oai.eos = S->eos;
   S->oai.n_ctx = o->n_ctx;
   S->oai.no_think = o->no_think;
+  S->api = (api_ctx){.sched = S->sched, .M = &S->oai, .timeout = o->timeout, .store = api_store_new()};
+  if (!S->api.store) return q35_seterr(err, "out of memory");
   return 0;
 }
 
@@ -353,6 +359,7 @@ int q35_server_run(const q35_server_opts *o) {
 done:
   MHD_stop_daemon(S->d);
   srv_sched_free(S->sched);
+  api_store_free(S->api.store);
   if (S->model) q35_model_free(S->model);
   if (S->tok) q35_tokenizer_free(S->tok);
   free(S->tmpl);

@@ -115,6 +115,9 @@ static json_t *store_get(api_store *s, const char *id, int which) {
 }
 
 enum MHD_Result api_response_get(api_ctx *A, struct MHD_Connection *c, const char *method, const char *id) {
+  if (strchr(id, '/') || !*id)
+    return http_send_error(c, 404, NULL, "no endpoint %s /v1/responses/%s (this server has GET and DELETE "
+                           "/v1/responses/{id})", method, id);
   if (!strcmp(method, "GET")) {
     json_t *r = store_get(A->store, id, 1);
     if (!r) return http_send_error(c, 404, NULL, "no stored response '%s'", id);
@@ -503,9 +506,22 @@ static int parse_request(api_ctx *A, struct MHD_Connection *c, const json_t *b, 
   if (!input) return api_bad(e, "input", "'input' is required");
   if (add_input(q->history, input, e)) return -1;
   const char *ins = json_string_value(json_object_get(b, "instructions"));
-  q->v.messages = json_array();
-  if (ins) json_array_append_new(q->v.messages, json_pack("{s:s,s:s}", "role", "system", "content", ins));
-  json_array_extend(q->v.messages, q->history);
+  q->v.messages = json_deep_copy(q->history);
+  if (ins) { /* the system message: instructions, then a leading system / developer message of the input */
+    json_t *first = json_array_get(q->v.messages, 0);
+    const char *sys = first && !strcmp(json_string_value(json_object_get(first, "role")), "system")
+                          ? json_string_value(json_object_get(first, "content"))
+                          : NULL;
+    q35_buf t = {0};
+    q35_buf_str(&t, ins);
+    if (sys && *sys) {
+      q35_buf_str(&t, "\n\n");
+      q35_buf_str(&t, sys);
+    }
+    if (sys) json_array_remove(q->v.messages, 0);
+    json_array_insert_new(q->v.messages, 0, json_pack("{s:s,s:s}", "role", "system", "content", t.p ? t.p : ""));
+    q35_buf_free(&t);
+  }
   if (api_conv_prompt(M, &q->v, q->j, e, "input")) return -1;
   api_id(q->id, sizeof q->id, "resp_");
   q->created = (long)time(NULL);

@@ -90,6 +90,10 @@ await section('responses: text and usage', async () => {
   check(r.usage.output_tokens === 4, 'output_tokens: TEXT <tool_call> CALL </tool_call> (the end token is not counted)', r.usage.output_tokens);
   check(r.usage.total_tokens === r.usage.input_tokens + r.usage.output_tokens, 'total_tokens');
   check(r.instructions === 'Be brief.' && r.model === 'chain.gguf', 'echoed fields', [r.instructions, r.model]);
+  const d = await oa.responses.create({ model: MODEL, instructions: 'Be brief.',
+    input: [{ role: 'developer', content: 'Use metric units.' }, { role: 'user', content: 'hi' }] });
+  const wantD = await refCount([{ role: 'system', content: 'Be brief.\n\nUse metric units.' }, { role: 'user', content: 'hi' }]);
+  check(d.usage.input_tokens === wantD, 'instructions + a developer message: one system message', [d.usage.input_tokens, wantD]);
   const c = await oa.responses.inputTokens.count({ model: MODEL, input: 'hi', instructions: 'Be brief.' });
   check(c.input_tokens === want, 'responses.inputTokens.count', c);
 });
@@ -180,6 +184,20 @@ await section('responses: refusals', async () => {
   await expectError('image input', 400, () => oa.responses.create({ model: MODEL, input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'http://x/y.png' }] }] }), 'vision');
   await expectError('unknown previous_response_id', 404, () => oa.responses.create({ model: MODEL, input: 'x', previous_response_id: 'resp_nope' }), 'resp_nope');
   await expectError('wrong model', 400, () => oa.responses.create({ model: 'gpt-4o', input: 'x' }), 'gpt-4o');
+  await expectError('temperature out of range', 400, () => oa.responses.create({ model: MODEL, input: 'x', temperature: 3 }), 'temperature');
+  await expectError('input of the wrong type', 400, () => oa.responses.create({ model: MODEL, input: 42 }), 'input');
+  await expectError('no input', 400, () => oa.responses.create({ model: MODEL }), 'input');
+  await expectError('unknown item type', 400, () => oa.responses.create({ model: MODEL, input: [{ type: 'item_reference', id: 'x' }] }), 'item_reference');
+  await expectError('tool_choice none keeps tools out', 200, async () => {
+    const r = await oa.responses.create({ model: MODEL, input: 'x', tools: rTools, tool_choice: 'none' });
+    check(r.output_text === WHOLE && r.usage.input_tokens === await refCount([{ role: 'user', content: 'x' }]),
+          'tool_choice none: no tools in the prompt, no calls parsed', r.output);
+    throw Object.assign(new Error('ok'), { status: 200 });
+  });
+  const raw = await fetch(`${base}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '[1]' });
+  check(raw.status === 400 && (await raw.json()).error.message.includes('JSON object'), 'a non-object body: 400');
+  const get = await fetch(`${base}/v1/responses`, { method: 'GET' });
+  check(get.status === 405, 'GET /v1/responses: 405', get.status);
 });
 
 await section('responses: the store is bounded', async () => {
@@ -257,6 +275,14 @@ await section('messages: errors', async () => {
   await expectError('tool_choice any', 400, () => an.messages.create({ model: MODEL, max_tokens: 8, tools: aTools, tool_choice: { type: 'any' }, messages: [{ role: 'user', content: 'x' }] }), 'constrained');
   await expectError('server tool', 400, () => an.messages.create({ model: MODEL, max_tokens: 8, tools: [{ type: 'web_search_20250305', name: 'web_search' }], messages: [{ role: 'user', content: 'x' }] }), 'web_search');
   await expectError('unknown field', 400, () => an.messages.create({ model: MODEL, max_tokens: 8, frob: 1, messages: [{ role: 'user', content: 'x' }] }), 'frob');
+  await expectError('temperature above 1', 400, () => an.messages.create({ model: MODEL, max_tokens: 8, temperature: 1.5, messages: [{ role: 'user', content: 'x' }] }), 'temperature');
+  await expectError('no messages', 400, () => an.messages.create({ model: MODEL, max_tokens: 8, messages: [] }), 'messages');
+  await expectError('bad role', 400, () => an.messages.create({ model: MODEL, max_tokens: 8, messages: [{ role: 'system', content: 'x' }] }), 'role');
+  await expectError('thinking budget >= max_tokens', 400, () => an.messages.create({ model: MODEL, max_tokens: 1024, thinking: { type: 'enabled', budget_tokens: 1024 }, messages: [{ role: 'user', content: 'x' }] }), 'budget_tokens');
+  await expectError('wrong model', 400, () => an.messages.create({ model: 'claude-x', max_tokens: 8, messages: [{ role: 'user', content: 'x' }] }), 'claude-x');
+  const nf = await fetch(`${base}/v1/messages`, { method: 'GET' });
+  const nj = await nf.json();
+  check(nf.status === 405 && nj.type === 'error', 'GET /v1/messages: 405 in Anthropic shape', nj);
   const r = await fetch(`${base}/v1/messages`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{bad' });
   const j = await r.json();
   check(r.status === 400 && j.type === 'error' && j.error.type === 'invalid_request_error', 'malformed JSON: Anthropic shape', j);

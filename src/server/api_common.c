@@ -325,6 +325,7 @@ enum MHD_Result api_stream(api_ctx *A, struct MHD_Connection *c, srv_job *j, con
     resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, API_SSE_BLOCK, stream_read, st, stream_free);
   }
   if (!resp) {
+    if (st) q35_buf_free(&st->out);
     free(st);
     ops->release(cls);
     srv_job_cancel(A->sched, j);

@@ -135,6 +135,18 @@ await section('responses: reasoning, max_output_tokens', async () => {
   check(r.usage.output_tokens_details.reasoning_tokens === 2, 'reasoning_tokens (sentence + </think>)', r.usage);
   const want = await refCount([{ role: 'user', content: 'hi' }], { tools: chatTools, think: true });
   check(r.usage.input_tokens === want, 'thinking prompt = the reference', [r.usage.input_tokens, want]);
+  // reasoning items go back as the assistant turn's reasoning (the template shows it after the last user turn)
+  const items = [{ role: 'user', content: 'hi' }, ...r.output,
+    { type: 'function_call_output', call_id: r.output[2].call_id, output: 'sunny' }];
+  const n1 = await oa.responses.inputTokens.count({ model: MODEL, input: items, tools: rTools, reasoning: { effort: 'high' } });
+  const n2 = await oa.responses.inputTokens.count({ model: MODEL, previous_response_id: r.id, tools: rTools,
+    reasoning: { effort: 'high' }, input: [items[4]] });
+  const wantR = await refCount([{ role: 'user', content: 'hi' }, { ...assistantCall, reasoning_content: chain.reasoning },
+    { role: 'tool', content: 'sunny' }], { tools: chatTools, think: true });
+  check(n1.input_tokens === wantR && n2.input_tokens === wantR, 'reasoning items round trip', [n1, n2, wantR]);
+  const noR = await refCount([{ role: 'user', content: 'hi' }, assistantCall, { role: 'tool', content: 'sunny' }],
+    { tools: chatTools, think: true });
+  check(noR < wantR, 'the reference renders the reasoning (the check above means something)', [noR, wantR]);
   const s = await oa.responses.create({ model: MODEL, input: 'hi', max_output_tokens: 1 });
   check(s.status === 'incomplete' && s.incomplete_details.reason === 'max_output_tokens', 'incomplete', s.status);
   check(s.output_text === chain.text && s.usage.output_tokens === 1, 'one token of text', s.output_text);

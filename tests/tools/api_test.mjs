@@ -248,6 +248,15 @@ await section('messages: thinking, stop_sequences, max_tokens', async () => {
   const m = await an.messages.create({ model: MODEL, max_tokens: 2048, thinking: { type: 'enabled', budget_tokens: 1024 },
     messages: [{ role: 'user', content: 'hi' }] });
   check(m.content[0].type === 'thinking' && m.content[0].thinking === chain.reasoning, 'thinking block', m.content);
+  const tm = await an.messages.create({ model: MODEL, max_tokens: 2048, tools: aTools, thinking: { type: 'enabled', budget_tokens: 1024 },
+    messages: [{ role: 'user', content: 'hi' }] });
+  const tuse = tm.content.find((b) => b.type === 'tool_use');
+  const back = await an.messages.countTokens({ model: MODEL, tools: aTools, thinking: { type: 'enabled', budget_tokens: 1024 },
+    messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: tm.content },
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: tuse.id, content: [{ type: 'text', text: 'sunny' }] }] }] });
+  const wantT = await refCount([{ role: 'user', content: 'hi' }, { ...assistantCall, reasoning_content: chain.reasoning },
+    { role: 'tool', content: 'sunny' }], { tools: chatTools, think: true });
+  check(back.input_tokens === wantT, 'thinking blocks go back as the reasoning', [back, wantT]);
   const s = await an.messages.create({ model: MODEL, max_tokens: 64, stop_sequences: ['zzz', 'look'], messages: [{ role: 'user', content: 'hi' }] });
   check(s.stop_reason === 'stop_sequence' && s.stop_sequence === 'look', 'stop_sequence', [s.stop_reason, s.stop_sequence]);
   check(s.content[0].text === chain.text.slice(0, chain.text.indexOf('look')), 'text before the stop sequence', s.content);

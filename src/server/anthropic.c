@@ -296,7 +296,7 @@ static const char *const create_keys[] = {"model", "max_tokens", "messages", "sy
 static const char *const count_keys[] = {"model", "messages", "system", "tools", "tool_choice", "thinking",
                                          "cache_control", NULL};
 
-static int parse_request(api_ctx *A, struct MHD_Connection *c, const json_t *b, int count, msg_req *q, oai_error *e) {
+static int parse_request(api_ctx *A, const char *sid, const json_t *b, int count, msg_req *q, oai_error *e) {
   const oai_model *M = A->M;
   const char *bad = api_unknown_key(b, count ? count_keys : create_keys);
   if (bad) return api_bad(e, bad, "unknown or unsupported field '%s'", bad);
@@ -314,7 +314,7 @@ static int parse_request(api_ctx *A, struct MHD_Connection *c, const json_t *b, 
   }
   q->v.messages = json_array();
   if (parse_system(b, q->v.messages, e) || parse_tools(b, q, e) || parse_thinking(M, b, q, max_tokens, e) ||
-      api_session(c, q->j, e))
+      api_session(sid, q->j, e))
     return -1;
   const json_t *msgs = json_object_get(b, "messages");
   if (!json_is_array(msgs) || !json_array_size(msgs))
@@ -462,12 +462,24 @@ static const api_stream_ops msg_ops = {st_start, st_events, st_end, st_release};
 
 /* ---- the endpoint ---- */
 
+int api_messages_parse(api_ctx *A, const json_t *body, int count_only, const char *sid, srv_job **job, oai_error *e) {
+  *job = NULL;
+  msg_req *q = calloc(1, sizeof *q);
+  if (!q) return api_bad(e, NULL, "out of memory");
+  q->A = A;
+  const int rc = parse_request(A, sid, body, count_only, q, e);
+  *job = q->j;
+  q->j = NULL;
+  req_free(q);
+  return rc;
+}
+
 enum MHD_Result api_messages(api_ctx *A, struct MHD_Connection *c, const json_t *body, int count_only) {
   msg_req *q = calloc(1, sizeof *q);
   if (!q) return api_anthropic_error(c, 503, "out of memory");
   q->A = A;
   oai_error e = {0};
-  if (parse_request(A, c, body, count_only, q, &e)) {
+  if (parse_request(A, api_session_header(c), body, count_only, q, &e)) {
     req_free(q);
     return api_anthropic_error(c, e.status ? e.status : 400, "%s", e.msg);
   }

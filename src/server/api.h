@@ -65,8 +65,10 @@ void api_conv_free(api_conv *v);
 /* Render v with the chat template and tokenize it into j->prompt (checked against the
  * context). 0, or -1 with e filled (param names the field to blame). */
 int api_conv_prompt(const oai_model *M, api_conv *v, srv_job *j, oai_error *e, const char *param);
-/* The session header (session_id or X-Session-Id) into j. 0 or -1 with e filled. */
-int api_session(struct MHD_Connection *c, srv_job *j, oai_error *e);
+/* The request's session header (session_id, else X-Session-Id), or NULL. */
+const char *api_session_header(struct MHD_Connection *c);
+/* The session id sid (NULL or "": anonymous) into j. 0 or -1 with e filled. */
+int api_session(const char *sid, srv_job *j, oai_error *e);
 /* A fresh id "<prefix><16 hex digits>". */
 void api_id(char *out, size_t n, const char *prefix);
 /* e filled with a 400 naming param; returns -1. */
@@ -124,6 +126,10 @@ void api_sse(q35_buf *out, const char *name, json_t *obj);
 /* ---- the endpoints ---- */
 
 enum MHD_Result api_responses(api_ctx *A, struct MHD_Connection *c, const json_t *body, int count_only);
+/* The request parsers alone (no HTTP; for the fuzz target): a body -> a job ready for the
+ * scheduler (*job, the caller's), or -1 with e filled (a 4xx). sid: the session header or NULL. */
+int api_responses_parse(api_ctx *A, const json_t *body, const char *sid, srv_job **job, oai_error *e);
+int api_messages_parse(api_ctx *A, const json_t *body, int count_only, const char *sid, srv_job **job, oai_error *e);
 enum MHD_Result api_response_get(api_ctx *A, struct MHD_Connection *c, const char *method, const char *id);
 enum MHD_Result api_messages(api_ctx *A, struct MHD_Connection *c, const json_t *body, int count_only);
 /* Anthropic's error body {"type":"error","error":{"type", "message"}} as a response. */

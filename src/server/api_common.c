@@ -79,9 +79,12 @@ int api_int(const json_t *o, const char *k, const char *param, long long lo, lon
   return 1;
 }
 
-int api_session(struct MHD_Connection *c, srv_job *j, oai_error *e) {
+const char *api_session_header(struct MHD_Connection *c) {
   const char *sid = http_header(c, "session_id");
-  if (!sid) sid = http_header(c, "X-Session-Id");
+  return sid ? sid : http_header(c, "X-Session-Id");
+}
+
+int api_session(const char *sid, srv_job *j, oai_error *e) {
   if (!sid || !*sid) return 0;
   if (strlen(sid) > OAI_MAX_SESSION_ID)
     return api_bad(e, "session_id", "the session id is longer than %d bytes", OAI_MAX_SESSION_ID);

@@ -475,7 +475,7 @@ static const char *const rsp_keys[] = {
 
 /* The whole request: fields, conversation, prompt. 0, or -1 with e filled (404 for an unknown
  * previous_response_id). */
-static int parse_request(api_ctx *A, struct MHD_Connection *c, const json_t *b, rsp_req *q, oai_error *e) {
+static int parse_request(api_ctx *A, const char *sid, const json_t *b, rsp_req *q, oai_error *e) {
   const oai_model *M = A->M;
   const char *bad = api_unknown_key(b, rsp_keys);
   if (bad) {
@@ -492,7 +492,7 @@ static int parse_request(api_ctx *A, struct MHD_Connection *c, const json_t *b, 
                    json_is_string(model) ? json_string_value(model) : "?", M->id);
   if (!(q->j = srv_job_new())) return api_bad(e, NULL, "out of memory");
   if (parse_settings(M, b, q, e) || parse_tools(b, q, e) || parse_reasoning(M, b, q, e) || parse_text(b, e) ||
-      api_session(c, q->j, e))
+      api_session(sid, q->j, e))
     return -1;
   const char *prev = json_string_value(json_object_get(b, "previous_response_id"));
   q->history = prev ? store_get(A->store, prev, 0) : json_array();
@@ -778,12 +778,24 @@ static enum MHD_Result send_err(struct MHD_Connection *c, const oai_error *e) {
   return http_send_json(c, e->status ? e->status : 400, b);
 }
 
+int api_responses_parse(api_ctx *A, const json_t *body, const char *sid, srv_job **job, oai_error *e) {
+  *job = NULL;
+  rsp_req *q = calloc(1, sizeof *q);
+  if (!q) return api_bad(e, NULL, "out of memory");
+  q->A = A;
+  const int rc = parse_request(A, sid, body, q, e);
+  *job = q->j;
+  q->j = NULL;
+  req_free(q);
+  return rc;
+}
+
 enum MHD_Result api_responses(api_ctx *A, struct MHD_Connection *c, const json_t *body, int count_only) {
   rsp_req *q = calloc(1, sizeof *q);
   if (!q) return http_send_error(c, 503, NULL, "out of memory");
   q->A = A;
   oai_error e = {0};
-  if (parse_request(A, c, body, q, &e)) {
+  if (parse_request(A, api_session_header(c), body, q, &e)) {
     req_free(q);
     return send_err(c, &e);
   }

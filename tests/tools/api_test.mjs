@@ -344,6 +344,24 @@ await section('messages: prefill, sampling parameters, a client that goes away',
   check(h.status === 200, 'the server is fine afterwards');
 });
 
+await section('all three APIs at once, sessions', async () => {
+  // more requests than --parallel: they share the batch and the queue; each gets its own reply
+  const jobs = [];
+  for (let i = 0; i < 3; i++) {
+    jobs.push(oa.responses.create({ model: MODEL, input: `r${i}`, tools: rTools }).then((r) => r.output[1].name === 'get_weather' && r.output_text === chain.text));
+    jobs.push(an.messages.stream({ model: MODEL, max_tokens: 64, messages: [{ role: 'user', content: `m${i}` }] }).finalMessage().then((m) => m.content[0].text === WHOLE));
+    jobs.push(oa.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: `c${i}` }] }).then((c) => c.choices[0].message.content === WHOLE));
+  }
+  const ok = await Promise.all(jobs);
+  check(ok.every((x) => x), 'concurrent replies', ok);
+  const h = { headers: { session_id: 'api-conv' } };
+  const a1 = await oa.responses.create({ model: MODEL, input: 'session one' }, h);
+  const a2 = await oa.responses.create({ model: MODEL, previous_response_id: a1.id, input: 'and two' }, h);
+  check(a2.usage.input_tokens_details.cached_tokens > 0, 'a named session reuses its prefix', a2.usage);
+  await expectError('a session id that is too long', 400, () => an.messages.create({ model: MODEL, max_tokens: 8,
+    messages: [{ role: 'user', content: 'x' }] }, { headers: { session_id: 'x'.repeat(200) } }), 'session');
+});
+
 // ================= Vercel AI SDK on chat completions =================
 
 await section('ai sdk: generateText, streamText, tool calls', async () => {

@@ -146,7 +146,8 @@ static int add_message(msg_req *q, const json_t *m, size_t i, int last, oai_erro
   q35_buf text = {0}, reasoning = {0};
   int rc = 0;
   if (json_is_string(ct)) q35_buf_add(&text, json_string_value(ct), json_string_length(ct));
-  else if (!json_is_array(ct)) rc = api_bad(e, "messages", "'%s.content' must be a string or an array of blocks", where);
+  else if (!json_is_array(ct))
+    rc = api_bad(e, "messages", "'%s.content' must be a string or an array of blocks", where);
   for (size_t k = 0; !rc && json_is_array(ct) && k < json_array_size(ct); k++) {
     char w2[96];
     snprintf(w2, sizeof w2, "%s.content[%zu]", where, k);
@@ -200,7 +201,8 @@ static int parse_tools(const json_t *b, msg_req *q, oai_error *e) {
     const char *ty = json_string_value(json_object_get(t, "type"));
     if (ty && strcmp(ty, "custom"))
       return json_decref(out), api_bad(e, "tools", "'tools[%zu]' is the server tool '%s', which this server does not "
-                                       "have; only client tools (name, description, input_schema) are available", i, ty);
+                                       "have; only client tools (name, description, input_schema) are available",
+                                       i, ty);
     if (json_is_true(json_object_get(t, "strict")))
       return json_decref(out), api_bad(e, "tools", "'tools[%zu].strict': true needs constrained decoding, which this "
                                        "server does not have yet", i);

@@ -111,8 +111,9 @@ int api_gen_stop_index(const api_gen *g, const oai_model *M, const srv_job *j);
  * went away (the job is cancelled). */
 int api_wait(srv_sched *s, struct MHD_Connection *c, srv_job *j, api_gen *g);
 
-/* The streamed response: on_start writes the opening events, on_events turns events into SSE text, on_end writes the end (the job
- * is done or failed), release frees cls (and gets called exactly once, also on failure). */
+/* The streamed response: on_start writes the opening events, on_events turns events into SSE
+ * text, on_end writes the end (the job is done or failed), release frees cls (and gets called
+ * exactly once, also on failure). The job reference passes to the stream. */
 typedef struct api_stream_ops {
   void (*on_start)(void *cls, q35_buf *out);
   void (*on_events)(void *cls, const srv_event *e, q35_buf *out);

@@ -187,7 +187,8 @@ static int item_message(json_t *msgs, const json_t *it, const char *where, char 
   const char *bad = api_unknown_key(it, keys);
   if (bad) return api_bad(e, "input", "'%s' has an unknown field '%s'", where, bad);
   const char *role = json_string_value(json_object_get(it, "role"));
-  if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system") && strcmp(role, "developer")))
+  if (!role ||
+      (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system") && strcmp(role, "developer")))
     return api_bad(e, "input", "'%s.role' must be user, assistant, system or developer", where);
   q35_buf t = {0};
   char w2[128];
@@ -255,7 +256,8 @@ static int item_reasoning(const json_t *it, const char *where, char **reasoning,
   if (bad) return api_bad(e, "input", "'%s' has an unknown field '%s'", where, bad);
   const json_t *enc = json_object_get(it, "encrypted_content");
   if (enc && !json_is_null(enc))
-    return api_bad(e, "input", "'%s.encrypted_content': this server neither makes nor reads encrypted reasoning", where);
+    return api_bad(e, "input", "'%s.encrypted_content': this server neither makes nor reads encrypted reasoning",
+                   where);
   const json_t *parts = json_object_get(it, "content");
   if (!json_is_array(parts) || !json_array_size(parts)) parts = json_object_get(it, "summary");
   q35_buf t = {0};
@@ -421,7 +423,8 @@ static int parse_settings(const oai_model *M, const json_t *b, rsp_req *q, oai_e
       return api_bad(e, "metadata", "'metadata' must be an object of at most 16 string values");
     const char *mk;
     const json_t *mv;
-    json_object_foreach((json_t *)md, mk, mv) if (!json_is_string(mv) || strlen(mk) > 64 || json_string_length(mv) > 512)
+    json_object_foreach((json_t *)md, mk, mv) if (!json_is_string(mv) || strlen(mk) > 64 ||
+                                                   json_string_length(mv) > 512)
         return api_bad(e, "metadata", "'metadata.%s' must be a string of at most 512 characters (keys at most 64)", mk);
   }
   static const char *const strs[] = {"user", "safety_identifier", "prompt_cache_key", "instructions",
@@ -434,7 +437,8 @@ static int parse_settings(const oai_model *M, const json_t *b, rsp_req *q, oai_e
   if (tr && !json_is_null(tr) && (!json_is_string(tr) || strcmp(json_string_value(tr), "disabled")))
     return api_bad(e, "truncation", "'truncation' must be \"disabled\": this server never drops input items");
   const json_t *st = json_object_get(b, "service_tier");
-  if (st && !json_is_null(st) && !json_is_string(st)) return api_bad(e, "service_tier", "'service_tier' must be a string");
+  if (st && !json_is_null(st) && !json_is_string(st))
+    return api_bad(e, "service_tier", "'service_tier' must be a string");
   const json_t *inc = json_object_get(b, "include");
   if (inc && !json_is_null(inc) && (!json_is_array(inc) || json_array_size(inc)))
     return api_bad(e, "include", "'include' must be empty: this server has no extra output to include");
@@ -487,7 +491,8 @@ static int parse_request(api_ctx *A, const char *sid, const json_t *b, rsp_req *
   }
   const json_t *model = json_object_get(b, "model");
   if (model && !json_is_null(model) &&
-      (!json_is_string(model) || (strcmp(json_string_value(model), M->id) && strcmp(json_string_value(model), M->stem))))
+      (!json_is_string(model) ||
+       (strcmp(json_string_value(model), M->id) && strcmp(json_string_value(model), M->stem))))
     return api_bad(e, "model", "model '%s' is not served here; this server has '%s'",
                    json_is_string(model) ? json_string_value(model) : "?", M->id);
   if (!(q->j = srv_job_new())) return api_bad(e, NULL, "out of memory");
@@ -534,7 +539,9 @@ static json_t *text_part(const char *text) {
   return json_pack("{s:s,s:s,s:[],s:[]}", "type", "output_text", "text", text, "annotations", "logprobs");
 }
 
-static json_t *reasoning_part(const char *text) { return json_pack("{s:s,s:s}", "type", "reasoning_text", "text", text); }
+static json_t *reasoning_part(const char *text) {
+  return json_pack("{s:s,s:s}", "type", "reasoning_text", "text", text);
+}
 
 static json_t *new_item(api_piece_kind kind, const json_t *call) {
   char id[40];
@@ -681,8 +688,8 @@ static void close_open(rsp_stream *st) {
   emit(st, "response.content_part.done", ev);
   json_array_append_new(json_object_get(st->open, "content"), part);
   json_object_set_new(st->open, "status", json_string("completed"));
-  emit(st, "response.output_item.done", json_pack("{s:I,s:O}", "output_index", (json_int_t)(json_array_size(st->output) - 1),
-                                                  "item", st->open));
+  emit(st, "response.output_item.done",
+       json_pack("{s:I,s:O}", "output_index", (json_int_t)(json_array_size(st->output) - 1), "item", st->open));
   st->open = NULL;
   st->acc.n = 0;
 }
@@ -731,7 +738,8 @@ static void stream_piece(void *cls, api_piece_kind kind, const char *text, const
 static void st_start(void *cls, q35_buf *out) {
   rsp_stream *st = cls;
   st->out = out;
-  emit(st, "response.created", json_pack("{s:o}", "response", response_obj(st->q, &st->g, "in_progress", json_array())));
+  emit(st, "response.created",
+       json_pack("{s:o}", "response", response_obj(st->q, &st->g, "in_progress", json_array())));
   emit(st, "response.in_progress",
        json_pack("{s:o}", "response", response_obj(st->q, &st->g, "in_progress", json_array())));
 }
@@ -754,7 +762,8 @@ static void st_end(void *cls, q35_buf *out) {
   }
   json_t *o = finish_response(st->q, &st->g, json_incref(st->output));
   const char *status = json_string_value(json_object_get(o, "status"));
-  emit(st, strcmp(status, "completed") ? "response.incomplete" : "response.completed", json_pack("{s:o}", "response", o));
+  emit(st, strcmp(status, "completed") ? "response.incomplete" : "response.completed",
+       json_pack("{s:o}", "response", o));
 }
 
 static void st_release(void *cls) {

@@ -20,7 +20,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/util.h"
 #include "format/gguf.h"
+#include "server/api.h"
 #include "server/http.h"
 #include "server/openai.h"
 #include "server/sched.h"
@@ -40,6 +42,7 @@ typedef struct srv {
   srv_sched *sched;
   char *tmpl, *bos, *eos;
   oai_model oai;                  /* what the OpenAI layer sees of the model */
+  api_ctx api;                    /* /v1/responses and /v1/messages (api.h) */
   long created;
   http_config http;               /* keys, CORS, TLS for http.c */
   char **keys;                    /* --api-key values and --api-key-file lines */
@@ -251,8 +254,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   if (!strncmp(path, "/v1/", 4)) path += 3;
   const int metrics = !strcmp(path, "/metrics");
   if (!(metrics && S->o.metrics_open) && !http_auth_ok(c)) return send_unauthorized(c, path);
-  if (!known_path(path)) return http_send_error(c, 404, NULL, "no endpoint %s %s", method, url);
+  if (!known_path(path) && !api_known_path(path))
+    return http_send_error(c, 404, NULL, "no endpoint %s %s", method, url);
   if (!atomic_load(&S->ready)) return http_send_error(c, 503, NULL, "the model is loading");
+  if (api_handle(&S->api, c, method, path, &((http_request *)*con_cls)->body, &ret)) return ret;
   if (!strcmp(path, "/models") || metrics || !strncmp(path, "/models/", 8)) {
     if (strcmp(method, "GET")) return http_send_error(c, 405, NULL, "use GET %s", url);
     if (metrics) return do_metrics(S, c);
@@ -377,6 +382,8 @@ static int load_model(srv *S, const q35_server_opts *o, q35_err *err) {
   S->oai.eos = S->eos;
   S->oai.n_ctx = o->n_ctx;
   S->oai.no_think = o->no_think;
+  S->api = (api_ctx){.sched = S->sched, .M = &S->oai, .timeout = o->timeout, .store = api_store_new()};
+  if (!S->api.store) return q35_seterr(err, "out of memory");
   return 0;
 }
 
@@ -508,6 +515,7 @@ int q35_server_run(const q35_server_opts *o) {
 done:
   MHD_stop_daemon(S->d);
   srv_sched_free(S->sched);
+  api_store_free(S->api.store);
   if (S->model) q35_model_free(S->model);
   if (S->tok) q35_tokenizer_free(S->tok);
   free(S->tmpl);

@@ -19,6 +19,9 @@
  * (503 while loading), POST /tokenize, POST /detokenize, GET /metrics (Prometheus text),
  * DELETE /v1/sessions/{id}, POST /v1/sessions/{id}/reset, OPTIONS (CORS preflights). Errors
  * are OpenAI-style bodies {"error": {"message", "type", "param", "code"}}.
+ * The OpenAI Responses API (POST /v1/responses, /v1/responses/input_tokens, GET / DELETE
+ * /v1/responses/{id}) and the Anthropic Messages API (POST /v1/messages,
+ * /v1/messages/count_tokens, Anthropic-style errors) run on the same engine: api.h.
  *
  * Exposure: API keys (401 without one; /health open, /metrics unless metrics_open), HTTPS
  * (GnuTLS through libmicrohttpd), CORS origins; README.md "Server API" lists every field.

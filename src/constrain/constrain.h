@@ -1,0 +1,23 @@
+/*
+ * constrain.h - what the engine's step and the tests use of the constraint engine beyond the
+ * public API (include/q35.h).
+ */
+#ifndef Q35_CONSTRAIN_H
+#define Q35_CONSTRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "q35.h"
+
+/* The current mask without a copy (valid until the next call on c); NULL when out of memory. */
+const uint32_t *q35_constraint_mask_ref(q35_constraint *c);
+/* The mask by brute force (every token stepped byte by byte): the reference twin of the trie
+ * walk. 0, or -1 when out of memory. */
+int q35_constraint_mask_reference(q35_constraint *c, uint32_t *mask);
+/* Bytes held by the constraint's own store (matcher, history, masks). */
+size_t q35_constraint_bytes(const q35_constraint *c);
+/* The vocabulary size of a constraint. */
+int32_t q35_constraint_n_vocab(const q35_constraint *c);
+
+#endif

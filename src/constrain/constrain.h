@@ -17,6 +17,10 @@ const uint32_t *q35_constraint_mask_ref(q35_constraint *c);
 int q35_constraint_mask_reference(q35_constraint *c, uint32_t *mask);
 /* Bytes held by the constraint's own store (matcher, history, masks). */
 size_t q35_constraint_bytes(const q35_constraint *c);
+/* The vocabulary of a loaded tokenizer, n_vocab tokens (ids past the tokenizer's are never
+ * allowed: padding). */
+struct q35_tokenizer;
+q35_constraint_vocab *q35_constraint_vocab_from_tok(const struct q35_tokenizer *t, int32_t n_vocab, q35_err *err);
 /* The vocabulary size of a constraint. */
 int32_t q35_constraint_n_vocab(const q35_constraint *c);
 

@@ -46,7 +46,7 @@ struct q35_constraint {
 
 /* ---- vocabularies ---- */
 
-static q35_constraint_vocab *vocab_from_tok(const q35_tokenizer *t, int32_t n, q35_err *err) {
+q35_constraint_vocab *q35_constraint_vocab_from_tok(const q35_tokenizer *t, int32_t n, q35_err *err) {
   const char **bytes = calloc((size_t)n, sizeof *bytes);
   size_t *lens = calloc((size_t)n, sizeof *lens);
   uint8_t *kind = calloc((size_t)n, 1);
@@ -87,7 +87,7 @@ done:
 q35_constraint_vocab *q35_constraint_vocab_from_model(const q35_model *model, q35_err *err) {
   q35_tokenizer *t = q35_tokenizer_from_gguf(model->gguf, err);
   if (!t) return NULL;
-  q35_constraint_vocab *v = vocab_from_tok(t, model->hp.n_vocab, err);
+  q35_constraint_vocab *v = q35_constraint_vocab_from_tok(t, model->hp.n_vocab, err);
   q35_tokenizer_free(t);
   return v;
 }
@@ -95,7 +95,7 @@ q35_constraint_vocab *q35_constraint_vocab_from_model(const q35_model *model, q3
 q35_constraint_vocab *q35_constraint_vocab_from_tokenizer(const char *path, q35_err *err) {
   q35_tokenizer *t = q35_tokenizer_from_json(path, NULL, err);
   if (!t) return NULL;
-  q35_constraint_vocab *v = vocab_from_tok(t, q35_tokenizer_n_vocab(t), err);
+  q35_constraint_vocab *v = q35_constraint_vocab_from_tok(t, q35_tokenizer_n_vocab(t), err);
   q35_tokenizer_free(t);
   return v;
 }

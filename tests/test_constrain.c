@@ -162,6 +162,10 @@ static void test_schema(void) {
   CHECK(schema_match("{\"type\":\"integer\",\"exclusiveMinimum\":10}", "1000000") == 1);
   CHECK(schema_match("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-29\"") == 1);
   CHECK(schema_match("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-04-31\"") == 0);
+  CHECK(schema_match("{\"type\":\"string\",\"format\":\"date\"}", "\"2023-02-29\"") == 0, "not a leap year");
+  CHECK(schema_match("{\"type\":\"string\",\"format\":\"date\"}", "\"1900-02-29\"") == 0, "not a leap year");
+  CHECK(schema_match("{\"type\":\"string\",\"format\":\"date\"}", "\"2000-02-29\"") == 1);
+  CHECK(schema_match("{\"type\":\"string\",\"format\":\"date\"}", "\"2023-02-28\"") == 1);
   CHECK(schema_match("{\"type\":\"string\",\"format\":\"date-time\"}", "\"2024-01-02T03:04:05.6Z\"") == 1);
   CHECK(schema_match("{\"type\":\"string\",\"format\":\"uuid\"}", "\"123e4567-e89b-12d3-a456-426614174000\"") == 1);
   CHECK(schema_match("{\"type\":\"string\",\"format\":\"email\"}", "\"a.b@c.de\"") == 1);
@@ -173,6 +177,11 @@ static void test_schema(void) {
   CHECK(schema_match("{\"type\":\"object\"}", "{\"x\":[1,{\"y\":null}]}") == 1, "free object");
   CHECK(schema_match("{\"type\":\"object\",\"properties\":{\"a\":{}},\"additionalProperties\":{\"type\":\"integer\"}}",
                      "{\"z\":1,\"a\":\"s\"}") == 1);
+  const char *addp = "{\"type\":\"object\",\"properties\":{\"ab\":{\"type\":\"string\"},\"\xc3\xa9\":{}},"
+                     "\"additionalProperties\":{\"type\":\"integer\"}}";
+  CHECK(schema_match(addp, "{\"ab\":1}") == 0, "an extra key never repeats a listed name");
+  CHECK(schema_match(addp, "{\"\xc3\xa9\":1,\"\xc3\xaa\":1,\"a\":2,\"abc\":3,\"\":4,\"b\\\"\":5}") == 1);
+  CHECK(schema_match(addp, "{\"\\u0061b\":1}") == 0, "extra keys have one spelling");
   /* refused schemas name the keyword */
   q35_err err;
   char *g;

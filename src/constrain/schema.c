@@ -70,6 +70,7 @@ static void put_primitives(sc *c, int ws_max) {
               "string ::= \"\\\"\" char* \"\\\"\"\n"
               "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" hex hex hex hex )\n"
               "hex ::= [0-9a-fA-F]\n"
+              "kchar ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\\\\\" | \"\\\\\\\"\"\n"
               "number ::= \"-\"? uint ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?\n"
               "integer ::= \"-\"? uint\n"
               "uint ::= \"0\" | [1-9] [0-9]*\n"
@@ -247,6 +248,114 @@ typedef struct {
 
 #define MAX_ANY_ORDER 8
 
+/* ---- extra property keys: any string but the listed names ----
+ * Keys of additional properties are written with kchar (no control characters, and only the
+ * escapes \\ and \" that " and \ need), so each key has one spelling and "not a listed name" is
+ * a regular language: a trie over the names' code points, where from each node a key may end
+ * (unless the node ends a name), go on with a child's code point, or leave the trie with any
+ * other character and then go on freely. */
+typedef struct {
+  uint32_t cp;
+  int child;
+} tedge;
+
+typedef struct {
+  tedge *e;
+  size_t n, cap;
+  int end;
+} tnode;
+
+static int cp_decode(const unsigned char *s, size_t n, size_t *i, uint32_t *cp) {
+  const unsigned char c = s[*i];
+  const int k = c < 0x80 ? 0 : c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
+  if (k < 0 || *i + (size_t)k >= n + (k ? 0 : 1)) return -1;
+  uint32_t v = k ? c & (0x3F >> k) : c;
+  for (int j = 1; j <= k; j++) v = (v << 6) | (s[*i + (size_t)j] & 0x3F);
+  *i += (size_t)k + 1;
+  *cp = v;
+  return 0;
+}
+
+static void put_kchar_unit(q35_buf *b, uint32_t cp) {
+  if (cp == '"') q35_buf_str(b, "\"\\\\\\\"\"");
+  else if (cp == '\\') q35_buf_str(b, "\"\\\\\\\\\"");
+  else q35_buf_printf(b, "[\\U%08X]", (unsigned)cp);
+}
+
+static void key_rules(sc *c, const tnode *t, int i, const char *base) {
+  q35_buf b = {0};
+  int alts = 0;
+  if (!t[i].end) {
+    q35_buf_str(&b, "\"\\\"\"");
+    alts = 1;
+  }
+  int has_q = 0, has_bs = 0;
+  for (size_t k = 0; k < t[i].n; k++) {
+    q35_buf_str(&b, alts++ ? " | " : "");
+    put_kchar_unit(&b, t[i].e[k].cp);
+    q35_buf_printf(&b, " %s-%d", base, t[i].e[k].child);
+    has_q |= t[i].e[k].cp == '"';
+    has_bs |= t[i].e[k].cp == '\\';
+  }
+  q35_buf_printf(&b, "%s( [^\"\\\\\\x00-\\x1F", alts++ ? " | " : "");
+  for (size_t k = 0; k < t[i].n; k++)
+    if (t[i].e[k].cp != '"' && t[i].e[k].cp != '\\') q35_buf_printf(&b, "\\U%08X", (unsigned)t[i].e[k].cp);
+  q35_buf_str(&b, "]");
+  if (!has_q) q35_buf_str(&b, " | \"\\\\\\\"\"");
+  if (!has_bs) q35_buf_str(&b, " | \"\\\\\\\\\"");
+  q35_buf_str(&b, " ) kchar* \"\\\"\"");
+  char nm[SC_NAME + 16];
+  snprintf(nm, sizeof nm, "%s-%d", base, i);
+  sc_put_rule(c, nm, &b);
+  for (size_t k = 0; k < t[i].n; k++) key_rules(c, t, t[i].e[k].child, base);
+}
+
+/* The rule of a JSON key (with its quotes) that is none of the n names, into name. */
+static int other_key(sc *c, const char *const *names, int n, char *name) {
+  tnode *t = calloc(1, sizeof *t);
+  size_t nt = 1, cap = 1;
+  int rc = t ? 0 : sc_fail(c, "out of memory");
+  for (int k = 0; k < n && !rc; k++) {
+    const unsigned char *s = (const unsigned char *)names[k];
+    const size_t len = strlen(names[k]);
+    int at = 0, ok = 1;
+    for (size_t i = 0; i < len && ok;) {
+      uint32_t cp;
+      if (cp_decode(s, len, &i, &cp) || cp < 0x20) {
+        ok = 0; /* a name kchar cannot spell: no key can equal it */
+        break;
+      }
+      int next = -1;
+      for (size_t e = 0; e < t[at].n; e++)
+        if (t[at].e[e].cp == cp) next = t[at].e[e].child;
+      if (next < 0) {
+        if (q35_grow((void **)&t, &cap, nt + 1, sizeof *t) ||
+            q35_grow((void **)&t[at].e, &t[at].cap, t[at].n + 1, sizeof *t[at].e)) {
+          rc = sc_fail(c, "out of memory");
+          break;
+        }
+        memset(&t[nt], 0, sizeof *t);
+        t[at].e[t[at].n++] = (tedge){cp, (int)nt};
+        next = (int)nt++;
+      }
+      at = next;
+    }
+    if (ok && !rc) t[at].end = 1;
+  }
+  if (!rc) {
+    char base[SC_NAME];
+    sc_new_name(c, base);
+    key_rules(c, t, 0, base);
+    q35_buf b = {0};
+    q35_buf_printf(&b, "\"\\\"\" %s-0", base);
+    sc_new_name(c, name);
+    sc_put_rule(c, name, &b);
+  }
+  for (size_t i = 0; t && i < nt; i++) free(t[i].e);
+  free(t);
+  return rc;
+}
+
 /* Any order, each property at most once: rule H_S for each subset S of the listed properties
  * ("after S, at least one member written"). */
 static void object_any_order(sc *c, const prop *p, int n, const char *extra, uint32_t req, q35_buf *b) {
@@ -354,9 +463,14 @@ static int gen_object(sc *c, json_t *s, char *name) {
   if (!rc && ((add && !json_is_false(add)) || (!add && !props))) {
     char val[SC_NAME] = "value";
     if (add && !json_is_true(add) && sc_gen(c, add, val)) rc = -1;
+    char key[SC_NAME];
+    const char **names = calloc((size_t)n + 1, sizeof *names);
+    for (int j = 0; names && j < i; j++) names[j] = p[j].key;
+    if (!rc && (!names || other_key(c, names, i, key))) rc = names ? -1 : sc_fail(c, "out of memory");
+    free(names);
     if (!rc) {
       q35_buf kv = {0};
-      q35_buf_printf(&kv, "string ws \":\" ws %s", val);
+      q35_buf_printf(&kv, "%s ws \":\" ws %s", key, val);
       sc_new_name(c, extra_buf);
       sc_put_rule(c, extra_buf, &kv);
       extra = extra_buf;

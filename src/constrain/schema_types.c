@@ -46,10 +46,12 @@ int sc_gen_string(sc *c, json_t *s, char *name) {
     free(expr);
   } else if (fmt) {
     const char *f = json_string_value(fmt);
-    static const char date[] =
+    static const char date[] = /* months with their day counts; February 29 in leap years only */
         "[0-9]{4} \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )"
         " | ( \"0\" [469] | \"11\" ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"30\" )"
-        " | \"02-\" ( \"0\" [1-9] | [12] [0-9] ) )";
+        " | \"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] ) )"
+        " | ( [0-9] [0-9] ( \"0\" [48] | [2468] [048] | [13579] [26] ) | ( \"0\" [48] | [2468] [048] | [13579] [26] ) \"00\""
+        " | \"0000\" ) \"-02-29\"";
     static const char time[] = "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]+ )?"
                                " ( [zZ] | [-+] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )";
     static const char uuid[] = "hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}";
@@ -58,7 +60,7 @@ int sc_gen_string(sc *c, json_t *s, char *name) {
     q35_buf_str(&b, "\"\\\"\" ");
     if (!strcmp(f, "date")) q35_buf_printf(&b, "( %s )", date);
     else if (!strcmp(f, "time")) q35_buf_printf(&b, "( %s )", time);
-    else if (!strcmp(f, "date-time")) q35_buf_printf(&b, "( %s ) [tT] ( %s )", date, time);
+    else if (!strcmp(f, "date-time")) q35_buf_printf(&b, "( %s ) [tT ] ( %s )", date, time);
     else if (!strcmp(f, "uuid")) q35_buf_printf(&b, "( %s )", uuid);
     else if (!strcmp(f, "email")) q35_buf_printf(&b, "%s ( \".\" %s )* \"@\" ( %s \".\" )+ %s", atom, atom, label, label);
     else {

@@ -21,6 +21,9 @@ size_t q35_constraint_bytes(const q35_constraint *c);
  * allowed: padding). */
 struct q35_tokenizer;
 q35_constraint_vocab *q35_constraint_vocab_from_tok(const struct q35_tokenizer *t, int32_t n_vocab, q35_err *err);
+/* A vocabulary from byte strings: kind[i] 0 a normal token, 1 end of generation, 2 never. */
+q35_constraint_vocab *q35_constraint_vocab_from_bytes(int32_t n, const char *const *bytes, const size_t *lens,
+                                                      const uint8_t *kind, q35_err *err);
 /* The vocabulary size of a constraint. */
 int32_t q35_constraint_n_vocab(const q35_constraint *c);
 

@@ -100,6 +100,20 @@ q35_constraint_vocab *q35_constraint_vocab_from_tokenizer(const char *path, q35_
   return v;
 }
 
+q35_constraint_vocab *q35_constraint_vocab_from_bytes(int32_t n, const char *const *bytes, const size_t *lens,
+                                                      const uint8_t *kind, q35_err *err) {
+  q35_constraint_vocab *cv = calloc(1, sizeof *cv);
+  if (!cv) {
+    q35_seterr(err, "constraint: out of memory");
+    return NULL;
+  }
+  if (!(cv->v = cn_vocab_new(n, bytes, lens, kind, err))) {
+    free(cv);
+    return NULL;
+  }
+  return cv;
+}
+
 void q35_constraint_vocab_free(q35_constraint_vocab *v) {
   if (!v) return;
   cn_vocab_free(v->v);

@@ -109,18 +109,38 @@ size_t cn_matcher_bytes(const cn_matcher *m);
 
 /* ---- vocabulary and masks -------------------------------------------------------------------- */
 
+/* A trie of byte strings in preorder, without its root: node i takes byte[i] at depth depth[i]
+ * (1 = a first byte); its subtree is nodes i .. end[i); the tokens whose strings end at node i
+ * are tok[tok_off[i] .. tok_off[i + 1]). */
+typedef struct cn_trie {
+  uint8_t *byte;
+  uint16_t *depth;
+  int32_t *end, *tok_off, *tok;
+  int32_t n_nodes, max_depth;
+} cn_trie;
+
+/* The vocabulary split for states that loop on a set of units (mask.c): a unit is an ASCII
+ * byte of `ascii`, or (with utf8) any complete valid UTF-8 character. Each normal token is its
+ * longest prefix of units, then a remainder; `all` has the tokens with no remainder, `rem` is
+ * the trie of the remainders (each with its token). */
+typedef struct cn_loop {
+  uint64_t ascii[2];
+  int utf8;
+  uint32_t *all;
+  cn_trie rem;
+} cn_loop;
+
+#define CN_MAX_LOOPS 32
+
 typedef struct cn_vocab {
   int32_t n;            /* tokens */
   uint8_t *kind;        /* per token: 0 normal, 1 end of generation, 2 never */
   char **bytes;         /* per token: its bytes */
   size_t *lens;
-  /* the trie of the normal tokens, in preorder, without its root: node i takes byte[i] at
-   * depth depth[i] (1 = a first byte); its subtree is nodes i .. end[i) ; the tokens whose
-   * bytes end at node i are tok[tok_off[i] .. tok_off[i + 1]) */
-  uint8_t *byte;
-  uint16_t *depth;
-  int32_t *end, *tok_off, *tok;
-  int32_t n_nodes, max_depth;
+  cn_trie trie;         /* the normal tokens */
+  void *lock;           /* a pthread mutex over the loops, built on demand */
+  cn_loop *loops[CN_MAX_LOOPS];
+  int n_loops;
 } cn_vocab;
 
 /* The trie of the vocabulary's token byte strings. tokens: n byte strings (lens[i] bytes at
@@ -134,8 +154,13 @@ const char *cn_vocab_bytes(const cn_vocab *v, int32_t id, size_t *len);
 size_t cn_vocab_trie_nodes(const cn_vocab *v);
 
 /* The mask of state s: bit t of mask (uint32 words, (n + 31) / 32 of them) set when token t
- * may come next. Walks the trie (mask.c); -1 when out of memory. */
+ * may come next (mask.c); -1 when out of memory. A state that loops on many units takes its
+ * vocabulary split (cn_loop): the tokens made of units, then a walk of the remainders only;
+ * other states walk the whole trie. */
 int cn_mask_compute(cn_matcher *m, const cn_vocab *v, int32_t s, uint32_t *mask);
+/* OR into mask the tokens of trie t whose strings state s accepts (matcher.c); -1 when out of
+ * memory. */
+int cn_trie_walk(cn_matcher *m, const cn_trie *t, int32_t s, uint32_t *mask);
 /* The same by brute force (each token's bytes stepped one by one): the reference twin. */
 int cn_mask_reference(cn_matcher *m, const cn_vocab *v, int32_t s, uint32_t *mask);
 

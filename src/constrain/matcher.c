@@ -325,16 +325,15 @@ int32_t cn_step(cn_matcher *m, int32_t s, uint8_t b) {
 
 /* ---- masks ---- */
 
-int cn_mask_compute(cn_matcher *m, const cn_vocab *v, int32_t s, uint32_t *mask) {
-  memset(mask, 0, (size_t)(v->n + 31) / 32 * sizeof *mask);
+int cn_trie_walk(cn_matcher *m, const cn_trie *tr, int32_t s, uint32_t *mask) {
   if (s < 0) return 0;
-  int32_t stack_buf[256], *st = v->max_depth < 255 ? stack_buf : malloc(((size_t)v->max_depth + 1) * sizeof *st);
+  int32_t stack_buf[256], *st = tr->max_depth < 255 ? stack_buf : malloc(((size_t)tr->max_depth + 1) * sizeof *st);
   if (!st) return -1;
   st[0] = s;
-  const uint8_t *byte = v->byte;
-  const uint16_t *depth = v->depth;
+  const uint8_t *byte = tr->byte;
+  const uint16_t *depth = tr->depth;
   int rc = 0;
-  for (int32_t i = 0; i < v->n_nodes;) {
+  for (int32_t i = 0; i < tr->n_nodes;) {
     const int32_t from = st[depth[i] - 1];
     const int32_t *t = m->trans[from];
     int32_t to = t ? t[byte[i]] : CN_UNKNOWN;
@@ -344,16 +343,13 @@ int cn_mask_compute(cn_matcher *m, const cn_vocab *v, int32_t s, uint32_t *mask)
         rc = -1;
         break;
       }
-      i = v->end[i];
+      i = tr->end[i];
       continue;
     }
     st[depth[i]] = to;
-    for (int32_t k = v->tok_off[i]; k < v->tok_off[i + 1]; k++) mask[v->tok[k] >> 5] |= 1u << (v->tok[k] & 31);
+    for (int32_t k = tr->tok_off[i]; k < tr->tok_off[i + 1]; k++) mask[tr->tok[k] >> 5] |= 1u << (tr->tok[k] & 31);
     i++;
   }
   if (st != stack_buf) free(st);
-  if (rc == 0 && cn_complete(m, s))
-    for (int32_t i = 0; i < v->n; i++)
-      if (v->kind[i] == 1) mask[i >> 5] |= 1u << (i & 31);
   return rc;
 }

@@ -37,7 +37,10 @@ static void usage(FILE *f) {
           "  --grammar FILE     a GBNF grammar; lines are JSON strings, their values are checked\n"
           "  --regex RE         a regular expression; lines are JSON strings\n"
           "  --ws N             JSON whitespace allowed between tokens, bytes (default 0: compact)\n"
-          "  --print-grammar    print the compiled GBNF grammar on stderr\n");
+          "  --print-grammar    print the compiled GBNF grammar on stderr\n"
+          "  --dump-masks FILE  write each mask walked: a line of allowed normal-token id ranges \"a-b,c\" per\n"
+          "                     step, then \"eog 0|1\"; the file starts with the ids that are not normal tokens,\n"
+          "                     then those whose bytes strict UTF-8 refuses where a lax decoder would not\n");
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -49,6 +52,52 @@ typedef struct {
   double *us;
   size_t n, cap;
 } samples;
+
+/* id ranges "a-b,c,..." of the ids for which keep(id) holds */
+static void put_ranges(FILE *f, int32_t n, int (*keep)(int32_t, const void *), const void *ctx) {
+  int32_t run = -1;
+  int first = 1;
+  for (int32_t i = 0; i <= n; i++) {
+    const int ok = i < n && keep(i, ctx);
+    if (ok && run < 0) run = i;
+    if (!ok && run >= 0) {
+      fprintf(f, run == i - 1 ? "%s%d" : "%s%d-%d", first ? "" : ",", run, i - 1);
+      first = 0;
+      run = -1;
+    }
+  }
+  fputc('\n', f);
+}
+
+typedef struct {
+  const q35_tokenizer *t;
+  const uint32_t *mask;
+} dump_ctx;
+
+static int keep_special(int32_t id, const void *vctx) {
+  return q35_token_type(((const dump_ctx *)vctx)->t, id) != Q35_TOKEN_NORMAL;
+}
+
+static int keep_allowed(int32_t id, const void *vctx) {
+  const dump_ctx *d = vctx;
+  return q35_token_type(d->t, id) == Q35_TOKEN_NORMAL && (d->mask[id >> 5] >> (id & 31) & 1);
+}
+
+/* Bytes llama.cpp's UTF-8 decoder takes and strict UTF-8 refuses: NUL (llama.cpp ends a piece
+ * there), C0, C1, F5..FF, overlong / surrogate / beyond-U+10FFFF second bytes. */
+static int keep_suspect(int32_t id, const void *vctx) {
+  size_t n;
+  const unsigned char *b = (const unsigned char *)q35_token_bytes(((const dump_ctx *)vctx)->t, id, &n);
+  for (size_t i = 0; b && i < n; i++) {
+    const unsigned c = b[i], d = i + 1 < n ? b[i + 1] : 0x80;
+    if (c == 0 || c == 0xC0 || c == 0xC1 || c >= 0xF5) return 1;
+    if ((c == 0xE0 && d < 0xA0) || (c == 0xED && d > 0x9F) || (c == 0xF0 && d < 0x90) || (c == 0xF4 && d > 0x8F))
+      return 1;
+  }
+  return 0;
+}
+
+static FILE *dump;
 
 /* One text through the masks: -1 accepted, else the byte offset of the refusal. */
 static long walk(q35_constraint *c, const q35_tokenizer *t, const char *text, size_t len, samples *sm) {
@@ -70,6 +119,11 @@ static long walk(q35_constraint *c, const q35_tokenizer *t, const char *text, si
       exit(1);
     }
     if (q35_grow((void **)&sm->us, &sm->cap, sm->n + 1, sizeof *sm->us) == 0) sm->us[sm->n++] = dt;
+    if (dump) {
+      const dump_ctx d = {t, mask};
+      put_ranges(dump, q35_tokenizer_n_vocab(t), keep_allowed, &d);
+      fprintf(dump, "eog %d\n", eog[0] >= 0 && (mask[eog[0] >> 5] >> (eog[0] & 31) & 1));
+    }
     if (i == n) {
       int ok = 0;
       for (int k = 0; k < 3; k++)
@@ -136,6 +190,7 @@ static void load_kind(const char *schema, const char *grammar, const char *regex
 int cmd_schema_check(int argc, char **argv) {
   const char *model = NULL, *tokjson = NULL, *schema = NULL, *grammar = NULL, *regex = NULL, *jsonl = NULL;
   int json_object = 0, print_grammar = 0;
+  const char *dump_path = NULL;
   q35_constraint_params cp = {0};
   for (int i = 1; i < argc; i++) {
     if (arg_is(argc, argv, &i, "--help") || arg_is(argc, argv, &i, "-h")) {
@@ -151,6 +206,7 @@ int cmd_schema_check(int argc, char **argv) {
     else if (arg_is(argc, argv, &i, "--jsonl")) jsonl = arg_value(argc, argv, &i);
     else if (arg_is(argc, argv, &i, "--ws")) cp.ws_max = (int32_t)arg_int("--ws", arg_value(argc, argv, &i), 0, 64);
     else if (arg_is(argc, argv, &i, "--print_grammar")) print_grammar = 1;
+    else if (arg_is(argc, argv, &i, "--dump_masks")) dump_path = arg_value(argc, argv, &i);
     else {
       fprintf(stderr, "q35 schema-check: unknown option '%s'\n", argv[i]);
       usage(stderr);
@@ -188,6 +244,15 @@ int cmd_schema_check(int argc, char **argv) {
     return 1;
   }
   if (print_grammar) fputs(q35_constraint_grammar(c), stderr);
+  if (dump_path && !(dump = fopen(dump_path, "w"))) {
+    fprintf(stderr, "q35 schema-check: cannot write %s\n", dump_path);
+    return 1;
+  }
+  if (dump) {
+    const dump_ctx d = {t, NULL};
+    put_ranges(dump, q35_tokenizer_n_vocab(t), keep_special, &d);
+    put_ranges(dump, q35_tokenizer_n_vocab(t), keep_suspect, &d);
+  }
   size_t n_acc = 0, n_rej = 0, cap = 0;
   samples sm = {0};
   char *line = NULL;
@@ -212,6 +277,7 @@ int cmd_schema_check(int argc, char **argv) {
   }
   free(line);
   fclose(in);
+  if (dump) fclose(dump);
   qsort(sm.us, sm.n, sizeof *sm.us, cmp_double);
   const double med = sm.n ? sm.us[sm.n / 2] : 0, p99 = sm.n ? sm.us[(size_t)((double)(sm.n - 1) * 0.99)] : 0;
   printf("{\"accepted\":%zu,\"rejected\":%zu,\"mask_us_median\":%.3f,\"mask_us_p99\":%.3f}\n", n_acc, n_rej, med, p99);

@@ -701,7 +701,8 @@ static cn_grammar *flatten(builder *b, q35_err *err) {
     b->rules[r].name = NULL;
     for (int32_t a = 0; a < b->rules[r].n; a++) {
       g->alt[ai++] = pc;
-      memcpy(g->code + pc, b->rules[r].alts[a].e, (size_t)b->rules[r].alts[a].n * sizeof *g->code);
+      if (b->rules[r].alts[a].n) /* an empty alternative has no elements (and maybe no array) */
+        memcpy(g->code + pc, b->rules[r].alts[a].e, (size_t)b->rules[r].alts[a].n * sizeof *g->code);
       pc += b->rules[r].alts[a].n;
       g->code[pc++] = (cn_elem){CN_END, 0};
     }

@@ -238,7 +238,7 @@ static void test_masks_synthetic(void) {
   cn_vocab *v = cn_vocab_new(n, bytes, lens, kind, &err);
   CHECK(v != NULL);
   char *g;
-  const char *schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":\"array\","
+  const char *schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":40},\"b\":{\"type\":\"array\","
                        "\"items\":{\"type\":\"integer\"}}},\"required\":[\"a\"],\"additionalProperties\":false}";
   CHECK(cn_schema_to_gbnf(schema, strlen(schema), 0, 0, &g, &err) == 0);
   cn_grammar *gr = cn_gbnf_compile(g, strlen(g), &err);
@@ -319,6 +319,24 @@ static void test_real_vocab(const char *src) {
   CHECK(mid && q35_constraint_n_tokens(mid) == n_ids / 2 + 1);
   for (int32_t i = n_ids / 2 + 1; mid && i < n_ids; i++) CHECK(q35_constraint_accept(mid, ids[i], &err) == 0);
   CHECK(mid && q35_constraint_is_complete(mid));
+  /* counter states (a bounded string, a bounded list): canonical masks + long tokens == brute force */
+  const char *bounded = "{\"type\":\"object\",\"properties\":{\"t\":{\"type\":\"string\",\"maxLength\":60},"
+                        "\"xs\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"maxItems\":30}},"
+                        "\"required\":[\"t\",\"xs\"],\"additionalProperties\":false}";
+  q35_constraint *bc = q35_constraint_new(v, Q35_CONSTRAINT_JSON_SCHEMA, bounded, strlen(bounded), NULL, &err);
+  CHECK(bc != NULL, "%s", err.msg);
+  const char *bdoc = "{\"t\":\"The quick brown fox: \xe6\x97\xa5\xe6\x9c\xac, ________________________ ok!\","
+                     "\"xs\":[1,22,333,4444,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20]}";
+  int32_t *bids = NULL, n_b = 0;
+  CHECK(q35_tokenize(tok, bdoc, strlen(bdoc), &bids, &n_b, &err) == 0);
+  for (int32_t i = 0; bc && i <= n_b; i++) {
+    CHECK(q35_constraint_mask(bc, m1, &err) == 0 && q35_constraint_mask_reference(bc, m2) == 0);
+    CHECK(!memcmp(m1, m2, words * 4), "counter state: trie walk == brute force before token %d", i);
+    if (i < n_b) CHECK(q35_constraint_accept(bc, bids[i], &err) == 0, "token %d: %s", i, err.msg);
+  }
+  CHECK(bc && q35_constraint_is_complete(bc));
+  free(bids);
+  q35_constraint_free(bc);
   /* a refused token leaves the state as it was */
   q35_constraint *r = q35_constraint_new(v, Q35_CONSTRAINT_REGEX, "[0-9]+", 6, NULL, &err);
   int32_t *one = NULL, n_one = 0;

@@ -281,18 +281,12 @@ size_t q35_constraint_prefix(q35_constraint *c, const char *text, size_t len) {
 
 const char *q35_constraint_grammar(const q35_constraint *c) { return c->sh->gbnf; }
 
-/* The mask of state s: from the cache, or computed into a slot (the cache is emptied when
- * full). NULL when out of memory. */
-static const uint32_t *state_mask(q35_constraint *c, int32_t s) {
+/* The cache slot of state s's mask (made when missing, the cache emptied when full); NULL when
+ * out of memory. *fresh is set when the slot is new (its contents are for the caller). */
+static uint32_t *slot_for(q35_constraint *c, int32_t s, int *fresh) {
   const size_t bytes = (size_t)c->words * sizeof(uint32_t);
-  if (s == FINISHED) { /* after the end: only end-of-generation tokens, so a row can go on */
-    if (!c->masks && !(c->masks = malloc(bytes * (MAX_SLOTS + 1)))) return NULL;
-    uint32_t *m = c->masks + (size_t)MAX_SLOTS * (size_t)c->words;
-    memset(m, 0, bytes);
-    for (int32_t i = 0; i < cn_vocab_n(c->v); i++)
-      if (cn_vocab_kind(c->v, i) == 1) m[i >> 5] |= 1u << (i & 31);
-    return m;
-  }
+  *fresh = 0;
+  if (!c->masks && !(c->masks = malloc(bytes * (MAX_SLOTS + 2)))) return NULL;
   const size_t n_states = (size_t)cn_n_states(c->m);
   if (c->cap_slot < n_states) {
     size_t old = c->cap_slot;
@@ -300,19 +294,50 @@ static const uint32_t *state_mask(q35_constraint *c, int32_t s) {
     for (size_t i = old; i < c->cap_slot; i++) c->slot[i] = -1;
   }
   if (c->slot[s] >= 0) return c->masks + (size_t)c->slot[s] * (size_t)c->words;
-  if (!c->masks && !(c->masks = malloc(bytes * (MAX_SLOTS + 1)))) return NULL;
   if (c->n_slots == MAX_SLOTS) {
     for (size_t i = 0; i < c->cap_slot; i++) c->slot[i] = -1;
     c->n_slots = 0;
   }
-  uint32_t *m = c->masks + (size_t)c->n_slots * (size_t)c->words;
-  if (cn_mask_compute(c->m, c->v, s, m)) return NULL;
-  if (c->cap_slot < (size_t)cn_n_states(c->m)) { /* the walk interned new states */
-    size_t old = c->cap_slot;
-    if (q35_grow((void **)&c->slot, &c->cap_slot, (size_t)cn_n_states(c->m) + 64, sizeof *c->slot)) return NULL;
-    for (size_t i = old; i < c->cap_slot; i++) c->slot[i] = -1;
-  }
+  *fresh = 1;
   c->slot[s] = c->n_slots++;
+  return c->masks + (size_t)c->slot[s] * (size_t)c->words;
+}
+
+/* The mask of state s, from the cache or computed into it; NULL when out of memory. A counter
+ * state (cn_canon) takes its canonical state's mask for the short tokens and walks the long
+ * ones itself. */
+static const uint32_t *state_mask(q35_constraint *c, int32_t s) {
+  const size_t words = (size_t)c->words;
+  if (s == FINISHED) { /* after the end: only end-of-generation tokens, so a row can go on */
+    if (!c->masks && !(c->masks = malloc(words * sizeof(uint32_t) * (MAX_SLOTS + 2)))) return NULL;
+    uint32_t *m = c->masks + (size_t)MAX_SLOTS * words;
+    memset(m, 0, words * sizeof *m);
+    for (int32_t i = 0; i < cn_vocab_n(c->v); i++)
+      if (cn_vocab_kind(c->v, i) == 1) m[i >> 5] |= 1u << (i & 31);
+    return m;
+  }
+  const int32_t cs = cn_canon(c->m, s);
+  int fresh;
+  if (cs != s && cs >= 0) {
+    const uint32_t *base = state_mask(c, cs);
+    if (!base) return NULL;
+    uint32_t *tmp = c->masks + (size_t)(MAX_SLOTS + 1) * words; /* base's slot may be reused below */
+    memcpy(tmp, base, words * sizeof *tmp);
+    uint32_t *m = slot_for(c, s, &fresh);
+    if (!m || !fresh) return m;
+    for (size_t w = 0; w < words; w++) m[w] = tmp[w] & ~c->v->long_bits[w];
+    if (cn_trie_walk(c->m, &c->v->long_trie, s, m)) {
+      c->slot[s] = -1;
+      return NULL;
+    }
+    return m;
+  }
+  uint32_t *m = slot_for(c, s, &fresh);
+  if (!m || !fresh) return m;
+  if (cn_mask_compute(c->m, c->v, s, m)) {
+    c->slot[s] = -1;
+    return NULL;
+  }
   return m;
 }
 
@@ -338,7 +363,7 @@ int q35_constraint_mask_reference(q35_constraint *c, uint32_t *mask) {
 
 size_t q35_constraint_bytes(const q35_constraint *c) {
   return cn_matcher_bytes(c->m) + c->cap_hist * sizeof *c->hist + c->cap_slot * sizeof *c->slot +
-         (c->masks ? (size_t)(MAX_SLOTS + 1) * (size_t)c->words * 4 : 0);
+         (c->masks ? (size_t)(MAX_SLOTS + 2) * (size_t)c->words * 4 : 0);
 }
 
 int32_t q35_constraint_n_vocab(const q35_constraint *c) { return cn_vocab_n(c->v); }

@@ -36,6 +36,7 @@ typedef struct {
   evec *alts;
   int32_t n, cap;
   int defined;
+  int32_t chain; /* k for Q_k of a bounded repetition's optional chain, else 0 */
   char *name;
 } brule;
 
@@ -426,6 +427,7 @@ static int quantify(builder *b, evec *alt, evec *unit, int64_t min, int64_t max)
     const int32_t q = anon_rule(b, "opt");
     evec *a = q < 0 ? NULL : new_alt(b, q);
     if (!a || append(b, a, unit) || (prev >= 0 && push(b, a, CN_REF, prev)) || !new_alt(b, q)) return -1;
+    b->rules[q].chain = (int32_t)(k - min + 1); /* Q_1, Q_2, ...: consecutive rule ids */
     prev = q;
   }
   return prev >= 0 ? push(b, alt, CN_REF, prev) : 0;
@@ -688,7 +690,9 @@ static cn_grammar *flatten(builder *b, q35_err *err) {
   g->alt = malloc((n_alt + 1) * sizeof *g->alt);
   g->rule_alt = malloc(((size_t)b->n_rules + 1) * sizeof *g->rule_alt);
   g->names = calloc((size_t)b->n_rules, sizeof *g->names);
-  if (!g->code || !g->alt || !g->rule_alt || !g->names) {
+  g->chain = calloc((size_t)b->n_rules + 1, sizeof *g->chain);
+  g->pos_rule = malloc((n_code + 1) * sizeof *g->pos_rule);
+  if (!g->code || !g->alt || !g->rule_alt || !g->names || !g->chain || !g->pos_rule) {
     cn_grammar_free(g);
     q35_seterr(err, "grammar: out of memory");
     return NULL;
@@ -698,17 +702,20 @@ static cn_grammar *flatten(builder *b, q35_err *err) {
   for (int32_t r = 0; r < b->n_rules; r++) {
     g->rule_alt[r] = ai;
     g->names[r] = b->rules[r].name;
+    g->chain[r] = b->rules[r].chain;
     b->rules[r].name = NULL;
     for (int32_t a = 0; a < b->rules[r].n; a++) {
       g->alt[ai++] = pc;
       if (b->rules[r].alts[a].n) /* an empty alternative has no elements (and maybe no array) */
         memcpy(g->code + pc, b->rules[r].alts[a].e, (size_t)b->rules[r].alts[a].n * sizeof *g->code);
+      for (int32_t k = 0; k <= b->rules[r].alts[a].n; k++) g->pos_rule[pc + k] = r;
       pc += b->rules[r].alts[a].n;
       g->code[pc++] = (cn_elem){CN_END, 0};
     }
   }
   g->rule_alt[b->n_rules] = ai;
   g->code[pc] = (cn_elem){CN_END, 0};
+  g->pos_rule[pc] = 0;
   g->n_code = pc;
   g->cls = b->cls;
   g->n_cls = b->n_cls;
@@ -721,6 +728,8 @@ void cn_grammar_free(cn_grammar *g) {
   if (g->names)
     for (int32_t i = 0; i < g->n_rules; i++) free(g->names[i]);
   free(g->names);
+  free(g->chain);
+  free(g->pos_rule);
   free(g->code);
   free(g->alt);
   free(g->rule_alt);

@@ -56,6 +56,9 @@ typedef struct cn_grammar {
   int32_t n_rules;
   int32_t root;
   char **names;         /* rule names (generated ones too), for messages */
+  int32_t *chain;       /* per rule: k when it is Q_k of a bounded repetition X{m,n}'s chain
+                           Q_k ::= X Q_{k-1} | "" (Q_1 .. Q_{n-m} have consecutive ids), else 0 */
+  int32_t *pos_rule;    /* per position: its rule */
 } cn_grammar;
 
 /* Compile GBNF text (len bytes). Needs a rule named "root". NULL with a message naming the line
@@ -102,6 +105,14 @@ int32_t cn_start(cn_matcher *m);
 int32_t cn_step(cn_matcher *m, int32_t s, uint8_t b);
 /* Whether the language is complete in state s. */
 int cn_complete(const cn_matcher *m, int32_t s);
+/* Counter states. Inside X{m,n} a state records how many X may still come (the chain rule
+ * Q_k on its stacks), so each step makes a new state and masks would never repeat. But a token
+ * of at most CN_CANON_DEPTH bytes cannot use more than that many X, so a state whose chain
+ * rules all have k > CN_CANON_DEPTH takes, for such tokens, exactly the mask of the state with
+ * every such k lowered to CN_CANON_DEPTH: cn_canon returns that state (s itself when nothing
+ * changes). Longer tokens are walked from s itself (cn_vocab.long_trie). */
+#define CN_CANON_DEPTH 16
+int32_t cn_canon(cn_matcher *m, int32_t s);
 /* Number of states interned so far (for caches keyed by state). */
 int32_t cn_n_states(const cn_matcher *m);
 /* Bytes the store holds. */
@@ -138,6 +149,8 @@ typedef struct cn_vocab {
   char **bytes;         /* per token: its bytes */
   size_t *lens;
   cn_trie trie;         /* the normal tokens */
+  cn_trie long_trie;    /* the normal tokens longer than CN_CANON_DEPTH bytes */
+  uint32_t *long_bits;  /* the same as a bitset */
   void *lock;           /* a pthread mutex over the loops, built on demand */
   cn_loop *loops[CN_MAX_LOOPS];
   int n_loops;

@@ -108,7 +108,9 @@ void cn_vocab_free(cn_vocab *v) {
   free(v->bytes);
   free(v->lens);
   free(v->kind);
+  free(v->long_bits);
   trie_free(&v->trie);
+  trie_free(&v->long_trie);
   free(v);
 }
 
@@ -137,6 +139,15 @@ cn_vocab *cn_vocab_new(int32_t n, const char *const *bytes, const size_t *lens, 
     if (v->kind[i] == 0) t[nt++] = (tok_ref){v->bytes[i], lens[i], i};
   }
   if (trie_build(&v->trie, t, nt)) goto fail;
+  /* the tokens longer than CN_CANON_DEPTH bytes (a counter state walks these itself) */
+  if (!(v->long_bits = calloc((size_t)(n + 31) / 32, sizeof *v->long_bits))) goto fail;
+  int32_t nl = 0;
+  for (int32_t i = 0; i < n; i++)
+    if (v->kind[i] == 0 && lens[i] > CN_CANON_DEPTH) {
+      t[nl++] = (tok_ref){v->bytes[i], lens[i], i};
+      v->long_bits[i >> 5] |= 1u << (i & 31);
+    }
+  if (trie_build(&v->long_trie, t, nl)) goto fail;
   free(t);
   return v;
 fail:

@@ -39,6 +39,8 @@ struct cn_matcher {
   uint32_t cap_shash;
   int32_t *tmp, *work;
   int32_t n_tmp, cap_tmp, cap_work;
+  int32_t *ncanon, *scanon; /* cn_canon memos per node and per state (-1: not yet) */
+  int32_t cap_ncanon, cap_scanon;
   size_t bytes;
   int32_t start;
 };
@@ -245,6 +247,8 @@ void cn_matcher_free(cn_matcher *m) {
   free(m->shash);
   free(m->tmp);
   free(m->work);
+  free(m->ncanon);
+  free(m->scanon);
   free(m);
 }
 
@@ -272,6 +276,8 @@ cn_matcher *cn_matcher_clone(const cn_matcher *m) {
   c->trans = m->cap_states ? calloc((size_t)m->cap_states, sizeof *c->trans) : NULL;
   c->tmp = c->work = NULL;
   c->cap_tmp = c->cap_work = c->n_tmp = 0;
+  c->ncanon = c->scanon = NULL; /* the memos are rebuilt on demand */
+  c->cap_ncanon = c->cap_scanon = 0;
   if (m->cap_states && !c->trans) fail = 1;
   for (int32_t i = 0; i < m->n_states && !fail; i++)
     if (m->trans[i]) c->trans[i] = dup_mem(m->trans[i], 256 * sizeof **m->trans, &fail);
@@ -321,6 +327,62 @@ int32_t cn_step(cn_matcher *m, int32_t s, uint8_t b) {
   if (r == CN_OOM) return CN_OOM;
   m->trans[s][b] = r;
   return r;
+}
+
+/* ---- counter states ---- */
+
+static int memo_grow(int32_t **p, int32_t *cap, int32_t need, size_t *bytes) {
+  const int32_t old = *cap;
+  if (grow_arr((void **)p, cap, need, sizeof **p, bytes)) return -1;
+  for (int32_t i = old; i < *cap; i++) (*p)[i] = -1;
+  return 0;
+}
+
+/* The node with every chain rule Q_k (k > CN_CANON_DEPTH) on its stack lowered to
+ * Q_CN_CANON_DEPTH: the same offset in that rule's first alternative (the chain's rules all
+ * have the layout "X Q_{k-1}"). */
+static int32_t canon_node(cn_matcher *m, int32_t n) {
+  if (n == 0) return 0;
+  if (n < m->cap_ncanon && m->ncanon[n] >= 0) return m->ncanon[n];
+  const cn_grammar *g = m->g;
+  const int32_t par = canon_node(m, m->npar[n]);
+  if (par < 0) return par;
+  int32_t p = m->npos[n];
+  const int32_t r = g->pos_rule[p], k = g->chain[r];
+  if (k > CN_CANON_DEPTH && p < g->alt[g->rule_alt[r] + 1]) {
+    const int32_t r2 = r - (k - CN_CANON_DEPTH);
+    p = g->alt[g->rule_alt[r2]] + (p - g->alt[g->rule_alt[r]]);
+  }
+  const int32_t c = p == m->npos[n] && par == m->npar[n] ? n : node(m, p, par);
+  if (c < 0 || memo_grow(&m->ncanon, &m->cap_ncanon, n + 1, &m->bytes)) return CN_OOM;
+  m->ncanon[n] = c;
+  return c;
+}
+
+int32_t cn_canon(cn_matcher *m, int32_t s) {
+  if (s < 0) return s;
+  if (s < m->cap_scanon && m->scanon[s] >= 0) return m->scanon[s];
+  int changed = 0;
+  m->n_tmp = 0;
+  for (int32_t i = 0; i < m->slen[s]; i++) {
+    const int32_t n = m->sdata[m->soff[s] + (size_t)i], c = canon_node(m, n);
+    if (c < 0 || grow_arr((void **)&m->tmp, &m->cap_tmp, m->n_tmp + 1, sizeof *m->tmp, &m->bytes)) return s;
+    changed |= c != n;
+    m->tmp[m->n_tmp++] = c;
+  }
+  if (changed) { /* distinct nodes may have met: dedupe before interning */
+    int32_t w = 0;
+    for (int32_t i = 0; i < m->n_tmp; i++) {
+      int dup = 0;
+      for (int32_t j = 0; j < w && !dup; j++) dup = m->tmp[j] == m->tmp[i];
+      if (!dup) m->tmp[w++] = m->tmp[i];
+    }
+    m->n_tmp = w;
+  }
+  const int32_t c = changed ? intern_tmp(m) : s;
+  if (c < 0 || memo_grow(&m->scanon, &m->cap_scanon, s + 1, &m->bytes)) return s;
+  m->scanon[s] = c;
+  return c;
 }
 
 /* ---- masks ---- */

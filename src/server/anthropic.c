@@ -61,6 +61,7 @@ typedef struct msg_req {
   char id[48];
   int stream;
   api_ctx *A;
+  oai_constraint con; /* tool_choice any / tool, strict tools (openai_constraint.c) */
 } msg_req;
 
 static void req_free(msg_req *q) {
@@ -203,13 +204,15 @@ static int parse_tools(const json_t *b, msg_req *q, oai_error *e) {
       return json_decref(out), api_bad(e, "tools", "'tools[%zu]' is the server tool '%s', which this server does not "
                                        "have; only client tools (name, description, input_schema) are available",
                                        i, ty);
-    if (json_is_true(json_object_get(t, "strict")))
-      return json_decref(out), api_bad(e, "tools", "'tools[%zu].strict': true needs constrained decoding, which this "
-                                       "server does not have yet", i);
+    const json_t *st = json_object_get(t, "strict");
+    if (st && !json_is_null(st) && !json_is_boolean(st))
+      return json_decref(out), api_bad(e, "tools", "'tools[%zu].strict' must be a boolean", i);
+    if (json_is_true(st)) q->con.strict_tools = 1;
     const json_t *name = json_object_get(t, "name"), *schema = json_object_get(t, "input_schema");
     if (!json_is_string(name) || !json_is_object(schema))
       return json_decref(out), api_bad(e, "tools", "'tools[%zu]' needs a string name and an object input_schema", i);
     json_t *fn = json_pack("{s:O,s:O}", "name", name, "parameters", schema);
+    if (json_is_true(st)) json_object_set_new(fn, "strict", json_true());
     if (json_is_string(json_object_get(t, "description")))
       json_object_set(fn, "description", json_object_get(t, "description"));
     json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
@@ -218,16 +221,31 @@ static int parse_tools(const json_t *b, msg_req *q, oai_error *e) {
   int none = 0;
   if (tc && !json_is_null(tc)) {
     const char *ty = json_string_value(json_object_get(tc, "type"));
+    const char *nm = json_string_value(json_object_get(tc, "name"));
     if (ty && !strcmp(ty, "none")) none = 1;
-    else if (!ty || strcmp(ty, "auto")) {
+    else if (ty && !strcmp(ty, "any")) q->con.tool_choice = OAI_TOOLS_REQUIRED;
+    else if (ty && !strcmp(ty, "tool") && nm) {
+      q->con.tool_choice = OAI_TOOLS_NAMED;
+      q->con.tool_name = nm;
+    } else if (!ty || strcmp(ty, "auto")) {
       json_decref(out);
-      return api_bad(e, "tool_choice", "'tool_choice' %s needs constrained decoding, which this server does not have "
-                     "yet; use auto or none", ty ? ty : "(no type)");
+      return api_bad(e, "tool_choice", "'tool_choice.type' must be auto, any, tool (with a name) or none");
+    }
+    int found = q->con.tool_choice != OAI_TOOLS_NAMED;
+    for (size_t i = 0; !found && i < json_array_size(out); i++)
+      found = !strcmp(json_string_value(json_object_get(json_object_get(json_array_get(out, i), "function"), "name")),
+                      nm);
+    if (!found || (q->con.tool_choice == OAI_TOOLS_REQUIRED && !json_array_size(out))) {
+      json_decref(out);
+      return api_bad(e, "tool_choice", found ? "'tool_choice' any needs tools" : "'tool_choice' names a tool that is "
+                                                                                "not in 'tools'");
     }
     if (json_is_true(json_object_get(tc, "disable_parallel_tool_use"))) q->v.max_calls = 1;
   }
   if (none || !json_array_size(out)) json_decref(out);
   else q->v.tools = out;
+  if (none) q->con.strict_tools = 0;
+  q->con.tools = q->v.tools;
   q->v.parse_tools = q->v.tools != NULL;
   return 0;
 }
@@ -253,8 +271,10 @@ static int parse_thinking(const oai_model *M, const json_t *b, msg_req *q, long 
   return 0;
 }
 
-static int parse_sampling(const json_t *b, msg_req *q, oai_error *e) {
+/* Sampling: the request's, else the model card's defaults (oai_model.defaults). */
+static int parse_sampling(const oai_model *M, const json_t *b, msg_req *q, oai_error *e) {
   q35_sampling *sp = &q->j->sp;
+  *sp = M->defaults;
   double x;
   long long k;
   int rc;
@@ -312,7 +332,7 @@ static int parse_request(api_ctx *A, const char *sid, const json_t *b, int count
     if (api_int(b, "max_tokens", "max_tokens", 1, INT32_MAX, &max_tokens, e) <= 0)
       return api_bad(e, "max_tokens", "'max_tokens' is required (an integer >= 1)");
     q->j->max_tokens = (int32_t)max_tokens;
-    if (parse_sampling(b, q, e)) return -1;
+    if (parse_sampling(M, b, q, e)) return -1;
   }
   q->v.messages = json_array();
   if (parse_system(b, q->v.messages, e) || parse_tools(b, q, e) || parse_thinking(M, b, q, max_tokens, e) ||
@@ -324,6 +344,7 @@ static int parse_request(api_ctx *A, const char *sid, const json_t *b, int count
   for (size_t i = 0; i < json_array_size(msgs); i++)
     if (add_message(q, json_array_get(msgs, i), i, i + 1 == json_array_size(msgs), e)) return -1;
   if (api_conv_prompt(M, &q->v, q->j, e, "messages")) return -1;
+  if (!count && oai_constraint_build(M, &q->con, q->v.in_think, q->v.max_calls, q->j, e)) return -1;
   api_id(q->id, sizeof q->id, "msg_");
   return 0;
 }

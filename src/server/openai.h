@@ -35,6 +35,7 @@ typedef struct oai_model {
   char stem[256];               /* the id without ".gguf", also accepted as "model" */
   int32_t n_ctx;                /* per-session context in tokens */
   int no_think;                 /* thinking off unless a request enables it */
+  const q35_constraint_vocab *cvocab; /* the vocabulary constraints compile against (NULL: none) */
   q35_sampling defaults;        /* for parameters a request leaves unset: the model file's
                                    general.sampling.*, else the server's flags, else q35's */
 } oai_model;
@@ -108,10 +109,13 @@ int oai_bad(oai_error *e, const char *param, const char *fmt, ...) __attribute__
 /* Read response_format and llama-server's grammar / json_schema into r->constraint (checking
  * their shape); 0, or -1 with e filled. */
 int oai_parse_constraint(const oai_model *M, const json_t *body, oai_request *r, oai_error *e);
-/* Wire r->constraint (with the tool choice and strict tools parse_tools put there) into r's
- * job. THE one place that decides: until constrained decoding lands, every constraint and a
- * forced tool call (tool_choice required / a named function, strict tools) is a 400 naming the
- * field, never silently ignored. 0, or -1 with e filled. */
+/* Compile constraint c (the request's language, a forced tool call, strict tools; the tools in
+ * the chat shape) into j->constraint and j's lazy-activation triggers. in_think: the prompt ends
+ * inside <think>; max_calls: 1 when parallel tool calls are off. 0 (also when nothing is
+ * constrained), or -1 with e filled (a 400 naming the field and the compile error). */
+int oai_constraint_build(const oai_model *M, const oai_constraint *c, int in_think, int max_calls, srv_job *j,
+                         oai_error *e);
+/* oai_constraint_build of r->constraint into r->job. 0, or -1 with e filled. */
 int oai_apply_constraint(const oai_model *M, oai_request *r, oai_error *e);
 /* Tokenize text (with the bos token when add_bos and the tokenizer adds one); errors name param. */
 int oai_tokenize(const oai_model *M, const char *text, size_t len, int add_bos, int32_t **ids, int32_t *n,

@@ -3,11 +3,27 @@
  * response_format (text, json_object, json_schema), llama-server's `grammar` and `json_schema`,
  * a forced tool call (tool_choice "required" or a named function) and strict tool arguments.
  *
- * oai_parse_constraint reads and shape-checks the fields; oai_apply_constraint is the one place
- * that turns them into decoding. Until the constrained-decoding engine is wired in here, every
- * constraint is refused with a 400 naming the field: answering with unconstrained text would
- * pretend to honour it.
+ * oai_parse_constraint reads and shape-checks the fields; oai_constraint_build (through
+ * oai_apply_constraint for chat/completions; responses.c and anthropic.c call it directly) is the
+ * one place that turns them into a q35_constraint on the job (src/constrain/, include/q35.h):
+ *   - response_format / json_schema / grammar alone, thinking off: the language itself;
+ *   - otherwise one GBNF grammar the server writes: the language's rules (renamed "j-..."),
+ *     Qwen3.5's XML tool calls "<tool_call>
+<function=NAME>
+<parameter=P>
+VALUE
+</parameter>
+
+ *     ...</function>
+</tool_call>" (chat.c's format) with each value constrained by its
+ *     parameter's schema (a string parameter is raw text, its enum the literals; other types
+ *     compact JSON of the schema; parameters in the schema's order, the required ones present);
+ *   - lazy activation (the job's triggers, sched.h): with thinking on, from "</think>" (the
+ *     reasoning is free); tool_choice auto with strict tools, from the "<tool_call>" opening.
+ * A language that does not compile is a 400 naming the field and the compiler's message.
  */
+#include <ctype.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "server/openai.h"
@@ -65,17 +81,238 @@ int oai_parse_constraint(const oai_model *M, const json_t *b, oai_request *r, oa
   return 0;
 }
 
-int oai_apply_constraint(const oai_model *M, oai_request *r, oai_error *e) {
-  (void)M;
-  const oai_constraint *c = &r->constraint;
-  static const char why[] = "is not supported until constrained decoding is available on this server";
-  if (c->kind == OAI_CONSTRAINT_JSON_OBJECT) return oai_bad(e, c->param, "response_format json_object %s", why);
-  if (c->kind == OAI_CONSTRAINT_JSON_SCHEMA) return oai_bad(e, c->param, "'%s' (a JSON schema) %s", c->param, why);
-  if (c->kind == OAI_CONSTRAINT_GRAMMAR) return oai_bad(e, c->param, "'grammar' %s", why);
-  const char *tc = r->legacy_functions ? "function_call" : "tool_choice";
-  if (c->tool_choice == OAI_TOOLS_REQUIRED) return oai_bad(e, tc, "%s 'required' (a forced tool call) %s", tc, why);
-  if (c->tool_choice == OAI_TOOLS_NAMED)
-    return oai_bad(e, tc, "%s naming function '%s' (a forced tool call) %s", tc, c->tool_name, why);
-  if (c->strict_tools) return oai_bad(e, "tools", "'tools[].function.strict: true' (schema-exact arguments) %s", why);
+/* ---- building the constraint ---- */
+
+/* A GBNF string literal of s[0, n). */
+static void g_lit(q35_buf *b, const char *s, size_t n) {
+  q35_buf_char(b, '"');
+  for (size_t i = 0; i < n; i++) {
+    const unsigned char ch = (unsigned char)s[i];
+    if (ch == '"' || ch == '\\') q35_buf_printf(b, "\\%c", ch);
+    else if (ch == '\n') q35_buf_str(b, "\\n");
+    else if (ch == '\r') q35_buf_str(b, "\\r");
+    else if (ch == '\t') q35_buf_str(b, "\\t");
+    else if (ch < 0x20) q35_buf_printf(b, "\\x%02x", ch);
+    else q35_buf_char(b, (char)ch);
+  }
+  q35_buf_char(b, '"');
+}
+
+/* Append grammar g with every rule name prefixed by pfx (so several compiled grammars share one
+ * text): names are the identifiers outside literals, classes, {m,n} counts and comments. */
+static void g_embed(q35_buf *b, const char *g, const char *pfx) {
+  for (const char *p = g; *p;) {
+    const char c = *p;
+    if (c == '"' || c == '[') {
+      const char close = c == '"' ? '"' : ']';
+      const char *q = p + 1;
+      while (*q && *q != close) q += q[0] == '\\' && q[1] ? 2 : 1;
+      if (*q) q++;
+      q35_buf_add(b, p, (size_t)(q - p));
+      p = q;
+    } else if (c == '{' || c == '#') {
+      const char *q = strchr(p, c == '{' ? '}' : '\n');
+      q = q ? q + 1 : p + strlen(p);
+      q35_buf_add(b, p, (size_t)(q - p));
+      p = q;
+    } else if (isalnum((unsigned char)c) || c == '_' || c == '-') {
+      const char *q = p;
+      while (isalnum((unsigned char)*q) || *q == '_' || *q == '-') q++;
+      q35_buf_str(b, pfx);
+      q35_buf_add(b, p, (size_t)(q - p));
+      p = q;
+    } else {
+      q35_buf_char(b, c);
+      p++;
+    }
+  }
+  q35_buf_char(b, '\n');
+}
+
+static q35_constraint *compile(const oai_model *M, q35_constraint_kind k, const char *text, const char *param,
+                               const char *what, oai_error *e) {
+  q35_err err = {{0}};
+  q35_constraint *c = q35_constraint_new(M->cvocab, k, text, text ? strlen(text) : 0, NULL, &err);
+  if (!c) oai_bad(e, param, "%s does not compile: %s", what, err.msg);
+  return c;
+}
+
+/* The GBNF rules of a compiled JSON Schema (root renamed pfx + "root"), or -1 (e filled when
+ * must: a strict schema; otherwise the caller falls back to free text). */
+static int schema_rules(const oai_model *M, q35_buf *b, const json_t *schema, const char *pfx, const char *param,
+                        const char *what, int must, oai_error *e) {
+  char *txt = json_dumps(schema, JSON_COMPACT);
+  oai_error e2 = {0};
+  q35_constraint *c = txt ? compile(M, Q35_CONSTRAINT_JSON_SCHEMA, txt, param, what, must ? e : &e2) : NULL;
+  free(txt);
+  if (!c) return -1;
+  g_embed(b, q35_constraint_grammar(c), pfx);
+  q35_constraint_free(c);
   return 0;
+}
+
+static int in_required(const json_t *params, const char *key) {
+  const json_t *req = json_object_get(params, "required");
+  for (size_t i = 0; i < json_array_size(req); i++)
+    if (!strcmp(json_string_value(json_array_get(req, i)) ? json_string_value(json_array_get(req, i)) : "", key))
+      return 1;
+  return 0;
+}
+
+/* The value rule v<fi>-<pi> of one parameter in Qwen3.5's XML call: a string parameter is raw
+ * text (chat.c parses it so), an enum of strings its literals; any other schema its JSON. */
+static int param_value(const oai_model *M, q35_buf *b, const json_t *sc, int fi, int pi, int typed, oai_error *e) {
+  char pfx[48];
+  snprintf(pfx, sizeof pfx, "t%d-%d-", fi, pi);
+  const char *ty = json_string_value(json_object_get(sc, "type"));
+  const json_t *en = json_object_get(sc, "enum");
+  if (typed && ty && !strcmp(ty, "string") && json_is_array(en) && json_array_size(en)) {
+    q35_buf_printf(b, "v%d-%d ::= ", fi, pi);
+    for (size_t i = 0; i < json_array_size(en); i++) {
+      const json_t *x = json_array_get(en, i);
+      if (!json_is_string(x)) return oai_bad(e, "tools", "a string parameter's enum holds a non-string");
+      if (i) q35_buf_str(b, " | ");
+      g_lit(b, json_string_value(x), json_string_length(x));
+    }
+    q35_buf_char(b, '\n');
+    return 0;
+  }
+  if (typed && !(ty && !strcmp(ty, "string")) && json_is_object(sc) &&
+      schema_rules(M, b, sc, pfx, "tools", "a tool parameter's schema", typed > 1, e) == 0) {
+    q35_buf_printf(b, "v%d-%d ::= %sroot\n", fi, pi, pfx);
+    return 0;
+  }
+  if (typed > 1 && e->msg[0]) return -1;
+  q35_buf_printf(b, "v%d-%d ::= [^<]*\n", fi, pi);
+  return 0;
+}
+
+/* Rule f<fi>: one function's XML body "<function=NAME>\n" parameters "</function>\n". typed: 2
+ * strict (a schema that does not compile is a 400), 1 constrained where it compiles, 0 free. */
+static int tool_rules(const oai_model *M, q35_buf *b, const json_t *fn, int fi, int typed, oai_error *e) {
+  const char *name = json_string_value(json_object_get(fn, "name"));
+  const json_t *params = json_object_get(fn, "parameters");
+  const json_t *props = json_object_get(params, "properties");
+  q35_buf body = {0};
+  q35_buf_printf(&body, "f%d ::= ", fi);
+  q35_buf fname = {0};
+  q35_buf_printf(&fname, "<function=%s>\n", name);
+  g_lit(&body, fname.p, fname.n);
+  q35_buf_free(&fname);
+  int pi = 0;
+  const char *key;
+  const json_t *sc;
+  if (typed && json_is_object(props)) {
+    json_object_foreach((json_t *)props, key, sc) {
+      if (param_value(M, b, sc, fi, pi, typed, e)) {
+        q35_buf_free(&body);
+        return -1;
+      }
+      q35_buf tag = {0};
+      q35_buf_printf(&tag, "<parameter=%s>\n", key);
+      q35_buf_str(&body, " (");
+      g_lit(&body, tag.p, tag.n);
+      q35_buf_printf(&body, " v%d-%d \"\\n</parameter>\\n\")%s", fi, pi, in_required(params, key) ? "" : "?");
+      q35_buf_free(&tag);
+      pi++;
+    }
+  } else {
+    q35_buf_str(&body, " (\"<parameter=\" [^>\\n]+ \">\\n\" [^<]* \"\\n</parameter>\\n\")*");
+  }
+  q35_buf_str(&body, " \"</function>\\n\"\n");
+  q35_buf_add(b, body.p, body.n);
+  q35_buf_free(&body);
+  return 0;
+}
+
+/* Rule "call-body": "\n" then one of the callable functions, then "</tool_call>". */
+static int calls_rules(const oai_model *M, const oai_constraint *c, q35_buf *b, oai_error *e) {
+  int any = 0;
+  q35_buf alt = {0};
+  for (size_t i = 0; i < json_array_size(c->tools); i++) {
+    const json_t *fn = json_object_get(json_array_get(c->tools, i), "function");
+    const char *name = json_string_value(json_object_get(fn, "name"));
+    if (c->tool_choice == OAI_TOOLS_NAMED && strcmp(name, c->tool_name)) continue;
+    const int strict = json_is_true(json_object_get(fn, "strict"));
+    const int forced = c->tool_choice == OAI_TOOLS_REQUIRED || c->tool_choice == OAI_TOOLS_NAMED;
+    if (tool_rules(M, b, fn, (int)i, strict ? 2 : forced ? 1 : 0, e)) {
+      q35_buf_free(&alt);
+      return -1;
+    }
+    q35_buf_printf(&alt, "%sf%zu", any++ ? " | " : "", i);
+  }
+  q35_buf_printf(b, "call-body ::= \"\\n\" (%s) \"</tool_call>\"\n", alt.p ? alt.p : "\"\"");
+  q35_buf_free(&alt);
+  return 0;
+}
+
+/* The request's own language (response_format, json_schema, grammar), compiled. */
+static q35_constraint *base_constraint(const oai_model *M, const oai_constraint *c, oai_error *e) {
+  if (c->kind == OAI_CONSTRAINT_JSON_OBJECT)
+    return compile(M, Q35_CONSTRAINT_JSON_OBJECT, NULL, c->param, "response_format json_object", e);
+  if (c->kind == OAI_CONSTRAINT_GRAMMAR) return compile(M, Q35_CONSTRAINT_GBNF, c->grammar, c->param, "'grammar'", e);
+  const json_t *sc = c->schema;
+  if (!sc || json_is_true(sc)) return compile(M, Q35_CONSTRAINT_JSON_OBJECT, NULL, c->param, "the JSON schema", e);
+  char *txt = json_dumps(sc, JSON_COMPACT | JSON_ENCODE_ANY);
+  if (!txt) {
+    oai_bad(e, NULL, "out of memory");
+    return NULL;
+  }
+  char what[64];
+  snprintf(what, sizeof what, "the JSON schema of '%s'", c->param);
+  q35_constraint *k = compile(M, Q35_CONSTRAINT_JSON_SCHEMA, txt, c->param, what, e);
+  free(txt);
+  return k;
+}
+
+static int set_trigger(srv_job *j, const char *t) {
+  if (j->n_trigger >= SRV_MAX_TRIGGERS || !(j->trigger[j->n_trigger] = strdup(t))) return -1;
+  j->n_trigger++;
+  return 0;
+}
+
+int oai_constraint_build(const oai_model *M, const oai_constraint *c, int in_think, int max_calls, srv_job *j,
+                         oai_error *e) {
+  const int forced = c->tool_choice == OAI_TOOLS_REQUIRED || c->tool_choice == OAI_TOOLS_NAMED;
+  const int tools = c->tools && json_array_size(c->tools) && c->tool_choice != OAI_TOOLS_NONE;
+  const int tools_strict = tools && c->strict_tools;
+  if (!c->kind && !forced && !tools_strict) return 0;
+  if (!M->cvocab) return oai_bad(e, c->param ? c->param : "tool_choice", "constrained decoding needs a loaded model");
+  q35_constraint *base = NULL;
+  if (c->kind && !forced && !(base = base_constraint(M, c, e))) return -1;
+  /* The plain case: the request's language from the first generated token. */
+  if (base && !in_think && !tools) {
+    j->constraint = base;
+    return 0;
+  }
+  q35_buf g = {0};
+  if (base) g_embed(&g, q35_constraint_grammar(base), "j-");
+  q35_constraint_free(base);
+  if ((tools || forced) && calls_rules(M, c, &g, e)) {
+    q35_buf_free(&g);
+    return -1;
+  }
+  const char *more = max_calls == 1 ? "" : " (\"\\n\"? \"<tool_call>\" call-body)*";
+  const char *lead = in_think ? "\"\\n\"? \"\\n\"? " : "";
+  if (c->kind && !forced && tools) /* the answer in the language, or tool calls */
+    q35_buf_printf(&g, "root ::= %s(j-root | \"<tool_call>\" call-body%s)\n", lead, more);
+  else if (c->kind && !forced)
+    q35_buf_printf(&g, "root ::= %sj-root\n", lead);
+  else if (forced)
+    q35_buf_printf(&g, "root ::= %s\"<tool_call>\" call-body%s\n", lead, more);
+  else /* auto with strict tools: from the template's <tool_call> on */
+    q35_buf_printf(&g, "root ::= call-body%s\n", more);
+  int rc = -1;
+  if (g.oom) oai_bad(e, NULL, "out of memory");
+  else if ((j->constraint = compile(M, Q35_CONSTRAINT_GBNF, g.p, c->param ? c->param : "tools",
+                                    "the tool-call grammar", e)))
+    rc = 0;
+  q35_buf_free(&g);
+  if (rc == 0 && in_think && set_trigger(j, "</think>")) rc = oai_bad(e, NULL, "out of memory");
+  if (rc == 0 && !c->kind && !forced && set_trigger(j, "<tool_call>")) rc = oai_bad(e, NULL, "out of memory");
+  return rc;
+}
+
+int oai_apply_constraint(const oai_model *M, oai_request *r, oai_error *e) {
+  return oai_constraint_build(M, &r->constraint, r->in_think, r->max_tool_calls, r->job, e);
 }

@@ -143,6 +143,7 @@ typedef struct rsp_req {
   long created;
   int stream, store;
   api_ctx *A;
+  oai_constraint con; /* text.format, a forced or strict tool call (openai_constraint.c) */
 } rsp_req;
 
 static void req_free(rsp_req *q) {
@@ -323,30 +324,49 @@ static int parse_tools(const json_t *b, rsp_req *q, oai_error *e) {
     static const char *const keys[] = {"type", "name", "description", "parameters", "strict", NULL};
     const char *bad = api_unknown_key(t, keys);
     if (bad) return json_decref(out), api_bad(e, "tools", "'tools[%zu]' has an unknown field '%s'", i, bad);
-    if (json_is_true(json_object_get(t, "strict")))
-      return json_decref(out), api_bad(e, "tools", "'tools[%zu].strict': true needs constrained decoding, which this "
-                                       "server does not have yet; send strict: false", i);
+    const json_t *st = json_object_get(t, "strict");
+    if (st && !json_is_null(st) && !json_is_boolean(st))
+      return json_decref(out), api_bad(e, "tools", "'tools[%zu].strict' must be a boolean", i);
+    if (json_is_true(st)) q->con.strict_tools = 1;
     const json_t *name = json_object_get(t, "name");
     if (!json_is_string(name)) return json_decref(out), api_bad(e, "tools", "'tools[%zu].name' must be a string", i);
     json_t *fn = json_pack("{s:O}", "name", name);
     const json_t *d = json_object_get(t, "description"), *p = json_object_get(t, "parameters");
     if (json_is_string(d)) json_object_set(fn, "description", (json_t *)d);
     if (json_is_object(p)) json_object_set(fn, "parameters", (json_t *)p);
+    if (json_is_true(st)) json_object_set_new(fn, "strict", json_true());
     json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
   }
   const json_t *tc = json_object_get(b, "tool_choice");
   int none = 0;
   if (tc && !json_is_null(tc)) {
     const char *s = json_string_value(tc);
+    const char *ty = json_string_value(json_object_get(tc, "type"));
+    const char *nm = json_string_value(json_object_get(tc, "name"));
     if (s && !strcmp(s, "none")) none = 1;
-    else if (!s || strcmp(s, "auto")) {
+    else if (s && !strcmp(s, "required")) q->con.tool_choice = OAI_TOOLS_REQUIRED;
+    else if (!s && ty && !strcmp(ty, "function") && nm) {
+      q->con.tool_choice = OAI_TOOLS_NAMED;
+      q->con.tool_name = nm;
+    } else if (!s || strcmp(s, "auto")) {
       json_decref(out);
-      return api_bad(e, "tool_choice", "'tool_choice' %s needs constrained decoding, which this server does not have "
-                     "yet; use \"auto\" or \"none\"", s ? s : "(a forced tool)");
+      return api_bad(e, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
+                     "\"function\", \"name\"} (allowed_tools and built-in tool choices are not available here)");
     }
+  }
+  int found = q->con.tool_choice != OAI_TOOLS_NAMED;
+  for (size_t i = 0; !found && i < json_array_size(out); i++)
+    found = !strcmp(json_string_value(json_object_get(json_object_get(json_array_get(out, i), "function"), "name")),
+                    q->con.tool_name);
+  if (!found || (q->con.tool_choice == OAI_TOOLS_REQUIRED && !json_array_size(out))) {
+    json_decref(out);
+    return api_bad(e, "tool_choice", found ? "'tool_choice' required needs tools"
+                                           : "'tool_choice' names a function that is not in 'tools'");
   }
   if (none || !json_array_size(out)) json_decref(out);
   else q->v.tools = out;
+  if (none) q->con.strict_tools = 0;
+  q->con.tools = q->v.tools;
   q->v.parse_tools = q->v.tools != NULL;
   return 0;
 }
@@ -370,8 +390,8 @@ static int parse_reasoning(const oai_model *M, const json_t *b, rsp_req *q, oai_
   return 0;
 }
 
-/* text.format: plain text only (json_schema / json_object need constrained decoding). */
-static int parse_text(const json_t *b, oai_error *e) {
+/* text.format: text, json_object, or json_schema {name, schema, strict?, description?}. */
+static int parse_text(const json_t *b, rsp_req *q, oai_error *e) {
   const json_t *t = json_object_get(b, "text");
   if (!t || json_is_null(t)) return 0;
   if (!json_is_object(t)) return api_bad(e, "text", "'text' must be an object");
@@ -380,9 +400,24 @@ static int parse_text(const json_t *b, oai_error *e) {
   if (bad) return api_bad(e, "text", "'text' has an unknown field '%s'", bad);
   const json_t *f = json_object_get(t, "format");
   const char *ty = json_string_value(json_object_get(f, "type"));
-  if (f && !json_is_null(f) && (!ty || strcmp(ty, "text")))
-    return api_bad(e, "text.format", "'text.format' %s needs constrained decoding, which this server does not have "
-                   "yet; use {\"type\": \"text\"}", ty ? ty : "(not an object with a type)");
+  if (f && !json_is_null(f) && !ty) return api_bad(e, "text.format", "'text.format' must be an object with a type");
+  if (ty && !strcmp(ty, "json_object")) {
+    q->con.kind = OAI_CONSTRAINT_JSON_OBJECT;
+    q->con.param = "text.format";
+  } else if (ty && !strcmp(ty, "json_schema")) {
+    static const char *const fkeys[] = {"type", "name", "schema", "strict", "description", NULL};
+    const char *fb = api_unknown_key(f, fkeys);
+    if (fb) return api_bad(e, "text.format", "'text.format' has an unknown field '%s'", fb);
+    const json_t *sc = json_object_get(f, "schema");
+    if (!json_is_string(json_object_get(f, "name")) || !(json_is_object(sc) || json_is_boolean(sc)))
+      return api_bad(e, "text.format", "'text.format' json_schema needs a 'name' and a 'schema' object");
+    q->con.kind = OAI_CONSTRAINT_JSON_SCHEMA;
+    q->con.param = "text.format";
+    q->con.schema = sc;
+    q->con.schema_strict = json_is_true(json_object_get(f, "strict"));
+  } else if (ty && strcmp(ty, "text")) {
+    return api_bad(e, "text.format", "'text.format.type' is '%s'; it must be text, json_object or json_schema", ty);
+  }
   const json_t *vb = json_object_get(t, "verbosity");
   if (vb && !json_is_null(vb) && (!json_is_string(vb) || strcmp(json_string_value(vb), "medium")))
     return api_bad(e, "text.verbosity", "'text.verbosity' other than medium is not available on this server");
@@ -392,6 +427,7 @@ static int parse_text(const json_t *b, oai_error *e) {
 /* Sampling, limits and the metadata-only fields; the response repeats them (q->echo). */
 static int parse_settings(const oai_model *M, const json_t *b, rsp_req *q, oai_error *e) {
   q35_sampling *sp = &q->j->sp;
+  *sp = M->defaults; /* what the request leaves unset: the model card's defaults */
   double x;
   long long k;
   int rc;
@@ -496,7 +532,7 @@ static int parse_request(api_ctx *A, const char *sid, const json_t *b, rsp_req *
     return api_bad(e, "model", "model '%s' is not served here; this server has '%s'",
                    json_is_string(model) ? json_string_value(model) : "?", M->id);
   if (!(q->j = srv_job_new())) return api_bad(e, NULL, "out of memory");
-  if (parse_settings(M, b, q, e) || parse_tools(b, q, e) || parse_reasoning(M, b, q, e) || parse_text(b, e) ||
+  if (parse_settings(M, b, q, e) || parse_tools(b, q, e) || parse_reasoning(M, b, q, e) || parse_text(b, q, e) ||
       api_session(sid, q->j, e))
     return -1;
   const char *prev = json_string_value(json_object_get(b, "previous_response_id"));
@@ -527,7 +563,11 @@ static int parse_request(api_ctx *A, const char *sid, const json_t *b, rsp_req *
     json_array_insert_new(q->v.messages, 0, json_pack("{s:s,s:s}", "role", "system", "content", t.p ? t.p : ""));
     q35_buf_free(&t);
   }
-  if (api_conv_prompt(M, &q->v, q->j, e, "input")) return -1;
+  const json_t *fmt = json_object_get(json_object_get(b, "text"), "format");
+  if (json_is_object(fmt)) json_object_set_new(json_object_get(q->echo, "text"), "format", json_deep_copy(fmt));
+  if (api_conv_prompt(M, &q->v, q->j, e, "input") ||
+      oai_constraint_build(M, &q->con, q->v.in_think, q->v.max_calls, q->j, e))
+    return -1;
   api_id(q->id, sizeof q->id, "resp_");
   q->created = (long)time(NULL);
   return 0;

@@ -69,6 +69,10 @@ typedef struct seq {
   size_t released;    /* bytes of text sent in events */
   int32_t *snaps_at;  /* prompt positions to snapshot at (ascending) */
   int n_snaps_at, snap_i;
+  q35_constraint *con; /* the job's constraint, cloned for this choice (NULL: none) */
+  int trig_i;          /* job triggers seen so far; con is active once all are */
+  q35_detok *raw;      /* while triggers are pending: the output with control tokens kept */
+  q35_buf tail;        /* ... its text since the last trigger */
 } seq;
 
 struct srv_sched {
@@ -136,6 +140,8 @@ static void job_free(srv_job *j) {
   for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
   free(j->session_id);
   free(j->logit_bias);
+  q35_constraint_free(j->constraint);
+  for (int i = 0; i < j->n_trigger; i++) free(j->trigger[i]);
   pthread_cond_destroy(&j->cv);
   free(j);
 }
@@ -306,6 +312,9 @@ static void seq_free(seq *q) {
   if (q->dt) q35_detok_free(q->dt);
   q35_buf_free(&q->hold);
   free(q->snaps_at);
+  q35_constraint_free(q->con);
+  if (q->raw) q35_detok_free(q->raw);
+  q35_buf_free(&q->tail);
   free(q);
 }
 
@@ -348,6 +357,28 @@ static srv_event *event_new(seq *q) {
   return e;
 }
 
+/* Lazy activation: watch the raw output for the job's next trigger string. */
+static void seq_watch_triggers(seq *q, int32_t token) {
+  const srv_job *j = q->job;
+  if (!q->con || q->trig_i >= j->n_trigger) return;
+  const char *piece = NULL;
+  size_t plen = 0;
+  q35_err err;
+  if (q35_detok_feed(q->raw, token, &piece, &plen, &err) || !plen) return;
+  if (q35_buf_add(&q->tail, piece, plen)) return;
+  while (q->trig_i < j->n_trigger) {
+    const char *t = j->trigger[q->trig_i];
+    const size_t tl = strlen(t);
+    const char *hit = strstr(q->tail.p, t);
+    /* keep what follows a match (the next trigger may be in it), else the last tl - 1 bytes */
+    const size_t keep = hit ? q->tail.n - (size_t)(hit - q->tail.p) - tl : q->tail.n < tl ? q->tail.n : tl - 1;
+    memmove(q->tail.p, q->tail.p + q->tail.n - keep, keep + 1);
+    q->tail.n = keep;
+    if (!hit) return;
+    q->trig_i++;
+  }
+}
+
 /* Handle the token a sampling row produced (mutex held). Returns 1 when the sequence ended. */
 static int seq_on_token(srv_sched *s, seq *q, const q35_row *r) {
   srv_event *e = event_new(q);
@@ -365,6 +396,7 @@ static int seq_on_token(srv_sched *s, seq *q, const q35_row *r) {
     flush = 1;
   } else {
     q->hist[q->n_hist++] = r->token;
+    seq_watch_triggers(q, r->token);
     q->n_gen++;
     q->last = r->token;
     e->has_token = 1;
@@ -552,7 +584,13 @@ static seq *seq_new(srv_sched *s, srv_job *j, int choice) {
   if (j->max_tokens > 0 && j->max_tokens < q->limit) q->limit = j->max_tokens;
   q->hist = malloc(sizeof(int32_t) * (size_t)(j->n_prompt + q->limit + 1));
   q->dt = q35_detok_new(s->tok, Q35_DETOK_SKIP_SPECIAL);
-  if (!q->hist || !q->dt) {
+  int con_ok = 1;
+  if (j->constraint) {
+    q->con = q35_constraint_clone(j->constraint);
+    if (j->n_trigger) q->raw = q35_detok_new(s->tok, 0);
+    con_ok = q->con && (!j->n_trigger || q->raw);
+  }
+  if (!q->hist || !q->dt || !con_ok) {
     seq_free(q);
     return NULL;
   }
@@ -750,6 +788,7 @@ static void *sched_main(void *arg) {
         q->sp.draw_index = (uint64_t)q->n_sampled;
         r->history = q->hist;
         r->n_history = q->n_hist;
+        if (q->con && q->trig_i >= q->job->n_trigger) r->constraint = q->con;
         r->n_prompt = q->job->n_prompt;
       }
       s->row_seq[n++] = q;

@@ -43,6 +43,7 @@ typedef struct srv {
   char *tmpl, *bos, *eos;
   oai_model oai;                  /* what the OpenAI layer sees of the model */
   api_ctx api;                    /* /v1/responses and /v1/messages (api.h) */
+  q35_constraint_vocab *cvocab;   /* token byte strings for constrained decoding */
   long created;
   http_config http;               /* keys, CORS, TLS for http.c */
   char **keys;                    /* --api-key values and --api-key-file lines */
@@ -381,6 +382,8 @@ static int load_model(srv *S, const q35_server_opts *o, q35_err *err) {
   S->oai.bos = S->bos;
   S->oai.eos = S->eos;
   S->oai.n_ctx = o->n_ctx;
+  if (S->model && !(S->cvocab = q35_constraint_vocab_from_model(S->model, err))) return -1;
+  S->oai.cvocab = S->cvocab;
   S->oai.no_think = o->no_think;
   S->api = (api_ctx){.sched = S->sched, .M = &S->oai, .timeout = o->timeout, .store = api_store_new()};
   if (!S->api.store) return q35_seterr(err, "out of memory");
@@ -516,6 +519,7 @@ done:
   MHD_stop_daemon(S->d);
   srv_sched_free(S->sched);
   api_store_free(S->api.store);
+  q35_constraint_vocab_free(S->cvocab);
   if (S->model) q35_model_free(S->model);
   if (S->tok) q35_tokenizer_free(S->tok);
   free(S->tmpl);

@@ -50,6 +50,7 @@ enum MHD_Result api_anthropic_error(struct MHD_Connection *c, unsigned status, c
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  http_log_status(status, msg); /* the -v request log names the reason */
   return http_send_json(c, status, err_body(status, msg));
 }
 
@@ -539,6 +540,7 @@ enum MHD_Result api_messages(api_ctx *A, struct MHD_Connection *c, const json_t 
       api_gen_final(&g, collect_piece, content);
       const char *seq = NULL;
       const char *why = stop_reason(q, &g, &seq);
+      http_log_tokens(q->j->n_prompt, q->j->completion_tokens);
       rc = http_send_json(c, 200, json_pack("{s:s,s:s,s:s,s:s,s:o,s:s,s:s?,s:o}", "id", q->id, "type", "message",
                                             "role", "assistant", "model", A->M->id, "content", content, "stop_reason",
                                             why, "stop_sequence", seq, "usage", usage_obj(q->j, 1)));

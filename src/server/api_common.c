@@ -131,8 +131,12 @@ int api_conv_prompt(const oai_model *M, api_conv *v, srv_job *j, oai_error *e, c
   free(text);
   if (rc) return -1;
   if (j->n_prompt < 1) return api_bad(e, param, "the prompt is empty");
-  if (j->n_prompt >= M->n_ctx)
-    return api_bad(e, param, "the prompt is %d tokens, longer than the context of %d tokens", j->n_prompt, M->n_ctx);
+  if (j->n_prompt >= M->n_ctx) { /* Anthropic's wording ("prompt is too long"), OpenAI's code */
+    api_bad(e, param, "prompt is too long: %d tokens > %d maximum (the context is %d tokens and at least one must "
+            "be left to generate)", j->n_prompt, M->n_ctx - 1, M->n_ctx);
+    e->code = "context_length_exceeded";
+    return -1;
+  }
   return 0;
 }
 
@@ -303,6 +307,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     if (done) {
       st->ops->on_end(st->cls, &st->out);
       st->ended = 1;
+      http_log_tokens(st->j->n_prompt, st->j->completion_tokens); /* the -v request log */
     } else if (!e && http_peer_gone(st->c)) {
       srv_job_cancel(st->A->sched, st->j);
       return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -337,7 +342,9 @@ enum MHD_Result api_stream(api_ctx *A, struct MHD_Connection *c, srv_job *j, con
   }
   MHD_add_response_header(resp, "Content-Type", "text/event-stream");
   MHD_add_response_header(resp, "Cache-Control", "no-cache");
+  http_add_cors(c, resp);
   enum MHD_Result rc = MHD_queue_response(c, 200, resp);
+  http_log_status(200, NULL);
   MHD_destroy_response(resp);
   return rc;
 }

@@ -821,7 +821,8 @@ static const api_stream_ops rsp_ops = {st_start, st_events, st_end, st_release};
 /* ---- the endpoint ---- */
 
 static enum MHD_Result send_err(struct MHD_Connection *c, const oai_error *e) {
-  json_t *b = http_error_body(e->status ? e->status : 400, e->msg, e->param);
+  json_t *b = http_error_body_code(e->status ? e->status : 400, e->msg, e->param, e->code);
+  http_log_status(e->status ? e->status : 400, e->msg);
   if (e->status == 404 && e->param && !strcmp(e->param, "previous_response_id"))
     json_object_set_new(json_object_get(b, "error"), "code", json_string("previous_response_not_found"));
   return http_send_json(c, e->status ? e->status : 400, b);
@@ -879,6 +880,7 @@ enum MHD_Result api_responses(api_ctx *A, struct MHD_Connection *c, const json_t
     } else {
       json_t *output = json_array();
       api_gen_final(&g, collect_piece, output);
+      http_log_tokens(q->j->n_prompt, q->j->completion_tokens);
       rc = http_send_json(c, 200, finish_response(q, &g, output));
     }
   }

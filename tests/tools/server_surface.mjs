@@ -97,9 +97,11 @@ await section('tool_choice, legacy functions, parallel_tool_calls, strict', asyn
   check(none.usage.prompt_tokens === plain.usage.prompt_tokens, 'tool_choice none leaves the tools out of the prompt',
         [none.usage.prompt_tokens, plain.usage.prompt_tokens]);
   check(auto.usage.prompt_tokens > plain.usage.prompt_tokens, 'tools are in the prompt otherwise');
-  await refused('tool_choice required', chat({ tools, tool_choice: 'required' }), 'tool_choice', /constrained decoding/);
-  await refused('tool_choice named', chat({ tools, tool_choice: { type: 'function', function: { name: 'get_weather' } } }),
-                'tool_choice', /constrained decoding/);
+  // forced calls are constrained decoding now (test_server_structured checks what they produce)
+  const req = await chat({ tools, tool_choice: 'required', max_tokens: 1 })();
+  check(req.choices.length === 1, 'tool_choice required is accepted');
+  const named = await chat({ tools, tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 1 })();
+  check(named.choices.length === 1, 'tool_choice named is accepted');
   await refused('tool_choice unknown name', chat({ tools, tool_choice: { type: 'function', function: { name: 'nope' } } }),
                 'tool_choice', /nope/);
   await refused('tool_choice invalid string', chat({ tools, tool_choice: 'sometimes' }), 'tool_choice', /sometimes/);
@@ -107,8 +109,11 @@ await section('tool_choice, legacy functions, parallel_tool_calls, strict', asyn
   await refused('parallel_tool_calls not a boolean', chat({ tools, parallel_tool_calls: 'no' }), 'parallel_tool_calls');
   const one = await chat({ tools, parallel_tool_calls: false, max_tokens: 1 })();
   check(one.usage.prompt_tokens === auto.usage.prompt_tokens, 'parallel_tool_calls false is accepted');
-  await refused('strict tools', chat({ tools: [{ ...tools[0], function: { ...tools[0].function, strict: true } }] }),
-                'tools', /strict/);
+  const strict = await chat({ tools: [{ ...tools[0], function: { ...tools[0].function, strict: true } }], max_tokens: 1 })();
+  check(strict.choices.length === 1, 'strict tools are accepted');
+  await refused('a strict tool whose schema does not compile', chat({ tools: [{ ...tools[0], function: {
+    ...tools[0].function, strict: true, parameters: { type: 'object', properties: { city: { type: 'string',
+      frobnicate: 1 } } } } }] }), 'tools', /frobnicate/);
   await refused('custom tools', chat({ tools: [{ type: 'custom', custom: { name: 'x' } }] }), 'tools');
   // legacy functions render exactly like the same tools
   const legacy = await chat({ functions: [tools[0].function], max_tokens: 1 })();
@@ -116,8 +121,8 @@ await section('tool_choice, legacy functions, parallel_tool_calls, strict', asyn
         [legacy.usage.prompt_tokens, auto.usage.prompt_tokens]);
   const lnone = await chat({ functions: [tools[0].function], function_call: 'none', max_tokens: 1 })();
   check(lnone.usage.prompt_tokens === plain.usage.prompt_tokens, 'function_call none leaves them out');
-  await refused('function_call named', chat({ functions: [tools[0].function], function_call: { name: 'get_weather' } }),
-                'function_call', /constrained decoding/);
+  const fnamed = await chat({ functions: [tools[0].function], function_call: { name: 'get_weather' }, max_tokens: 1 })();
+  check(fnamed.choices.length === 1, 'function_call named is accepted');
   await refused('tools and functions', chat({ tools, functions: [tools[0].function] }), 'functions');
   // a legacy function result renders as a tool result
   const hist = [msgs[0], { role: 'assistant', content: null, function_call: { name: 'get_weather', arguments: '{"city":"Paris"}' } },
@@ -130,13 +135,24 @@ await section('tool_choice, legacy functions, parallel_tool_calls, strict', asyn
         [h1.usage.prompt_tokens, h2.usage.prompt_tokens]);
 });
 
-await section('response_format, grammar and json_schema are refused until constrained decoding', async () => {
-  await refused('json_object', chat({ response_format: { type: 'json_object' } }), 'response_format', /constrained decoding/);
-  await refused('json_schema', chat({ response_format: { type: 'json_schema', json_schema: { name: 'x',
-    schema: { type: 'object' } } } }), 'response_format', /constrained decoding/);
+await section('response_format, grammar and json_schema: accepted, or refused with the compiler message', async () => {
+  for (const [what, extra] of [['json_object', { response_format: { type: 'json_object' } }],
+    ['json_schema', { response_format: { type: 'json_schema', json_schema: { name: 'x', strict: true,
+      schema: { type: 'object', properties: { a: { type: 'integer' } }, required: ['a'], additionalProperties: false } } } }],
+    ['llama grammar', { grammar: 'root ::= "a" | "b"' }]]) {
+    const r = await chat(extra)();
+    check(r.choices.length === 1, `${what} is accepted`);
+  }
+  const j = await text({ json_schema: { type: 'object' } })();
+  check(j.choices.length === 1, 'completions json_schema (llama-server) is accepted');
   await refused('bad response_format type', chat({ response_format: { type: 'yaml' } }), 'response_format', /yaml/);
-  await refused('llama grammar', chat({ grammar: 'root ::= "a"' }), 'grammar', /constrained decoding/);
-  await refused('llama json_schema', text({ json_schema: { type: 'object' } }), 'json_schema', /constrained decoding/);
+  await refused('a grammar that does not compile', chat({ grammar: 'root ::= undefined-rule' }), 'grammar',
+                /does not compile.*undefined-rule/);
+  await refused('a schema keyword q35 lacks', chat({ response_format: { type: 'json_schema', json_schema: { name: 'x',
+    schema: { type: 'object', frobnicate: true } } } }), 'response_format', /frobnicate/);
+  await refused('a remote $ref', text({ json_schema: { $ref: 'https://example.com/s.json' } }), 'json_schema', /ref/);
+  await refused('grammar with response_format', chat({ grammar: 'root ::= "a"', response_format: { type: 'json_object' } }),
+                'grammar');
   const t = await chat({ response_format: { type: 'text' } })();
   check(t.choices.length === 1, 'response_format text is plain output');
 });

@@ -159,30 +159,60 @@ static int in_required(const json_t *params, const char *key) {
   return 0;
 }
 
-/* The value rule v<fi>-<pi> of one parameter in Qwen3.5's XML call: a string parameter is raw
- * text (chat.c parses it so), an enum of strings its literals; any other schema its JSON. */
-static int param_value(const oai_model *M, q35_buf *b, const json_t *sc, int fi, int pi, int typed, oai_error *e) {
-  char pfx[48];
-  snprintf(pfx, sizeof pfx, "t%d-%d-", fi, pi);
-  const char *ty = json_string_value(json_object_get(sc, "type"));
-  const json_t *en = json_object_get(sc, "enum");
-  if (typed && ty && !strcmp(ty, "string") && json_is_array(en) && json_array_size(en)) {
-    q35_buf_printf(b, "v%d-%d ::= ", fi, pi);
+/* A string parameter is raw text in the XML call (chat.c reads it so): its enum / const as
+ * literals, minLength / maxLength as a count of characters other than '<'. A strict tool's
+ * schema is compiled first, so an unsupported keyword is refused by name; a pattern or a format
+ * cannot be checked on raw text and is refused too (strict), or left free (forced, not strict). */
+static int string_value(const oai_model *M, q35_buf *b, const json_t *sc, int fi, int pi, int typed, oai_error *e) {
+  if (typed > 1) {
+    q35_buf tmp = {0};
+    const int rc = schema_rules(M, &tmp, sc, "x-", "tools", "a tool parameter's schema", 1, e);
+    q35_buf_free(&tmp);
+    if (rc) return -1;
+    const char *kw = json_object_get(sc, "pattern") ? "pattern" : json_object_get(sc, "format") ? "format" : NULL;
+    if (kw)
+      return oai_bad(e, "tools", "a strict tool's string parameter with '%s' cannot be constrained: Qwen3.5's XML "
+                     "tool calls carry strings as raw text", kw);
+  }
+  const json_t *en = json_object_get(sc, "enum"), *cn = json_object_get(sc, "const");
+  q35_buf_printf(b, "v%d-%d ::= ", fi, pi);
+  if (json_is_string(cn)) {
+    g_lit(b, json_string_value(cn), json_string_length(cn));
+  } else if (json_is_array(en) && json_array_size(en)) {
     for (size_t i = 0; i < json_array_size(en); i++) {
       const json_t *x = json_array_get(en, i);
       if (!json_is_string(x)) return oai_bad(e, "tools", "a string parameter's enum holds a non-string");
       if (i) q35_buf_str(b, " | ");
       g_lit(b, json_string_value(x), json_string_length(x));
     }
-    q35_buf_char(b, '\n');
-    return 0;
+  } else {
+    const json_t *mn = json_object_get(sc, "minLength"), *mx = json_object_get(sc, "maxLength");
+    if (json_is_integer(mn) || json_is_integer(mx)) {
+      const json_int_t lo = json_is_integer(mn) ? json_integer_value(mn) : 0;
+      if (json_is_integer(mx)) q35_buf_printf(b, "[^<]{%lld,%lld}", (long long)lo, (long long)json_integer_value(mx));
+      else q35_buf_printf(b, "[^<]{%lld,}", (long long)lo);
+    } else {
+      q35_buf_str(b, "[^<]*");
+    }
   }
-  if (typed && !(ty && !strcmp(ty, "string")) && json_is_object(sc) &&
-      schema_rules(M, b, sc, pfx, "tools", "a tool parameter's schema", typed > 1, e) == 0) {
-    q35_buf_printf(b, "v%d-%d ::= %sroot\n", fi, pi, pfx);
-    return 0;
+  q35_buf_char(b, '\n');
+  return 0;
+}
+
+/* The value rule v<fi>-<pi> of one parameter in Qwen3.5's XML call: a string parameter as raw
+ * text (string_value); any other schema its compact JSON. typed as for tool_rules. */
+static int param_value(const oai_model *M, q35_buf *b, const json_t *sc, int fi, int pi, int typed, oai_error *e) {
+  char pfx[48];
+  snprintf(pfx, sizeof pfx, "t%d-%d-", fi, pi);
+  const char *ty = json_string_value(json_object_get(sc, "type"));
+  if (typed && ty && !strcmp(ty, "string")) return string_value(M, b, sc, fi, pi, typed, e);
+  if (typed && json_is_object(sc)) {
+    if (schema_rules(M, b, sc, pfx, "tools", "a tool parameter's schema", typed > 1, e) == 0) {
+      q35_buf_printf(b, "v%d-%d ::= %sroot\n", fi, pi, pfx);
+      return 0;
+    }
+    if (typed > 1) return -1;
   }
-  if (typed > 1 && e->msg[0]) return -1;
   q35_buf_printf(b, "v%d-%d ::= [^<]*\n", fi, pi);
   return 0;
 }

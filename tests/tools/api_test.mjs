@@ -189,9 +189,11 @@ await section('responses: streaming', async () => {
 
 await section('responses: refusals', async () => {
   await expectError('built-in tool', 400, () => oa.responses.create({ model: MODEL, input: 'x', tools: [{ type: 'web_search' }] }), 'web_search');
-  await expectError('tool_choice required', 400, () => oa.responses.create({ model: MODEL, input: 'x', tools: rTools, tool_choice: 'required' }), 'constrained');
-  await expectError('named tool_choice', 400, () => oa.responses.create({ model: MODEL, input: 'x', tools: rTools, tool_choice: { type: 'function', name: 'get_weather' } }));
-  await expectError('json_schema', 400, () => oa.responses.create({ model: MODEL, input: 'x', text: { format: { type: 'json_schema', name: 'x', schema: {} } } }), 'text.format');
+  // forced calls and text.format are constrained decoding (test_server_structured checks their output)
+  await expectError('tool_choice allowed_tools', 400, () => oa.responses.create({ model: MODEL, input: 'x', tools: rTools, tool_choice: { type: 'allowed_tools', mode: 'auto', tools: [] } }), 'allowed_tools');
+  await expectError('named tool_choice not in tools', 400, () => oa.responses.create({ model: MODEL, input: 'x', tools: rTools, tool_choice: { type: 'function', name: 'nope' } }), 'not in');
+  await expectError('json_schema without a name', 400, () => oa.responses.create({ model: MODEL, input: 'x', text: { format: { type: 'json_schema', schema: {} } } }), 'text.format');
+  await expectError('text.format yaml', 400, () => oa.responses.create({ model: MODEL, input: 'x', text: { format: { type: 'yaml' } } }), 'yaml');
   await expectError('unknown field', 400, () => oa.responses.create({ model: MODEL, input: 'x', frobnicate: 1 }), 'frobnicate');
   await expectError('image input', 400, () => oa.responses.create({ model: MODEL, input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'http://x/y.png' }] }] }), 'vision');
   await expectError('unknown previous_response_id', 404, () => oa.responses.create({ model: MODEL, input: 'x', previous_response_id: 'resp_nope' }), 'resp_nope');
@@ -293,7 +295,7 @@ await section('messages: errors', async () => {
   check(e && e.error && e.error.type === 'error' && e.error.error.type === 'invalid_request_error', 'Anthropic error shape', e && e.error);
   check(e instanceof Anthropic.BadRequestError, 'BadRequestError');
   await expectError('no max_tokens', 400, () => an.messages.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }] }), 'max_tokens');
-  await expectError('tool_choice any', 400, () => an.messages.create({ model: MODEL, max_tokens: 8, tools: aTools, tool_choice: { type: 'any' }, messages: [{ role: 'user', content: 'x' }] }), 'constrained');
+  await expectError('tool_choice of an unknown type', 400, () => an.messages.create({ model: MODEL, max_tokens: 8, tools: aTools, tool_choice: { type: 'sometimes' }, messages: [{ role: 'user', content: 'x' }] }), 'tool_choice');
   await expectError('server tool', 400, () => an.messages.create({ model: MODEL, max_tokens: 8, tools: [{ type: 'web_search_20250305', name: 'web_search' }], messages: [{ role: 'user', content: 'x' }] }), 'web_search');
   await expectError('unknown field', 400, () => an.messages.create({ model: MODEL, max_tokens: 8, frob: 1, messages: [{ role: 'user', content: 'x' }] }), 'frob');
   await expectError('temperature above 1', 400, () => an.messages.create({ model: MODEL, max_tokens: 8, temperature: 1.5, messages: [{ role: 'user', content: 'x' }] }), 'temperature');

@@ -70,12 +70,39 @@ if mode == "same":
 sys.exit(0 if len(set(ta)) > 1 else f"{a}: the same text for every seed: {ta}")
 PY
 }
+# api_same: /v1/responses (seeds 1..4) and /v1/messages (random seeds) without sampling fields
+# give one text each: the model card's top_k 1 applies there too (the flags' top-k 40 and temp
+# 1.5 would vary); with a request's own top_k / temperature the Responses text varies
+api_same() {
+  "$PY" - "$port" <<'PY'
+import json, sys, urllib.request
+port = sys.argv[1]
+def post(path, body):
+    q = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
+                               {"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(q).read())
+def rsp(seed, extra={}):
+    r = post("/v1/responses", {"input": "the weather today is", "max_output_tokens": 8, "seed": seed, **extra})
+    return json.dumps(r["output"][-1]["content"]) if r["output"] else ""
+def msg():
+    r = post("/v1/messages", {"model": "card", "max_tokens": 8,
+                              "messages": [{"role": "user", "content": "the weather today is"}]})
+    return json.dumps(r["content"])
+a = [rsp(s) for s in range(1, 5)]
+m = [msg() for _ in range(4)]
+v = [rsp(s, {"top_k": 0, "temperature": 1.5}) for s in range(1, 5)]
+if len(set(a)) != 1: sys.exit(f"responses: the model card's top_k 1 does not apply: {a}")
+if len(set(m)) != 1: sys.exit(f"messages: the model card's top_k 1 does not apply: {m}")
+if len(set(v)) == 1: sys.exit(f"responses: a request's own top_k does not override the card's: {v}")
+PY
+}
 card='{"temperature": 0.7, "top_k": 1, "top_p": 0.8, "repetition_penalty": 1.05}'
 start "$tmp/card.gguf" --top-k 40 --temp 1.5
 grep -q 'sampling defaults from the model file: temp 0.7, top_k 1, top_p 0.8, penalty_repeat 1.05' "$tmp/server.log" ||
   fail "no log line of the model file's defaults: $(grep 'q35 serve' "$tmp/server.log" | head -5)"
 compare same '{}' "$card" || fail "unset parameters do not take the model file's values"
 compare varies '{"top_k": 0, "temperature": 1.5}' || fail "a request's own top_k does not override the model file's"
+api_same || fail "the model card's defaults in /v1/responses and /v1/messages"
 stop_server
 start "$tmp/plain.gguf" --top-k 1 --temp 0.7
 compare same '{}' '{"top_k": 1, "temperature": 0.7}' || fail "without model-card keys the flags are not the defaults"

@@ -63,6 +63,16 @@ await section('API keys over HTTPS (the official client)', async () => {
   const anth = await raw('POST', '/v1/messages', { body: '{}' });
   check(anth.status === 401 && anth.json && anth.json.type === 'error' && anth.json.error.type === 'authentication_error',
         '/v1/messages answers 401 in the Anthropic shape', anth.json);
+  check(anth.json && anth.json.error && /API key/.test(anth.json.error.message), 'the Anthropic 401 says why', anth.json);
+  const anthOk = await raw('POST', '/v1/messages', { headers: { 'x-api-key': keys[0], 'anthropic-version': '2023-06-01' },
+    body: JSON.stringify({ model: modelId, max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] }) });
+  check(anthOk.status === 200 && anthOk.json && anthOk.json.type === 'message', '/v1/messages with x-api-key', anthOk.json);
+  const count = await raw('POST', '/v1/messages/count_tokens', { body: '{}' });
+  check(count.status === 401 && count.json && count.json.type === 'error', '/v1/messages/count_tokens: 401, Anthropic shape',
+        count.json);
+  const rsp = await raw('POST', '/v1/responses', { body: '{}' });
+  check(rsp.status === 401 && rsp.json && rsp.json.error && rsp.json.error.code === 'invalid_api_key',
+        '/v1/responses: 401 in the OpenAI shape', rsp.json);
   check((await raw('GET', '/health')).status === 200, '/health needs no key');
   check((await raw('GET', '/metrics')).status === 401, '/metrics needs the key');
   const m = await raw('GET', '/metrics', { headers: { authorization: `Bearer ${keys[1]}` } });
@@ -90,6 +100,17 @@ await section('CORS: preflight and headers', async () => {
   const denied = await raw('POST', '/v1/completions', { headers: { origin }, body: '{}' });
   check(denied.status === 401 && denied.headers.get('access-control-allow-origin') === origin,
         'a 401 carries the header too (so the page can read it)');
+  // the Responses and Messages streams (api_stream) and their errors carry it as well
+  const auth = { origin, authorization: `Bearer ${keys[0]}` };
+  for (const [p, body] of [['/v1/responses', { model: modelId, input: 'x', max_output_tokens: 2, stream: true }],
+    ['/v1/messages', { model: modelId, max_tokens: 2, stream: true, messages: [{ role: 'user', content: 'x' }] }],
+    ['/v1/messages', { model: modelId, messages: [] }]]) {
+    const r = await raw('POST', p, { headers: auth, body: JSON.stringify(body) });
+    check(r.headers.get('access-control-allow-origin') === origin, `${p} (${body.stream ? 'streamed' : 'an error'}): CORS header`,
+          [r.status, r.text.slice(0, 200)]);
+    if (body.stream) check(r.status === 200 && /text\/event-stream/.test(r.headers.get('content-type') || ''),
+                           `${p}: an event stream`, r.status);
+  }
 });
 
 // A page served from another origin calls the server with fetch: preflight, POST, streaming.

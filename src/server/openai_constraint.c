@@ -295,6 +295,19 @@ static q35_constraint *base_constraint(const oai_model *M, const oai_constraint 
   return k;
 }
 
+/* The language allows some first token (an empty one would fail in the step): 0, or -1 (e filled). */
+static int check_start(const oai_model *M, q35_constraint *c, const char *param, oai_error *e) {
+  const int32_t words = (q35_constraint_vocab_n(M->cvocab) + 31) / 32;
+  uint32_t *mask = calloc((size_t)words, sizeof *mask);
+  q35_err err = {{0}};
+  int any = 0;
+  if (mask && q35_constraint_mask(c, mask, &err) == 0)
+    for (int32_t i = 0; i < words && !any; i++) any = mask[i] != 0;
+  free(mask);
+  if (!any) return oai_bad(e, param, "the constraint allows no output: no token of this vocabulary can start it");
+  return 0;
+}
+
 static int set_trigger(srv_job *j, const char *t) {
   if (j->n_trigger >= SRV_MAX_TRIGGERS || !(j->trigger[j->n_trigger] = strdup(t))) return -1;
   j->n_trigger++;
@@ -313,7 +326,7 @@ int oai_constraint_build(const oai_model *M, const oai_constraint *c, int in_thi
   /* The plain case: the request's language from the first generated token. */
   if (base && !in_think && !tools) {
     j->constraint = base;
-    return 0;
+    return check_start(M, base, c->param, e);
   }
   q35_buf g = {0};
   if (base) g_embed(&g, q35_constraint_grammar(base), "j-");
@@ -336,7 +349,7 @@ int oai_constraint_build(const oai_model *M, const oai_constraint *c, int in_thi
   if (g.oom) oai_bad(e, NULL, "out of memory");
   else if ((j->constraint = compile(M, Q35_CONSTRAINT_GBNF, g.p, c->param ? c->param : "tools",
                                     "the tool-call grammar", e)))
-    rc = 0;
+    rc = check_start(M, j->constraint, c->param ? c->param : "tools", e);
   q35_buf_free(&g);
   if (rc == 0 && in_think && set_trigger(j, "</think>")) rc = oai_bad(e, NULL, "out of memory");
   if (rc == 0 && !c->kind && !forced && set_trigger(j, "<tool_call>")) rc = oai_bad(e, NULL, "out of memory");

@@ -92,6 +92,7 @@ struct srv_sched {
   uint64_t clock;
   q35_row *rows;
   seq **row_seq;
+  uint32_t *cmask;    /* a constraint's token mask (con_dead), words for the model's vocabulary */
   int32_t im_start;
   /* metrics */
   uint64_t m_requests, m_prompt_tokens, m_cached_tokens, m_gen_tokens, m_steps, m_step_rows, m_errors,
@@ -377,6 +378,22 @@ static void seq_watch_triggers(seq *q, int32_t token) {
     if (!hit) return;
     q->trig_i++;
   }
+}
+
+/* A constraint that allows no token here would fail the whole step (and every row in it), so
+ * its sequence fails alone first (mutex held). The mask is cached by the constraint, so the
+ * step's own mask costs nothing more. 1: failed. */
+static int con_dead(srv_sched *s, seq *q) {
+  q35_err err = {{0}};
+  if (q35_constraint_mask(q->con, s->cmask, &err)) {
+    job_fail(q->job, 500, "constraint: out of memory computing a mask");
+    return 1;
+  }
+  const int32_t words = (q35_model_n_vocab(s->model) + 31) / 32;
+  for (int32_t i = 0; i < words; i++)
+    if (s->cmask[i]) return 0;
+  job_fail(q->job, 500, "the constraint allows no token here: its language has no continuation in this vocabulary");
+  return 1;
 }
 
 /* Handle the token a sampling row produced (mutex held). Returns 1 when the sequence ended. */
@@ -791,6 +808,7 @@ static void *sched_main(void *arg) {
         if (q->con && q->trig_i >= q->job->n_trigger) r->constraint = q->con;
         r->n_prompt = q->job->n_prompt;
       }
+      if (r->constraint && con_dead(s, q)) continue; /* failed: drop_stopped removes it */
       s->row_seq[n++] = q;
     }
     pthread_mutex_unlock(&s->mu);
@@ -867,10 +885,12 @@ srv_sched *srv_sched_new(q35_model *model, const q35_tokenizer *tok, const srv_s
   s->anon = calloc((size_t)s->o.parallel, sizeof *s->anon);
   s->rows = calloc((size_t)s->o.parallel, sizeof *s->rows);
   s->row_seq = calloc((size_t)s->o.parallel, sizeof *s->row_seq);
-  if (!s->anon || !s->rows || !s->row_seq) {
+  s->cmask = calloc(((size_t)q35_model_n_vocab(model) + 31) / 32, sizeof *s->cmask);
+  if (!s->anon || !s->rows || !s->row_seq || !s->cmask) {
     free(s->anon);
     free(s->rows);
     free(s->row_seq);
+    free(s->cmask);
     free(s);
     q35_seterr(err, "out of memory");
     return NULL;
@@ -920,6 +940,7 @@ void srv_sched_free(srv_sched *s) {
   free(s->anon);
   free(s->rows);
   free(s->row_seq);
+  free(s->cmask);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   free(s);

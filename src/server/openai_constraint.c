@@ -322,7 +322,11 @@ int oai_constraint_build(const oai_model *M, const oai_constraint *c, int in_thi
   if (!c->kind && !forced && !tools_strict) return 0;
   if (!M->cvocab) return oai_bad(e, c->param ? c->param : "tool_choice", "constrained decoding needs a loaded model");
   q35_constraint *base = NULL;
-  if (c->kind && !forced && !(base = base_constraint(M, c, e))) return -1;
+  if (c->kind && !(base = base_constraint(M, c, e))) return -1; /* checked even when a call is forced */
+  if (forced) { /* this turn is tool calls: the language is for a later text answer */
+    q35_constraint_free(base);
+    base = NULL;
+  }
   /* The plain case: the request's language from the first generated token. */
   if (base && !in_think && !tools) {
     j->constraint = base;

@@ -224,7 +224,7 @@ static int cmp_range(const void *x, const void *y) {
 
 /* Sorted, merged ranges; negated: the complement in [0, 0x10FFFF]. */
 static int normalize(builder *b, cp_set *s, int negate) {
-  qsort(s->r, (size_t)s->n, sizeof *s->r, cmp_range);
+  if (s->n) qsort(s->r, (size_t)s->n, sizeof *s->r, cmp_range); /* an empty class has no array */
   int32_t m = 0;
   for (int32_t i = 0; i < s->n; i++) {
     if (m && s->r[i].lo <= s->r[m - 1].hi + 1) {

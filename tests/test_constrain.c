@@ -337,6 +337,31 @@ static void test_real_vocab(const char *src) {
   CHECK(bc && q35_constraint_is_complete(bc));
   free(bids);
   q35_constraint_free(bc);
+  /* lazy activation: free text until </think>, then the language after up to 2 whitespace bytes */
+  const int32_t think_end = q35_token_id(tok, "</think>");
+  CHECK(think_end >= 0);
+  q35_constraint *lz = q35_constraint_new(v, Q35_CONSTRAINT_JSON_SCHEMA, schema, strlen(schema), NULL, &err);
+  CHECK(lz && q35_constraint_set_trigger(lz, think_end, 2, &err) == 0, "%s", err.msg);
+  CHECK(lz && q35_constraint_is_waiting(lz) && q35_constraint_set_trigger(lz, think_end, 2, &err) == -1);
+  const char *lztext = "Hmm, {\"n\": 5} is bad JSON? <|im_start|>";
+  int32_t *lids = NULL, n_l = 0;
+  CHECK(q35_tokenize(tok, lztext, strlen(lztext), &lids, &n_l, &err) == 0);
+  for (int32_t i = 0; lz && i < n_l; i++) {
+    CHECK(q35_constraint_allows(lz, lids[i]) && q35_constraint_accept(lz, lids[i], &err) == 0, "free token %d", i);
+  }
+  CHECK(lz && q35_constraint_accept(lz, think_end, &err) == 0 && !q35_constraint_is_waiting(lz));
+  free(lids);
+  char after[512];
+  snprintf(after, sizeof after, "\n\n%s", doc);
+  CHECK(q35_tokenize(tok, after, strlen(after), &lids, &n_l, &err) == 0);
+  for (int32_t i = 0; lz && i <= n_l; i++) {
+    CHECK(q35_constraint_mask(lz, m1, &err) == 0 && q35_constraint_mask_reference(lz, m2) == 0);
+    CHECK(!memcmp(m1, m2, words * 4), "after the trigger: trie walk == brute force before token %d", i);
+    if (i < n_l) CHECK(q35_constraint_accept(lz, lids[i], &err) == 0, "token %d after the trigger: %s", i, err.msg);
+  }
+  CHECK(lz && q35_constraint_is_complete(lz));
+  free(lids);
+  q35_constraint_free(lz);
   /* a refused token leaves the state as it was */
   q35_constraint *r = q35_constraint_new(v, Q35_CONSTRAINT_REGEX, "[0-9]+", 6, NULL, &err);
   int32_t *one = NULL, n_one = 0;

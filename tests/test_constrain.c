@@ -160,6 +160,18 @@ static void test_schema(void) {
   CHECK(schema_match("{\"type\":\"integer\",\"exclusiveMinimum\":10}", "10") == 0);
   CHECK(schema_match("{\"type\":\"integer\",\"exclusiveMinimum\":10}", "11") == 1);
   CHECK(schema_match("{\"type\":\"integer\",\"exclusiveMinimum\":10}", "1000000") == 1);
+  const char *nb = "{\"type\":\"number\",\"minimum\":-3,\"exclusiveMaximum\":12}";
+  CHECK(schema_match(nb, "-3") == 1 && schema_match(nb, "-3.0") == 1 && schema_match(nb, "-3.01") == 0);
+  CHECK(schema_match(nb, "-2.99") == 1 && schema_match(nb, "0") == 1 && schema_match(nb, "-0.5") == 1);
+  CHECK(schema_match(nb, "11.999") == 1 && schema_match(nb, "12") == 0 && schema_match(nb, "12.0") == 0);
+  CHECK(schema_match(nb, "13") == 0 && schema_match(nb, "1e2") == 0, "bounded numbers have no exponent");
+  const char *nx = "{\"type\":\"number\",\"exclusiveMinimum\":2,\"maximum\":2}";
+  CHECK(schema_match(nx, "2") == 0, "an empty range");
+  const char *nn = "{\"type\":\"number\",\"exclusiveMinimum\":-7,\"maximum\":-2}";
+  CHECK(schema_match(nn, "-7") == 0 && schema_match(nn, "-6.9") == 1 && schema_match(nn, "-2") == 1);
+  CHECK(schema_match(nn, "-1.9") == 0 && schema_match(nn, "0") == 0 && schema_match(nn, "-7.5") == 0);
+  CHECK(schema_match("{\"type\":\"number\",\"exclusiveMinimum\":0}", "0.0") == 0);
+  CHECK(schema_match("{\"type\":\"number\",\"exclusiveMinimum\":0}", "0.001") == 1);
   CHECK(schema_match("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-29\"") == 1);
   CHECK(schema_match("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-04-31\"") == 0);
   CHECK(schema_match("{\"type\":\"string\",\"format\":\"date\"}", "\"2023-02-29\"") == 0, "not a leap year");

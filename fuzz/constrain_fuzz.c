@@ -7,13 +7,16 @@
  * text that does not compile must give a message; one that compiles is walked along the probe
  * byte by byte, and at each state the trie-walk mask over a small synthetic vocabulary (the
  * probe's own substrings, single bytes, an end token) must equal the brute-force mask, and a
- * clone of the matcher must step to the same completeness.
+ * clone of the matcher must step to the same completeness. The public API walks the probe too
+ * (its single-byte tokens), where counter states take their canonical masks: q35_constraint_mask
+ * must equal q35_constraint_mask_reference at every checked step.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "constrain/constrain.h"
 #include "constrain/grammar.h"
 
 static void check(int cond, const char *what) {
@@ -107,6 +110,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (i < pn) s = cn_step(m, s, (uint8_t)probe[i]);
   }
   cn_vocab_free(v);
+  q35_constraint_vocab *pv = q35_constraint_vocab_from_bytes(nv, bytes, lens, kind, &err);
+  q35_constraint *c = pv ? q35_constraint_new(pv, Q35_CONSTRAINT_GBNF, gbnf, strlen(gbnf), NULL, &err) : NULL;
+  n_checks = 0;
+  for (size_t i = 0; c && i <= pn; i++) {
+    if (i % 8 == 0 && n_checks++ < 6) {
+      const int r1 = q35_constraint_mask(c, m1, &err), r2 = q35_constraint_mask_reference(c, m2);
+      if (r1 == 0 && r2 == 0) check(!memcmp(m1, m2, (size_t)(nv + 31) / 32 * sizeof *m1), "API mask == brute-force mask");
+    }
+    if (i < pn && q35_constraint_accept(c, (uint8_t)probe[i], &err)) break;
+  }
+  q35_constraint_free(c);
+  q35_constraint_vocab_free(pv);
   cn_matcher_free(m);
   cn_grammar_free(g);
   free(gbnf);

@@ -388,6 +388,15 @@ int q35_constraint_rollback(q35_constraint *c, int32_t n, q35_err *err);
 int q35_constraint_mask(q35_constraint *c, uint32_t *mask, q35_err *err);
 /* Leading bytes of text the current state accepts (text itself allowed when it equals len). */
 size_t q35_constraint_prefix(q35_constraint *c, const char *text, size_t len);
+/* Lazy activation (a reasoning block, an optional tool call): before any token is accepted, make
+ * the constraint wait for `token`: until it is accepted every token is allowed (the row samples
+ * as if unconstrained, and may end there); from the token after it, the language applies,
+ * after up to ws_max bytes of space, tab, CR or LF. For Qwen3.5 thinking, token is </think>;
+ * for tool_choice auto with strict tools, <tool_call> (with a grammar for the call's body and
+ * its </tool_call>). 0, or -1 when tokens were accepted already or the token is out of range. */
+int q35_constraint_set_trigger(q35_constraint *c, int32_t token, int32_t ws_max, q35_err *err);
+/* Whether the constraint is waiting for its trigger token. */
+int q35_constraint_is_waiting(const q35_constraint *c);
 /* The GBNF grammar the constraint compiled (JSON Schema and regex front ends write GBNF). */
 const char *q35_constraint_grammar(const q35_constraint *c);
 

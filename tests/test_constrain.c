@@ -160,6 +160,18 @@ static void test_schema(void) {
   CHECK(schema_match("{\"type\":\"integer\",\"exclusiveMinimum\":10}", "10") == 0);
   CHECK(schema_match("{\"type\":\"integer\",\"exclusiveMinimum\":10}", "11") == 1);
   CHECK(schema_match("{\"type\":\"integer\",\"exclusiveMinimum\":10}", "1000000") == 1);
+  const char *nb = "{\"type\":\"number\",\"minimum\":-3,\"exclusiveMaximum\":12}";
+  CHECK(schema_match(nb, "-3") == 1 && schema_match(nb, "-3.0") == 1 && schema_match(nb, "-3.01") == 0);
+  CHECK(schema_match(nb, "-2.99") == 1 && schema_match(nb, "0") == 1 && schema_match(nb, "-0.5") == 1);
+  CHECK(schema_match(nb, "11.999") == 1 && schema_match(nb, "12") == 0 && schema_match(nb, "12.0") == 0);
+  CHECK(schema_match(nb, "13") == 0 && schema_match(nb, "1e2") == 0, "bounded numbers have no exponent");
+  const char *nx = "{\"type\":\"number\",\"exclusiveMinimum\":2,\"maximum\":2}";
+  CHECK(schema_match(nx, "2") == 0, "an empty range");
+  const char *nn = "{\"type\":\"number\",\"exclusiveMinimum\":-7,\"maximum\":-2}";
+  CHECK(schema_match(nn, "-7") == 0 && schema_match(nn, "-6.9") == 1 && schema_match(nn, "-2") == 1);
+  CHECK(schema_match(nn, "-1.9") == 0 && schema_match(nn, "0") == 0 && schema_match(nn, "-7.5") == 0);
+  CHECK(schema_match("{\"type\":\"number\",\"exclusiveMinimum\":0}", "0.0") == 0);
+  CHECK(schema_match("{\"type\":\"number\",\"exclusiveMinimum\":0}", "0.001") == 1);
   CHECK(schema_match("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-29\"") == 1);
   CHECK(schema_match("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-04-31\"") == 0);
   CHECK(schema_match("{\"type\":\"string\",\"format\":\"date\"}", "\"2023-02-29\"") == 0, "not a leap year");
@@ -337,6 +349,31 @@ static void test_real_vocab(const char *src) {
   CHECK(bc && q35_constraint_is_complete(bc));
   free(bids);
   q35_constraint_free(bc);
+  /* lazy activation: free text until </think>, then the language after up to 2 whitespace bytes */
+  const int32_t think_end = q35_token_id(tok, "</think>");
+  CHECK(think_end >= 0);
+  q35_constraint *lz = q35_constraint_new(v, Q35_CONSTRAINT_JSON_SCHEMA, schema, strlen(schema), NULL, &err);
+  CHECK(lz && q35_constraint_set_trigger(lz, think_end, 2, &err) == 0, "%s", err.msg);
+  CHECK(lz && q35_constraint_is_waiting(lz) && q35_constraint_set_trigger(lz, think_end, 2, &err) == -1);
+  const char *lztext = "Hmm, {\"n\": 5} is bad JSON? <|im_start|>";
+  int32_t *lids = NULL, n_l = 0;
+  CHECK(q35_tokenize(tok, lztext, strlen(lztext), &lids, &n_l, &err) == 0);
+  for (int32_t i = 0; lz && i < n_l; i++) {
+    CHECK(q35_constraint_allows(lz, lids[i]) && q35_constraint_accept(lz, lids[i], &err) == 0, "free token %d", i);
+  }
+  CHECK(lz && q35_constraint_accept(lz, think_end, &err) == 0 && !q35_constraint_is_waiting(lz));
+  free(lids);
+  char after[512];
+  snprintf(after, sizeof after, "\n\n%s", doc);
+  CHECK(q35_tokenize(tok, after, strlen(after), &lids, &n_l, &err) == 0);
+  for (int32_t i = 0; lz && i <= n_l; i++) {
+    CHECK(q35_constraint_mask(lz, m1, &err) == 0 && q35_constraint_mask_reference(lz, m2) == 0);
+    CHECK(!memcmp(m1, m2, words * 4), "after the trigger: trie walk == brute force before token %d", i);
+    if (i < n_l) CHECK(q35_constraint_accept(lz, lids[i], &err) == 0, "token %d after the trigger: %s", i, err.msg);
+  }
+  CHECK(lz && q35_constraint_is_complete(lz));
+  free(lids);
+  q35_constraint_free(lz);
   /* a refused token leaves the state as it was */
   q35_constraint *r = q35_constraint_new(v, Q35_CONSTRAINT_REGEX, "[0-9]+", 6, NULL, &err);
   int32_t *one = NULL, n_one = 0;

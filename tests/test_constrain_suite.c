@@ -10,7 +10,7 @@
  *   false-accept  an invalid instance the grammar accepts (the grammar would let a model write it)
  * The committed baseline (tests/data/constrain_suite_baseline.txt) lists every test that is not
  * ok, with its status; the test fails when a test not listed is not ok, or a listed test got
- * worse (refused < false-reject < false-accept), so the conformance can only improve. With
+ * worse (ok < refused = false-reject < false-accept), so the conformance can only improve. With
  * Q35_UPDATE_BASELINE=1 the baseline is rewritten. */
 #include <dirent.h>
 #include <jansson.h>
@@ -76,8 +76,10 @@ static void record(int d, const char *id, int st) {
   counts[d][st]++;
   const int was = base_status(id);
   if (update && st != OK) fprintf(update, "%s %s\n", id, status_name[st]);
-  if (!update) CHECK(st <= was || (was == OK && st == OK), "%s: %s (baseline: %s)", id, status_name[st], status_name[was]);
-  if (!update && was != OK && st < was) fprintf(stderr, "improved: %s now %s (update the baseline)\n", id, status_name[st]);
+  /* ranks: ok < refused = false-reject (coverage gaps) < false-accept (unsafe) */
+  static const int rank[4] = {0, 1, 1, 2};
+  if (!update) CHECK(rank[st] <= rank[was], "%s: %s (baseline: %s)", id, status_name[st], status_name[was]);
+  if (!update && rank[st] < rank[was]) fprintf(stderr, "improved: %s now %s (update the baseline)\n", id, status_name[st]);
 }
 
 static void run_group(int d, const char *file, size_t gi, json_t *group) {

@@ -20,6 +20,7 @@
 #include "text/tokenizer.h"
 
 #define FINISHED (-10)   /* the history entry after an end-of-generation token */
+#define WAITING (-11)    /* the history entry while waiting for the trigger token */
 #define MAX_SLOTS 256    /* masks cached per constraint */
 
 struct q35_constraint_vocab {
@@ -34,6 +35,8 @@ typedef struct {
 
 struct q35_constraint {
   shared_grammar *sh;
+  int32_t trigger;      /* the trigger token, or -1 */
+  int32_t lazy_start;   /* the lazy grammar's start state (after the trigger) */
   const cn_vocab *v;
   cn_matcher *m;
   int32_t *hist;
@@ -193,13 +196,53 @@ q35_constraint *q35_constraint_new(const q35_constraint_vocab *v, q35_constraint
   }
   c->hist[0] = cn_start(c->m);
   c->n_hist = 1;
+  c->trigger = -1;
   return c;
 }
+
+int q35_constraint_set_trigger(q35_constraint *c, int32_t token, int32_t ws_max, q35_err *err) {
+  if (c->n_hist != 1 || c->trigger >= 0) return q35_seterr(err, "constraint: a trigger is set before any token and once");
+  if (token < 0 || token >= cn_vocab_n(c->v))
+    return q35_seterr(err, "constraint: trigger token %d is out of range [0, %d)", token, cn_vocab_n(c->v));
+  if (ws_max < 0 || ws_max > 64) return q35_seterr(err, "constraint: ws_max %d is out of range [0, 64]", ws_max);
+  /* the language after the trigger: whitespace, then root (a grammar of its own) */
+  q35_buf b = {0};
+  q35_buf_printf(&b, "%s\nq35-lazy-root ::= [ \\t\\r\\n]{0,%d} root\n", c->sh->gbnf, ws_max);
+  shared_grammar *sh = calloc(1, sizeof *sh);
+  cn_matcher *m = NULL;
+  if (!sh || b.oom) goto oom;
+  atomic_init(&sh->refs, 1);
+  sh->gbnf = q35_buf_take(&b, NULL);
+  if (!(sh->g = cn_gbnf_compile_root(sh->gbnf, strlen(sh->gbnf), "q35-lazy-root", err)) || !(m = cn_matcher_new(sh->g, err))) {
+    shared_release(sh);
+    return -1;
+  }
+  shared_release(c->sh);
+  cn_matcher_free(c->m);
+  c->sh = sh;
+  c->m = m;
+  c->lazy_start = cn_start(m);
+  c->trigger = token;
+  c->hist[0] = WAITING;
+  free(c->slot); /* states of the old matcher */
+  c->slot = NULL;
+  c->cap_slot = 0;
+  c->n_slots = 0;
+  return 0;
+oom:
+  q35_buf_free(&b);
+  free(sh);
+  return q35_seterr(err, "constraint: out of memory");
+}
+
+int q35_constraint_is_waiting(const q35_constraint *c) { return c->hist[c->n_hist - 1] == WAITING; }
 
 q35_constraint *q35_constraint_clone(const q35_constraint *c) {
   q35_constraint *d = calloc(1, sizeof *d);
   if (!d) return NULL;
   d->sh = c->sh;
+  d->trigger = c->trigger;
+  d->lazy_start = c->lazy_start;
   atomic_fetch_add(&c->sh->refs, 1);
   d->v = c->v;
   d->words = c->words;
@@ -231,6 +274,7 @@ static int32_t cur(const q35_constraint *c) { return c->hist[c->n_hist - 1]; }
  * when refused, CN_OOM when out of memory. */
 static int32_t after_token(q35_constraint *c, int32_t s, int32_t t) {
   const int kind = cn_vocab_kind(c->v, t);
+  if (s == WAITING) return t == c->trigger ? c->lazy_start : kind == 1 ? FINISHED : WAITING;
   if (s == FINISHED) return CN_DEAD;
   if (kind == 1) return cn_complete(c->m, s) ? FINISHED : CN_DEAD;
   if (kind != 0) return CN_DEAD;
@@ -254,10 +298,12 @@ int q35_constraint_accept(q35_constraint *c, int32_t t, q35_err *err) {
 int q35_constraint_allows(q35_constraint *c, int32_t t) {
   if (t < 0 || t >= cn_vocab_n(c->v)) return 0;
   const int32_t s = after_token(c, cur(c), t);
-  return s >= 0 || s == FINISHED;
+  return s >= 0 || s == FINISHED || s == WAITING;
 }
 
-int q35_constraint_is_complete(const q35_constraint *c) { return cur(c) == FINISHED || cn_complete(c->m, cur(c)); }
+int q35_constraint_is_complete(const q35_constraint *c) {
+  return cur(c) == FINISHED || cur(c) == WAITING || cn_complete(c->m, cur(c));
+}
 int q35_constraint_is_finished(const q35_constraint *c) { return cur(c) == FINISHED; }
 int32_t q35_constraint_n_tokens(const q35_constraint *c) { return (int32_t)c->n_hist - 1; }
 
@@ -270,6 +316,7 @@ int q35_constraint_rollback(q35_constraint *c, int32_t n, q35_err *err) {
 
 size_t q35_constraint_prefix(q35_constraint *c, const char *text, size_t len) {
   int32_t s = cur(c);
+  if (s == WAITING) return len;
   if (s < 0) return 0;
   size_t i = 0;
   for (; i < len; i++) {
@@ -308,6 +355,13 @@ static uint32_t *slot_for(q35_constraint *c, int32_t s, int *fresh) {
  * ones itself. */
 static const uint32_t *state_mask(q35_constraint *c, int32_t s) {
   const size_t words = (size_t)c->words;
+  if (s == WAITING) { /* before the trigger: everything */
+    if (!c->masks && !(c->masks = malloc(words * sizeof(uint32_t) * (MAX_SLOTS + 2)))) return NULL;
+    uint32_t *m = c->masks + (size_t)MAX_SLOTS * words;
+    memset(m, 0xFF, words * sizeof *m);
+    if (cn_vocab_n(c->v) % 32) m[words - 1] = (1u << (cn_vocab_n(c->v) % 32)) - 1;
+    return m;
+  }
   if (s == FINISHED) { /* after the end: only end-of-generation tokens, so a row can go on */
     if (!c->masks && !(c->masks = malloc(words * sizeof(uint32_t) * (MAX_SLOTS + 2)))) return NULL;
     uint32_t *m = c->masks + (size_t)MAX_SLOTS * words;
@@ -354,8 +408,10 @@ const uint32_t *q35_constraint_mask_ref(q35_constraint *c) { return state_mask(c
 
 int q35_constraint_mask_reference(q35_constraint *c, uint32_t *mask) {
   const int32_t s = cur(c);
-  if (s == FINISHED) {
-    memcpy(mask, state_mask(c, s), (size_t)c->words * sizeof *mask);
+  if (s == FINISHED || s == WAITING) {
+    const uint32_t *m = state_mask(c, s);
+    if (!m) return -1;
+    memcpy(mask, m, (size_t)c->words * sizeof *mask);
     return 0;
   }
   return cn_mask_reference(c->m, c->v, s, mask);

@@ -224,7 +224,7 @@ static int cmp_range(const void *x, const void *y) {
 
 /* Sorted, merged ranges; negated: the complement in [0, 0x10FFFF]. */
 static int normalize(builder *b, cp_set *s, int negate) {
-  qsort(s->r, (size_t)s->n, sizeof *s->r, cmp_range);
+  if (s->n) qsort(s->r, (size_t)s->n, sizeof *s->r, cmp_range); /* an empty class has no array */
   int32_t m = 0;
   for (int32_t i = 0; i < s->n; i++) {
     if (m && s->r[i].lo <= s->r[m - 1].hi + 1) {
@@ -737,7 +737,9 @@ void cn_grammar_free(cn_grammar *g) {
   free(g);
 }
 
-cn_grammar *cn_gbnf_compile(const char *text, size_t len, q35_err *err) {
+cn_grammar *cn_gbnf_compile(const char *text, size_t len, q35_err *err) { return cn_gbnf_compile_root(text, len, "root", err); }
+
+cn_grammar *cn_gbnf_compile_root(const char *text, size_t len, const char *root_name, q35_err *err) {
   builder b = {0};
   b.s = b.start = text;
   b.end = text + len;
@@ -750,9 +752,9 @@ cn_grammar *cn_gbnf_compile(const char *text, size_t len, q35_err *err) {
         q35_seterr(err, "grammar: rule %s is used but not defined", b.rules[r].name);
         b.failed = 1;
       }
-      if (!strcmp(b.rules[r].name, "root")) root = r;
+      if (!strcmp(b.rules[r].name, root_name)) root = r;
     }
-    if (!b.failed && root < 0) q35_seterr(err, "grammar: no rule named root");
+    if (!b.failed && root < 0) q35_seterr(err, "grammar: no rule named %s", root_name);
     else if (!b.failed && (g = flatten(&b, err))) {
       g->root = root;
       if (check_left_recursion(g, err)) {

@@ -64,6 +64,8 @@ typedef struct cn_grammar {
 /* Compile GBNF text (len bytes). Needs a rule named "root". NULL with a message naming the line
  * and column (or the rule) on a syntax error, an undefined rule, or left recursion. */
 cn_grammar *cn_gbnf_compile(const char *text, size_t len, q35_err *err);
+/* The same with another rule as the language. */
+cn_grammar *cn_gbnf_compile_root(const char *text, size_t len, const char *root_name, q35_err *err);
 void cn_grammar_free(cn_grammar *g);
 
 /* ---- front ends: text to GBNF ---------------------------------------------------------------- */

@@ -114,6 +114,11 @@ static int has_any(json_t *s, const char *const *keys) {
   return 0;
 }
 
+static const char *const object_kw[] = {"properties", "required", "additionalProperties", NULL};
+static const char *const array_kw[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems", NULL};
+static const char *const string_kw[] = {"minLength", "maxLength", "pattern", "format", NULL};
+static const char *const number_kw[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+
 /* ---- $ref ---- */
 
 /* The target of a local JSON pointer ("#", "#/a/b"), or NULL. */
@@ -212,6 +217,44 @@ static int gen_enum(sc *c, json_t *s, char *name) {
   return 0;
 }
 
+/* The JSON types a schema may produce, as bits (object, array, string, number, boolean, null;
+ * integers are numbers); all of them when unknown. */
+static unsigned value_types(json_t *v) {
+  return json_is_object(v) ? 1 : json_is_array(v) ? 2 : json_is_string(v) ? 4 : json_is_number(v) ? 8
+       : json_is_boolean(v) ? 16 : 32;
+}
+
+static unsigned type_bit(const char *t) {
+  static const char *const names[] = {"object", "array", "string", "number", "boolean", "null", "integer"};
+  for (int i = 0; i < 7; i++)
+    if (!strcmp(t, names[i])) return 1u << (i == 6 ? 3 : i);
+  return 63;
+}
+
+static unsigned schema_types(json_t *s) {
+  if (!json_is_object(s) || json_object_get(s, "$ref") || json_object_get(s, "anyOf") ||
+      json_object_get(s, "oneOf") || json_object_get(s, "allOf"))
+    return 63;
+  json_t *t = json_object_get(s, "type"), *e = json_object_get(s, "enum"), *k = json_object_get(s, "const");
+  if (k) return value_types(k);
+  if (json_is_array(e)) {
+    unsigned m = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(e, i, v) m |= value_types(v);
+    return m;
+  }
+  if (json_is_string(t)) return type_bit(json_string_value(t));
+  if (json_is_array(t)) {
+    unsigned m = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(t, i, v) m |= json_is_string(v) ? type_bit(json_string_value(v)) : 63;
+    return m;
+  }
+  return has_any(s, object_kw) ? 1 : has_any(s, array_kw) ? 2 : has_any(s, string_kw) ? 4 : has_any(s, number_kw) ? 8 : 63;
+}
+
 static int gen_any_of(sc *c, json_t *s, const char *kw, char *name) {
   json_t *l = json_object_get(s, kw);
   if (!json_is_array(l) || !json_array_size(l)) return sc_fail(c, "%s must be a non-empty array", kw);
@@ -222,6 +265,16 @@ static int gen_any_of(sc *c, json_t *s, const char *kw, char *name) {
   if (!strcmp(kw, "allOf")) {
     if (json_array_size(l) != 1) return sc_fail(c, "allOf with more than one schema is not supported");
     return sc_gen(c, json_array_get(l, 0), name);
+  }
+  if (!strcmp(kw, "oneOf")) { /* as anyOf, which is exact only when no value fits two branches */
+    unsigned seen = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(l, i, v) {
+      const unsigned t = schema_types(v);
+      if (t & seen) return sc_fail(c, "oneOf whose branches may overlap (not of distinct types) is not supported");
+      seen |= t;
+    }
   }
   q35_buf b = {0};
   size_t i;
@@ -489,10 +542,6 @@ static int gen_object(sc *c, json_t *s, char *name) {
 
 /* ---- dispatch ---- */
 
-static const char *const object_kw[] = {"properties", "required", "additionalProperties", NULL};
-static const char *const array_kw[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems", NULL};
-static const char *const string_kw[] = {"minLength", "maxLength", "pattern", "format", NULL};
-static const char *const number_kw[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
 
 static int gen_type(sc *c, json_t *s, const char *t, char *name) {
   if (!strcmp(t, "object")) return gen_object(c, s, name);

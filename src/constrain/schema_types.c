@@ -156,58 +156,101 @@ static void int_range(q35_buf *o, long long lo, long long hi) {
   q35_buf_str(o, " )");
 }
 
-/* A bound keyword: value (draft 6+ exclusive* numbers, or draft 4 booleans beside min/max). */
-static int bound(sc *c, json_t *s, const char *kw, const char *ex, int integer, int upper, long long *out) {
-  json_t *v = json_object_get(s, kw), *e = json_object_get(s, ex);
-  *out = NO_BOUND;
+/* A bound keyword (draft 6+ exclusive* numbers, or draft 4 booleans beside minimum/maximum):
+ * *v, *excl and *set. Integer schemas take any bound; number schemas integer-valued ones. */
+static int bound(sc *c, json_t *s, const char *kw, const char *ex, int integer, int upper, long long *v, int *excl, int *set) {
+  json_t *in = json_object_get(s, kw), *e = json_object_get(s, ex);
   double x;
-  int excl = 0;
-  if (e && json_is_number(e) && (!v || json_is_number(v))) { /* exclusive as a number (maybe with the inclusive too) */
+  *excl = *set = 0;
+  *v = 0;
+  if (e && json_is_number(e) && (!in || json_is_number(in))) { /* exclusive as a number (maybe with the inclusive too) */
     const double xe = json_number_value(e);
-    if (v && (upper ? json_number_value(v) < xe : json_number_value(v) > xe)) {
-      x = json_number_value(v);
+    if (in && (upper ? json_number_value(in) < xe : json_number_value(in) > xe)) {
+      x = json_number_value(in);
     } else {
       x = xe;
-      excl = 1;
+      *excl = 1;
     }
-  } else if (v) {
-    if (!json_is_number(v)) return sc_fail(c, "%s must be a number", kw);
-    x = json_number_value(v);
-    excl = json_is_true(e);
+  } else if (in) {
+    if (!json_is_number(in)) return sc_fail(c, "%s must be a number", kw);
+    x = json_number_value(in);
+    *excl = json_is_true(e);
   } else {
     return 0;
   }
-  if (!integer) {
-    if (x != 0 || upper) return sc_fail(c, "%s (%g) on a number is not supported (integers take any bound; numbers take %s 0)",
-                                        excl ? ex : kw, x, kw);
-    *out = excl ? 1 : 0;
-    return 0;
-  }
   if (fabs(x) > 1e17) return sc_fail(c, "%s beyond 1e17 is not supported", kw);
-  double r = upper ? floor(x) : ceil(x);
-  if (excl && r == x) r += upper ? -1 : 1;
-  *out = (long long)r;
+  if (!integer && x != floor(x))
+    return sc_fail(c, "%s (%g) on a number is not supported (numbers take integer-valued bounds)", *excl ? ex : kw, x);
+  *set = 1;
+  if (integer) { /* as an inclusive integer bound */
+    double r = upper ? floor(x) : ceil(x);
+    if (*excl && r == x) r += upper ? -1 : 1;
+    *v = (long long)r;
+    *excl = 0;
+  } else {
+    *v = (long long)x;
+  }
   return 0;
+}
+
+#define FRAC_ANY "( \".\" [0-9]+ )?"
+#define FRAC_ZERO "( \".\" \"0\"+ )?"
+#define FRAC_NONZERO "\".\" [0-9]* [1-9] [0-9]*"
+
+/* Magnitudes y = m.g (no exponent) with A <= y <= B (B < 0: unbounded), either end exclusive:
+ * m strictly between A and B with any fraction, m = A (a nonzero fraction when exclusive),
+ * m = B with a zero fraction (when inclusive). */
+static void mag_range(q35_buf *o, long long A, int a_excl, long long B, int b_excl) {
+  int alts = 0;
+  q35_buf_str(o, "( ");
+  if (B < 0 || B - 1 >= A + 1) {
+    uint_range(o, A + 1, B < 0 ? -1 : B - 1);
+    q35_buf_str(o, " " FRAC_ANY);
+    alts++;
+  }
+  if (B >= 0 && B == A) {
+    if (!a_excl && !b_excl) q35_buf_printf(o, "%s\"%lld\" " FRAC_ZERO, alts++ ? " | " : "", A);
+  } else {
+    q35_buf_printf(o, "%s\"%lld\" %s", alts++ ? " | " : "", A, a_excl ? FRAC_NONZERO : FRAC_ANY);
+    if (B >= 0 && !b_excl) q35_buf_printf(o, " | \"%lld\" " FRAC_ZERO, B);
+  }
+  if (!alts) q35_buf_str(o, "nothing");
+  q35_buf_str(o, " )");
+}
+
+/* A number between the bounds (without an exponent): the non-negative part, then "-" and the
+ * magnitudes of the negative part. */
+static void number_range(q35_buf *o, long long lo, int lo_x, int lo_set, long long hi, int hi_x, int hi_set) {
+  int alts = 0;
+  q35_buf_str(o, "( ");
+  if (!hi_set || hi > 0 || (hi == 0 && !hi_x)) {
+    const int from_lo = lo_set && lo >= 0;
+    mag_range(o, from_lo ? lo : 0, from_lo ? lo_x : 0, hi_set ? hi : -1, hi_set ? hi_x : 0);
+    alts++;
+  }
+  if (!lo_set || lo < 0) {
+    const int to_hi = hi_set && hi < 0;
+    q35_buf_str(o, alts++ ? " | \"-\" " : "\"-\" ");
+    mag_range(o, to_hi ? -hi : 0, to_hi ? hi_x : 1, lo_set ? -lo : -1, lo_set ? lo_x : 0);
+  }
+  if (!alts) q35_buf_str(o, "nothing");
+  q35_buf_str(o, " )");
 }
 
 int sc_gen_number(sc *c, json_t *s, int integer, char *name) {
   long long lo, hi;
-  if (bound(c, s, "minimum", "exclusiveMinimum", integer, 0, &lo) ||
-      bound(c, s, "maximum", "exclusiveMaximum", integer, 1, &hi))
+  int lo_x, hi_x, lo_set, hi_set;
+  if (bound(c, s, "minimum", "exclusiveMinimum", integer, 0, &lo, &lo_x, &lo_set) ||
+      bound(c, s, "maximum", "exclusiveMaximum", integer, 1, &hi, &hi_x, &hi_set))
     return -1;
-  if (lo == NO_BOUND && hi == NO_BOUND) {
+  if (!lo_set && !hi_set) {
     snprintf(name, SC_NAME, integer ? "integer" : "number");
     return 0;
   }
   q35_buf b = {0};
-  if (!integer) { /* lo is 0 (>= 0) or 1 (> 0) here */
-    if (lo == 0) q35_buf_str(&b, "uint ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?");
-    else q35_buf_str(&b, "( [1-9] [0-9]* ( \".\" [0-9]+ )? | \"0.\" [0-9]* [1-9] [0-9]* ) ( [eE] \"+\"? [0-9]+ )?");
-  } else if (lo != NO_BOUND && hi != NO_BOUND && lo > hi) {
-    q35_buf_str(&b, "nothing");
-  } else {
-    int_range(&b, lo, hi);
-  }
+  if (lo_set && hi_set && (lo > hi || (lo == hi && (lo_x || hi_x)))) q35_buf_str(&b, "nothing");
+  else if (!integer) number_range(&b, lo, lo_x, lo_set, hi, hi_x, hi_set);
+  else int_range(&b, lo_set ? lo : NO_BOUND, hi_set ? hi : NO_BOUND);
   sc_new_name(c, name);
   sc_put_rule(c, name, &b);
   return 0;

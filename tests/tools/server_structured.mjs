@@ -127,6 +127,17 @@ await section('chat: response_format json_schema, thinking on (free reasoning) a
   validJson('llama-server json_schema', l.choices[0].message.content, l.choices[0].finish_reason, pick);
 });
 
+await section('chat: response_format with tools (auto): the answer is JSON of the schema or tool calls', async () => {
+  const loose = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object',
+    properties: { city: { type: 'string' } } } } }];
+  const r = await oa.chat.completions.create({ model: MODEL, messages: msgs, n: 4, max_tokens: 300, tools: loose,
+    response_format: { type: 'json_schema', json_schema: { name: 'pick', schema: pick } }, ...think(true) });
+  for (const c of r.choices) {
+    if (c.finish_reason === 'tool_calls') check(c.message.tool_calls.length >= 1, 'tool calls', c.message);
+    else validJson('JSON or tool calls', c.message.content, c.finish_reason, pick);
+  }
+});
+
 await section('chat: response_format json_object (logit_bias steers to a short object)', async () => {
   const bias = {};
   for (const s of ['"', '}', ':']) bias[await tokenId(s)] = 8;

@@ -125,7 +125,9 @@ static int generate(q35_model *m, q35_session *s, const run_opts *o, const q35_s
   st->decode_s = n_gen > 1 ? q35_now() - t0 : 0;
   st->n_prompt = n_prompt - from;
   st->n_gen = n_gen;
-  if (row.constraint && !q35_constraint_is_finished(row.constraint))
+  if (row.constraint && q35_constraint_is_waiting(row.constraint))
+    fprintf(stderr, "q35 run: the constrained part did not start (no </think> in %d tokens)\n", n_gen);
+  else if (row.constraint && !q35_constraint_is_finished(row.constraint))
     fprintf(stderr, "q35 run: the output is %s the constrained language (stopped after %d tokens)\n",
                    q35_constraint_is_complete(row.constraint) ? "complete in" : "a prefix of", n_gen);
   q35_constraint_free(row.constraint);
@@ -290,6 +292,16 @@ int run_main(const run_opts *o) {
   q35_constraint_vocab *cvocab = NULL;
   if (o->json_schema || o->grammar || o->regex) {
     if (!(oc.constraint = make_constraint(o, m, &cvocab))) {
+      q35_session_free(s);
+      q35_model_free(m);
+      goto early_fail;
+    }
+    /* a chat that thinks: the reasoning is free, the constraint starts after </think> */
+    const int32_t think_end = o->chat && !o->no_think && tok ? q35_token_id(tok, "</think>") : -1;
+    if (think_end >= 0 && q35_constraint_set_trigger(oc.constraint, think_end, 2, &err)) {
+      fprintf(stderr, "q35 run: %s\n", err.msg);
+      q35_constraint_free(oc.constraint);
+      q35_constraint_vocab_free(cvocab);
       q35_session_free(s);
       q35_model_free(m);
       goto early_fail;

@@ -32,6 +32,9 @@ const corpus = [
   { schema: { anyOf: [{ type: "integer", minimum: 100 }, { type: "string", pattern: "x+y" }, { const: { k: [1, 2] } }] },
     samples: ["xxy", "axyb", "yx", "abc", "x\"y"] },
   { schema: { type: "array", items: { type: "number", minimum: 0 }, minItems: 1, maxItems: 4 } },
+  { schema: { type: "object", properties: { x: { type: "number", exclusiveMinimum: -5, maximum: 20 },
+      y: { type: "number", exclusiveMaximum: 0 }, z: { oneOf: [{ type: "string", maxLength: 30 }, { type: "integer" }] } },
+      required: ["x", "y"], additionalProperties: false } },
   { schema: { type: "object", properties: { a: { type: "object", properties: { b: { type: "boolean" } }, additionalProperties: true },
       c: { type: "array", items: { enum: [1, 2, 3] } }, d: { type: "integer", minimum: -1234567, maximum: 98765 } }, additionalProperties: false } },
   { schema: { type: "object", properties: { p0: { type: "integer" }, p1: { type: "string" }, p2: { type: "boolean" },
@@ -73,7 +76,10 @@ function gen(s, root, samples, depth) {
     const hi = s.maximum ?? (s.exclusiveMaximum !== undefined ? s.exclusiveMaximum - 1 : 100000);
     return int(lo, hi);
   }
-  if (t === "number") return pick([0, 1.5, 2e-7, 12345.25, 3, 1e21]);
+  if (t === "number") { // bounded numbers are generated without an exponent (docs/CONSTRAIN.md)
+    const bounded = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"].some((k) => s[k] !== undefined);
+    return pick(bounded ? [0, 1.5, 0.001, 12345.25, 3, 7] : [0, 1.5, 2e-7, 12345.25, 3, 1e21]);
+  }
   if (t === "string") return genString(s, samples);
   if (t === "array" || s.prefixItems || s.items) {
     const out = [];
@@ -111,7 +117,7 @@ function mutate(v) {
     else w[k] = mutate(w[k]);
     return w;
   }
-  if (typeof v === "number") return pick([v + 1, v - 1, -v, v + 0.5, "1", null]);
+  if (typeof v === "number") return pick([v + 1, v - 1, -v, v + 0.5, "1", null].map((x) => (typeof x === "number" && Math.abs(x) > 1e20 ? 5 : x)));
   if (typeof v === "string") return pick([v + "x", v.slice(1), "", 5, v.toUpperCase()]);
   return pick([0, "", null, [], {}, true, -3]);
 }

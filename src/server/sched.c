@@ -73,6 +73,8 @@ typedef struct seq {
   int trig_i;          /* job triggers seen so far; con is active once all are */
   q35_detok *raw;      /* while triggers are pending: the output with control tokens kept */
   q35_buf tail;        /* ... its text since the last trigger */
+  q35_sampling sp_wait;        /* while waiting for </think> before a mandatory language: sp with */
+  q35_logit_bias *wait_bias;   /* the job's biases plus a ban of the end-of-generation tokens */
 } seq;
 
 struct srv_sched {
@@ -314,6 +316,7 @@ static void seq_free(seq *q) {
   q35_buf_free(&q->hold);
   free(q->snaps_at);
   q35_constraint_free(q->con);
+  free(q->wait_bias);
   if (q->raw) q35_detok_free(q->raw);
   q35_buf_free(&q->tail);
   free(q);
@@ -590,6 +593,28 @@ static int seq_start(srv_sched *s, seq *q, slot *sl) {
   return 0;
 }
 
+/* A language that must be produced after the reasoning (one trigger, "</think>"): the turn may
+ * not end inside the reasoning, which would answer with nothing of the language. The rows sample
+ * with the job's biases plus a ban (WAIT_BAN) of every end-of-generation token until then. */
+#define WAIT_BAN (-1e9f)
+static int seq_wait_bias(srv_sched *s, seq *q) {
+  const srv_job *j = q->job;
+  if (j->n_trigger != 1 || strcmp(j->trigger[0], "</think>")) return 0;
+  const int32_t nb = j->sp.n_logit_bias, nv = q35_tokenizer_n_vocab(s->tok);
+  int32_t n_eog = 0;
+  for (int32_t t = 0; t < nv; t++) n_eog += q35_tokenizer_is_eog(s->tok, t) != 0;
+  q->wait_bias = malloc(sizeof *q->wait_bias * (size_t)(nb + n_eog + 1));
+  if (!q->wait_bias) return -1;
+  if (nb) memcpy(q->wait_bias, j->sp.logit_bias, sizeof *q->wait_bias * (size_t)nb);
+  int32_t k = nb;
+  for (int32_t t = 0; t < nv; t++)
+    if (q35_tokenizer_is_eog(s->tok, t)) q->wait_bias[k++] = (q35_logit_bias){.token = t, .bias = WAIT_BAN};
+  q->sp_wait = q->sp;
+  q->sp_wait.logit_bias = q->wait_bias;
+  q->sp_wait.n_logit_bias = k;
+  return 0;
+}
+
 static seq *seq_new(srv_sched *s, srv_job *j, int choice) {
   seq *q = calloc(1, sizeof *q);
   if (!q) return NULL;
@@ -605,7 +630,7 @@ static seq *seq_new(srv_sched *s, srv_job *j, int choice) {
   if (j->constraint) {
     q->con = q35_constraint_clone(j->constraint);
     if (j->n_trigger) q->raw = q35_detok_new(s->tok, 0);
-    con_ok = q->con && (!j->n_trigger || q->raw);
+    con_ok = q->con && (!j->n_trigger || q->raw) && seq_wait_bias(s, q) == 0;
   }
   if (!q->hist || !q->dt || !con_ok) {
     seq_free(q);
@@ -806,6 +831,10 @@ static void *sched_main(void *arg) {
         r->history = q->hist;
         r->n_history = q->n_hist;
         if (q->con && q->trig_i >= q->job->n_trigger) r->constraint = q->con;
+        if (q->wait_bias && q->trig_i < q->job->n_trigger) {
+          q->sp_wait.draw_index = q->sp.draw_index;
+          r->sampling = &q->sp_wait;
+        }
         r->n_prompt = q->job->n_prompt;
       }
       if (r->constraint && con_dead(s, q)) continue; /* failed: drop_stopped removes it */

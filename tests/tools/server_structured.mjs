@@ -112,6 +112,15 @@ await section('chat: response_format json_schema, thinking on (free reasoning) a
     check(r.choices.some((c) => c.finish_reason === 'stop'), `a bounded schema ends with stop (thinking ${on})`,
           r.choices.map((c) => c.finish_reason));
   }
+  // the turn may not end inside the reasoning (that would answer with nothing of the schema):
+  // a logit_bias forcing <|im_end|> ends it only once the JSON is complete
+  const eog = await tokenId('<|im_end|>');
+  const f = await oa.chat.completions.create({ model: MODEL, messages: msgs, n: 2, max_tokens: 80, ...think(true),
+    logit_bias: { [eog]: 100 }, response_format: { type: 'json_schema', json_schema: { name: 'pick', schema: pick } } });
+  for (const c of f.choices) {
+    check(c.finish_reason === 'stop', 'forced end: stop', c);
+    validJson('forced end of turn', c.message.content, c.finish_reason, pick);
+  }
   // streamed: the concatenated deltas validate
   const st = await oa.chat.completions.create({ model: MODEL, messages: msgs, max_tokens: 80, stream: true,
     response_format: { type: 'json_schema', json_schema: { name: 'pick', schema: pick } }, ...think(false) });

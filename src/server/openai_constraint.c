@@ -83,6 +83,10 @@ int oai_parse_constraint(const oai_model *M, const json_t *b, oai_request *r, oa
 
 /* ---- building the constraint ---- */
 
+/* A character of a raw-text parameter value: not '<' (it would open a tag) and no control
+ * character but tab, LF and CR (a NUL would end the C strings the call parser reads). */
+#define RAW "[^<\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]"
+
 /* A GBNF string literal of s[0, n). */
 static void g_lit(q35_buf *b, const char *s, size_t n) {
   q35_buf_char(b, '"');
@@ -189,10 +193,10 @@ static int string_value(const oai_model *M, q35_buf *b, const json_t *sc, int fi
     const json_t *mn = json_object_get(sc, "minLength"), *mx = json_object_get(sc, "maxLength");
     if (json_is_integer(mn) || json_is_integer(mx)) {
       const json_int_t lo = json_is_integer(mn) ? json_integer_value(mn) : 0;
-      if (json_is_integer(mx)) q35_buf_printf(b, "[^<]{%lld,%lld}", (long long)lo, (long long)json_integer_value(mx));
-      else q35_buf_printf(b, "[^<]{%lld,}", (long long)lo);
+      if (json_is_integer(mx)) q35_buf_printf(b, RAW "{%lld,%lld}", (long long)lo, (long long)json_integer_value(mx));
+      else q35_buf_printf(b, RAW "{%lld,}", (long long)lo);
     } else {
-      q35_buf_str(b, "[^<]*");
+      q35_buf_str(b, RAW "*");
     }
   }
   q35_buf_char(b, '\n');
@@ -213,7 +217,7 @@ static int param_value(const oai_model *M, q35_buf *b, const json_t *sc, int fi,
     }
     if (typed > 1) return -1;
   }
-  q35_buf_printf(b, "v%d-%d ::= [^<]*\n", fi, pi);
+  q35_buf_printf(b, "v%d-%d ::= " RAW "*\n", fi, pi);
   return 0;
 }
 
@@ -247,7 +251,7 @@ static int tool_rules(const oai_model *M, q35_buf *b, const json_t *fn, int fi, 
       pi++;
     }
   } else {
-    q35_buf_str(&body, " (\"<parameter=\" [^>\\n]+ \">\\n\" [^<]* \"\\n</parameter>\\n\")*");
+    q35_buf_str(&body, " (\"<parameter=\" [^>\\n\\x00-\\x1f]+ \">\\n\" " RAW "* \"\\n</parameter>\\n\")*");
   }
   q35_buf_str(&body, " \"</function>\\n\"\n");
   q35_buf_add(b, body.p, body.n);

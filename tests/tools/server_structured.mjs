@@ -240,6 +240,16 @@ await section('chat: tool_choice required / named, strict tools (Qwen3.5 XML cal
     check(t && t.function.name === 'note', 'note: a call', [c.finish_reason, c.message]);
     if (t) validJson('note arguments (minLength / maxLength)', t.function.arguments, 'stop', note);
   }
+  // a raw value never holds a control character (a NUL would cut the text the call parser reads),
+  // even when a logit_bias pushes one
+  const nul = await tokenId('\u0000');
+  const nb = await oa.chat.completions.create({ model: MODEL, messages: msgs, max_tokens: 300, ...think(false),
+    tools: [{ type: 'function', function: { name: 'note', strict: true, parameters: note } }], tool_choice: 'required',
+    parallel_tool_calls: false, logit_bias: { [nul]: 100 } });
+  const nc = nb.choices[0];
+  if (nc.finish_reason === 'length') tally.length++;
+  else check((nc.message.tool_calls || []).length === 1 && !/[\u0000-\u0008]/.test(nc.message.tool_calls[0].function.arguments),
+             'a NUL-biased raw value: a parsed call without control characters', nc);
   await expectError('a strict string parameter with a pattern', 400, () => oa.chat.completions.create({ model: MODEL,
     messages: msgs, tools: [{ type: 'function', function: { name: 'p', strict: true, parameters: { type: 'object',
       properties: { s: { type: 'string', pattern: '^a+$' } } } } }] }), 'pattern');

@@ -60,6 +60,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   M.bos = bos;
   M.eos = eos;
   M.n_ctx = FUZZ_N_CTX;
+  M.defaults = q35_sampling_default();
   snprintf(M.id, sizeof M.id, "tiny.gguf");
   snprintf(M.stem, sizeof M.stem, "tiny");
   return 0;
@@ -72,6 +73,7 @@ static void free_job(srv_job *j) {
   free(j->prompt);
   for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
   free(j->session_id);
+  free(j->logit_bias);
   pthread_cond_destroy(&j->cv);
   free(j);
 }
@@ -105,12 +107,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       check(j->n_top_logprobs >= -1 && j->n_top_logprobs <= Q35_MAX_TOP_LOGPROBS, "top logprobs in range");
       q35_err err = {{0}};
       check(q35_sampling_validate(&j->sp, &err) == 0, "accepted sampling parameters validate");
+      check(q35_sampling_check_vocab(&j->sp, V, &err) == 0, "accepted logit_bias ids are in the vocabulary");
       check(!j->session_id || strlen(j->session_id) <= OAI_MAX_SESSION_ID, "session id length");
     } else {
       check(e.status >= 400 && e.status < 500, "a refused request is a 4xx");
       check(e.msg[0] != 0, "a refused request has a message");
     }
     free_job(r.job);
+    oai_request_free(&r);
   }
   json_decref(b);
   free(body);

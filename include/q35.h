@@ -220,6 +220,13 @@ int q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, int32_t c
 
 /* ---- sampling ------------------------------------------------------------------------- */
 
+/* One additive logit bias: logits[token] += bias after the penalties, before temperature and the
+ * filters (OpenAI's logit_bias: -100 effectively bans a token, +100 effectively forces it). */
+typedef struct q35_logit_bias {
+  int32_t token;
+  float bias;
+} q35_logit_bias;
+
 typedef struct q35_sampling {
   float temperature;          /* >= 0; 0 = greedy */
   int64_t top_k;              /* <= 0: keep all; > vocab: clipped */
@@ -230,12 +237,17 @@ typedef struct q35_sampling {
   float repetition_penalty;   /* > 0; 1 = off; over prompt + generated tokens */
   uint64_t seed;              /* the draw is keyed by (seed, draw_index) */
   uint64_t draw_index;        /* 0 for the token after prefill, then 1, 2, ... */
+  const q35_logit_bias *logit_bias; /* n_logit_bias entries (borrowed; NULL when 0); each token in
+                                       [0, n_vocab), each bias finite; a token listed twice adds both */
+  int32_t n_logit_bias;
 } q35_sampling;
 
-/* temperature 1, top_k 0, top_p 1, min_p 0, no penalties, seed 0, draw 0 */
+/* temperature 1, top_k 0, top_p 1, min_p 0, no penalties, seed 0, draw 0, no logit bias */
 q35_sampling q35_sampling_default(void);
 /* 0 if every parameter is in range, else -1 with a message naming the parameter and range. */
 int q35_sampling_validate(const q35_sampling *p, q35_err *err);
+/* 0 if every logit_bias token id is in [0, n_vocab), else -1 with a message naming the id. */
+int q35_sampling_check_vocab(const q35_sampling *p, int32_t n_vocab, q35_err *err);
 /* A seed below 2^53 from OS entropy (for unseeded requests; report it to the user). */
 uint64_t q35_random_seed(void);
 
@@ -294,6 +306,9 @@ typedef struct q35_row {
   float *hidden;               /* NULL, or (sampled positions) * q35_model_n_embd floats: the
                                   post-norm hidden state of each sampled position, position major
                                   (output matrix x hidden = logits); unused with Q35_OUTPUTS_NONE */
+  struct q35_constraint *constraint; /* NULL, or the structured-output constraint of this row (see
+                                  the constraints section): its token mask is applied to the logits
+                                  first, and the step advances it by the tokens it samples */
 } q35_row;
 
 /* Advance every row's session by its tokens in one pass over the weights and sample the
@@ -305,6 +320,85 @@ typedef struct q35_row {
 int q35_context_step(q35_context *ctx, q35_row *rows, int32_t n_rows, q35_err *err);
 /* q35_context_step on the model's default context. */
 int q35_step(q35_model *model, q35_row *rows, int32_t n_rows, q35_err *err);
+
+
+/* ---- constraints: structured outputs ----------------------------------------------------
+ *
+ * A constraint restricts a row's samples to a language: a JSON Schema, free JSON (any
+ * object), a regular expression or a GBNF grammar (llama.cpp's syntax). Languages, what is
+ * supported and refused, and the whitespace and property-order policies: docs/CONSTRAIN.md.
+ *
+ * A q35_constraint_vocab holds the vocabulary's token byte strings (a trie); make it once per
+ * model and keep it alive while constraints made from it exist. A q35_constraint is one
+ * sequence's state in its language. In a step (q35_row.constraint), at every sampled position
+ * the tokens that cannot continue the language get -inf logits BEFORE anything else of the
+ * sampling contract (penalties, logit bias, temperature, filters); end-of-generation tokens
+ * (eos, <|im_end|>, <|endoftext|>) are allowed only where the language is complete, and control
+ * tokens never. The log-probabilities a constrained row returns are those of the masked logits.
+ * After the sample the step advances the constraint by it. A row with n_outputs = m > 1
+ * (speculative verification) is masked at position j by the state after its drafted tokens
+ * tokens[p_0 + 1 .. p_j] (positions after a draft the constraint refuses are sampled unmasked:
+ * a verifier never reaches them), and afterwards the constraint has advanced by the samples a
+ * verifier accepts: outputs[0], then outputs[j] for as long as outputs[j - 1] equals the draft
+ * tokens[p_0 + j]. A constraint is in one step at a time; distinct constraints are independent
+ * (seeded rows stay bit-reproducible whatever their batch neighbours).
+ */
+typedef struct q35_constraint_vocab q35_constraint_vocab;
+typedef struct q35_constraint q35_constraint;
+
+typedef enum q35_constraint_kind {
+  Q35_CONSTRAINT_JSON_SCHEMA = 1, /* text: a JSON Schema (drafts 4 to 2020-12; see docs/CONSTRAIN.md) */
+  Q35_CONSTRAINT_JSON_OBJECT = 2, /* any JSON object (OpenAI's json_object); text unused */
+  Q35_CONSTRAINT_REGEX = 3,       /* text: a regular expression the whole output matches */
+  Q35_CONSTRAINT_GBNF = 4,        /* text: a GBNF grammar with a rule named root */
+} q35_constraint_kind;
+
+typedef struct q35_constraint_params {
+  int32_t ws_max; /* JSON kinds: whitespace bytes allowed at each place between tokens; 0 (the
+                     default) is compact JSON, at most 64 */
+} q35_constraint_params;
+
+/* The vocabulary of a model (its GGUF tokenizer) or of a tokenizer.json. */
+q35_constraint_vocab *q35_constraint_vocab_from_model(const q35_model *model, q35_err *err);
+q35_constraint_vocab *q35_constraint_vocab_from_tokenizer(const char *tokenizer_json, q35_err *err);
+void q35_constraint_vocab_free(q35_constraint_vocab *v);
+int32_t q35_constraint_vocab_n(const q35_constraint_vocab *v);
+
+/* Compile text (len bytes) of the given kind (params may be NULL). NULL with a message naming
+ * the problem: a syntax error with its position, an unsupported JSON Schema keyword by name, a
+ * remote $ref. */
+q35_constraint *q35_constraint_new(const q35_constraint_vocab *v, q35_constraint_kind kind, const char *text,
+                                   size_t len, const q35_constraint_params *params, q35_err *err);
+/* An independent copy in the same state (shares the compiled grammar); NULL when out of memory. */
+q35_constraint *q35_constraint_clone(const q35_constraint *c);
+void q35_constraint_free(q35_constraint *c);
+/* Advance by one token: 0, or -1 (state unchanged) when the language does not allow it here. */
+int q35_constraint_accept(q35_constraint *c, int32_t token, q35_err *err);
+/* Whether token may come next (the state does not move). */
+int q35_constraint_allows(q35_constraint *c, int32_t token);
+/* The language is complete here (an end-of-generation token is allowed). */
+int q35_constraint_is_complete(const q35_constraint *c);
+/* An end-of-generation token has been accepted. */
+int q35_constraint_is_finished(const q35_constraint *c);
+/* Tokens accepted so far; q35_constraint_rollback(c, n) undoes the last n of them. */
+int32_t q35_constraint_n_tokens(const q35_constraint *c);
+int q35_constraint_rollback(q35_constraint *c, int32_t n, q35_err *err);
+/* The mask of the current state: bit t of mask[t / 32] set when token t may come next
+ * ((n_vocab + 31) / 32 words). 0, or -1 when out of memory. */
+int q35_constraint_mask(q35_constraint *c, uint32_t *mask, q35_err *err);
+/* Leading bytes of text the current state accepts (text itself allowed when it equals len). */
+size_t q35_constraint_prefix(q35_constraint *c, const char *text, size_t len);
+/* Lazy activation (a reasoning block, an optional tool call): before any token is accepted, make
+ * the constraint wait for `token`: until it is accepted every token is allowed (the row samples
+ * as if unconstrained, and may end there); from the token after it, the language applies,
+ * after up to ws_max bytes of space, tab, CR or LF. For Qwen3.5 thinking, token is </think>;
+ * for tool_choice auto with strict tools, <tool_call> (with a grammar for the call's body and
+ * its </tool_call>). 0, or -1 when tokens were accepted already or the token is out of range. */
+int q35_constraint_set_trigger(q35_constraint *c, int32_t token, int32_t ws_max, q35_err *err);
+/* Whether the constraint is waiting for its trigger token. */
+int q35_constraint_is_waiting(const q35_constraint *c);
+/* The GBNF grammar the constraint compiled (JSON Schema and regex front ends write GBNF). */
+const char *q35_constraint_grammar(const q35_constraint *c);
 
 #ifdef __cplusplus
 }

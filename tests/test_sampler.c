@@ -225,6 +225,21 @@ static void gen_params(q35_sampling *p, int32_t V) {
   p->draw_index = rnd() % 3 == 0 ? rnd() : rnd() % 100;
 }
 
+/* Random logit biases for one row (one row in five): a few ids, some repeated, biases from
+ * small to the +-100 OpenAI allows. */
+#define BIAS_MAX 8
+static void gen_bias(q35_sampling *p, int32_t V, q35_logit_bias *store) {
+  if (rnd() % 5) return;
+  const int n = 1 + (int)(rnd() % BIAS_MAX);
+  static const float big[] = {-100.0f, 100.0f, -1e4f, 5.0f};
+  for (int i = 0; i < n; i++) {
+    store[i].token = i > 0 && rnd() % 4 == 0 ? store[i - 1].token : (int32_t)(rnd() % (uint64_t)V);
+    store[i].bias = rnd() % 3 ? (float)((unif() - 0.5) * 20) : big[rnd() % 4];
+  }
+  p->logit_bias = store;
+  p->n_logit_bias = n;
+}
+
 static int same_result(const q35_sample_result *a, const q35_sample_result *b) {
   if (a->token != b->token || fbits(a->logprob) != fbits(b->logprob) || a->n_top != b->n_top) return 0;
   for (int j = 0; j < a->n_top; j++)
@@ -249,6 +264,7 @@ static void test_fast_vs_ref(int n_rows) {
   float *rows = malloc((size_t)64 * 3000 * sizeof(float));
   float *big = malloc((size_t)VMAX * sizeof(float));
   int32_t hist[64];
+  static q35_logit_bias bias_store[64][BIAS_MAX];
   int rows_done = 0, large = 0, errors_seen = 0, scalar_checked = 0;
   while (rows_done < n_rows) {
     /* either a batch of small rows or one row of any size */
@@ -261,6 +277,7 @@ static void test_fast_vs_ref(int n_rows) {
     int32_t n_top = rnd() % 4 == 0 ? (int32_t)(rnd() % 21) : (rnd() % 2 ? 0 : -1);
     for (int b = 0; b < B; b++) {
       gen_params(&ps[b], V);
+      gen_bias(&ps[b], V, bias_store[b]);
       int32_t nh = (int32_t)(rnd() % 3 == 0 ? rnd() % 64 : 0);
       for (int j = 0; j < nh; j++) hist[j] = (int32_t)(rnd() % (uint64_t)V);
       hs[b].tokens = hist;
@@ -881,6 +898,83 @@ static void test_validation(void) {
   q35_sampler_free(ws);
 }
 
+/* logit_bias against a plain reference written here: l' = l + sum of the token's biases, then
+ * greedy = the lowest id of max l', logprob = log_softmax(l') in double; -100 bans, +100
+ * forces (a seeded draw at T = 1 never leaves the forced token); ids outside the vocabulary
+ * and non-finite biases are refused with the id named. Both paths, every SIMD level. */
+static void test_logit_bias(void) {
+  q35_err err;
+  enum { V = 1000 };
+  q35_sampler *ws = q35_sampler_new(V, &err);
+  static float l[V], lb[V];
+  int checked = 0;
+  for (int rep = 0; rep < 200; rep++) {
+    for (int32_t i = 0; i < V; i++) l[i] = (float)(gauss() * 2);
+    q35_logit_bias b[6];
+    for (int i = 0; i < 6; i++) {
+      b[i].token = i == 5 ? b[0].token : (int32_t)(rnd() % V);
+      b[i].bias = (float)((unif() - 0.5) * 16);
+    }
+    memcpy(lb, l, sizeof l);
+    for (int i = 0; i < 6; i++) lb[b[i].token] += b[i].bias;
+    int32_t want = 0;
+    for (int32_t i = 1; i < V; i++)
+      if (lb[i] > lb[want]) want = i;
+    double mx = lb[want], sum = 0;
+    for (int32_t i = 0; i < V; i++) sum += exp((double)lb[i] - mx);
+    q35_sampling p = q35_sampling_default();
+    p.temperature = 0.0f;
+    p.logit_bias = b;
+    p.n_logit_bias = 6;
+    for (int path = 0; path < 2 + Q35_SIMD_NEON; path++) {
+      q35_sample_result r;
+      if (path >= 2) q35_sampler_set_simd(ws, (q35_simd)(path - 2));
+      const int rc = path == 0 ? q35_sample_ref(ws, l, V, &p, NULL, 0, 0, 3, &r, &err)
+                               : q35_sample(ws, l, V, &p, NULL, 0, 0, 3, &r, &err);
+      CHECK(rc == 0, "logit_bias sample: %s", err.msg);
+      CHECK(r.token == want, "logit_bias greedy (path %d): %d, want %d", path, r.token, want);
+      CHECK(fabs((double)r.logprob - ((double)lb[want] - mx - log(sum))) < 1e-4,
+            "logit_bias logprob %g, want %g", (double)r.logprob, (double)lb[want] - mx - log(sum));
+      checked++;
+    }
+    q35_sampler_set_simd(ws, q35_simd_active());
+    /* +100 forces, -100 bans the argmax: seeded draws at T = 1 */
+    const int32_t force = (int32_t)(rnd() % V);
+    q35_logit_bias f = {force, 100.0f}, ban = {want, -100.0f};
+    p.temperature = 1.0f;
+    for (int k = 0; k < 20; k++) {
+      q35_sample_result r1, r2;
+      p.seed = rnd();
+      p.logit_bias = &f;
+      p.n_logit_bias = 1;
+      CHECK(q35_sample(ws, l, V, &p, NULL, 0, 0, -1, &r1, &err) == 0 && r1.token == force,
+            "+100 did not force %d (got %d)", force, r1.token);
+      p.temperature = 0.0f;
+      p.logit_bias = &ban;
+      CHECK(q35_sample(ws, l, V, &p, NULL, 0, 0, -1, &r2, &err) == 0 && r2.token != want,
+            "-100 did not ban %d", want);
+      p.temperature = 1.0f;
+    }
+  }
+  /* refusals name the id */
+  q35_sampling p = q35_sampling_default();
+  const q35_logit_bias out[] = {{V, 1.0f}}, neg[] = {{-3, 1.0f}}, inf[] = {{7, INFINITY}};
+  q35_sample_result r;
+  p.logit_bias = out;
+  p.n_logit_bias = 1;
+  CHECK(q35_sample(ws, l, V, &p, NULL, 0, 0, -1, &r, &err) != 0 && strstr(err.msg, "1000"), "id V: '%s'", err.msg);
+  CHECK(q35_sample_ref(ws, l, V, &p, NULL, 0, 0, -1, &r, &err) != 0 && strstr(err.msg, "1000"), "ref id V");
+  CHECK(q35_sampling_check_vocab(&p, V, &err) != 0 && strstr(err.msg, "logit_bias"), "check_vocab: '%s'", err.msg);
+  p.logit_bias = neg;
+  CHECK(q35_sampling_validate(&p, &err) != 0 && strstr(err.msg, "-3"), "negative id: '%s'", err.msg);
+  p.logit_bias = inf;
+  CHECK(q35_sampling_validate(&p, &err) != 0 && strstr(err.msg, "7"), "inf bias: '%s'", err.msg);
+  p.logit_bias = NULL;
+  CHECK(q35_sampling_validate(&p, &err) != 0, "n_logit_bias 1 with no array accepted");
+  printf("logit_bias == plain reference: %d rows\n", checked);
+  q35_sampler_free(ws);
+}
+
 int main(void) {
   int sanitize = getenv("Q35_SANITIZE_RUN") != NULL;
   /* under an emulator (tests/test_aarch64.sh sets Q35_EMULATED): the kernel twins at the
@@ -889,6 +983,7 @@ int main(void) {
   test_philox();
   test_exp();
   test_validation();
+  test_logit_bias();
   test_examples();
   test_stats(emu ? 2000 : sanitize ? 20000 : 200000);
   test_fast_vs_ref(emu ? 300 : sanitize ? 4000 : 100000);

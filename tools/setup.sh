@@ -4,8 +4,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-pkgs="build-essential cmake pkg-config libjansson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev python3 python3-numpy clang libclang-rt-14-dev curl"
+pkgs="build-essential cmake pkg-config libjansson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev python3 python3-numpy clang libclang-rt-14-dev curl json-schema-test-suite"
 bash tools/install-deps.sh $pkgs
+# the browser the server's CORS test drives (through npm playwright-core), and openssl for its TLS test
+bash tools/install-deps.sh chromium openssl
 # node and npm: the machine's own (Node.js 20 here) when present, else Debian's
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   bash tools/install-deps.sh nodejs npm

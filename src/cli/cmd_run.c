@@ -37,6 +37,11 @@ static void usage(const run_opts *o) {
       "  --presence_penalty X             default 0     --frequency_penalty X  default 0\n"
       "  --repetition_penalty X           default 1 (off)\n"
       "  --seed S                         default -1 (random; the seed used is printed on stderr)\n"
+      "  --json-schema FILE               constrain the output to this JSON Schema (docs/CONSTRAIN.md;\n"
+      "                                   with --chat and thinking, from after </think>)\n"
+      "  --grammar FILE                   constrain the output to this GBNF grammar\n"
+      "  --regex RE                       constrain the output to this regular expression\n"
+      "  --json-ws N                      JSON whitespace allowed between tokens (default 0: compact)\n"
       "  --warmup N --num_iters M         benchmark mode: N untimed + M timed runs (default 0 / 1)\n"
       "  --no-stats                       no statistics on stderr\n");
   model_args_help(stdout, &o->ma);
@@ -70,6 +75,14 @@ static int run_arg(run_opts *o, int argc, char **argv, int *i) {
     o->warmup = (int)arg_int("--warmup", arg_value(argc, argv, i), 0, 1000);
   } else if (arg_is(argc, argv, i, "--num_iters")) {
     o->iters = (int)arg_int("--num_iters", arg_value(argc, argv, i), 1, 1000);
+  } else if (arg_is(argc, argv, i, "--json_schema")) {
+    o->json_schema = arg_value(argc, argv, i);
+  } else if (arg_is(argc, argv, i, "--grammar")) {
+    o->grammar = arg_value(argc, argv, i);
+  } else if (arg_is(argc, argv, i, "--regex")) {
+    o->regex = arg_value(argc, argv, i);
+  } else if (arg_is(argc, argv, i, "--json_ws")) {
+    o->json_ws = (int)arg_int("--json_ws", arg_value(argc, argv, i), 0, 64);
   } else if (arg_is(argc, argv, i, "--no_stats")) {
     o->stats = 0;
   } else {
@@ -93,5 +106,6 @@ int cmd_run(int argc, char **argv) {
   q35_err err = {{0}};
   q35_sampling chk = o.sp;
   if (q35_sampling_validate(&chk, &err)) die("run: %s", err.msg);
+  if (!!o.json_schema + !!o.grammar + !!o.regex > 1) die("run: give at most one of --json-schema, --grammar, --regex");
   return run_main(&o);
 }

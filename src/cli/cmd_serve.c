@@ -24,11 +24,30 @@ static void usage(const model_args *ma) {
       "  --session-idle-timeout S  free sessions unused for S seconds (default 600, 0 = never)\n"
       "  --timeout S             drop clients that stall S seconds sending a request or reading\n"
       "                          a response (default 30, 0 = never); computing never times out\n"
-      "  -v, --verbose           log requests on stderr\n");
+      "  -v, --verbose           log each request on stderr: status, latency, tokens, the 4xx reason\n"
+      "  --api-key KEY           require this key (Authorization: Bearer KEY or x-api-key: KEY);\n"
+      "                          repeatable; /health stays open\n"
+      "  --api-key-file FILE     keys, one a line (# comments and blank lines skipped)\n"
+      "  --metrics-open          serve /metrics without a key\n"
+      "  --ssl-key-file FILE     HTTPS: the PEM private key (with --ssl-cert-file)\n"
+      "  --ssl-cert-file FILE    HTTPS: the PEM certificate chain\n"
+      "  --cors ORIGIN           allow browser pages from ORIGIN (repeatable; * = any origin)\n"
+      "Sampling defaults for requests that leave a parameter unset; the model file's\n"
+      "general.sampling.* values (written by q35 export from generation_config.json) come first:\n"
+      "  --temp T, --top-k K, --top-p P, --min-p P, --repeat-penalty R,\n"
+      "  --presence-penalty X, --frequency-penalty X   (q35 defaults: 1, 0 (all), 1, 0, 1, 0, 0)\n");
   model_args_help(stdout, ma);
-  printf("Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,\n"
+  printf("Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/ID], GET /health,\n"
          "POST /tokenize, POST /detokenize, GET /metrics, DELETE /v1/sessions/ID,\n"
          "POST /v1/sessions/ID/reset.\n");
+}
+
+/* The value of a repeatable flag that already has n values: not empty, at most Q35_SERVER_MAX_LIST. */
+static const char *list_value(int argc, char **argv, int *i, const char *flag, int n) {
+  const char *v = arg_value(argc, argv, i);
+  if (!*v) die("serve: %s must not be empty", flag);
+  if (n >= Q35_SERVER_MAX_LIST) die("serve: at most %d %s values", Q35_SERVER_MAX_LIST, flag);
+  return v;
 }
 
 /* The flags of q35 serve other than the shared model/session ones: 1 if consumed. */
@@ -57,6 +76,22 @@ static int serve_arg(q35_server_opts *o, int argc, char **argv, int *i) {
     o->timeout = (int)arg_int("--timeout", arg_value(argc, argv, i), 0, 1 << 20);
   } else if (arg_is(argc, argv, i, "-v") || arg_is(argc, argv, i, "--verbose")) {
     o->verbose = 1;
+  } else if (arg_is(argc, argv, i, "--api_key")) {
+    const char *v = list_value(argc, argv, i, "--api-key", o->n_api_keys);
+    o->api_keys[o->n_api_keys++] = v;
+  } else if (arg_is(argc, argv, i, "--cors")) {
+    const char *v = list_value(argc, argv, i, "--cors", o->n_cors);
+    o->cors[o->n_cors++] = v;
+  } else if (sampling_arg(&o->sampling, argc, argv, i)) {
+    /* --temp, --top-k, --top-p, --min-p, --repeat-penalty, --presence-penalty, --frequency-penalty */
+  } else if (arg_is(argc, argv, i, "--api_key_file")) {
+    o->api_key_file = arg_value(argc, argv, i);
+  } else if (arg_is(argc, argv, i, "--metrics_open")) {
+    o->metrics_open = 1;
+  } else if (arg_is(argc, argv, i, "--ssl_key_file")) {
+    o->ssl_key_file = arg_value(argc, argv, i);
+  } else if (arg_is(argc, argv, i, "--ssl_cert_file")) {
+    o->ssl_cert_file = arg_value(argc, argv, i);
   } else {
     return 0;
   }
@@ -83,6 +118,9 @@ int cmd_serve(int argc, char **argv) {
     if (!model_arg(&ma, argc, argv, &i) && !serve_arg(&o, argc, argv, &i)) arg_unknown("serve", argv[i]);
   }
   model_args_done(&ma, "serve");
+  q35_err err = {{0}};
+  if (q35_sampling_validate(&o.sampling, &err) || o.sampling.temperature > 2.0f)
+    die("serve: sampling defaults: %s", err.msg[0] ? err.msg : "--temp must be in [0, 2]");
   o.model_path = ma.model;
   o.n_threads = ma.threads;
   o.n_ctx = ma.ctx;

@@ -11,5 +11,6 @@ int cmd_chat_template(int argc, char **argv);
 int cmd_export(int argc, char **argv);        /* HF checkpoint -> GGUF; --tiny-test */
 int cmd_serve(int argc, char **argv);         /* OpenAI-compatible HTTP server */
 int cmd_bench(int argc, char **argv);
+int cmd_schema_check(int argc, char **argv); /* token masks of a constraint over lines of a file */
 
 #endif

@@ -19,6 +19,7 @@ static const struct {
     {"export", cmd_export, "Hugging Face checkpoint to GGUF; --tiny-test makes a test model"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
     {"bench", cmd_bench, "prefill and decode speed"},
+    {"schema-check", cmd_schema_check, "check JSON values or strings against a constraint's token masks"},
 };
 
 static void usage(FILE *f) {

@@ -73,6 +73,10 @@ static int generate(q35_model *m, q35_session *s, const run_opts *o, const q35_s
   }
   q35_row row;
   memset(&row, 0, sizeof row);
+  if (o->constraint && !(row.constraint = q35_constraint_clone(o->constraint))) {
+    q35_seterr(&err, "out of memory copying the constraint");
+    goto fail;
+  }
   row.session = s;
   row.sampling = &sp;
   row.history = hist;
@@ -121,10 +125,17 @@ static int generate(q35_model *m, q35_session *s, const run_opts *o, const q35_s
   st->decode_s = n_gen > 1 ? q35_now() - t0 : 0;
   st->n_prompt = n_prompt - from;
   st->n_gen = n_gen;
+  if (row.constraint && q35_constraint_is_waiting(row.constraint))
+    fprintf(stderr, "q35 run: the constrained part did not start (no </think> in %d tokens)\n", n_gen);
+  else if (row.constraint && !q35_constraint_is_finished(row.constraint))
+    fprintf(stderr, "q35 run: the output is %s the constrained language (stopped after %d tokens)\n",
+                   q35_constraint_is_complete(row.constraint) ? "complete in" : "a prefix of", n_gen);
+  q35_constraint_free(row.constraint);
   free(hist);
   return 0;
 fail:
   fprintf(stderr, "q35 run: %s\n", err.msg);
+  q35_constraint_free(row.constraint);
   free(hist);
   return -1;
 }
@@ -205,6 +216,32 @@ static int prompt_from_text(const run_opts *o, const q35_tokenizer *tok, int32_t
 static int run_chat(const run_opts *o, q35_model *m, q35_session *s, const q35_tokenizer *tok, const char *tmpl,
                     const char *bos, const char *eos, q35_sampling *samp, double load_s);
 
+/* The constraint of --json-schema / --grammar / --regex over the model's vocabulary (the
+ * vocabulary into *vocab, freed by the caller after the constraint); NULL with a message. */
+static q35_constraint *make_constraint(const run_opts *o, const q35_model *m, q35_constraint_vocab **vocab) {
+  q35_err err = {{0}};
+  char *text = NULL;
+  size_t len = 0;
+  const char *file = o->json_schema ? o->json_schema : o->grammar;
+  if (file) text = q35_read_file(file, &len, &err);
+  else if ((text = strdup(o->regex))) len = strlen(text);
+  q35_constraint *c = NULL;
+  if (text && (*vocab = q35_constraint_vocab_from_model(m, &err))) {
+    const q35_constraint_params cp = {o->json_ws};
+    const q35_constraint_kind kind = o->json_schema ? Q35_CONSTRAINT_JSON_SCHEMA
+                                     : o->grammar   ? Q35_CONSTRAINT_GBNF
+                                                    : Q35_CONSTRAINT_REGEX;
+    c = q35_constraint_new(*vocab, kind, text, len, &cp, &err);
+  }
+  free(text);
+  if (!c) {
+    fprintf(stderr, "q35 run: %s\n", err.msg);
+    q35_constraint_vocab_free(*vocab);
+    *vocab = NULL;
+  }
+  return c;
+}
+
 int run_main(const run_opts *o) {
   q35_err err = {{0}};
   int32_t n_prompt = 0;
@@ -251,11 +288,33 @@ int run_main(const run_opts *o) {
     q35_model_free(m);
     goto early_fail;
   }
+  run_opts oc = *o; /* with the compiled constraint */
+  q35_constraint_vocab *cvocab = NULL;
+  if (o->json_schema || o->grammar || o->regex) {
+    if (!(oc.constraint = make_constraint(o, m, &cvocab))) {
+      q35_session_free(s);
+      q35_model_free(m);
+      goto early_fail;
+    }
+    /* a chat that thinks: the reasoning is free, the constraint starts after </think> */
+    const int32_t think_end = o->chat && !o->no_think && tok ? q35_token_id(tok, "</think>") : -1;
+    if (think_end >= 0 && q35_constraint_set_trigger(oc.constraint, think_end, 2, &err)) {
+      fprintf(stderr, "q35 run: %s\n", err.msg);
+      q35_constraint_free(oc.constraint);
+      q35_constraint_vocab_free(cvocab);
+      q35_session_free(s);
+      q35_model_free(m);
+      goto early_fail;
+    }
+  }
+  o = &oc;
   q35_sampling samp = o->sp;
   samp.seed = o->seed < 0 ? q35_random_seed() : (uint64_t)o->seed;
   fprintf(stderr, "seed: %llu\n", (unsigned long long)samp.seed);
   if (o->chat) {
     int rc = run_chat(o, m, s, tok, tmpl, bos, eos, &samp, load_s);
+    q35_constraint_free(oc.constraint);
+    q35_constraint_vocab_free(cvocab);
     q35_session_free(s);
     q35_model_free(m);
     q35_tokenizer_free(tok);
@@ -305,6 +364,8 @@ int run_main(const run_opts *o) {
   free(bos);
   free(eos);
   free(prompt);
+  q35_constraint_free(oc.constraint);
+  q35_constraint_vocab_free(cvocab);
   q35_session_free(s);
   q35_model_free(m);
   return rc;

@@ -14,6 +14,10 @@ typedef struct run_opts {
   int n_new, warmup, iters;
   int64_t seed;   /* -1: random */
   q35_sampling sp;
+  /* structured output: at most one of these (--json-schema FILE, --grammar FILE, --regex RE) */
+  const char *json_schema, *grammar, *regex;
+  int json_ws;                    /* --json-ws N: whitespace bytes allowed between JSON tokens */
+  q35_constraint *constraint;     /* compiled from the above by run_main; each generation clones it */
 } run_opts;
 
 void run_opts_default(run_opts *o);

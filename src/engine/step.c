@@ -9,11 +9,21 @@
  * the context's threads (position i by thread i % nth, each with its own workspace); a result
  * depends only on its own logits, parameters and history, so which thread samples it never
  * changes it.
+ *
+ * Constrained rows (q35_row.constraint): after the forward pass and before sampling, each such
+ * row's masks are applied to its logits (rows spread over the pool's threads, one row's
+ * positions on one thread, since a constraint is a state of its own); position j of a
+ * multi-position row is masked by the state after the row's drafted tokens up to p_j, which
+ * are accepted for the mask and rolled back. After sampling, each constraint advances by the
+ * samples a verifier accepts (all of a one-position row's one sample). The masks depend only on
+ * the row's own tokens, so a row's samples still depend on nothing else.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "base/util.h"
+#include "constrain/constrain.h"
 #include "engine/context.h"
 
 /* The positions a row samples, as n_outputs encodes them (0: one; Q35_OUTPUTS_NONE: none). */
@@ -22,7 +32,7 @@ static int32_t n_outputs(const q35_row *row) {
 }
 
 /* Positions row r samples (0 .. n_tokens), after checking its fields. */
-static int check_row(const q35_row *row, int32_t r, int32_t *n_out, q35_err *err) {
+static int check_row(const q35_row *row, int32_t r, int32_t n_vocab, int32_t *n_out, q35_err *err) {
   if (!row->session || !row->tokens || row->n_tokens < 1)
     return q35_seterr(err, "row %d: a session and at least one token are required", r);
   const int32_t m = n_outputs(row);
@@ -39,7 +49,11 @@ static int check_row(const q35_row *row, int32_t r, int32_t *n_out, q35_err *err
     return q35_seterr(err, "row %d: top logprobs %d is out of range [0, %d]", r, row->n_top_logprobs,
                       Q35_MAX_TOP_LOGPROBS);
   q35_err e2;
-  if (q35_sampling_validate(row->sampling, &e2)) return q35_seterr(err, "row %d: %s", r, e2.msg);
+  if (q35_sampling_validate(row->sampling, &e2) || q35_sampling_check_vocab(row->sampling, n_vocab, &e2))
+    return q35_seterr(err, "row %d: %s", r, e2.msg);
+  if (row->constraint && q35_constraint_n_vocab(row->constraint) != n_vocab)
+    return q35_seterr(err, "row %d: the constraint's vocabulary has %d tokens, the model %d", r,
+                      q35_constraint_n_vocab(row->constraint), n_vocab);
   return 0;
 }
 
@@ -59,7 +73,7 @@ static int32_t step_prepare(q35_context *c, const q35_row *rows, int32_t n_rows,
   size_t n_hist = 0;
   for (int32_t r = 0; r < n_rows; r++) {
     int32_t m;
-    if (check_row(&rows[r], r, &m, err)) return -1;
+    if (check_row(&rows[r], r, c->model->hp.n_vocab, &m, err)) return -1;
     n_out += m;
     n_hist += hist_len(&rows[r], m);
   }
@@ -109,6 +123,88 @@ static void sample_run(void *vctx, int ith, int nth) {
   }
 }
 
+/* ---- constraints ---- */
+
+typedef struct {
+  q35_context *c;
+  const q35_row *rows;
+  int32_t n_rows;
+  atomic_int failed;
+  q35_err err;
+} mask_task;
+
+static void mask_fail(mask_task *t, const char *fmt, int32_t r, const char *msg) {
+  int expect = 0;
+  if (atomic_compare_exchange_strong(&t->failed, &expect, 1)) q35_seterr(&t->err, fmt, r, msg);
+}
+
+/* Row r's masks onto its logits: position j after accepting the drafts tokens[p_0 + 1 .. p_j]. */
+static void mask_row(mask_task *t, int32_t r) {
+  const q35_row *row = &t->rows[r];
+  q35_context *c = t->c;
+  const int32_t m = c->fwd_rows[r].n_out, V = c->model->hp.n_vocab, p0 = row->n_tokens - m;
+  int32_t drafted = 0;
+  for (int32_t j = 0; j < m; j++) {
+    q35_err e;
+    if (j > 0) {
+      if (q35_constraint_accept(row->constraint, row->tokens[p0 + j], &e)) break; /* unreachable for a verifier */
+      drafted++;
+    }
+    const uint32_t *mask = q35_constraint_mask_ref(row->constraint);
+    if (!mask) {
+      mask_fail(t, "row %d: %s", r, "constraint: out of memory computing a mask");
+      break;
+    }
+    if (q35_logits_apply_mask(c->logits + (size_t)(c->out_at[r] + j) * (size_t)V, V, mask) == 0) {
+      mask_fail(t, "row %d: %s", r, "the constraint allows no token here (its language has no continuation in this vocabulary)");
+      break;
+    }
+  }
+  q35_err e;
+  if (drafted) q35_constraint_rollback(row->constraint, drafted, &e);
+}
+
+static void mask_run(void *vctx, int ith, int nth) {
+  mask_task *t = vctx;
+  int32_t k = 0;
+  for (int32_t r = 0; r < t->n_rows; r++) {
+    if (!t->rows[r].constraint || t->c->fwd_rows[r].n_out == 0) continue;
+    if (k++ % nth == ith) mask_row(t, r);
+  }
+}
+
+static int apply_masks(q35_context *c, const q35_row *rows, int32_t n_rows, q35_err *err) {
+  int32_t n = 0;
+  for (int32_t r = 0; r < n_rows; r++) n += rows[r].constraint && c->fwd_rows[r].n_out > 0;
+  if (!n) return 0;
+  mask_task t = {.c = c, .rows = rows, .n_rows = n_rows};
+  atomic_init(&t.failed, 0);
+  if (n > 1 && q35_pool_size(c->fwd.pool) > 1) q35_pool_run(c->fwd.pool, mask_run, &t);
+  else mask_run(&t, 0, 1);
+  if (atomic_load(&t.failed)) {
+    *err = t.err;
+    return -1;
+  }
+  return 0;
+}
+
+/* Advance each constraint by the samples a verifier accepts: the first, then each next one
+ * while the previous sample equals the row's draft at that position. */
+static int advance_constraints(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
+  for (int32_t r = 0; r < n_rows; r++) {
+    q35_row *row = &rows[r];
+    const int32_t m = c->fwd_rows[r].n_out, p0 = row->n_tokens - m;
+    if (!row->constraint || m == 0) continue;
+    for (int32_t j = 0; j < m; j++) {
+      const int32_t tok = c->out[c->out_at[r] + j].res.token;
+      q35_err e;
+      if (q35_constraint_accept(row->constraint, tok, &e)) return q35_seterr(err, "row %d: %s", r, e.msg);
+      if (j + 1 < m && tok != row->tokens[p0 + j + 1]) break;
+    }
+  }
+  return 0;
+}
+
 static void put_result(const q35_sample_result *res, int32_t *token, float *logprob, int32_t *top_ids,
                        float *top_logprobs) {
   *token = res->token;
@@ -151,11 +247,13 @@ int q35_context_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err
   if (n_out < 0) return -1;
   if (q35_forward(c->model, &c->fwd, c->fwd_rows, n_rows, err)) return -1;
   const double t0 = q35_now();
+  if (apply_masks(c, rows, n_rows, err)) return -1;
   const int nth = n_out < q35_pool_size(c->fwd.pool) ? n_out : q35_pool_size(c->fwd.pool);
   sample_task st = {c, rows, n_out};
   if (nth > 1) q35_pool_run(c->fwd.pool, sample_run, &st);
   else if (nth == 1) sample_run(&st, 0, 1);
-  const int rc = step_results(c, rows, n_rows, err);
+  int rc = step_results(c, rows, n_rows, err);
+  if (rc == 0) rc = advance_constraints(c, rows, n_rows, err);
   c->t_sample += q35_now() - t0;
   return rc;
 }

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "export/hf.h"
 
+#include <jansson.h>
 #if defined(__GLIBC__)
 #include <malloc.h> /* malloc_trim */
 #endif
@@ -101,6 +102,45 @@ static int read_tokenizer(const char *dir, int64_t vocab, q35_tokenizer **tok, c
   return 0;
 }
 
+/* generation_config.json's recommended sampling -> general.sampling.* (the key names and types
+ * gguf-py writes: temp, top_p, min_p and penalty_repeat float32, top_k int32). do_sample: false
+ * (greedy) is temp 0. An absent file writes nothing; a malformed one is an error. */
+static int write_sampling(gguf_writer *w, const char *dir, q35_err *err) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/generation_config.json", dir);
+  if (access(path, F_OK)) return 0;
+  json_error_t je;
+  json_t *g = json_load_file(path, 0, &je);
+  if (!json_is_object(g)) {
+    json_decref(g);
+    return q35_seterr(err, "%s: not a JSON object (%s, line %d)", path, je.text, je.line);
+  }
+  static const struct { const char *hf, *key; double lo, hi; } F[] = { /* temperature first */
+      {"temperature", "general.sampling.temp", 0, 1e6},
+      {"top_p", "general.sampling.top_p", 0, 1},
+      {"min_p", "general.sampling.min_p", 0, 1},
+      {"repetition_penalty", "general.sampling.penalty_repeat", 0, 1e6},
+  };
+  int rc = 0;
+  const int greedy = json_is_false(json_object_get(g, "do_sample"));
+  if (greedy) gguf_set_f32(w, "general.sampling.temp", 0.0f);
+  for (size_t i = greedy; i < sizeof F / sizeof F[0] && !rc; i++) {
+    const json_t *v = json_object_get(g, F[i].hf);
+    if (!v || json_is_null(v)) continue;
+    if (!json_is_number(v) || json_number_value(v) < F[i].lo || json_number_value(v) > F[i].hi)
+      rc = q35_seterr(err, "%s: %s must be a number in [%g, %g]", path, F[i].hf, F[i].lo, F[i].hi);
+    else gguf_set_f32(w, F[i].key, (float)json_number_value(v));
+  }
+  const json_t *k = json_object_get(g, "top_k");
+  if (!rc && k && !json_is_null(k)) {
+    if (!json_is_integer(k) || json_integer_value(k) < 0 || json_integer_value(k) > INT32_MAX)
+      rc = q35_seterr(err, "%s: top_k must be a non-negative integer", path);
+    else gguf_set_i32(w, "general.sampling.top_k", (int32_t)json_integer_value(k));
+  }
+  json_decref(g);
+  return rc;
+}
+
 /* general.*, the architecture's block, the tokenizer block (padded to the vocabulary) */
 static int write_metadata(gguf_writer *w, const plan *p, const q35_tokenizer *tok, const char *tmpl,
                           q35_err *err) {
@@ -125,7 +165,7 @@ static int write_metadata(gguf_writer *w, const plan *p, const q35_tokenizer *to
   if (q35_tokenizer_write_gguf_padded(tok, w, NULL, (int32_t)c->vocab))
     return q35_seterr(err, "%s/tokenizer.json: cannot write the tokenizer block", p->dir);
   if (tmpl) gguf_set_str(w, q35_gguf_key(Q35_KEY_TOKENIZER_CHAT_TEMPLATE, NULL).s, tmpl);
-  return 0;
+  return write_sampling(w, p->dir, err);
 }
 
 /* Declare every planned tensor; the sizes of the largest one and of the longest row. */

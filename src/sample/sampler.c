@@ -15,7 +15,7 @@
  *
  *  1. Penalties (shared code): repetition first, as llama.cpp and vLLM order it
  *     (l = l > 0 ? l / r : l * r, once per distinct token of prompt + generated), then
- *     l -= presence + frequency * count over the generated tokens.
+ *     l -= presence + frequency * count over the generated tokens, then l += logit_bias.
  *  2. Greedy at temperature 0: the lowest id holding the maximum.
  *  3. s_i = (l_i - m) / T in fp32 (m = max l). s is monotone in l, so the k-th largest s is
  *     s(k-th largest l): the fast path selects on l among threshold candidates.
@@ -86,6 +86,24 @@ int q35_sampling_validate(const q35_sampling *p, q35_err *err) {
   if (!(isfinite(p->repetition_penalty) && p->repetition_penalty > 0.0f))
     return q35_seterr(err, "repetition_penalty %g is invalid: must be finite and > 0 (1 = off)",
                       (double)p->repetition_penalty);
+  if (p->n_logit_bias < 0 || (p->n_logit_bias > 0 && !p->logit_bias))
+    return q35_seterr(err, "logit_bias: %d entries %s", (int)p->n_logit_bias,
+                      p->n_logit_bias < 0 ? "(must be >= 0)" : "but no array");
+  for (int32_t i = 0; i < p->n_logit_bias; i++) {
+    if (p->logit_bias[i].token < 0)
+      return q35_seterr(err, "logit_bias: token id %d is negative", (int)p->logit_bias[i].token);
+    if (!isfinite(p->logit_bias[i].bias))
+      return q35_seterr(err, "logit_bias: the bias of token %d is not finite",
+                        (int)p->logit_bias[i].token);
+  }
+  return 0;
+}
+
+int q35_sampling_check_vocab(const q35_sampling *p, int32_t n_vocab, q35_err *err) {
+  for (int32_t i = 0; i < p->n_logit_bias; i++)
+    if (p->logit_bias[i].token < 0 || p->logit_bias[i].token >= n_vocab)
+      return q35_seterr(err, "logit_bias: token id %d is out of the vocabulary [0, %d)",
+                        (int)p->logit_bias[i].token, (int)n_vocab);
   return 0;
 }
 
@@ -161,7 +179,7 @@ void q35_sampler_fused_stats(const q35_sampler *ws, int64_t *rows, int64_t *fall
 
 static int penalties_active(const q35_sampling *p) {
   return p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f ||
-         p->repetition_penalty != 1.0f;
+         p->repetition_penalty != 1.0f || p->n_logit_bias > 0;
 }
 
 int sample_check_inputs(const q35_sampler *ws, const float *logits, int32_t n_vocab,
@@ -171,7 +189,7 @@ int sample_check_inputs(const q35_sampler *ws, const float *logits, int32_t n_vo
   if (n_vocab < 1 || n_vocab > ws->n_vocab)
     return q35_seterr(err, "sample: n_vocab %d out of range [1, %d] (the workspace's size)",
                       (int)n_vocab, (int)ws->n_vocab);
-  if (q35_sampling_validate(p, err)) return -1;
+  if (q35_sampling_validate(p, err) || q35_sampling_check_vocab(p, n_vocab, err)) return -1;
   if (n_history < 0 || (n_history > 0 && !history))
     return q35_seterr(err, "sample: bad history (n_history %d)", (int)n_history);
   if (n_prompt < 0 || n_prompt > n_history)
@@ -215,6 +233,8 @@ void sample_apply_penalties(q35_sampler *ws, const float *logits, int32_t n_voca
     }
   }
   for (int32_t i = 0; i < n_history; i++) cnt[history[i]] = 0;
+  /* logit bias: after the penalties, before temperature and the filters (-inf stays -inf) */
+  for (int32_t i = 0; i < p->n_logit_bias; i++) lp[p->logit_bias[i].token] += p->logit_bias[i].bias;
 }
 
 int sample_row_error(q35_err *err, const float *l, int32_t bad, int penalized) {
@@ -289,7 +309,7 @@ int q35_sample(q35_sampler *ws, const float *logits, int32_t n_vocab, const q35_
   const float *l = logits;
   int32_t bad;
   int penalized = 0;
-  if (n_history > 0 && penalties_active(p)) {
+  if ((n_history > 0 || p->n_logit_bias > 0) && penalties_active(p)) {
     (void)k_scan(ws, logits, V, &bad);
     if (bad >= 0) return sample_row_error(err, logits, bad, 0);
     sample_apply_penalties(ws, logits, V, p, history, n_history, n_prompt);

@@ -83,6 +83,11 @@ int q35_sample_batch(q35_sampler *ws, const float *logits, int32_t n_rows, int32
                      const q35_sampling *p, const q35_sample_history *hist, int32_t n_top,
                      q35_sample_result *out, q35_err *err);
 
+/* The constraint mask hook (mask.c): logits[i] = -inf for every token i whose bit
+ * (mask[i / 32] >> (i % 32) & 1) is clear; returns the number of allowed tokens. The step
+ * applies it to a constrained row's logits before q35_sample (docs/SAMPLING.md). */
+int64_t q35_logits_apply_mask(float *logits, int32_t n_vocab, const uint32_t *mask);
+
 /* ---- building blocks, exposed for the tests ---- */
 
 /* Philox4x32-10 (Salmon et al. 2011): out = F_key(ctr). */

@@ -21,16 +21,17 @@
 /* Largest magnitude at which every integer is exact in a double (2^53 is ~9.007e15). */
 #define EXACT_INT_LIMIT 9e15
 
-static int bad(oai_error *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad(oai_error *e, const char *param, const char *fmt, ...) {
+int oai_bad(oai_error *e, const char *param, const char *fmt, ...) {
   e->status = 400;
   e->param = param;
+  e->code = NULL;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(e->msg, sizeof e->msg, fmt, ap);
   va_end(ap);
   return -1;
 }
+#define bad oai_bad
 
 /* ---- typed fields: 1 present, 0 absent or null, -1 wrong type / out of range (e filled) ---- */
 
@@ -99,6 +100,137 @@ int oai_tokenize(const oai_model *M, const char *text, size_t len, int add_bos, 
   }
   *ids = t;
   *n = nt;
+  return 0;
+}
+
+/* ---- which fields a request may carry ---- */
+
+enum { F_CHAT = 1, F_TEXT = 2, F_BOTH = 3 };
+enum {
+  F_IMPL,       /* implemented */
+  F_META,       /* accepted, changes nothing in the result (documented in README) */
+  F_REFUSE,     /* refused unless null: leaving it out would change the result */
+};
+
+/* Every field of the pinned openai package's ChatCompletionCreateParams / CompletionCreateParams,
+ * plus the llama-server extensions q35 implements. Anything else is refused by name. */
+static const struct field {
+  const char *name;
+  unsigned char where, kind;
+  const char *why; /* F_REFUSE: why */
+} FIELDS[] = {
+    {"model", F_BOTH, F_IMPL, NULL},
+    {"messages", F_CHAT, F_IMPL, NULL},
+    {"prompt", F_TEXT, F_IMPL, NULL},
+    {"frequency_penalty", F_BOTH, F_IMPL, NULL},
+    {"presence_penalty", F_BOTH, F_IMPL, NULL},
+    {"logit_bias", F_BOTH, F_IMPL, NULL},
+    {"logprobs", F_BOTH, F_IMPL, NULL},
+    {"top_logprobs", F_CHAT, F_IMPL, NULL},
+    {"max_tokens", F_BOTH, F_IMPL, NULL},
+    {"max_completion_tokens", F_CHAT, F_IMPL, NULL},
+    {"n", F_BOTH, F_IMPL, NULL},
+    {"seed", F_BOTH, F_IMPL, NULL},
+    {"stop", F_BOTH, F_IMPL, NULL},
+    {"stream", F_BOTH, F_IMPL, NULL},
+    {"stream_options", F_BOTH, F_IMPL, NULL},
+    {"temperature", F_BOTH, F_IMPL, NULL},
+    {"top_p", F_BOTH, F_IMPL, NULL},
+    {"tools", F_CHAT, F_IMPL, NULL},
+    {"tool_choice", F_CHAT, F_IMPL, NULL},
+    {"parallel_tool_calls", F_CHAT, F_IMPL, NULL},
+    {"functions", F_CHAT, F_IMPL, NULL},
+    {"function_call", F_CHAT, F_IMPL, NULL},
+    {"reasoning_effort", F_CHAT, F_IMPL, NULL},
+    {"response_format", F_CHAT, F_IMPL, NULL},
+    {"store", F_CHAT, F_IMPL, NULL},
+    {"modalities", F_CHAT, F_IMPL, NULL},
+    {"echo", F_TEXT, F_IMPL, NULL},
+    {"suffix", F_TEXT, F_IMPL, NULL},
+    {"best_of", F_TEXT, F_IMPL, NULL},
+    {"user", F_BOTH, F_META, NULL},
+    {"metadata", F_CHAT, F_META, NULL},
+    {"service_tier", F_CHAT, F_META, NULL},
+    {"safety_identifier", F_CHAT, F_META, NULL},
+    {"prompt_cache_key", F_CHAT, F_META, NULL},
+    {"prompt_cache_retention", F_CHAT, F_META, NULL},
+    {"prompt_cache_options", F_CHAT, F_META, NULL},
+    {"prediction", F_CHAT, F_META, NULL}, /* predicted output only changes latency, never the text */
+    {"audio", F_CHAT, F_REFUSE, "audio output needs an audio decoder, which this model file does not have"},
+    {"web_search_options", F_CHAT, F_REFUSE, "this server has no web search"},
+    {"moderation", F_CHAT, F_REFUSE, "this server has no moderation model"},
+    {"verbosity", F_CHAT, F_REFUSE, "this model has no verbosity control"},
+    /* llama-server extensions */
+    {"top_k", F_BOTH, F_IMPL, NULL},
+    {"min_p", F_BOTH, F_IMPL, NULL},
+    {"repetition_penalty", F_BOTH, F_IMPL, NULL},
+    {"chat_template_kwargs", F_CHAT, F_IMPL, NULL},
+    {"grammar", F_BOTH, F_IMPL, NULL},
+    {"json_schema", F_BOTH, F_IMPL, NULL},
+    {"cache_prompt", F_BOTH, F_META, NULL}, /* prefix reuse is always on and changes no output */
+};
+
+/* Unknown fields and refused ones: a 400 naming the field. */
+static int check_fields(const json_t *b, int chat, oai_error *e) {
+  const char *k;
+  const json_t *v;
+  json_object_foreach((json_t *)b, k, v) {
+    const struct field *f = NULL;
+    for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0] && !f; i++)
+      if (!strcmp(FIELDS[i].name, k)) f = &FIELDS[i];
+    if (!f || !(f->where & (chat ? F_CHAT : F_TEXT)))
+      return bad(e, k, "unknown field '%s' for %s (q35 refuses what it would otherwise ignore)", k,
+                 chat ? "/v1/chat/completions" : "/v1/completions");
+    if (f->kind == F_REFUSE && !json_is_null(v)) return bad(e, k, "'%s' is not supported: %s", k, f->why);
+    if (f->kind == F_META && !json_is_null(v)) {
+      const int want_str = !strcmp(k, "user") || !strcmp(k, "safety_identifier") || !strcmp(k, "prompt_cache_key") ||
+                           !strcmp(k, "service_tier") || !strcmp(k, "prompt_cache_retention");
+      if (want_str && !json_is_string(v)) return bad(e, k, "'%s' must be a string", k);
+      if (!want_str && !strcmp(k, "cache_prompt") && !json_is_boolean(v)) return bad(e, k, "'%s' must be a boolean", k);
+      if (!want_str && strcmp(k, "cache_prompt") && !json_is_object(v)) return bad(e, k, "'%s' must be an object", k);
+    }
+  }
+  int store = 0;
+  if (oai_get_bool(b, "store", &store, e) < 0) return -1;
+  if (store) return bad(e, "store", "'store: true' is not supported: this server keeps no stored completions");
+  const json_t *mod = json_object_get(b, "modalities");
+  if (mod && !json_is_null(mod)) {
+    if (!json_is_array(mod)) return bad(e, "modalities", "'modalities' must be an array");
+    for (size_t i = 0; i < json_array_size(mod); i++) {
+      const char *m = json_string_value(json_array_get(mod, i));
+      if (!m || strcmp(m, "text"))
+        return bad(e, "modalities", "'modalities' may only hold \"text\": this model file has no audio decoder");
+    }
+  }
+  return 0;
+}
+
+/* "logit_bias": {"token id": bias in [-100, 100], ...}, ids in the vocabulary. */
+static int parse_logit_bias(const oai_model *M, const json_t *b, srv_job *j, oai_error *e) {
+  const json_t *v = json_object_get(b, "logit_bias");
+  if (!v || json_is_null(v)) return 0;
+  if (!json_is_object(v)) return bad(e, "logit_bias", "'logit_bias' must be an object of token id -> bias");
+  const size_t n = json_object_size(v);
+  if (n > OAI_MAX_LOGIT_BIAS) return bad(e, "logit_bias", "'logit_bias' holds at most %d entries", OAI_MAX_LOGIT_BIAS);
+  if (!n) return 0;
+  j->logit_bias = calloc(n, sizeof *j->logit_bias);
+  if (!j->logit_bias) return bad(e, "logit_bias", "out of memory");
+  const int32_t V = q35_tokenizer_n_vocab(M->tok);
+  const char *k;
+  const json_t *x;
+  int32_t i = 0;
+  json_object_foreach((json_t *)v, k, x) {
+    char *end = NULL;
+    const long long id = strtoll(k, &end, 10);
+    if (!*k || *end || id < 0 || id >= V)
+      return bad(e, "logit_bias", "'logit_bias' key '%s' is not a token id in [0, %d)", k, V);
+    if (!json_is_number(x) || !(json_number_value(x) >= -100 && json_number_value(x) <= 100))
+      return bad(e, "logit_bias", "'logit_bias[\"%s\"]' must be a number in [-100, 100]", k);
+    j->logit_bias[i].token = (int32_t)id;
+    j->logit_bias[i++].bias = (float)json_number_value(x);
+  }
+  j->sp.logit_bias = j->logit_bias;
+  j->sp.n_logit_bias = i;
   return 0;
 }
 
@@ -172,11 +304,13 @@ static int parse_logprobs(const json_t *b, oai_request *r, oai_error *e) {
     if ((rc = get_int(b, "top_logprobs", 0, Q35_MAX_TOP_LOGPROBS, &k, e)) < 0) return -1;
     r->logprobs = lp;
   } else {
-    if ((rc = get_int(b, "logprobs", 0, Q35_MAX_TOP_LOGPROBS, &k, e)) < 0) return -1;
+    if ((rc = get_int(b, "logprobs", 0, OAI_MAX_TEXT_LOGPROBS, &k, e)) < 0) return -1;
     r->logprobs = rc;
   }
   r->top_logprobs = rc ? (int)k : 0;
-  if (r->logprobs) r->job->n_top_logprobs = r->top_logprobs;
+  /* completions key the alternatives by text, and tokens may share one: take the engine's
+   * most, so that the N most likely distinct texts can be picked */
+  if (r->logprobs) r->job->n_top_logprobs = r->chat || !r->top_logprobs ? r->top_logprobs : Q35_MAX_TOP_LOGPROBS;
   return 0;
 }
 
@@ -192,8 +326,28 @@ static int parse_stream(const json_t *b, oai_request *r, oai_error *e) {
   return 0;
 }
 
-/* "messages": a non-empty array of objects with a known role and string/array/null content. */
-static int check_messages(const json_t *msgs, oai_error *e) {
+/* One content part: text (and an assistant's refusal) is rendered; images, audio and files
+ * need encoders this model file does not have. */
+static int check_part(const json_t *part, size_t i, size_t k, oai_error *e) {
+  const char *t = json_is_object(part) ? json_string_value(json_object_get(part, "type")) : NULL;
+  if (!t) return bad(e, "messages", "'messages[%zu].content[%zu]' must be an object with a 'type'", i, k);
+  if (!strcmp(t, "text") || !strcmp(t, "refusal")) {
+    if (!json_is_string(json_object_get(part, !strcmp(t, "text") ? "text" : "refusal")))
+      return bad(e, "messages", "'messages[%zu].content[%zu].%s' must be a string", i, k, t);
+    return 0;
+  }
+  if (!strcmp(t, "image_url") || !strcmp(t, "image"))
+    return bad(e, "messages", "'messages[%zu].content[%zu]' is an image: this model file has no vision encoder", i, k);
+  if (!strcmp(t, "input_audio") || !strcmp(t, "audio"))
+    return bad(e, "messages", "'messages[%zu].content[%zu]' is audio: this model file has no audio encoder", i, k);
+  if (!strcmp(t, "file"))
+    return bad(e, "messages", "'messages[%zu].content[%zu]' is a file: this server takes text parts only", i, k);
+  return bad(e, "messages", "'messages[%zu].content[%zu].type' is '%s'; it must be text", i, k, t);
+}
+
+/* "messages": a non-empty array of objects with a known role and string/array/null content;
+ * *legacy is set when a message uses the legacy function role or function_call. */
+static int check_messages(const json_t *msgs, int *legacy, oai_error *e) {
   if (!msgs) return bad(e, "messages", "'messages' is required");
   if (!json_is_array(msgs) || json_array_size(msgs) == 0) return bad(e, "messages", "'messages' must be a non-empty array");
   for (size_t i = 0; i < json_array_size(msgs); i++) {
@@ -203,38 +357,165 @@ static int check_messages(const json_t *msgs, oai_error *e) {
     if (!json_is_string(role)) return bad(e, "messages", "'messages[%zu].role' must be a string", i);
     const char *rs = json_string_value(role);
     if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool") &&
-        strcmp(rs, "developer"))
-      return bad(e, "messages", "'messages[%zu].role' is '%s'; it must be system, developer, user, assistant or tool",
-                 i, rs);
+        strcmp(rs, "developer") && strcmp(rs, "function"))
+      return bad(e, "messages",
+                 "'messages[%zu].role' is '%s'; it must be system, developer, user, assistant, tool or function", i, rs);
+    if (!strcmp(rs, "function") || json_object_get(m, "function_call")) *legacy = 1;
     const json_t *ct = json_object_get(m, "content");
     if (ct && !json_is_null(ct) && !json_is_string(ct) && !json_is_array(ct))
       return bad(e, "messages", "'messages[%zu].content' must be a string, an array of parts or null", i);
+    for (size_t k = 0; json_is_array(ct) && k < json_array_size(ct); k++)
+      if (check_part(json_array_get(ct, k), i, k, e)) return -1;
+    if (json_object_get(m, "audio") && !json_is_null(json_object_get(m, "audio")))
+      return bad(e, "messages", "'messages[%zu].audio' is not supported: this model file has no audio encoder", i);
   }
   return 0;
 }
 
-/* "tools" (each with a function name) and "tool_choice": "none". */
+/* The legacy function messages as tool messages: role "function" -> "tool" (the name kept),
+ * an assistant's function_call -> one tool call. A new array (the caller decrefs it). */
+static json_t *map_legacy_messages(const json_t *msgs) {
+  json_t *out = json_deep_copy(msgs);
+  for (size_t i = 0; out && i < json_array_size(out); i++) {
+    json_t *m = json_array_get(out, i);
+    if (!strcmp(json_string_value(json_object_get(m, "role")), "function"))
+      json_object_set_new(m, "role", json_string("tool"));
+    json_t *fc = json_object_get(m, "function_call");
+    if (json_is_object(fc)) {
+      char id[40];
+      oai_call_id(id);
+      json_object_set_new(m, "tool_calls", json_pack("[{s:s,s:s,s:O}]", "id", id, "type", "function", "function", fc));
+      json_object_del(m, "function_call");
+    }
+  }
+  return out;
+}
+
+/* A function definition {name, description?, parameters?, strict?}; param names the field. */
+static int check_function(const json_t *fn, const char *param, size_t i, oai_constraint *c, oai_error *e) {
+  if (!json_is_object(fn) || !json_is_string(json_object_get(fn, "name")))
+    return bad(e, param, "'%s[%zu]%s.name' must be a string", param, i, strcmp(param, "tools") ? "" : ".function");
+  const json_t *st = json_object_get(fn, "strict");
+  if (st && !json_is_null(st) && !json_is_boolean(st))
+    return bad(e, param, "'%s[%zu].function.strict' must be a boolean", param, i);
+  if (json_is_true(st)) c->strict_tools = 1;
+  return 0;
+}
+
+/* Does the tools array define function `name`? */
+static int has_function(const json_t *tools, const char *name) {
+  for (size_t i = 0; tools && i < json_array_size(tools); i++) {
+    const json_t *fn = json_object_get(json_array_get(tools, i), "function");
+    if (!strcmp(json_string_value(json_object_get(fn, "name")), name)) return 1;
+  }
+  return 0;
+}
+
+/* tool_choice / function_call -> r->constraint.tool_choice (and tool_name). */
+static int parse_tool_choice(const json_t *v, const char *param, oai_request *r, oai_error *e) {
+  oai_constraint *c = &r->constraint;
+  if (!v || json_is_null(v)) return 0;
+  const int legacy = !strcmp(param, "function_call");
+  if (json_is_string(v)) {
+    const char *t = json_string_value(v);
+    if (!strcmp(t, "none")) c->tool_choice = OAI_TOOLS_NONE;
+    else if (!strcmp(t, "auto")) c->tool_choice = OAI_TOOLS_AUTO;
+    else if (!strcmp(t, "required") && !legacy) c->tool_choice = OAI_TOOLS_REQUIRED;
+    else
+      return bad(e, param, "'%s' is '%s'; it must be none, auto%s or an object naming a function", param, t,
+                 legacy ? "" : ", required");
+  } else if (json_is_object(v)) {
+    const json_t *fn = legacy ? v : json_object_get(v, "function");
+    const char *type = json_string_value(json_object_get(v, "type"));
+    if (!legacy && (!type || strcmp(type, "function")))
+      return bad(e, param, "'%s.type' is '%s'; only {\"type\": \"function\", \"function\": {\"name\": ...}} is supported",
+                 param, type ? type : "(missing)");
+    const char *name = json_string_value(json_object_get(fn, "name"));
+    if (!name) return bad(e, param, "'%s' must name a function: %s", param, legacy ? "{\"name\": ...}" :
+                          "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    if (!has_function(r->tools, name)) return bad(e, param, "'%s' names function '%s', which is not in the tools", param, name);
+    c->tool_choice = OAI_TOOLS_NAMED;
+    c->tool_name = name;
+  } else {
+    return bad(e, param, "'%s' must be a string or an object", param);
+  }
+  if (c->tool_choice >= OAI_TOOLS_REQUIRED && !r->tools)
+    return bad(e, param, "'%s' forces a tool call but the request has no tools", param);
+  return 0;
+}
+
+/* "tools" (functions with a name), the legacy "functions" mapped onto them, "tool_choice" /
+ * "function_call" and "parallel_tool_calls". tool_choice none leaves the tools out of the
+ * prompt and the output unparsed. */
 static int parse_tools(const json_t *b, oai_request *r, oai_error *e) {
+  oai_constraint *c = &r->constraint;
   const json_t *v = json_object_get(b, "tools");
+  const json_t *fns = json_object_get(b, "functions");
+  if (v && !json_is_null(v) && fns && !json_is_null(fns))
+    return bad(e, "functions", "give either 'tools' or the legacy 'functions', not both");
   if (v && !json_is_null(v)) {
     if (!json_is_array(v)) return bad(e, "tools", "'tools' must be an array");
     for (size_t i = 0; i < json_array_size(v); i++) {
       const json_t *t = json_array_get(v, i);
-      const json_t *fn = json_is_object(t) ? json_object_get(t, "function") : NULL;
-      if (!json_is_object(fn) || !json_is_string(json_object_get(fn, "name")))
-        return bad(e, "tools", "'tools[%zu].function.name' must be a string", i);
+      const char *type = json_is_object(t) ? json_string_value(json_object_get(t, "type")) : NULL;
+      if (type && strcmp(type, "function"))
+        return bad(e, "tools", "'tools[%zu].type' is '%s'; only function tools are supported", i, type);
+      if (check_function(json_is_object(t) ? json_object_get(t, "function") : NULL, "tools", i, c, e)) return -1;
     }
     if (json_array_size(v)) r->tools = (json_t *)v;
+  } else if (fns && !json_is_null(fns)) {
+    if (!json_is_array(fns)) return bad(e, "functions", "'functions' must be an array");
+    r->tools_owned = json_array();
+    for (size_t i = 0; i < json_array_size(fns); i++) {
+      if (check_function(json_array_get(fns, i), "functions", i, c, e)) return -1;
+      json_array_append_new(r->tools_owned, json_pack("{s:s,s:O}", "type", "function", "function", json_array_get(fns, i)));
+    }
+    r->legacy_functions = 1;
+    if (json_array_size(fns)) r->tools = r->tools_owned;
   }
+  const json_t *tc = json_object_get(b, "tool_choice"), *fc = json_object_get(b, "function_call");
+  if (tc && !json_is_null(tc) && fc && !json_is_null(fc))
+    return bad(e, "function_call", "give either 'tool_choice' or the legacy 'function_call', not both");
+  if (fc && !json_is_null(fc)) r->legacy_functions = 1;
+  if (parse_tool_choice(tc, "tool_choice", r, e) || parse_tool_choice(fc, "function_call", r, e)) return -1;
+  int par = 1;
+  if (oai_get_bool(b, "parallel_tool_calls", &par, e) < 0) return -1;
+  r->max_tool_calls = par ? 0 : 1;
+  if (r->legacy_functions) r->max_tool_calls = 1; /* function_call answers hold one call */
+  if (c->tool_choice == OAI_TOOLS_NONE) {
+    r->tools = NULL;
+    c->strict_tools = 0;
+  }
+  if (!r->tools) c->strict_tools = 0;
+  c->tools = r->tools;
   r->parse_tools = r->tools != NULL;
-  v = json_object_get(b, "tool_choice");
-  if (json_is_string(v) && !strcmp(json_string_value(v), "none")) r->parse_tools = 0;
+  return 0;
+}
+
+/* reasoning_effort -> the thinking toggle: none / minimal turn thinking off, low .. xhigh on. */
+static int parse_effort(const json_t *b, int *think, oai_error *e) {
+  const json_t *v = json_object_get(b, "reasoning_effort");
+  if (!v || json_is_null(v)) return 0;
+  static const char *const on[] = {"low", "medium", "high", "xhigh"};
+  const char *t = json_string_value(v);
+  if (!t) return bad(e, "reasoning_effort", "'reasoning_effort' must be a string");
+  int want = -1;
+  if (!strcmp(t, "none") || !strcmp(t, "minimal")) want = 0;
+  for (size_t i = 0; i < sizeof on / sizeof on[0]; i++)
+    if (!strcmp(t, on[i])) want = 1;
+  if (want < 0)
+    return bad(e, "reasoning_effort", "'reasoning_effort' is '%s'; it must be none, minimal, low, medium, high or xhigh",
+               t);
+  *think = want;
   return 0;
 }
 
 /* enable_thinking from chat_template_kwargs: 0/1, or -1 (the template's default). */
 static int parse_think(const oai_model *M, const json_t *b, int *think, oai_error *e) {
   *think = M->no_think ? 0 : -1;
+  int effort = -1;
+  if (parse_effort(b, &effort, e)) return -1;
+  if (effort >= 0) *think = effort;
   const json_t *v = json_object_get(b, "chat_template_kwargs");
   if (!v || json_is_null(v)) return 0;
   if (!json_is_object(v)) return bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
@@ -242,6 +523,8 @@ static int parse_think(const oai_model *M, const json_t *b, int *think, oai_erro
   if (!et || json_is_null(et)) return 0;
   if (!json_is_boolean(et))
     return bad(e, "chat_template_kwargs.enable_thinking", "'chat_template_kwargs.enable_thinking' must be a boolean");
+  if (effort >= 0 && effort != json_is_true(et))
+    return bad(e, "reasoning_effort", "'reasoning_effort' and 'chat_template_kwargs.enable_thinking' disagree");
   *think = json_is_true(et);
   return 0;
 }
@@ -257,16 +540,92 @@ static int ends_in_think(const char *s, size_t n) {
 /* The chat prompt: messages and tools rendered with the template, then tokenized. */
 static int parse_chat_prompt(const oai_model *M, const json_t *b, oai_request *r, oai_error *e) {
   const json_t *msgs = json_object_get(b, "messages");
-  int think;
-  if (check_messages(msgs, e) || parse_tools(b, r, e) || parse_think(M, b, &think, e)) return -1;
+  int think, legacy = 0;
+  if (check_messages(msgs, &legacy, e) || parse_tools(b, r, e) || parse_think(M, b, &think, e)) return -1;
   q35_err err = {{0}};
   size_t len = 0;
-  char *text = q35_chat_render(M->tmpl, msgs, r->tools, 1, think, M->bos, M->eos, &len, &err);
+  json_t *mapped = legacy ? map_legacy_messages(msgs) : NULL;
+  char *text = q35_chat_render(M->tmpl, mapped ? mapped : msgs, r->tools, 1, think, M->bos, M->eos, &len, &err);
+  json_decref(mapped);
   if (!text) return bad(e, "messages", "cannot render the messages with the chat template: %s", err.msg);
   r->in_think = ends_in_think(text, len);
   const int rc = oai_tokenize(M, text, len, 1, &r->job->prompt, &r->job->n_prompt, e, "messages");
   free(text);
   return rc;
+}
+
+/* The id of a single-token special string (a FIM marker), or -1 when the vocabulary has none. */
+static int32_t special_id(const oai_model *M, const char *text) {
+  q35_err err = {{0}};
+  int32_t *t = NULL, n = 0;
+  if (q35_tokenize(M->tok, text, strlen(text), &t, &n, &err)) return -1;
+  const int32_t id = n == 1 ? t[0] : -1;
+  free(t);
+  return id;
+}
+
+/* "suffix": fill in the middle. The prompt becomes <|fim_prefix|>prompt<|fim_suffix|>suffix
+ * <|fim_middle|> (Qwen's FIM format) when the vocabulary has those tokens; else a 400. */
+static int fim_prompt(const oai_model *M, const json_t *p, const json_t *suffix, srv_job *j, oai_error *e) {
+  static const char *const mark[3] = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"};
+  for (int i = 0; i < 3; i++)
+    if (special_id(M, mark[i]) < 0)
+      return bad(e, "suffix", "'suffix' (fill in the middle) needs the %s token, which this model's vocabulary lacks",
+                 mark[i]);
+  if (!json_is_string(p)) return bad(e, "suffix", "'suffix' needs a text 'prompt'");
+  q35_buf t = {0};
+  q35_buf_add(&t, mark[0], strlen(mark[0]));
+  q35_buf_add(&t, json_string_value(p), json_string_length(p));
+  q35_buf_add(&t, mark[1], strlen(mark[1]));
+  q35_buf_add(&t, json_string_value(suffix), json_string_length(suffix));
+  const int rc = q35_buf_add(&t, mark[2], strlen(mark[2]));
+  if (rc) {
+    q35_buf_free(&t);
+    return bad(e, "suffix", "out of memory");
+  }
+  const int tr = oai_tokenize(M, t.p, t.n, 1, &j->prompt, &j->n_prompt, e, "prompt");
+  q35_buf_free(&t);
+  return tr;
+}
+
+/* "echo": the response text starts with the prompt (its text, or the ids decoded). */
+static int echo_prompt(const oai_model *M, const json_t *p, oai_request *r, oai_error *e) {
+  if (json_is_string(p)) {
+    r->echo = q35_strndup(json_string_value(p), json_string_length(p));
+    r->echo_len = json_string_length(p);
+    return r->echo ? 0 : bad(e, "echo", "out of memory");
+  }
+  q35_err err = {{0}};
+  const srv_job *j = r->job;
+  const int32_t skip = j->n_prompt > 0 && q35_tokenizer_add_bos(M->tok) && j->prompt[0] == q35_tokenizer_bos(M->tok);
+  if (q35_detokenize(M->tok, j->prompt + skip, (size_t)(j->n_prompt - skip), Q35_DETOK_LOSSY, &r->echo, &r->echo_len,
+                     &err))
+    return bad(e, "echo", "%s", err.msg);
+  return 0;
+}
+
+/* echo, suffix and best_of of /v1/completions (after the prompt is parsed). */
+static int parse_text_extras(const oai_model *M, const json_t *b, oai_request *r, oai_error *e) {
+  int echo = 0;
+  int64_t best = 0;
+  int rc;
+  if (oai_get_bool(b, "echo", &echo, e) < 0 || (rc = get_int(b, "best_of", 1, OAI_MAX_N, &best, e)) < 0) return -1;
+  if (rc && best != r->job->n)
+    return bad(e, "best_of", "'best_of' %lld > n = %d is not supported: q35 returns every choice it generates "
+               "(ask for n choices and pick by their logprobs)", (long long)best, r->job->n);
+  if (echo && r->logprobs)
+    return bad(e, "echo", "'echo' with 'logprobs' is not supported: it needs the prompt tokens' log-probabilities, "
+               "which this server does not compute");
+  const json_t *p = json_object_get(b, "prompt");
+  if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) p = json_array_get(p, 0);
+  const json_t *suffix = json_object_get(b, "suffix");
+  if (suffix && !json_is_null(suffix) && !json_is_string(suffix)) return bad(e, "suffix", "'suffix' must be a string");
+  if (json_is_string(suffix) && json_string_length(suffix)) {
+    free(r->job->prompt);
+    r->job->prompt = NULL;
+    if (fim_prompt(M, p, suffix, r->job, e)) return -1;
+  }
+  return echo ? echo_prompt(M, p, r, e) : 0;
 }
 
 /* The completions prompt: a string, an array with one string, or an array of token ids. */
@@ -294,25 +653,38 @@ static int parse_text_prompt(const oai_model *M, const json_t *b, srv_job *j, oa
   return 0;
 }
 
+void oai_request_free(oai_request *r) {
+  json_decref(r->tools_owned);
+  free(r->echo);
+  r->tools_owned = NULL;
+  r->echo = NULL;
+}
+
 int oai_parse_request(const oai_model *M, const json_t *b, int chat, const char *sid, oai_request *r, oai_error *e) {
   memset(r, 0, sizeof *r);
   r->chat = chat;
   srv_job *j = srv_job_new();
   if (!j) return bad(e, NULL, "out of memory");
   r->job = j;
-  if (parse_model(M, b, e) || parse_sampling(b, r, e) || parse_stop(b, j, e) || parse_logprobs(b, r, e) ||
-      parse_stream(b, r, e))
+  j->sp = M->defaults;
+  if (check_fields(b, chat, e) || parse_model(M, b, e) || parse_sampling(b, r, e) || parse_stop(b, j, e) ||
+      parse_logprobs(b, r, e) || parse_stream(b, r, e) || parse_logit_bias(M, b, j, e))
     return -1;
   if (sid && *sid) {
     if (strlen(sid) > OAI_MAX_SESSION_ID)
       return bad(e, "session_id", "the session id is longer than %d bytes", OAI_MAX_SESSION_ID);
     j->session_id = strdup(sid);
   }
-  if (chat ? parse_chat_prompt(M, b, r, e) : parse_text_prompt(M, b, j, e)) return -1;
+  if (chat ? parse_chat_prompt(M, b, r, e) : parse_text_prompt(M, b, j, e) || parse_text_extras(M, b, r, e)) return -1;
+  if (oai_parse_constraint(M, b, r, e) || oai_apply_constraint(M, r, e)) return -1;
   const char *pp = chat ? "messages" : "prompt";
   if (j->n_prompt < 1) return bad(e, pp, "the prompt is empty");
-  if (j->n_prompt >= M->n_ctx)
-    return bad(e, pp, "the prompt is %d tokens, longer than the context of %d tokens", j->n_prompt, M->n_ctx);
+  if (j->n_prompt >= M->n_ctx) {
+    bad(e, pp, "the prompt is %d tokens; this model's context is %d tokens, and at least one must be left to generate",
+        j->n_prompt, M->n_ctx);
+    e->code = "context_length_exceeded";
+    return -1;
+  }
   snprintf(r->id, sizeof r->id, "%s-%016llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)q35_random_seed());
   r->created = (long)time(NULL);
   return 0;

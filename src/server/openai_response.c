@@ -9,6 +9,8 @@
 #include "server/openai.h"
 
 #include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +39,12 @@ json_t *oai_token_str(const oai_model *M, int32_t id, json_t **bytes) {
   return js;
 }
 
+void oai_call_id(char out[40]) {
+  static atomic_uint_fast64_t counter;
+  const uint64_t n = atomic_fetch_add(&counter, 1) + 1;
+  snprintf(out, 40, "call_%08llx%016llx", (unsigned long long)(n & 0xffffffffu), (unsigned long long)q35_random_seed());
+}
+
 /* ---- logprobs ---- */
 
 /* Log-probability entry (chat form) for one event. */
@@ -58,14 +66,17 @@ static json_t *text_lp_new(void) {
   return json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
 }
 
-/* Append the event's entries to a completions-style logprobs object. */
-static void text_lp_add(const oai_model *M, json_t *lp, const srv_event *e, size_t offset) {
+/* Append the event's entries to a completions-style logprobs object: top_logprobs is keyed by
+ * text, so tokens with the same text count once and the n_top most likely distinct texts are
+ * kept (the engine reports more alternatives than asked for; they come most likely first). */
+static void text_lp_add(const oai_model *M, json_t *lp, const srv_event *e, size_t offset, int n_top) {
   json_array_append_new(json_object_get(lp, "tokens"), oai_token_str(M, e->token, NULL));
   json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(finite_lp(e->logprob)));
   json_t *top = json_object();
-  for (int i = 0; i < e->n_top; i++) {
+  for (int i = 0; i < e->n_top && (int)json_object_size(top) < n_top; i++) {
     json_t *t = oai_token_str(M, e->top_ids[i], NULL);
-    json_object_set_new(top, json_string_value(t), json_real(finite_lp(e->top_logprobs[i])));
+    if (!json_object_get(top, json_string_value(t)))
+      json_object_set_new(top, json_string_value(t), json_real(finite_lp(e->top_logprobs[i])));
     json_decref(t);
   }
   json_array_append_new(json_object_get(lp, "top_logprobs"), top);
@@ -98,6 +109,8 @@ oai_choice *oai_choices_new(const oai_request *r) {
   if (!ch) return NULL;
   if (r->chat && r->stream)
     for (int i = 0; i < r->job->n; i++) ch[i].cs = q35_chat_stream_new(r->in_think, r->parse_tools, r->tools);
+  if (r->echo && !r->stream)
+    for (int i = 0; i < r->job->n; i++) q35_buf_add(&ch[i].text, r->echo, r->echo_len);
   return ch;
 }
 
@@ -107,8 +120,55 @@ void oai_choices_free(oai_choice *ch, int n) {
     q35_buf_free(&ch[i].text);
     json_decref(ch[i].lp);
     if (ch[i].cs) q35_chat_stream_free(ch[i].cs);
+    for (int k = 0; k < ch[i].n_pend; k++) json_decref(ch[i].pend[k].entry);
+    free(ch[i].pend);
   }
   free(ch);
+}
+
+/* ---- entries held until their token's text is released ---- */
+
+static void pend_push(oai_choice *c, json_t *entry, size_t start) {
+  if (c->n_pend == c->cap_pend) {
+    const int cap = c->cap_pend ? 2 * c->cap_pend : 16;
+    oai_lp_pending *p = realloc(c->pend, sizeof *p * (size_t)cap);
+    if (!p) {
+      json_decref(entry);
+      return;
+    }
+    c->pend = p;
+    c->cap_pend = cap;
+  }
+  c->pend[c->n_pend++] = (oai_lp_pending){entry, start};
+}
+
+/* Merge one entry into *dst: chat, an array of content entries; completions, a logprobs
+ * object whose arrays are extended. Takes entry. */
+static void lp_merge(int chat, json_t **dst, json_t *entry) {
+  if (chat) {
+    if (!*dst) *dst = json_array();
+    json_array_append_new(*dst, entry);
+    return;
+  }
+  if (!*dst) *dst = text_lp_new();
+  static const char *const keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+  for (int k = 0; k < 4; k++) json_array_extend(json_object_get(*dst, keys[k]), json_object_get(entry, keys[k]));
+  json_decref(entry);
+}
+
+/* The entries whose token starts before `released` bytes of text (all of them with `all`),
+ * merged; with `drop`, the others are dropped (a stop string cut the text there). */
+static json_t *pend_release(int chat, oai_choice *c, size_t released, int all, int drop) {
+  json_t *out = NULL;
+  int k = 0;
+  while (k < c->n_pend && (all || c->pend[k].start < released)) lp_merge(chat, &out, c->pend[k++].entry);
+  int left = 0;
+  for (int i = k; i < c->n_pend; i++) {
+    if (drop) json_decref(c->pend[i].entry);
+    else c->pend[left++] = c->pend[i];
+  }
+  c->n_pend = left;
+  return out;
 }
 
 /* ---- events ---- */
@@ -125,7 +185,7 @@ static void text_chunk(const oai_model *M, const oai_request *r, const srv_event
 }
 
 /* The delta of a streamed chat event: reasoning, content and tool calls as the splitter sees them. */
-static void chat_delta_fill(oai_choice *c, const srv_event *e, json_t *delta) {
+static void chat_delta_fill(const oai_request *r, oai_choice *c, const srv_event *e, json_t *delta) {
   q35_chat_delta d = {0};
   q35_err err = {{0}};
   char *piece = e->text ? e->text : "";
@@ -135,11 +195,22 @@ static void chat_delta_fill(oai_choice *c, const srv_event *e, json_t *delta) {
     if (d.tool_calls && json_array_size(d.tool_calls)) {
       json_t *tc = json_array();
       for (size_t i = 0; i < json_array_size(d.tool_calls); i++) {
+        if (r->max_tool_calls && c->n_tool_calls >= r->max_tool_calls) break; /* parallel_tool_calls: false */
         json_t *t = json_deep_copy(json_array_get(d.tool_calls, i));
+        if (r->legacy_functions) { /* the legacy answer: delta.function_call {name, arguments} */
+          json_object_set(delta, "function_call", json_object_get(t, "function"));
+          json_decref(t);
+          c->n_tool_calls++;
+          continue;
+        }
+        char id[40];
+        oai_call_id(id);
+        json_object_set_new(t, "id", json_string(id));
         json_object_set_new(t, "index", json_integer(c->n_tool_calls++));
         json_array_append_new(tc, t);
       }
-      json_object_set_new(delta, "tool_calls", tc);
+      if (json_array_size(tc)) json_object_set_new(delta, "tool_calls", tc);
+      else json_decref(tc);
     }
   } else if (e->text) { /* a malformed tool call: pass the text through as content */
     json_object_set_new(delta, "content", json_string(piece));
@@ -156,15 +227,15 @@ static void chat_chunk(const oai_model *M, const oai_request *r, oai_choice *c, 
     json_object_set_new(delta, "content", json_string(""));
     c->sent_role = 1;
   }
-  if (c->cs && (e->text || e->finish)) chat_delta_fill(c, e, delta);
+  if (c->cs && (e->text || e->finish)) chat_delta_fill(r, c, e, delta);
   const char *finish = e->finish;
-  if (finish && !strcmp(finish, "stop") && c->n_tool_calls) finish = "tool_calls";
+  if (finish && !strcmp(finish, "stop") && c->n_tool_calls) finish = r->legacy_functions ? "function_call" : "tool_calls";
   if (!json_object_size(delta) && !lp_entry && !finish) {
     json_decref(delta);
     return;
   }
   json_t *o = chunk_base(M, r);
-  json_t *lp = lp_entry ? json_pack("{s:[o]}", "content", lp_entry) : json_null();
+  json_t *lp = lp_entry ? json_pack("{s:o}", "content", lp_entry) : json_null();
   json_object_set_new(o, "choices", json_pack("[{s:I,s:o,s:o,s:s?}]", "index", (json_int_t)e->choice, "delta", delta,
                                               "logprobs", lp, "finish_reason", finish));
   sse_event(sse, o);
@@ -174,26 +245,37 @@ void oai_add_events(const oai_model *M, const oai_request *r, oai_choice *ch, co
   for (; e; e = e->next) {
     if (e->choice < 0 || e->choice >= r->job->n) continue;
     oai_choice *c = &ch[e->choice];
-    json_t *lp_entry = NULL;
+    if (sse && !r->chat && r->echo && !c->sent_echo) { /* echo: the prompt first */
+      json_t *o = chunk_base(M, r);
+      json_object_set_new(o, "choices", json_pack("[{s:s%,s:I,s:n,s:n}]", "text", r->echo, r->echo_len, "index",
+                                                  (json_int_t)e->choice, "logprobs", "finish_reason"));
+      sse_event(sse, o);
+      c->sent_echo = 1;
+    }
     if (e->has_token && r->logprobs) {
+      json_t *entry;
       if (r->chat) {
-        lp_entry = chat_lp_entry(M, e);
+        entry = chat_lp_entry(M, e);
       } else {
-        if (!c->lp) c->lp = text_lp_new();
-        if (!sse) text_lp_add(M, c->lp, e, c->text_off);
-        else {
-          lp_entry = text_lp_new();
-          text_lp_add(M, lp_entry, e, c->text_off);
-        }
+        entry = text_lp_new();
+        text_lp_add(M, entry, e, r->echo_len + e->tok_start, r->top_logprobs);
       }
+      pend_push(c, entry, e->tok_start);
     }
     if (e->text) c->text_off += e->len;
     if (e->finish) c->finish = e->finish;
+    /* entries go out with their token's text: a stop string cuts both */
+    json_t *lp_entry = pend_release(r->chat, c, c->text_off, e->finish && !e->cut, e->finish != NULL);
     if (!sse) { /* non-streamed */
       if (e->text) q35_buf_add(&c->text, e->text, e->len);
       if (lp_entry) {
-        if (!c->lp) c->lp = json_array();
-        json_array_append_new(c->lp, lp_entry);
+        if (r->chat) {
+          if (!c->lp) c->lp = json_array();
+          json_array_extend(c->lp, lp_entry);
+          json_decref(lp_entry);
+        } else {
+          lp_merge(0, &c->lp, lp_entry);
+        }
       }
     } else if (!r->chat) {
       text_chunk(M, r, e, lp_entry, sse);
@@ -223,10 +305,20 @@ static json_t *chat_message(const oai_request *r, const char *text, const char *
   }
   json_t *msg = json_pack("{s:s}", "role", "assistant");
   const int has_calls = calls && json_array_size(calls) > 0;
+  if (has_calls && r->max_tool_calls) /* parallel_tool_calls: false (and legacy function_call): the first */
+    while (json_array_size(calls) > (size_t)r->max_tool_calls) json_array_remove(calls, json_array_size(calls) - 1);
+  for (size_t i = 0; has_calls && i < json_array_size(calls); i++) {
+    char id[40];
+    oai_call_id(id);
+    json_object_set_new(json_array_get(calls, i), "id", json_string(id));
+  }
   if (has_calls && (!content || !*content)) json_object_set_new(msg, "content", json_null());
   else json_object_set_new(msg, "content", json_string(content ? content : ""));
   if (reasoning && *reasoning) json_object_set_new(msg, "reasoning_content", json_string(reasoning));
-  if (has_calls) {
+  if (has_calls && r->legacy_functions) {
+    json_object_set(msg, "function_call", json_object_get(json_array_get(calls, 0), "function"));
+    if (!strcmp(*finish, "stop")) *finish = "function_call";
+  } else if (has_calls) {
     json_object_set(msg, "tool_calls", calls);
     if (!strcmp(*finish, "stop")) *finish = "tool_calls";
   }

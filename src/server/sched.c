@@ -65,8 +65,16 @@ typedef struct seq {
   q35_sampling sp;
   q35_detok *dt;
   q35_buf hold;       /* text held back for stop strings */
+  size_t decoded;     /* bytes the detokenizer has produced */
+  size_t released;    /* bytes of text sent in events */
   int32_t *snaps_at;  /* prompt positions to snapshot at (ascending) */
   int n_snaps_at, snap_i;
+  q35_constraint *con; /* the job's constraint, cloned for this choice (NULL: none) */
+  int trig_i;          /* job triggers seen so far; con is active once all are */
+  q35_detok *raw;      /* while triggers are pending: the output with control tokens kept */
+  q35_buf tail;        /* ... its text since the last trigger */
+  q35_sampling sp_wait;        /* while waiting for </think> before a mandatory language: sp with */
+  q35_logit_bias *wait_bias;   /* the job's biases plus a ban of the end-of-generation tokens */
 } seq;
 
 struct srv_sched {
@@ -86,6 +94,7 @@ struct srv_sched {
   uint64_t clock;
   q35_row *rows;
   seq **row_seq;
+  uint32_t *cmask;    /* a constraint's token mask (con_dead), words for the model's vocabulary */
   int32_t im_start;
   /* metrics */
   uint64_t m_requests, m_prompt_tokens, m_cached_tokens, m_gen_tokens, m_steps, m_step_rows, m_errors,
@@ -133,6 +142,9 @@ static void job_free(srv_job *j) {
   free(j->prompt);
   for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
   free(j->session_id);
+  free(j->logit_bias);
+  q35_constraint_free(j->constraint);
+  for (int i = 0; i < j->n_trigger; i++) free(j->trigger[i]);
   pthread_cond_destroy(&j->cv);
   free(j);
 }
@@ -303,6 +315,10 @@ static void seq_free(seq *q) {
   if (q->dt) q35_detok_free(q->dt);
   q35_buf_free(&q->hold);
   free(q->snaps_at);
+  q35_constraint_free(q->con);
+  free(q->wait_bias);
+  if (q->raw) q35_detok_free(q->raw);
+  q35_buf_free(&q->tail);
   free(q);
 }
 
@@ -345,6 +361,44 @@ static srv_event *event_new(seq *q) {
   return e;
 }
 
+/* Lazy activation: watch the raw output for the job's next trigger string. */
+static void seq_watch_triggers(seq *q, int32_t token) {
+  const srv_job *j = q->job;
+  if (!q->con || q->trig_i >= j->n_trigger) return;
+  const char *piece = NULL;
+  size_t plen = 0;
+  q35_err err;
+  if (q35_detok_feed(q->raw, token, &piece, &plen, &err) || !plen) return;
+  if (q35_buf_add(&q->tail, piece, plen)) return;
+  while (q->trig_i < j->n_trigger) {
+    const char *t = j->trigger[q->trig_i];
+    const size_t tl = strlen(t);
+    const char *hit = strstr(q->tail.p, t);
+    /* keep what follows a match (the next trigger may be in it), else the last tl - 1 bytes */
+    const size_t keep = hit ? q->tail.n - (size_t)(hit - q->tail.p) - tl : q->tail.n < tl ? q->tail.n : tl - 1;
+    memmove(q->tail.p, q->tail.p + q->tail.n - keep, keep + 1);
+    q->tail.n = keep;
+    if (!hit) return;
+    q->trig_i++;
+  }
+}
+
+/* A constraint that allows no token here would fail the whole step (and every row in it), so
+ * its sequence fails alone first (mutex held). The mask is cached by the constraint, so the
+ * step's own mask costs nothing more. 1: failed. */
+static int con_dead(srv_sched *s, seq *q) {
+  q35_err err = {{0}};
+  if (q35_constraint_mask(q->con, s->cmask, &err)) {
+    job_fail(q->job, 500, "constraint: out of memory computing a mask");
+    return 1;
+  }
+  const int32_t words = (q35_model_n_vocab(s->model) + 31) / 32;
+  for (int32_t i = 0; i < words; i++)
+    if (s->cmask[i]) return 0;
+  job_fail(q->job, 500, "the constraint allows no token here: its language has no continuation in this vocabulary");
+  return 1;
+}
+
 /* Handle the token a sampling row produced (mutex held). Returns 1 when the sequence ended. */
 static int seq_on_token(srv_sched *s, seq *q, const q35_row *r) {
   srv_event *e = event_new(q);
@@ -362,6 +416,7 @@ static int seq_on_token(srv_sched *s, seq *q, const q35_row *r) {
     flush = 1;
   } else {
     q->hist[q->n_hist++] = r->token;
+    seq_watch_triggers(q, r->token);
     q->n_gen++;
     q->last = r->token;
     e->has_token = 1;
@@ -372,8 +427,12 @@ static int seq_on_token(srv_sched *s, seq *q, const q35_row *r) {
       e->top_ids[i] = r->top_ids[i];
       e->top_logprobs[i] = r->top_logprobs[i];
     }
+    e->tok_start = q->decoded;
     q35_err err;
-    if (q35_detok_feed(q->dt, r->token, &piece, &plen, &err) == 0 && plen) hold_append(q, piece, plen);
+    if (q35_detok_feed(q->dt, r->token, &piece, &plen, &err) == 0 && plen) {
+      hold_append(q, piece, plen);
+      q->decoded += plen;
+    }
     if (q->n_gen >= q->limit) {
       finish = "length";
       flush = 1;
@@ -382,9 +441,13 @@ static int seq_on_token(srv_sched *s, seq *q, const q35_row *r) {
   if (flush) {
     q35_detok_flush(q->dt, &piece, &plen);
     if (plen) hold_append(q, piece, plen);
+    q->decoded += plen;
   }
   if (hold_release(q, flush, &e->text, &e->len)) finish = "stop";
+  q->released += e->len;
   e->finish = finish;
+  e->text_end = q->released;
+  e->cut = finish && q->released < q->decoded;
   push_event(q->job, e);
   return finish != NULL;
 }
@@ -530,6 +593,28 @@ static int seq_start(srv_sched *s, seq *q, slot *sl) {
   return 0;
 }
 
+/* A language that must be produced after the reasoning (one trigger, "</think>"): the turn may
+ * not end inside the reasoning, which would answer with nothing of the language. The rows sample
+ * with the job's biases plus a ban (WAIT_BAN) of every end-of-generation token until then. */
+#define WAIT_BAN (-1e9f)
+static int seq_wait_bias(srv_sched *s, seq *q) {
+  const srv_job *j = q->job;
+  if (j->n_trigger != 1 || strcmp(j->trigger[0], "</think>")) return 0;
+  const int32_t nb = j->sp.n_logit_bias, nv = q35_tokenizer_n_vocab(s->tok);
+  int32_t n_eog = 0;
+  for (int32_t t = 0; t < nv; t++) n_eog += q35_tokenizer_is_eog(s->tok, t) != 0;
+  q->wait_bias = malloc(sizeof *q->wait_bias * (size_t)(nb + n_eog + 1));
+  if (!q->wait_bias) return -1;
+  if (nb) memcpy(q->wait_bias, j->sp.logit_bias, sizeof *q->wait_bias * (size_t)nb);
+  int32_t k = nb;
+  for (int32_t t = 0; t < nv; t++)
+    if (q35_tokenizer_is_eog(s->tok, t)) q->wait_bias[k++] = (q35_logit_bias){.token = t, .bias = WAIT_BAN};
+  q->sp_wait = q->sp;
+  q->sp_wait.logit_bias = q->wait_bias;
+  q->sp_wait.n_logit_bias = k;
+  return 0;
+}
+
 static seq *seq_new(srv_sched *s, srv_job *j, int choice) {
   seq *q = calloc(1, sizeof *q);
   if (!q) return NULL;
@@ -541,7 +626,13 @@ static seq *seq_new(srv_sched *s, srv_job *j, int choice) {
   if (j->max_tokens > 0 && j->max_tokens < q->limit) q->limit = j->max_tokens;
   q->hist = malloc(sizeof(int32_t) * (size_t)(j->n_prompt + q->limit + 1));
   q->dt = q35_detok_new(s->tok, Q35_DETOK_SKIP_SPECIAL);
-  if (!q->hist || !q->dt) {
+  int con_ok = 1;
+  if (j->constraint) {
+    q->con = q35_constraint_clone(j->constraint);
+    if (j->n_trigger) q->raw = q35_detok_new(s->tok, 0);
+    con_ok = q->con && (!j->n_trigger || q->raw) && seq_wait_bias(s, q) == 0;
+  }
+  if (!q->hist || !q->dt || !con_ok) {
     seq_free(q);
     return NULL;
   }
@@ -739,8 +830,14 @@ static void *sched_main(void *arg) {
         q->sp.draw_index = (uint64_t)q->n_sampled;
         r->history = q->hist;
         r->n_history = q->n_hist;
+        if (q->con && q->trig_i >= q->job->n_trigger) r->constraint = q->con;
+        if (q->wait_bias && q->trig_i < q->job->n_trigger) {
+          q->sp_wait.draw_index = q->sp.draw_index;
+          r->sampling = &q->sp_wait;
+        }
         r->n_prompt = q->job->n_prompt;
       }
+      if (r->constraint && con_dead(s, q)) continue; /* failed: drop_stopped removes it */
       s->row_seq[n++] = q;
     }
     pthread_mutex_unlock(&s->mu);
@@ -817,10 +914,12 @@ srv_sched *srv_sched_new(q35_model *model, const q35_tokenizer *tok, const srv_s
   s->anon = calloc((size_t)s->o.parallel, sizeof *s->anon);
   s->rows = calloc((size_t)s->o.parallel, sizeof *s->rows);
   s->row_seq = calloc((size_t)s->o.parallel, sizeof *s->row_seq);
-  if (!s->anon || !s->rows || !s->row_seq) {
+  s->cmask = calloc(((size_t)q35_model_n_vocab(model) + 31) / 32, sizeof *s->cmask);
+  if (!s->anon || !s->rows || !s->row_seq || !s->cmask) {
     free(s->anon);
     free(s->rows);
     free(s->row_seq);
+    free(s->cmask);
     free(s);
     q35_seterr(err, "out of memory");
     return NULL;
@@ -870,6 +969,7 @@ void srv_sched_free(srv_sched *s) {
   free(s->anon);
   free(s->rows);
   free(s->row_seq);
+  free(s->cmask);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   free(s);

@@ -41,6 +41,7 @@
 #include "text/tokenizer.h"
 
 #define SRV_MAX_STOP 4
+#define SRV_MAX_TRIGGERS 2
 
 typedef struct srv_event {
   struct srv_event *next;
@@ -54,6 +55,9 @@ typedef struct srv_event {
   int32_t top_ids[Q35_MAX_TOP_LOGPROBS];
   float top_logprobs[Q35_MAX_TOP_LOGPROBS];
   const char *finish;      /* "stop", "length" or NULL */
+  size_t tok_start;        /* has_token: bytes of decoded text before this token (stop strings not yet cut) */
+  size_t text_end;         /* finish: bytes of released text in all */
+  int cut;                 /* finish: a stop string cut the text at text_end (tokens from there are not sent) */
 } srv_event;
 
 typedef struct srv_job {
@@ -67,6 +71,12 @@ typedef struct srv_job {
   int n_stop;
   int n_top_logprobs;      /* -1: none */
   char *session_id;        /* NULL: anonymous */
+  q35_logit_bias *logit_bias; /* what sp.logit_bias points at (owned, freed with the job) */
+  q35_constraint *constraint; /* structured output (owned): each choice decodes with a clone of it */
+  char *trigger[SRV_MAX_TRIGGERS]; /* lazy activation (owned): the choice's rows carry its constraint
+                                      only once its raw output text has shown these strings in turn
+                                      (e.g. "</think>", then "<tool_call>"); none: from the start */
+  int n_trigger;
   /* shared state (guarded by the scheduler's mutex) */
   srv_event *ev_head, *ev_tail;
   int n_finished;          /* choices finished */

@@ -20,7 +20,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/util.h"
 #include "format/gguf.h"
+#include "server/api.h"
 #include "server/http.h"
 #include "server/openai.h"
 #include "server/sched.h"
@@ -40,7 +42,13 @@ typedef struct srv {
   srv_sched *sched;
   char *tmpl, *bos, *eos;
   oai_model oai;                  /* what the OpenAI layer sees of the model */
+  api_ctx api;                    /* /v1/responses and /v1/messages (api.h) */
+  q35_constraint_vocab *cvocab;   /* token byte strings for constrained decoding */
   long created;
+  http_config http;               /* keys, CORS, TLS for http.c */
+  char **keys;                    /* --api-key values and --api-key-file lines */
+  int n_keys;
+  char *tls_key, *tls_cert;       /* PEM text of --ssl-key-file / --ssl-cert-file */
 } srv;
 
 /* ---- endpoints ---- */
@@ -52,18 +60,21 @@ static enum MHD_Result do_completion(srv *S, struct MHD_Connection *c, const jso
   if (!sid) sid = http_header(c, "X-Session-Id");
   if (oai_parse_request(&S->oai, body, chat, sid, &r, &e)) {
     if (r.job) srv_job_release(S->sched, r.job);
-    return http_send_error(c, e.status ? e.status : 400, e.param, "%s", e.msg);
+    oai_request_free(&r);
+    return http_send_error_code(c, e.status ? e.status : 400, e.param, e.code, "%s", e.msg);
   }
   char msg[512];
   int st = srv_sched_submit(S->sched, r.job, msg, sizeof msg);
   if (st) {
     srv_job_release(S->sched, r.job);
+    oai_request_free(&r);
     return http_send_error(c, (unsigned)st, NULL, "%s", msg);
   }
   oai_choice *ch = oai_choices_new(&r);
   if (!ch) {
     srv_job_cancel(S->sched, r.job);
     srv_job_release(S->sched, r.job);
+    oai_request_free(&r);
     return http_send_error(c, 503, NULL, "out of memory");
   }
   if (r.stream) return sse_respond(c, S->sched, &S->oai, S->o.timeout, &r, ch);
@@ -77,14 +88,17 @@ static enum MHD_Result do_completion(srv *S, struct MHD_Connection *c, const jso
       srv_job_cancel(S->sched, r.job);
       oai_choices_free(ch, r.job->n);
       srv_job_release(S->sched, r.job);
+      oai_request_free(&r);
       return MHD_NO;
     }
   }
   enum MHD_Result rc;
+  http_log_tokens(r.job->n_prompt, r.job->completion_tokens);
   if (r.job->failed) rc = http_send_error(c, (unsigned)r.job->status, NULL, "%s", r.job->errmsg);
   else rc = http_send_json(c, 200, oai_final_response(&S->oai, &r, ch));
   oai_choices_free(ch, r.job->n);
   srv_job_release(S->sched, r.job);
+  oai_request_free(&r);
   return rc;
 }
 
@@ -141,11 +155,19 @@ static enum MHD_Result do_detokenize(srv *S, struct MHD_Connection *c, const jso
   return http_send_json(c, 200, o);
 }
 
-static enum MHD_Result do_models(srv *S, struct MHD_Connection *c) {
-  return http_send_json(c, 200, json_pack("{s:s,s:[{s:s,s:s,s:I,s:s,s:{s:I,s:I}}]}", "object", "list", "data", "id",
-                                          S->oai.id, "object", "model", "created", (json_int_t)S->created, "owned_by",
-                                          "q35", "meta", "n_ctx", (json_int_t)S->o.n_ctx, "n_vocab",
-                                          (json_int_t)q35_model_n_vocab(S->model)));
+static json_t *model_obj(srv *S) {
+  return json_pack("{s:s,s:s,s:I,s:s,s:{s:I,s:I}}", "id", S->oai.id, "object", "model", "created",
+                   (json_int_t)S->created, "owned_by", "q35", "meta", "n_ctx", (json_int_t)S->o.n_ctx, "n_vocab",
+                   (json_int_t)q35_model_n_vocab(S->model));
+}
+
+/* GET /v1/models, or GET /v1/models/{id} when id is not NULL (the id or its stem without .gguf). */
+static enum MHD_Result do_models(srv *S, struct MHD_Connection *c, const char *id) {
+  if (!id) return http_send_json(c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_obj(S)));
+  if (strcmp(id, S->oai.id) && strcmp(id, S->oai.stem))
+    return http_send_error_code(c, 404, "model", "model_not_found", "model '%s' is not served here; this server has '%s'",
+                                id, S->oai.id);
+  return http_send_json(c, 200, model_obj(S));
 }
 
 static enum MHD_Result do_metrics(srv *S, struct MHD_Connection *c) {
@@ -201,7 +223,18 @@ static int known_path(const char *path) {
                                       "/metrics"};
   for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
     if (!strcmp(path, exact[i])) return 1;
-  return !strncmp(path, "/sessions/", 10);
+  return !strncmp(path, "/sessions/", 10) || !strncmp(path, "/models/", 8);
+}
+
+/* 401 in the shape of the API the path belongs to (Anthropic's for /v1/messages). */
+static enum MHD_Result send_unauthorized(struct MHD_Connection *c, const char *path) {
+  static const char msg[] = "a valid API key is required: send 'Authorization: Bearer KEY' (or 'x-api-key: KEY')";
+  if (!strncmp(path, "/messages", 9)) {
+    http_log_status(401, msg);
+    return http_send_json(c, 401, json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
+                                            "authentication_error", "message", msg));
+  }
+  return http_send_error(c, 401, NULL, "%s", msg);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -210,9 +243,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   srv *S = cls;
   const int is_post = !strcmp(method, "POST");
   enum MHD_Result ret;
-  if (http_collect_body(c, is_post, S->o.max_body, upload, upload_size, con_cls, &ret)) return ret;
-  if (S->o.verbose) fprintf(stderr, "q35 serve: %s %s\n", method, url);
-  /* routes that need no model */
+  if (http_collect_body(c, method, url, S->o.max_body, upload, upload_size, con_cls, &ret)) return ret;
+  /* CORS preflights carry no credentials; routes that need no model */
+  if (!strcmp(method, "OPTIONS")) return http_preflight(c, url);
   if (!strcmp(url, "/health")) {
     if (strcmp(method, "GET") && strcmp(method, "HEAD")) return http_send_error(c, 405, NULL, "use GET /health");
     if (!atomic_load(&S->ready)) return http_send_json(c, 503, http_error_body(503, "the model is loading", NULL));
@@ -220,11 +253,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   }
   const char *path = url;
   if (!strncmp(path, "/v1/", 4)) path += 3;
-  if (!known_path(path)) return http_send_error(c, 404, NULL, "no endpoint %s %s", method, url);
+  const int metrics = !strcmp(path, "/metrics");
+  if (!(metrics && S->o.metrics_open) && !http_auth_ok(c)) return send_unauthorized(c, path);
+  if (!known_path(path) && !api_known_path(path))
+    return http_send_error(c, 404, NULL, "no endpoint %s %s", method, url);
   if (!atomic_load(&S->ready)) return http_send_error(c, 503, NULL, "the model is loading");
-  if (!strcmp(path, "/models") || !strcmp(path, "/metrics")) {
+  if (api_handle(&S->api, c, method, path, &((http_request *)*con_cls)->body, &ret)) return ret;
+  if (!strcmp(path, "/models") || metrics || !strncmp(path, "/models/", 8)) {
     if (strcmp(method, "GET")) return http_send_error(c, 405, NULL, "use GET %s", url);
-    return !strcmp(path, "/models") ? do_models(S, c) : do_metrics(S, c);
+    if (metrics) return do_metrics(S, c);
+    return do_models(S, c, path[7] == '/' ? path + 8 : NULL);
   }
   if (!strncmp(path, "/sessions/", 10)) return do_session(S, c, method, url, path + 10);
   if (!is_post) return http_send_error(c, 405, NULL, "use POST %s", url);
@@ -247,6 +285,7 @@ void q35_server_default_opts(q35_server_opts *o) {
   o->snap_every = 1024;
   o->idle_timeout = 600;
   o->timeout = 30;
+  o->sampling = q35_sampling_default();
 }
 
 static volatile sig_atomic_t g_stop; /* set by the signal handler (the one process-wide flag) */
@@ -265,6 +304,49 @@ static void set_model_id(srv *S, const q35_server_opts *o) {
   if (!o->alias && sl > 5 && !strcmp(S->oai.stem + sl - 5, ".gguf")) S->oai.stem[sl - 5] = 0;
 }
 
+/* The model card's recommended sampling (general.sampling.*, as gguf-py names them) over the
+ * server's defaults; a value out of range or a key q35 cannot honour is reported on stderr. */
+static void model_card_sampling(const gguf_file *gf, q35_sampling *sp) {
+  static const char *const unsupported[] = {"general.sampling.sequence", "general.sampling.xtc_probability",
+                                            "general.sampling.xtc_threshold", "general.sampling.penalty_last_n",
+                                            "general.sampling.mirostat", "general.sampling.mirostat_tau",
+                                            "general.sampling.mirostat_eta"};
+  static const struct { const char *key; int what; } K[] = {
+      {"general.sampling.temp", 0}, {"general.sampling.top_k", 1}, {"general.sampling.top_p", 2},
+      {"general.sampling.min_p", 3}, {"general.sampling.penalty_repeat", 4}};
+  char used[256] = "";
+  for (size_t i = 0; i < sizeof K / sizeof K[0]; i++) {
+    const gguf_kv *kv = gguf_find(gf, K[i].key);
+    if (!kv) continue;
+    double x;
+    if (kv->type == GGUF_F32 || kv->type == GGUF_F64) x = kv->v.f;
+    else if (kv->type == GGUF_I8 || kv->type == GGUF_I16 || kv->type == GGUF_I32 || kv->type == GGUF_I64) x = (double)kv->v.i;
+    else if (kv->type == GGUF_U8 || kv->type == GGUF_U16 || kv->type == GGUF_U32 || kv->type == GGUF_U64) x = (double)kv->v.u;
+    else {
+      fprintf(stderr, "q35 serve: %s is not a number; not used\n", K[i].key);
+      continue;
+    }
+    q35_sampling t = *sp;
+    if (K[i].what == 0) t.temperature = (float)x;
+    else if (K[i].what == 1) t.top_k = (int64_t)x;
+    else if (K[i].what == 2) t.top_p = (float)x;
+    else if (K[i].what == 3) t.min_p = (float)x;
+    else t.repetition_penalty = (float)x;
+    q35_err e = {{0}};
+    if (q35_sampling_validate(&t, &e) || (K[i].what == 0 && x > 2)) {
+      fprintf(stderr, "q35 serve: %s = %g is out of range; not used (%s)\n", K[i].key, x, e.msg[0] ? e.msg : "temp > 2");
+      continue;
+    }
+    *sp = t;
+    const size_t n = strlen(used);
+    snprintf(used + n, sizeof used - n, "%s%s %g", n ? ", " : "", K[i].key + 17, x);
+  }
+  if (used[0]) fprintf(stderr, "q35 serve: sampling defaults from the model file: %s\n", used);
+  for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
+    if (gguf_find(gf, unsupported[i]))
+      fprintf(stderr, "q35 serve: %s is in the model file but q35 has no such sampler; not applied\n", unsupported[i]);
+}
+
 /* Tokenizer, chat template, weights and the scheduler. 0, or -1 with err filled. */
 static int load_model(srv *S, const q35_server_opts *o, q35_err *err) {
   q35_model_params mp = q35_model_default_params();
@@ -274,6 +356,8 @@ static int load_model(srv *S, const q35_server_opts *o, q35_err *err) {
   mp.progress = 1; /* "loading ..." / "loaded ... in N s" (and a 2 MiB-page re-read) on stderr */
   gguf_file *gf = gguf_open(o->model_path, err);
   if (gf) {
+    S->oai.defaults = o->sampling;
+    model_card_sampling(gf, &S->oai.defaults);
     S->tok = q35_tokenizer_from_gguf(gf, err);
     if (S->tok && q35_chat_template_from_gguf(gf, &S->tmpl, &S->bos, &S->eos, err)) {
       q35_tokenizer_free(S->tok);
@@ -298,7 +382,11 @@ static int load_model(srv *S, const q35_server_opts *o, q35_err *err) {
   S->oai.bos = S->bos;
   S->oai.eos = S->eos;
   S->oai.n_ctx = o->n_ctx;
+  if (S->model && !(S->cvocab = q35_constraint_vocab_from_model(S->model, err))) return -1;
+  S->oai.cvocab = S->cvocab;
   S->oai.no_think = o->no_think;
+  S->api = (api_ctx){.sched = S->sched, .M = &S->oai, .timeout = o->timeout, .store = api_store_new()};
+  if (!S->api.store) return q35_seterr(err, "out of memory");
   return 0;
 }
 
@@ -316,19 +404,96 @@ static void report_budget(const srv *S, const q35_server_opts *o) {
           (unsigned long long)most, need && o->mem_budget / need < most ? " (idle ones are freed to make room)" : "");
 }
 
+/* A whole file as a NUL-terminated string (NULL with a message on stderr). */
+static char *read_text_file(const char *path, const char *flag) {
+  FILE *f = fopen(path, "rb");
+  q35_buf b = {0};
+  char chunk[4096];
+  size_t n;
+  if (!f) {
+    fprintf(stderr, "q35 serve: %s %s: cannot open it\n", flag, path);
+    return NULL;
+  }
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+    if (q35_buf_add(&b, chunk, n)) break;
+  const int bad = ferror(f) || (!feof(f));
+  fclose(f);
+  if (bad || !b.p) {
+    fprintf(stderr, "q35 serve: %s %s: cannot read it%s\n", flag, path, b.p ? "" : " (empty)");
+    q35_buf_free(&b);
+    return NULL;
+  }
+  return b.p;
+}
+
+/* --api-key values and --api-key-file lines into S->keys; TLS files into S->tls_*. 0 or -1. */
+static int load_exposure(srv *S, const q35_server_opts *o) {
+  char *file = o->api_key_file ? read_text_file(o->api_key_file, "--api-key-file") : NULL;
+  if (o->api_key_file && !file) return -1;
+  size_t most = (size_t)o->n_api_keys + 1;
+  for (const char *p = file; p && *p; p++) most += *p == '\n';
+  S->keys = calloc(most, sizeof *S->keys);
+  if (!S->keys) return -1;
+  for (int i = 0; i < o->n_api_keys; i++) S->keys[S->n_keys++] = strdup(o->api_keys[i]);
+  for (char *line = file, *next; line && *line; line = next) {
+    next = strchr(line, '\n');
+    if (next) *next++ = 0;
+    else next = line + strlen(line);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t')) line[--n] = 0;
+    while (*line == ' ' || *line == '\t') line++;
+    if (*line && *line != '#') S->keys[S->n_keys++] = strdup(line);
+  }
+  free(file);
+  if (o->api_key_file && S->n_keys == o->n_api_keys) {
+    fprintf(stderr, "q35 serve: --api-key-file %s holds no key\n", o->api_key_file);
+    return -1;
+  }
+  if (!o->ssl_key_file != !o->ssl_cert_file) {
+    fprintf(stderr, "q35 serve: HTTPS needs both --ssl-key-file and --ssl-cert-file\n");
+    return -1;
+  }
+  if (o->ssl_key_file) {
+    S->tls_key = read_text_file(o->ssl_key_file, "--ssl-key-file");
+    S->tls_cert = S->tls_key ? read_text_file(o->ssl_cert_file, "--ssl-cert-file") : NULL;
+    if (!S->tls_cert) return -1;
+  }
+  S->http = (http_config){.api_keys = (const char *const *)S->keys,
+                          .n_api_keys = S->n_keys,
+                          .cors = o->cors,
+                          .n_cors = o->n_cors,
+                          .tls_key = S->tls_key,
+                          .tls_cert = S->tls_cert,
+                          .verbose = o->verbose};
+  return 0;
+}
+
+static void srv_free(srv *S) {
+  for (int i = 0; i < S->n_keys; i++) free(S->keys[i]);
+  free(S->keys);
+  free(S->tls_key);
+  free(S->tls_cert);
+  free(S);
+}
+
 int q35_server_run(const q35_server_opts *o) {
   srv *S = calloc(1, sizeof *S);
   if (!S) return 1;
   S->o = *o;
   S->created = (long)time(NULL);
   set_model_id(S, o);
-  /* listen first: /health answers 503 while the model loads */
-  S->d = http_start(o->host, o->port, (unsigned)(o->timeout > 0 ? o->timeout : 0), on_request, S);
-  if (!S->d) {
-    free(S);
+  if (load_exposure(S, o)) {
+    srv_free(S);
     return 1;
   }
-  fprintf(stderr, "q35 serve: listening on http://%s:%d (loading %s)\n", o->host, o->port, o->model_path);
+  /* listen first: /health answers 503 while the model loads */
+  S->d = http_start(o->host, o->port, (unsigned)(o->timeout > 0 ? o->timeout : 0), &S->http, on_request, S);
+  if (!S->d) {
+    srv_free(S);
+    return 1;
+  }
+  fprintf(stderr, "q35 serve: listening on %s://%s:%d (loading %s)%s\n", S->tls_key ? "https" : "http", o->host,
+          o->port, o->model_path, S->n_keys ? "; API key required" : "");
   int rc = 1;
   q35_err err = {{0}};
   if (load_model(S, o, &err)) {
@@ -353,11 +518,13 @@ int q35_server_run(const q35_server_opts *o) {
 done:
   MHD_stop_daemon(S->d);
   srv_sched_free(S->sched);
+  api_store_free(S->api.store);
+  q35_constraint_vocab_free(S->cvocab);
   if (S->model) q35_model_free(S->model);
   if (S->tok) q35_tokenizer_free(S->tok);
   free(S->tmpl);
   free(S->bos);
   free(S->eos);
-  free(S);
+  srv_free(S);
   return rc;
 }

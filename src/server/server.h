@@ -8,15 +8,23 @@
  *   openai_request.c    a request body -> a validated job: sampling, stop strings, logprobs,
  *                       the chat template (chat.h) and tokenization (tokenizer.h)
  *   openai_response.c   events -> OpenAI objects: responses, chunks, logprobs, tool calls
+ *   openai_constraint.c response_format / grammar / json_schema / forced tool calls: the one
+ *                       place that wires (today: refuses) constrained decoding
  *   sse.c               the server-sent events writer (streamed responses)
  *   sched.c             the scheduler: owns the model, batches every active request into
  *                       shared q35_step calls, slots and prefix reuse (sched.h)
  *   stop.c              stop strings: text held back while it may start one
  *
- * Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health
+ * Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/{id}], GET /health
  * (503 while loading), POST /tokenize, POST /detokenize, GET /metrics (Prometheus text),
- * DELETE /v1/sessions/{id}, POST /v1/sessions/{id}/reset. Errors are OpenAI-style bodies
- * {"error": {"message", "type", "param", "code"}}.
+ * DELETE /v1/sessions/{id}, POST /v1/sessions/{id}/reset, OPTIONS (CORS preflights). Errors
+ * are OpenAI-style bodies {"error": {"message", "type", "param", "code"}}.
+ * The OpenAI Responses API (POST /v1/responses, /v1/responses/input_tokens, GET / DELETE
+ * /v1/responses/{id}) and the Anthropic Messages API (POST /v1/messages,
+ * /v1/messages/count_tokens, Anthropic-style errors) run on the same engine: api.h.
+ *
+ * Exposure: API keys (401 without one; /health open, /metrics unless metrics_open), HTTPS
+ * (GnuTLS through libmicrohttpd), CORS origins; README.md "Server API" lists every field.
  *
  * Host limits (docs/HARDENING.md): body size (413), queue (429), memory budget for all
  * sessions' KV/state (idle sessions freed for room, else the request waits or gets 503), idle
@@ -53,6 +61,17 @@ typedef struct q35_server_opts {
   int timeout;             /* drop a client idle this many seconds while sending its request or not
                               reading its response (0 = never), default 30; never while a
                               request is being computed */
+  q35_sampling sampling;    /* defaults for requests that leave a parameter unset and a model
+                               file without general.sampling.* for it (--temp, --top-k, ...) */
+  /* exposure */
+#define Q35_SERVER_MAX_LIST 64
+  const char *api_keys[Q35_SERVER_MAX_LIST]; /* --api-key (repeatable); any key set: requests need one */
+  int n_api_keys;
+  const char *api_key_file; /* --api-key-file: one key a line (blank lines and # comments skipped) */
+  int metrics_open;         /* /metrics without a key */
+  const char *ssl_key_file, *ssl_cert_file; /* PEM files: HTTPS */
+  const char *cors[Q35_SERVER_MAX_LIST];     /* --cors ORIGIN (repeatable; "*" = any) */
+  int n_cors;
 } q35_server_opts;
 
 void q35_server_default_opts(q35_server_opts *o);

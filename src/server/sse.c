@@ -35,7 +35,9 @@ typedef struct stream {
 
 static void stream_finish(stream *st) {
   srv_job *j = st->r.job;
+  http_log_tokens(j->n_prompt, j->completion_tokens);
   if (j->failed) {
+    http_log_status((unsigned)j->status, j->errmsg);
     sse_event(&st->out, http_error_body((unsigned)j->status, j->errmsg, NULL));
     st->error = 1;
   } else {
@@ -80,6 +82,7 @@ static void stream_free(void *cls) {
   srv_job_cancel(st->sched, st->r.job); /* no-op when it has finished */
   oai_choices_free(st->ch, st->r.job->n);
   srv_job_release(st->sched, st->r.job);
+  oai_request_free(&st->r);
   q35_buf_free(&st->out);
   free(st);
 }
@@ -97,10 +100,13 @@ enum MHD_Result sse_respond(struct MHD_Connection *c, srv_sched *sched, const oa
     oai_choices_free(ch, r->job->n);
     srv_job_cancel(sched, r->job);
     srv_job_release(sched, r->job);
+    oai_request_free((oai_request *)r);
     return MHD_NO;
   }
   MHD_add_response_header(resp, "Content-Type", "text/event-stream");
   MHD_add_response_header(resp, "Cache-Control", "no-cache");
+  http_add_cors(c, resp);
+  http_log_status(200, NULL);
   enum MHD_Result rc = MHD_queue_response(c, 200, resp);
   MHD_destroy_response(resp);
   return rc;

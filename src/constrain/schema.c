@@ -1,0 +1,638 @@
+/*
+ * schema.c - JSON Schema to GBNF: the keyword check, the dispatch by type, objects, $ref,
+ * enum / const, anyOf / oneOf / allOf, and free JSON. The policies (docs/CONSTRAIN.md):
+ *
+ *  - Every keyword is known: a constraint keyword the compiler does not implement is refused
+ *    with an error naming it (and its JSON pointer), never ignored; annotations (title,
+ *    description, default, examples, ...) are accepted and ignored.
+ *  - Output is compact JSON by default: no whitespace between tokens. With ws_max > 0, each
+ *    place between tokens takes up to ws_max bytes of space, tab or newline.
+ *  - Objects: a property listed in `properties` appears at most once; required ones must
+ *    appear. With up to 8 listed properties any order is allowed; with more, schema order
+ *    (optional ones may be left out). `additionalProperties` absent means false when
+ *    `properties` is given (strict output, as OpenAI's strict mode requires) and true
+ *    otherwise; a schema value gives the extra values' schema (extra keys are any strings).
+ *  - No `type`: the type is inferred from the keywords present (properties -> object, items
+ *    -> array, minLength -> string, minimum -> number), else any JSON value.
+ *  - oneOf is generated as anyOf (the branches are not checked for exclusivity); allOf takes a
+ *    single schema; $ref takes local JSON pointers (#, #/$defs/x, #/definitions/x), recursion
+ *    included; a remote $ref is refused.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "constrain/grammar.h"
+#include "constrain/schema.h"
+
+int sc_fail(sc *c, const char *fmt, ...) {
+  if (c->failed) return -1;
+  c->failed = 1;
+  char msg[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  q35_seterr(c->err, "json schema: %s", msg);
+  return -1;
+}
+
+void sc_new_name(sc *c, char *name) { snprintf(name, SC_NAME, "s%d", c->n_rules++); }
+
+void sc_put_rule(sc *c, const char *name, q35_buf *body) {
+  q35_buf_printf(&c->out, "%s ::= %s\n", name, body->p ? body->p : "\"\"");
+  if (body->oom) c->out.oom = 1;
+  q35_buf_free(body);
+}
+
+void sc_literal(q35_buf *b, const char *s, size_t n) {
+  q35_buf_char(b, '"');
+  for (size_t i = 0; i < n; i++) {
+    const unsigned char ch = (unsigned char)s[i];
+    if (ch == '"' || ch == '\\') q35_buf_printf(b, "\\%c", ch);
+    else if (ch < 0x20 || ch == 0x7f) q35_buf_printf(b, "\\x%02X", ch);
+    else q35_buf_char(b, (char)ch);
+  }
+  q35_buf_char(b, '"');
+}
+
+/* The primitives every grammar shares (names used by the generators). */
+static void put_primitives(sc *c, int ws_max) {
+  q35_buf *o = &c->out;
+  if (ws_max > 0) q35_buf_printf(o, "ws ::= [ \\t\\n\\r]{0,%d}\n", ws_max);
+  else q35_buf_str(o, "ws ::= \"\"\n");
+  q35_buf_str(o,
+              "value ::= object | array | string | number | boolean | null\n"
+              "object ::= \"{\" ws ( string ws \":\" ws value ws ( \",\" ws string ws \":\" ws value ws )* )? \"}\"\n"
+              "array ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"
+              "string ::= \"\\\"\" char* \"\\\"\"\n"
+              "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" hex hex hex hex )\n"
+              "hex ::= [0-9a-fA-F]\n"
+              "kchar ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\\\\\" | \"\\\\\\\"\"\n"
+              "number ::= \"-\"? uint ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?\n"
+              "integer ::= \"-\"? uint\n"
+              "uint ::= \"0\" | [1-9] [0-9]*\n"
+              "boolean ::= \"true\" | \"false\"\n"
+              "null ::= \"null\"\n"
+              "nothing ::= [^\\x00-\\U0010FFFF]\n");
+}
+
+/* ---- keywords ---- */
+
+static const char *const annotations[] = {"title", "description", "$comment", "examples", "default", "$schema",
+                                          "$id", "id", "deprecated", "readOnly", "writeOnly", "$defs",
+                                          "definitions", "contentMediaType", "contentEncoding", NULL};
+static const char *const supported[] = {"type", "enum", "const", "properties", "required", "additionalProperties",
+                                        "items", "prefixItems", "additionalItems", "minItems", "maxItems",
+                                        "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
+                                        "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf", "$ref",
+                                        "uniqueItems", NULL};
+
+static int in_list(const char *const *l, const char *k) {
+  for (; *l; l++)
+    if (!strcmp(*l, k)) return 1;
+  return 0;
+}
+
+static int check_keywords(sc *c, json_t *s) {
+  const char *k;
+  json_t *v;
+  json_object_foreach(s, k, v) {
+    if (in_list(annotations, k) || in_list(supported, k)) continue;
+    return sc_fail(c, "keyword \"%s\" is not supported", k);
+  }
+  v = json_object_get(s, "uniqueItems");
+  if (v && json_is_true(v)) return sc_fail(c, "keyword \"uniqueItems\" (true) is not supported");
+  return 0;
+}
+
+static int has_any(json_t *s, const char *const *keys) {
+  for (; *keys; keys++)
+    if (json_object_get(s, *keys)) return 1;
+  return 0;
+}
+
+static const char *const object_kw[] = {"properties", "required", "additionalProperties", NULL};
+static const char *const array_kw[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems", NULL};
+static const char *const string_kw[] = {"minLength", "maxLength", "pattern", "format", NULL};
+static const char *const number_kw[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+
+/* ---- $ref ---- */
+
+/* The target of a local JSON pointer ("#", "#/a/b"), or NULL. */
+static json_t *resolve(sc *c, const char *ref) {
+  if (ref[0] != '#') return NULL;
+  json_t *t = c->doc;
+  const char *p = ref + 1;
+  if (*p && *p != '/') return NULL;
+  while (*p == '/' && t) {
+    p++;
+    char seg[256];
+    size_t n = 0;
+    while (*p && *p != '/' && n + 1 < sizeof seg) {
+      char ch = *p++;
+      if (ch == '~' && (*p == '0' || *p == '1')) ch = *p++ == '0' ? '~' : '/';
+      else if (ch == '%' && p[0] && p[1]) {
+        unsigned v;
+        if (sscanf(p, "%2x", &v) == 1) {
+          ch = (char)v;
+          p += 2;
+        }
+      }
+      seg[n++] = ch;
+    }
+    seg[n] = 0;
+    if (json_is_object(t)) {
+      t = json_object_get(t, seg);
+    } else if (json_is_array(t)) {
+      char *end;
+      const long i = strtol(seg, &end, 10);
+      t = *end || i < 0 ? NULL : json_array_get(t, (size_t)i);
+    } else {
+      t = NULL;
+    }
+  }
+  return t;
+}
+
+static int gen_ref(sc *c, json_t *s, char *name) {
+  const char *ref = json_string_value(json_object_get(s, "$ref"));
+  if (!ref) return sc_fail(c, "$ref must be a string");
+  const char *k;
+  json_t *v;
+  json_object_foreach(s, k, v) if (strcmp(k, "$ref") && !in_list(annotations, k))
+      return sc_fail(c, "$ref with the sibling keyword \"%s\" is not supported", k);
+  for (size_t i = 0; i < c->n_refs; i++)
+    if (!strcmp(c->refs[i].ptr, ref)) {
+      snprintf(name, SC_NAME, "%s", c->refs[i].name);
+      return 0;
+    }
+  if (ref[0] != '#') return sc_fail(c, "remote $ref \"%s\" is refused (only local #/... references)", ref);
+  json_t *t = resolve(c, ref);
+  if (!t) return sc_fail(c, "$ref \"%s\" does not resolve in this document", ref);
+  if (q35_grow((void **)&c->refs, &c->cap_refs, c->n_refs + 1, sizeof *c->refs)) return sc_fail(c, "out of memory");
+  sc_ref *r = &c->refs[c->n_refs++];
+  r->ptr = strdup(ref);
+  sc_new_name(c, r->name);
+  snprintf(name, SC_NAME, "%s", r->name);
+  char body[SC_NAME];
+  if (sc_gen(c, t, body)) return -1;
+  q35_buf b = {0};
+  q35_buf_str(&b, body);
+  sc_put_rule(c, name, &b);
+  return 0;
+}
+
+/* ---- enum, const, combinators ---- */
+
+static void put_value_literal(q35_buf *b, json_t *v) {
+  char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+  if (!txt) {
+    b->oom = 1;
+    return;
+  }
+  sc_literal(b, txt, strlen(txt));
+  free(txt);
+}
+
+static int gen_enum(sc *c, json_t *s, char *name) {
+  json_t *e = json_object_get(s, "enum"), *k = json_object_get(s, "const");
+  q35_buf b = {0};
+  if (k) {
+    put_value_literal(&b, k);
+  } else {
+    if (!json_is_array(e)) return sc_fail(c, "enum must be an array");
+    size_t i;
+    json_t *v;
+    json_array_foreach(e, i, v) {
+      if (i) q35_buf_str(&b, " | ");
+      put_value_literal(&b, v);
+    }
+    if (json_array_size(e) == 0) q35_buf_str(&b, "nothing");
+  }
+  sc_new_name(c, name);
+  sc_put_rule(c, name, &b);
+  return 0;
+}
+
+/* The JSON types a schema may produce, as bits (object, array, string, number, boolean, null;
+ * integers are numbers); all of them when unknown. */
+static unsigned value_types(json_t *v) {
+  return json_is_object(v) ? 1 : json_is_array(v) ? 2 : json_is_string(v) ? 4 : json_is_number(v) ? 8
+       : json_is_boolean(v) ? 16 : 32;
+}
+
+static unsigned type_bit(const char *t) {
+  static const char *const names[] = {"object", "array", "string", "number", "boolean", "null", "integer"};
+  for (int i = 0; i < 7; i++)
+    if (!strcmp(t, names[i])) return 1u << (i == 6 ? 3 : i);
+  return 63;
+}
+
+static unsigned schema_types(json_t *s) {
+  if (!json_is_object(s) || json_object_get(s, "$ref") || json_object_get(s, "anyOf") ||
+      json_object_get(s, "oneOf") || json_object_get(s, "allOf"))
+    return 63;
+  json_t *t = json_object_get(s, "type"), *e = json_object_get(s, "enum"), *k = json_object_get(s, "const");
+  if (k) return value_types(k);
+  if (json_is_array(e)) {
+    unsigned m = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(e, i, v) m |= value_types(v);
+    return m;
+  }
+  if (json_is_string(t)) return type_bit(json_string_value(t));
+  if (json_is_array(t)) {
+    unsigned m = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(t, i, v) m |= json_is_string(v) ? type_bit(json_string_value(v)) : 63;
+    return m;
+  }
+  return has_any(s, object_kw) ? 1 : has_any(s, array_kw) ? 2 : has_any(s, string_kw) ? 4 : has_any(s, number_kw) ? 8 : 63;
+}
+
+static int gen_any_of(sc *c, json_t *s, const char *kw, char *name) {
+  json_t *l = json_object_get(s, kw);
+  if (!json_is_array(l) || !json_array_size(l)) return sc_fail(c, "%s must be a non-empty array", kw);
+  const char *k;
+  json_t *v;
+  json_object_foreach(s, k, v) if (strcmp(k, kw) && !in_list(annotations, k))
+      return sc_fail(c, "%s with the sibling keyword \"%s\" is not supported", kw, k);
+  if (!strcmp(kw, "allOf")) {
+    if (json_array_size(l) != 1) return sc_fail(c, "allOf with more than one schema is not supported");
+    return sc_gen(c, json_array_get(l, 0), name);
+  }
+  if (!strcmp(kw, "oneOf")) { /* as anyOf, which is exact only when no value fits two branches */
+    unsigned seen = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(l, i, v) {
+      const unsigned t = schema_types(v);
+      if (t & seen) return sc_fail(c, "oneOf whose branches may overlap (not of distinct types) is not supported");
+      seen |= t;
+    }
+  }
+  q35_buf b = {0};
+  size_t i;
+  json_array_foreach(l, i, v) {
+    char sub[SC_NAME];
+    if (sc_gen(c, v, sub)) {
+      q35_buf_free(&b);
+      return -1;
+    }
+    q35_buf_printf(&b, "%s%s", i ? " | " : "", sub);
+  }
+  sc_new_name(c, name);
+  sc_put_rule(c, name, &b);
+  return 0;
+}
+
+/* ---- objects ---- */
+
+typedef struct {
+  const char *key;
+  char kv[SC_NAME]; /* rule: "key" ws ":" ws value */
+  int required;
+} prop;
+
+#define MAX_ANY_ORDER 8
+
+/* ---- extra property keys: any string but the listed names ----
+ * Keys of additional properties are written with kchar (no control characters, and only the
+ * escapes \\ and \" that " and \ need), so each key has one spelling and "not a listed name" is
+ * a regular language: a trie over the names' code points, where from each node a key may end
+ * (unless the node ends a name), go on with a child's code point, or leave the trie with any
+ * other character and then go on freely. */
+typedef struct {
+  uint32_t cp;
+  int child;
+} tedge;
+
+typedef struct {
+  tedge *e;
+  size_t n, cap;
+  int end;
+} tnode;
+
+static int cp_decode(const unsigned char *s, size_t n, size_t *i, uint32_t *cp) {
+  const unsigned char c = s[*i];
+  const int k = c < 0x80 ? 0 : c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
+  if (k < 0 || *i + (size_t)k >= n + (k ? 0 : 1)) return -1;
+  uint32_t v = k ? c & (0x3F >> k) : c;
+  for (int j = 1; j <= k; j++) v = (v << 6) | (s[*i + (size_t)j] & 0x3F);
+  *i += (size_t)k + 1;
+  *cp = v;
+  return 0;
+}
+
+static void put_kchar_unit(q35_buf *b, uint32_t cp) {
+  if (cp == '"') q35_buf_str(b, "\"\\\\\\\"\"");
+  else if (cp == '\\') q35_buf_str(b, "\"\\\\\\\\\"");
+  else q35_buf_printf(b, "[\\U%08X]", (unsigned)cp);
+}
+
+static void key_rules(sc *c, const tnode *t, int i, const char *base) {
+  q35_buf b = {0};
+  int alts = 0;
+  if (!t[i].end) {
+    q35_buf_str(&b, "\"\\\"\"");
+    alts = 1;
+  }
+  int has_q = 0, has_bs = 0;
+  for (size_t k = 0; k < t[i].n; k++) {
+    q35_buf_str(&b, alts++ ? " | " : "");
+    put_kchar_unit(&b, t[i].e[k].cp);
+    q35_buf_printf(&b, " %s-%d", base, t[i].e[k].child);
+    has_q |= t[i].e[k].cp == '"';
+    has_bs |= t[i].e[k].cp == '\\';
+  }
+  q35_buf_printf(&b, "%s( [^\"\\\\\\x00-\\x1F", alts++ ? " | " : "");
+  for (size_t k = 0; k < t[i].n; k++)
+    if (t[i].e[k].cp != '"' && t[i].e[k].cp != '\\') q35_buf_printf(&b, "\\U%08X", (unsigned)t[i].e[k].cp);
+  q35_buf_str(&b, "]");
+  if (!has_q) q35_buf_str(&b, " | \"\\\\\\\"\"");
+  if (!has_bs) q35_buf_str(&b, " | \"\\\\\\\\\"");
+  q35_buf_str(&b, " ) kchar* \"\\\"\"");
+  char nm[SC_NAME + 16];
+  snprintf(nm, sizeof nm, "%s-%d", base, i);
+  sc_put_rule(c, nm, &b);
+  for (size_t k = 0; k < t[i].n; k++) key_rules(c, t, t[i].e[k].child, base);
+}
+
+/* The rule of a JSON key (with its quotes) that is none of the n names, into name. */
+static int other_key(sc *c, const char *const *names, int n, char *name) {
+  tnode *t = calloc(1, sizeof *t);
+  size_t nt = 1, cap = 1;
+  int rc = t ? 0 : sc_fail(c, "out of memory");
+  for (int k = 0; k < n && !rc; k++) {
+    const unsigned char *s = (const unsigned char *)names[k];
+    const size_t len = strlen(names[k]);
+    int at = 0, ok = 1;
+    for (size_t i = 0; i < len && ok;) {
+      uint32_t cp;
+      if (cp_decode(s, len, &i, &cp) || cp < 0x20) {
+        ok = 0; /* a name kchar cannot spell: no key can equal it */
+        break;
+      }
+      int next = -1;
+      for (size_t e = 0; e < t[at].n; e++)
+        if (t[at].e[e].cp == cp) next = t[at].e[e].child;
+      if (next < 0) {
+        if (q35_grow((void **)&t, &cap, nt + 1, sizeof *t) ||
+            q35_grow((void **)&t[at].e, &t[at].cap, t[at].n + 1, sizeof *t[at].e)) {
+          rc = sc_fail(c, "out of memory");
+          break;
+        }
+        memset(&t[nt], 0, sizeof *t);
+        t[at].e[t[at].n++] = (tedge){cp, (int)nt};
+        next = (int)nt++;
+      }
+      at = next;
+    }
+    if (ok && !rc) t[at].end = 1;
+  }
+  if (!rc) {
+    char base[SC_NAME];
+    sc_new_name(c, base);
+    key_rules(c, t, 0, base);
+    q35_buf b = {0};
+    q35_buf_printf(&b, "\"\\\"\" %s-0", base);
+    sc_new_name(c, name);
+    sc_put_rule(c, name, &b);
+  }
+  for (size_t i = 0; t && i < nt; i++) free(t[i].e);
+  free(t);
+  return rc;
+}
+
+/* Any order, each property at most once: rule H_S for each subset S of the listed properties
+ * ("after S, at least one member written"). */
+static void object_any_order(sc *c, const prop *p, int n, const char *extra, uint32_t req, q35_buf *b) {
+  char base[SC_NAME];
+  sc_new_name(c, base);
+  for (uint32_t S = 0; S < (1u << n); S++) {
+    q35_buf h = {0};
+    int alts = 0;
+    for (int i = 0; i < n; i++)
+      if (!(S >> i & 1)) q35_buf_printf(&h, "%s\",\" ws %s ws %s-%u", alts++ ? " | " : "", p[i].kv, base, S | 1u << i);
+    if (extra) q35_buf_printf(&h, "%s\",\" ws %s ws %s-%u", alts++ ? " | " : "", extra, base, S);
+    if ((S & req) == req) q35_buf_printf(&h, "%s\"\"", alts++ ? " | " : "");
+    if (!alts) q35_buf_str(&h, "nothing");
+    char nm[SC_NAME + 12];
+    snprintf(nm, sizeof nm, "%s-%u", base, S);
+    sc_put_rule(c, nm, &h);
+  }
+  q35_buf_str(b, "\"{\" ws ( ");
+  int alts = 0;
+  for (int i = 0; i < n; i++) q35_buf_printf(b, "%s%s ws %s-%u", alts++ ? " | " : "", p[i].kv, base, 1u << i);
+  if (extra) q35_buf_printf(b, "%s%s ws %s-0", alts++ ? " | " : "", extra, base);
+  if (req == 0) q35_buf_printf(b, "%s\"\"", alts++ ? " | " : "");
+  if (!alts) q35_buf_str(b, "nothing");
+  q35_buf_str(b, " ) \"}\"");
+}
+
+/* Schema order: F_i (nothing written yet) and G_i (something written) from property i on. */
+static void object_in_order(sc *c, const prop *p, int n, const char *extra, q35_buf *b) {
+  char base[SC_NAME];
+  sc_new_name(c, base);
+  for (int i = n; i >= 0; i--) {
+    q35_buf f = {0}, g = {0};
+    if (i == n) {
+      if (extra) {
+        q35_buf_printf(&f, "( %s ws ( \",\" ws %s ws )* )?", extra, extra);
+        q35_buf_printf(&g, "( \",\" ws %s ws )*", extra);
+      }
+    } else {
+      q35_buf_printf(&f, "%s ws %s-g%d", p[i].kv, base, i + 1);
+      q35_buf_printf(&g, "\",\" ws %s ws %s-g%d", p[i].kv, base, i + 1);
+      if (!p[i].required) {
+        q35_buf_printf(&f, " | %s-f%d", base, i + 1);
+        q35_buf_printf(&g, " | %s-g%d", base, i + 1);
+      }
+    }
+    char nf[SC_NAME + 16], ng[SC_NAME + 16];
+    snprintf(nf, sizeof nf, "%s-f%d", base, i);
+    snprintf(ng, sizeof ng, "%s-g%d", base, i);
+    sc_put_rule(c, nf, &f);
+    sc_put_rule(c, ng, &g);
+  }
+  q35_buf_printf(b, "\"{\" ws %s-f0 \"}\"", base);
+}
+
+static int gen_object(sc *c, json_t *s, char *name) {
+  json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
+  json_t *add = json_object_get(s, "additionalProperties");
+  if (props && !json_is_object(props)) return sc_fail(c, "properties must be an object");
+  if (req && !json_is_array(req)) return sc_fail(c, "required must be an array");
+  const int n = props ? (int)json_object_size(props) : 0;
+  prop *p = calloc((size_t)n + 1, sizeof *p);
+  if (!p) return sc_fail(c, "out of memory");
+  int i = 0, rc = 0;
+  const char *k;
+  json_t *v;
+  uint32_t reqmask = 0;
+  json_object_foreach(props, k, v) {
+    char val[SC_NAME];
+    if (sc_gen(c, v, val)) {
+      rc = -1;
+      break;
+    }
+    p[i].key = k;
+    size_t j;
+    json_t *r;
+    json_array_foreach(req, j, r) if (json_is_string(r) && !strcmp(json_string_value(r), k)) p[i].required = 1;
+    if (p[i].required && i < 32) reqmask |= 1u << i;
+    q35_buf kv = {0};
+    json_t *ks = json_string(k);
+    char *kj = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
+    json_decref(ks);
+    if (!kj) {
+      rc = sc_fail(c, "out of memory");
+      break;
+    }
+    sc_literal(&kv, kj, strlen(kj));
+    free(kj);
+    q35_buf_printf(&kv, " ws \":\" ws %s", val);
+    sc_new_name(c, p[i].kv);
+    sc_put_rule(c, p[i].kv, &kv);
+    i++;
+  }
+  if (!rc) { /* a required name that is not listed can never be produced */
+    size_t j;
+    json_t *r;
+    json_array_foreach(req, j, r) {
+      if (!json_is_string(r)) rc = sc_fail(c, "required must list strings");
+      else if (!json_object_get(props, json_string_value(r)) && !(add && !json_is_false(add)))
+        rc = sc_fail(c, "required property \"%s\" is not in properties (additional properties are off)",
+                     json_string_value(r));
+      if (rc) break;
+    }
+  }
+  char extra_buf[SC_NAME], *extra = NULL;
+  if (!rc && ((add && !json_is_false(add)) || (!add && !props))) {
+    char val[SC_NAME] = "value";
+    if (add && !json_is_true(add) && sc_gen(c, add, val)) rc = -1;
+    char key[SC_NAME];
+    const char **names = calloc((size_t)n + 1, sizeof *names);
+    for (int j = 0; names && j < i; j++) names[j] = p[j].key;
+    if (!rc && (!names || other_key(c, names, i, key))) rc = names ? -1 : sc_fail(c, "out of memory");
+    free(names);
+    if (!rc) {
+      q35_buf kv = {0};
+      q35_buf_printf(&kv, "%s ws \":\" ws %s", key, val);
+      sc_new_name(c, extra_buf);
+      sc_put_rule(c, extra_buf, &kv);
+      extra = extra_buf;
+    }
+  }
+  if (!rc) {
+    q35_buf b = {0};
+    if (n <= MAX_ANY_ORDER) object_any_order(c, p, n, extra, reqmask, &b);
+    else object_in_order(c, p, n, extra, &b);
+    sc_new_name(c, name);
+    sc_put_rule(c, name, &b);
+  }
+  free(p);
+  return rc;
+}
+
+/* ---- dispatch ---- */
+
+
+static int gen_type(sc *c, json_t *s, const char *t, char *name) {
+  if (!strcmp(t, "object")) return gen_object(c, s, name);
+  if (!strcmp(t, "array")) return sc_gen_array(c, s, name);
+  if (!strcmp(t, "string")) return sc_gen_string(c, s, name);
+  if (!strcmp(t, "number")) return sc_gen_number(c, s, 0, name);
+  if (!strcmp(t, "integer")) return sc_gen_number(c, s, 1, name);
+  if (!strcmp(t, "boolean") || !strcmp(t, "null")) {
+    snprintf(name, SC_NAME, "%s", t);
+    return 0;
+  }
+  return sc_fail(c, "unknown type \"%s\"", t);
+}
+
+int sc_gen(sc *c, json_t *s, char *name) {
+  if (c->failed) return -1;
+  if (json_is_true(s) || (json_is_object(s) && json_object_size(s) == 0)) {
+    snprintf(name, SC_NAME, "value");
+    return 0;
+  }
+  if (json_is_false(s)) {
+    snprintf(name, SC_NAME, "nothing");
+    return 0;
+  }
+  if (!json_is_object(s)) return sc_fail(c, "a schema must be an object or a boolean");
+  if (++c->depth > SC_MAX_DEPTH) return sc_fail(c, "schema nested too deeply");
+  int rc;
+  json_t *type = json_object_get(s, "type");
+  if (check_keywords(c, s)) rc = -1;
+  else if (json_object_get(s, "$ref")) rc = gen_ref(c, s, name);
+  else if (json_object_get(s, "const") || json_object_get(s, "enum")) rc = gen_enum(c, s, name);
+  else if (json_object_get(s, "anyOf")) rc = gen_any_of(c, s, "anyOf", name);
+  else if (json_object_get(s, "oneOf")) rc = gen_any_of(c, s, "oneOf", name);
+  else if (json_object_get(s, "allOf")) rc = gen_any_of(c, s, "allOf", name);
+  else if (json_is_string(type)) rc = gen_type(c, s, json_string_value(type), name);
+  else if (json_is_array(type)) {
+    q35_buf b = {0};
+    size_t i;
+    json_t *t;
+    rc = json_array_size(type) ? 0 : sc_fail(c, "type must not be an empty array");
+    json_array_foreach(type, i, t) {
+      char sub[SC_NAME];
+      if (!json_is_string(t) || gen_type(c, s, json_string_value(t), sub)) {
+        rc = json_is_string(t) ? -1 : sc_fail(c, "type must be a string or an array of strings");
+        break;
+      }
+      q35_buf_printf(&b, "%s%s", i ? " | " : "", sub);
+    }
+    if (!rc) {
+      sc_new_name(c, name);
+      sc_put_rule(c, name, &b);
+    } else {
+      q35_buf_free(&b);
+    }
+  } else if (type) rc = sc_fail(c, "type must be a string or an array of strings");
+  else if (has_any(s, object_kw)) rc = gen_object(c, s, name);
+  else if (has_any(s, array_kw)) rc = sc_gen_array(c, s, name);
+  else if (has_any(s, string_kw)) rc = sc_gen_string(c, s, name);
+  else if (has_any(s, number_kw)) rc = sc_gen_number(c, s, 0, name);
+  else {
+    snprintf(name, SC_NAME, "value");
+    rc = 0;
+  }
+  c->depth--;
+  return c->failed ? -1 : rc;
+}
+
+int cn_schema_to_gbnf(const char *text, size_t len, int json_object, int ws_max, char **out, q35_err *err) {
+  sc c = {0};
+  c.err = err;
+  json_error_t je;
+  if (json_object) {
+    c.doc = NULL;
+  } else if (!(c.doc = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je))) {
+    return q35_seterr(err, "json schema: not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+  }
+  put_primitives(&c, ws_max);
+  char root[SC_NAME] = "object";
+  if (!json_object && sc_gen(&c, c.doc, root)) {
+    /* message set */
+  } else {
+    q35_buf_printf(&c.out, "root ::= %s\n", root);
+  }
+  for (size_t i = 0; i < c.n_refs; i++) free(c.refs[i].ptr);
+  free(c.refs);
+  json_decref(c.doc);
+  if (c.failed || c.out.oom) {
+    if (!c.failed) q35_seterr(err, "json schema: out of memory");
+    q35_buf_free(&c.out);
+    return -1;
+  }
+  *out = q35_buf_take(&c.out, NULL);
+  return 0;
+}

@@ -1,0 +1,552 @@
+/*
+ * anthropic.c - POST /v1/messages and /v1/messages/count_tokens, the Anthropic Messages API
+ * (see api.h).
+ *
+ * The request's `system` and `messages` (content blocks: text, tool_use, tool_result,
+ * thinking) become the OpenAI chat messages chat completions renders: tool_result blocks become
+ * "tool" messages (in their order, before the rest of that user turn), tool_use blocks the
+ * assistant's tool_calls, thinking blocks its reasoning_content. A final assistant message is a
+ * prefill: its text is appended after the generation prompt and the reply continues it.
+ *
+ * Output pieces (api_gen) become content blocks: thinking, text, tool_use. Streams send
+ *   message_start, ping, per block content_block_start / content_block_delta (thinking_delta,
+ *   text_delta, input_json_delta) / content_block_stop, message_delta (stop_reason,
+ *   stop_sequence, usage), message_stop;
+ * a failure after the stream started is an `error` event. stop_reason: "tool_use" when the
+ * reply holds tool calls, "max_tokens", "stop_sequence" (with stop_sequence naming the one that
+ * matched) or "end_turn". Errors use Anthropic's shape {"type":"error","error":{"type",
+ * "message"}}. The anthropic-version / anthropic-beta headers are accepted and not needed.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/api.h"
+#include "server/http.h"
+
+#define THINK_MIN_BUDGET 1024   /* Anthropic's smallest thinking budget */
+
+static const char *err_type(unsigned status) {
+  switch (status) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: return "overloaded_error";
+    default: return status >= 500 ? "api_error" : "invalid_request_error";
+  }
+}
+
+static json_t *err_body(unsigned status, const char *msg) {
+  return json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", err_type(status), "message", msg);
+}
+
+enum MHD_Result api_anthropic_error(struct MHD_Connection *c, unsigned status, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  http_log_status(status, msg); /* the -v request log names the reason */
+  return http_send_json(c, status, err_body(status, msg));
+}
+
+/* ---- the request ---- */
+
+typedef struct msg_req {
+  api_conv v;
+  srv_job *j;
+  char id[48];
+  int stream;
+  api_ctx *A;
+  oai_constraint con; /* tool_choice any / tool, strict tools (openai_constraint.c) */
+} msg_req;
+
+static void req_free(msg_req *q) {
+  api_conv_free(&q->v);
+  if (q->j) srv_job_release(q->A->sched, q->j);
+  free(q);
+}
+
+/* Text of a tool_result's content (a string or text blocks). */
+static int result_text(const json_t *ct, const char *where, q35_buf *out, oai_error *e) {
+  if (!ct || json_is_null(ct)) return 0;
+  if (json_is_string(ct)) return q35_buf_add(out, json_string_value(ct), json_string_length(ct));
+  if (!json_is_array(ct)) return api_bad(e, "messages", "'%s.content' must be a string or an array of blocks", where);
+  for (size_t k = 0; k < json_array_size(ct); k++) {
+    const json_t *b = json_array_get(ct, k);
+    const char *t = json_string_value(json_object_get(b, "type"));
+    if (t && !strcmp(t, "image"))
+      return api_bad(e, "messages", "'%s.content[%zu]' is an image: this model file has no vision encoder", where, k);
+    if (!t || strcmp(t, "text") || !json_is_string(json_object_get(b, "text")))
+      return api_bad(e, "messages", "'%s.content[%zu]' must be a text block", where, k);
+    q35_buf_str(out, json_string_value(json_object_get(b, "text")));
+  }
+  return 0;
+}
+
+/* One content block of messages[i] into the user text / assistant parts. */
+static int add_block(json_t *msgs, json_t *asst, const json_t *b, const char *where, q35_buf *text,
+                     q35_buf *reasoning, oai_error *e) {
+  const char *t = json_string_value(json_object_get(b, "type"));
+  if (!t) return api_bad(e, "messages", "'%s.type' must be a string", where);
+  if (!strcmp(t, "text")) {
+    const json_t *tx = json_object_get(b, "text");
+    if (!json_is_string(tx)) return api_bad(e, "messages", "'%s.text' must be a string", where);
+    return q35_buf_add(text, json_string_value(tx), json_string_length(tx));
+  }
+  if (!strcmp(t, "image") || !strcmp(t, "document"))
+    return api_bad(e, "messages", "'%s' is an %s block: this model file has no vision encoder", where, t);
+  if (!strcmp(t, "tool_result") && !asst) {
+    const json_t *id = json_object_get(b, "tool_use_id");
+    if (!json_is_string(id)) return api_bad(e, "messages", "'%s.tool_use_id' must be a string", where);
+    q35_buf r = {0};
+    if (json_is_true(json_object_get(b, "is_error"))) q35_buf_str(&r, "Error: ");
+    if (result_text(json_object_get(b, "content"), where, &r, e)) {
+      q35_buf_free(&r);
+      return -1;
+    }
+    json_array_append_new(msgs, json_pack("{s:s,s:O,s:s}", "role", "tool", "tool_call_id", id, "content",
+                                          r.p ? r.p : ""));
+    q35_buf_free(&r);
+    return 0;
+  }
+  if (!strcmp(t, "tool_use") && asst) {
+    const json_t *id = json_object_get(b, "id"), *name = json_object_get(b, "name"), *in = json_object_get(b, "input");
+    if (!json_is_string(id) || !json_is_string(name) || !json_is_object(in))
+      return api_bad(e, "messages", "'%s' needs a string id and name and an object input", where);
+    char *args = json_dumps(in, JSON_COMPACT);
+    json_t *calls = json_object_get(asst, "tool_calls");
+    if (!calls) json_object_set_new(asst, "tool_calls", calls = json_array());
+    json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:s}}", "id", id, "type", "function", "function", "name",
+                                           name, "arguments", args ? args : "{}"));
+    free(args);
+    return 0;
+  }
+  if (!strcmp(t, "thinking") && asst) {
+    const json_t *th = json_object_get(b, "thinking");
+    if (!json_is_string(th)) return api_bad(e, "messages", "'%s.thinking' must be a string", where);
+    return q35_buf_add(reasoning, json_string_value(th), json_string_length(th));
+  }
+  return api_bad(e, "messages", "'%s' is a '%s' block, which a%s turn cannot hold here (user: text, tool_result; "
+                 "assistant: text, thinking, tool_use)", where, t, asst ? "n assistant" : " user");
+}
+
+/* messages[i] -> chat messages; the last one, when it is the assistant's, is the prefill. */
+static int add_message(msg_req *q, const json_t *m, size_t i, int last, oai_error *e) {
+  char where[48];
+  snprintf(where, sizeof where, "messages[%zu]", i);
+  const char *role = json_string_value(json_object_get(m, "role"));
+  if (!json_is_object(m) || !role || (strcmp(role, "user") && strcmp(role, "assistant")))
+    return api_bad(e, "messages", "'%s.role' must be user or assistant", where);
+  const int asst = !strcmp(role, "assistant");
+  const json_t *ct = json_object_get(m, "content");
+  json_t *am = asst ? json_pack("{s:s}", "role", "assistant") : NULL;
+  q35_buf text = {0}, reasoning = {0};
+  int rc = 0;
+  if (json_is_string(ct)) q35_buf_add(&text, json_string_value(ct), json_string_length(ct));
+  else if (!json_is_array(ct))
+    rc = api_bad(e, "messages", "'%s.content' must be a string or an array of blocks", where);
+  for (size_t k = 0; !rc && json_is_array(ct) && k < json_array_size(ct); k++) {
+    char w2[96];
+    snprintf(w2, sizeof w2, "%s.content[%zu]", where, k);
+    rc = add_block(q->v.messages, am, json_array_get(ct, k), w2, &text, &reasoning, e);
+  }
+  if (!rc && asst && last && !json_object_get(am, "tool_calls")) {
+    q->v.prefill = strdup(text.p ? text.p : ""); /* the reply continues this text */
+  } else if (!rc && asst) {
+    json_object_set_new(am, "content", json_string(text.p ? text.p : ""));
+    if (reasoning.n) json_object_set_new(am, "reasoning_content", json_string(reasoning.p));
+    json_array_append(q->v.messages, am);
+  } else if (!rc && text.n) {
+    json_array_append_new(q->v.messages, json_pack("{s:s,s:s}", "role", "user", "content", text.p));
+  }
+  json_decref(am);
+  q35_buf_free(&text);
+  q35_buf_free(&reasoning);
+  return rc;
+}
+
+static int parse_system(const json_t *b, json_t *msgs, oai_error *e) {
+  const json_t *s = json_object_get(b, "system");
+  if (!s || json_is_null(s)) return 0;
+  q35_buf t = {0};
+  if (json_is_string(s)) q35_buf_str(&t, json_string_value(s));
+  else if (json_is_array(s)) {
+    for (size_t k = 0; k < json_array_size(s); k++) {
+      const json_t *bl = json_array_get(s, k);
+      const char *ty = json_string_value(json_object_get(bl, "type"));
+      if (!ty || strcmp(ty, "text") || !json_is_string(json_object_get(bl, "text"))) {
+        q35_buf_free(&t);
+        return api_bad(e, "system", "'system[%zu]' must be a text block", k);
+      }
+      if (t.n) q35_buf_str(&t, "\n\n");
+      q35_buf_str(&t, json_string_value(json_object_get(bl, "text")));
+    }
+  } else {
+    return api_bad(e, "system", "'system' must be a string or an array of text blocks");
+  }
+  json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", t.p ? t.p : ""));
+  q35_buf_free(&t);
+  return 0;
+}
+
+static int parse_tools(const json_t *b, msg_req *q, oai_error *e) {
+  const json_t *tools = json_object_get(b, "tools");
+  if (tools && !json_is_null(tools) && !json_is_array(tools)) return api_bad(e, "tools", "'tools' must be an array");
+  json_t *out = json_array();
+  for (size_t i = 0; tools && i < json_array_size(tools); i++) {
+    const json_t *t = json_array_get(tools, i);
+    const char *ty = json_string_value(json_object_get(t, "type"));
+    if (ty && strcmp(ty, "custom"))
+      return json_decref(out), api_bad(e, "tools", "'tools[%zu]' is the server tool '%s', which this server does not "
+                                       "have; only client tools (name, description, input_schema) are available",
+                                       i, ty);
+    const json_t *st = json_object_get(t, "strict");
+    if (st && !json_is_null(st) && !json_is_boolean(st))
+      return json_decref(out), api_bad(e, "tools", "'tools[%zu].strict' must be a boolean", i);
+    if (json_is_true(st)) q->con.strict_tools = 1;
+    const json_t *name = json_object_get(t, "name"), *schema = json_object_get(t, "input_schema");
+    if (!json_is_string(name) || !json_is_object(schema))
+      return json_decref(out), api_bad(e, "tools", "'tools[%zu]' needs a string name and an object input_schema", i);
+    json_t *fn = json_pack("{s:O,s:O}", "name", name, "parameters", schema);
+    if (json_is_true(st)) json_object_set_new(fn, "strict", json_true());
+    if (json_is_string(json_object_get(t, "description")))
+      json_object_set(fn, "description", json_object_get(t, "description"));
+    json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
+  }
+  const json_t *tc = json_object_get(b, "tool_choice");
+  int none = 0;
+  if (tc && !json_is_null(tc)) {
+    const char *ty = json_string_value(json_object_get(tc, "type"));
+    const char *nm = json_string_value(json_object_get(tc, "name"));
+    if (ty && !strcmp(ty, "none")) none = 1;
+    else if (ty && !strcmp(ty, "any")) q->con.tool_choice = OAI_TOOLS_REQUIRED;
+    else if (ty && !strcmp(ty, "tool") && nm) {
+      q->con.tool_choice = OAI_TOOLS_NAMED;
+      q->con.tool_name = nm;
+    } else if (!ty || strcmp(ty, "auto")) {
+      json_decref(out);
+      return api_bad(e, "tool_choice", "'tool_choice.type' must be auto, any, tool (with a name) or none");
+    }
+    int found = q->con.tool_choice != OAI_TOOLS_NAMED;
+    for (size_t i = 0; !found && i < json_array_size(out); i++)
+      found = !strcmp(json_string_value(json_object_get(json_object_get(json_array_get(out, i), "function"), "name")),
+                      nm);
+    if (!found || (q->con.tool_choice == OAI_TOOLS_REQUIRED && !json_array_size(out))) {
+      json_decref(out);
+      return api_bad(e, "tool_choice", found ? "'tool_choice' any needs tools" : "'tool_choice' names a tool that is "
+                                                                                "not in 'tools'");
+    }
+    if (json_is_true(json_object_get(tc, "disable_parallel_tool_use"))) q->v.max_calls = 1;
+  }
+  if (none || !json_array_size(out)) json_decref(out);
+  else q->v.tools = out;
+  if (none) q->con.strict_tools = 0;
+  q->con.tools = q->v.tools;
+  q->v.parse_tools = q->v.tools != NULL;
+  return 0;
+}
+
+static int parse_thinking(const oai_model *M, const json_t *b, msg_req *q, long long max_tokens, oai_error *e) {
+  q->v.think = M->no_think ? 0 : -1;
+  const json_t *t = json_object_get(b, "thinking");
+  if (!t || json_is_null(t)) return 0;
+  const char *ty = json_string_value(json_object_get(t, "type"));
+  if (ty && !strcmp(ty, "disabled")) q->v.think = 0;
+  else if (ty && !strcmp(ty, "adaptive")) q->v.think = 1;
+  else if (ty && !strcmp(ty, "enabled")) {
+    long long budget = 0;
+    if (api_int(t, "budget_tokens", "thinking.budget_tokens", THINK_MIN_BUDGET, INT32_MAX, &budget, e) <= 0)
+      return api_bad(e, "thinking.budget_tokens", "'thinking.budget_tokens' must be an integer >= %d",
+                     THINK_MIN_BUDGET);
+    if (max_tokens > 0 && budget >= max_tokens)
+      return api_bad(e, "thinking.budget_tokens", "'thinking.budget_tokens' must be less than max_tokens");
+    q->v.think = 1;
+  } else {
+    return api_bad(e, "thinking", "'thinking.type' must be enabled, disabled or adaptive");
+  }
+  return 0;
+}
+
+/* Sampling: the request's, else the model card's defaults (oai_model.defaults). */
+static int parse_sampling(const oai_model *M, const json_t *b, msg_req *q, oai_error *e) {
+  q35_sampling *sp = &q->j->sp;
+  *sp = M->defaults;
+  double x;
+  long long k;
+  int rc;
+  if ((rc = api_number(b, "temperature", "temperature", 0, 1, 0, &x, e)) < 0) return -1;
+  if (rc) sp->temperature = (float)x;
+  if ((rc = api_number(b, "top_p", "top_p", 0, 1, 1, &x, e)) < 0) return -1;
+  if (rc) sp->top_p = (float)x;
+  if ((rc = api_int(b, "top_k", "top_k", 1, INT32_MAX, &k, e)) < 0) return -1;
+  if (rc) sp->top_k = (int32_t)k;
+  sp->seed = q35_random_seed();
+  const json_t *ss = json_object_get(b, "stop_sequences");
+  if (ss && !json_is_null(ss)) {
+    if (!json_is_array(ss) || json_array_size(ss) > SRV_MAX_STOP)
+      return api_bad(e, "stop_sequences", "'stop_sequences' must be an array of at most %d strings", SRV_MAX_STOP);
+    for (size_t i = 0; i < json_array_size(ss); i++) {
+      const json_t *s = json_array_get(ss, i);
+      if (!json_is_string(s) || !json_string_length(s))
+        return api_bad(e, "stop_sequences", "'stop_sequences[%zu]' must be a non-empty string", i);
+      q->j->stop[q->j->n_stop++] = strdup(json_string_value(s));
+    }
+  }
+  const json_t *st = json_object_get(b, "stream");
+  if (st && !json_is_null(st) && !json_is_boolean(st)) return api_bad(e, "stream", "'stream' must be a boolean");
+  q->stream = json_is_true(st);
+  const json_t *md = json_object_get(b, "metadata");
+  if (md && !json_is_null(md)) {
+    static const char *const mk[] = {"user_id", NULL};
+    const json_t *u = json_object_get(md, "user_id");
+    if (!json_is_object(md) || api_unknown_key(md, mk) || (u && !json_is_null(u) && !json_is_string(u)))
+      return api_bad(e, "metadata", "'metadata' may only hold a string user_id");
+  }
+  const json_t *tier = json_object_get(b, "service_tier");
+  if (tier && !json_is_null(tier) && !json_is_string(tier))
+    return api_bad(e, "service_tier", "'service_tier' must be a string");
+  return 0;
+}
+
+static const char *const create_keys[] = {"model", "max_tokens", "messages", "system", "metadata", "stop_sequences",
+                                          "stream", "temperature", "top_p", "top_k", "tools", "tool_choice",
+                                          "thinking", "service_tier", "cache_control", NULL};
+static const char *const count_keys[] = {"model", "messages", "system", "tools", "tool_choice", "thinking",
+                                         "cache_control", NULL};
+
+static int parse_request(api_ctx *A, const char *sid, const json_t *b, int count, msg_req *q, oai_error *e) {
+  const oai_model *M = A->M;
+  const char *bad = api_unknown_key(b, count ? count_keys : create_keys);
+  if (bad) return api_bad(e, bad, "unknown or unsupported field '%s'", bad);
+  const json_t *model = json_object_get(b, "model");
+  if (!json_is_string(model)) return api_bad(e, "model", "'model' is required (a string)");
+  if (strcmp(json_string_value(model), M->id) && strcmp(json_string_value(model), M->stem))
+    return api_bad(e, "model", "model '%s' is not served here; this server has '%s'", json_string_value(model), M->id);
+  if (!(q->j = srv_job_new())) return api_bad(e, NULL, "out of memory");
+  long long max_tokens = 0;
+  if (!count) {
+    if (api_int(b, "max_tokens", "max_tokens", 1, INT32_MAX, &max_tokens, e) <= 0)
+      return api_bad(e, "max_tokens", "'max_tokens' is required (an integer >= 1)");
+    q->j->max_tokens = (int32_t)max_tokens;
+    if (parse_sampling(M, b, q, e)) return -1;
+  }
+  q->v.messages = json_array();
+  if (parse_system(b, q->v.messages, e) || parse_tools(b, q, e) || parse_thinking(M, b, q, max_tokens, e) ||
+      api_session(sid, q->j, e))
+    return -1;
+  const json_t *msgs = json_object_get(b, "messages");
+  if (!json_is_array(msgs) || !json_array_size(msgs))
+    return api_bad(e, "messages", "'messages' is required (a non-empty array)");
+  for (size_t i = 0; i < json_array_size(msgs); i++)
+    if (add_message(q, json_array_get(msgs, i), i, i + 1 == json_array_size(msgs), e)) return -1;
+  if (api_conv_prompt(M, &q->v, q->j, e, "messages")) return -1;
+  if (!count && oai_constraint_build(M, &q->con, q->v.in_think, q->v.max_calls, q->j, e)) return -1;
+  api_id(q->id, sizeof q->id, "msg_");
+  return 0;
+}
+
+/* ---- output ---- */
+
+/* A tool call as a tool_use block (input parsed back from the arguments JSON). */
+static json_t *tool_use_block(const json_t *call, int with_input) {
+  const json_t *fn = json_object_get(call, "function");
+  const char *cid = json_string_value(json_object_get(call, "id"));
+  char id[48];
+  snprintf(id, sizeof id, "toolu_%s", cid && !strncmp(cid, "call_", 5) ? cid + 5 : "0");
+  json_t *in = with_input ? json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL) : NULL;
+  if (!json_is_object(in)) {
+    json_decref(in);
+    in = json_object();
+  }
+  return json_pack("{s:s,s:s,s:O,s:o}", "type", "tool_use", "id", id, "name", json_object_get(fn, "name"), "input", in);
+}
+
+static void collect_piece(void *cls, api_piece_kind kind, const char *text, const json_t *call) {
+  json_t *content = cls;
+  if (kind == API_REASONING)
+    json_array_append_new(content, json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking", text, "signature", ""));
+  else if (kind == API_TEXT) json_array_append_new(content, json_pack("{s:s,s:s}", "type", "text", "text", text));
+  else json_array_append_new(content, tool_use_block(call, 1));
+}
+
+static json_t *usage_obj(const srv_job *j, int with_output) {
+  json_t *u = json_pack("{s:I,s:i,s:I,s:s}", "input_tokens", (json_int_t)(j->n_prompt - j->cached_tokens),
+                        "cache_creation_input_tokens", 0, "cache_read_input_tokens", (json_int_t)j->cached_tokens,
+                        "service_tier", "standard");
+  json_object_set_new(u, "output_tokens", json_integer(with_output ? j->completion_tokens : 0));
+  return u;
+}
+
+/* stop_reason and stop_sequence of the finished generation. */
+static const char *stop_reason(const msg_req *q, const api_gen *g, const char **seq) {
+  *seq = NULL;
+  const int si = api_gen_stop_index(g, q->A->M, q->j);
+  if (si >= 0) {
+    *seq = q->j->stop[si];
+    return "stop_sequence";
+  }
+  if (g->finish && !strcmp(g->finish, "length")) return "max_tokens";
+  return g->n_calls ? "tool_use" : "end_turn";
+}
+
+/* ---- streaming ---- */
+
+typedef struct msg_stream {
+  msg_req *q;
+  api_gen g;
+  int n_blocks;          /* blocks started */
+  int open;              /* the open text / thinking block's index, or -1 */
+  api_piece_kind open_kind;
+  q35_buf *out;
+} msg_stream;
+
+static void emit(msg_stream *st, const char *type, json_t *ev) {
+  json_object_set_new(ev, "type", json_string(type));
+  api_sse(st->out, type, ev);
+}
+
+static void close_block(msg_stream *st) {
+  if (st->open < 0) return;
+  emit(st, "content_block_stop", json_pack("{s:i}", "index", st->open));
+  st->open = -1;
+}
+
+static void stream_piece(void *cls, api_piece_kind kind, const char *text, const json_t *call) {
+  msg_stream *st = cls;
+  if (kind == API_CALL) {
+    close_block(st);
+    const int ix = st->n_blocks++;
+    emit(st, "content_block_start", json_pack("{s:i,s:o}", "index", ix, "content_block", tool_use_block(call, 0)));
+    emit(st, "content_block_delta",
+         json_pack("{s:i,s:{s:s,s:O}}", "index", ix, "delta", "type", "input_json_delta", "partial_json",
+                   json_object_get(json_object_get(call, "function"), "arguments")));
+    emit(st, "content_block_stop", json_pack("{s:i}", "index", ix));
+    return;
+  }
+  const int r = kind == API_REASONING;
+  if (st->open < 0 || st->open_kind != kind) {
+    close_block(st);
+    st->open = st->n_blocks++;
+    st->open_kind = kind;
+    json_t *blk = r ? json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking", "", "signature", "")
+                    : json_pack("{s:s,s:s}", "type", "text", "text", "");
+    emit(st, "content_block_start", json_pack("{s:i,s:o}", "index", st->open, "content_block", blk));
+  }
+  emit(st, "content_block_delta", json_pack("{s:i,s:{s:s,s:s}}", "index", st->open, "delta", "type",
+                                            r ? "thinking_delta" : "text_delta", r ? "thinking" : "text", text));
+}
+
+static void st_start(void *cls, q35_buf *out) {
+  msg_stream *st = cls;
+  st->out = out;
+  const msg_req *q = st->q;
+  emit(st, "message_start",
+       json_pack("{s:{s:s,s:s,s:s,s:[],s:s,s:n,s:n,s:o}}", "message", "id", q->id, "type", "message", "role",
+                 "assistant", "content", "model", q->A->M->id, "stop_reason", "stop_sequence", "usage",
+                 usage_obj(q->j, 0)));
+  emit(st, "ping", json_object());
+}
+
+static void st_events(void *cls, const srv_event *e, q35_buf *out) {
+  msg_stream *st = cls;
+  st->out = out;
+  api_gen_feed(&st->g, e, stream_piece, st);
+}
+
+static void st_end(void *cls, q35_buf *out) {
+  msg_stream *st = cls;
+  st->out = out;
+  close_block(st);
+  const srv_job *j = st->q->j;
+  if (j->failed) {
+    api_sse(out, "error", err_body((unsigned)j->status, j->errmsg));
+    return;
+  }
+  const char *seq = NULL;
+  const char *why = stop_reason(st->q, &st->g, &seq);
+  emit(st, "message_delta", json_pack("{s:{s:s,s:s?},s:o}", "delta", "stop_reason", why, "stop_sequence", seq, "usage",
+                                      usage_obj(j, 1)));
+  emit(st, "message_stop", json_object());
+}
+
+static void st_release(void *cls) {
+  msg_stream *st = cls;
+  api_gen_free(&st->g);
+  st->q->j = NULL; /* api_stream releases the job */
+  req_free(st->q);
+  free(st);
+}
+
+static const api_stream_ops msg_ops = {st_start, st_events, st_end, st_release};
+
+/* ---- the endpoint ---- */
+
+int api_messages_parse(api_ctx *A, const json_t *body, int count_only, const char *sid, srv_job **job, oai_error *e) {
+  *job = NULL;
+  msg_req *q = calloc(1, sizeof *q);
+  if (!q) return api_bad(e, NULL, "out of memory");
+  q->A = A;
+  const int rc = parse_request(A, sid, body, count_only, q, e);
+  *job = q->j;
+  q->j = NULL;
+  req_free(q);
+  return rc;
+}
+
+enum MHD_Result api_messages(api_ctx *A, struct MHD_Connection *c, const json_t *body, int count_only) {
+  msg_req *q = calloc(1, sizeof *q);
+  if (!q) return api_anthropic_error(c, 503, "out of memory");
+  q->A = A;
+  oai_error e = {0};
+  if (parse_request(A, api_session_header(c), body, count_only, q, &e)) {
+    req_free(q);
+    return api_anthropic_error(c, e.status ? e.status : 400, "%s", e.msg);
+  }
+  if (count_only) {
+    json_t *o = json_pack("{s:I}", "input_tokens", (json_int_t)q->j->n_prompt);
+    req_free(q);
+    return http_send_json(c, 200, o);
+  }
+  char msg[512];
+  const int st = srv_sched_submit(A->sched, q->j, msg, sizeof msg);
+  if (st) {
+    req_free(q);
+    return api_anthropic_error(c, (unsigned)st, "%s", msg);
+  }
+  if (q->stream) {
+    msg_stream *s = calloc(1, sizeof *s);
+    if (!s || api_gen_init(&s->g, &q->v, 1)) {
+      free(s);
+      srv_job_cancel(A->sched, q->j);
+      req_free(q);
+      return api_anthropic_error(c, 503, "out of memory");
+    }
+    s->q = q;
+    s->open = -1;
+    return api_stream(A, c, q->j, &msg_ops, s);
+  }
+  api_gen g;
+  enum MHD_Result rc = MHD_NO;
+  if (api_gen_init(&g, &q->v, 0) == 0 && api_wait(A->sched, c, q->j, &g) == 0) {
+    if (q->j->failed) {
+      rc = api_anthropic_error(c, (unsigned)q->j->status, "%s", q->j->errmsg);
+    } else {
+      json_t *content = json_array();
+      api_gen_final(&g, collect_piece, content);
+      const char *seq = NULL;
+      const char *why = stop_reason(q, &g, &seq);
+      http_log_tokens(q->j->n_prompt, q->j->completion_tokens);
+      rc = http_send_json(c, 200, json_pack("{s:s,s:s,s:s,s:s,s:o,s:s,s:s?,s:o}", "id", q->id, "type", "message",
+                                            "role", "assistant", "model", A->M->id, "content", content, "stop_reason",
+                                            why, "stop_sequence", seq, "usage", usage_obj(q->j, 1)));
+    }
+  }
+  api_gen_free(&g);
+  req_free(q);
+  return rc;
+}

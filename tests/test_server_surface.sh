@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# test_server_surface.sh - q35 serve's request surface with the official OpenAI client
+# (tests/tools/server_surface.mjs): unknown and unsupported fields refused by name, tool_choice,
+# legacy functions, logit_bias, echo/suffix/best_of, models/{id}, context_length_exceeded, a 413
+# the client receives, distinct legacy logprobs, logprobs cut at a stop; then the -v log lines.
+set -euo pipefail
+: "${Q35:?}" "${Q35_SRC:?}"
+if ! command -v node >/dev/null || [ ! -d "$Q35_SRC/tests/node_modules/openai" ]; then
+  echo "SKIP: node or the openai npm package is missing (run tools/setup-peers.sh)"
+  exit 77
+fi
+tmp=$(mktemp -d)
+pid=
+cleanup() {
+  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+"$Q35" export --tiny-test -o "$tmp/tiny.gguf" >/dev/null 2>&1
+port=$(node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')
+CTX=1024 MAX_BODY=32768
+"$Q35" serve -m "$tmp/tiny.gguf" --host 127.0.0.1 --port "$port" --ctx $CTX -t 2 --no-think --max-body $MAX_BODY -v \
+  >"$tmp/server.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 200); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health" || true)" = 200 ] && break
+  kill -0 "$pid" 2>/dev/null || { echo "FAIL: the server died"; cat "$tmp/server.log"; exit 1; }
+  sleep 0.1
+done
+rc=0
+Q35_URL="http://127.0.0.1:$port" Q35_MODEL="$tmp/tiny.gguf" Q35_CTX=$CTX Q35_MAX_BODY=$MAX_BODY \
+  NODE_PATH="$Q35_SRC/tests/node_modules" node "$Q35_SRC/tests/tools/server_surface.mjs" || rc=$?
+kill -0 "$pid" 2>/dev/null || { echo "FAIL: the server died"; cat "$tmp/server.log"; exit 1; }
+[ $rc = 0 ] || { tail -n 30 "$tmp/server.log"; exit 1; }
+# a body over --max-body sent whole before the answer is read (as Python's http.client, requests
+# and many other clients do): the client must receive the 413, not EPIPE / a connection reset
+python3 - "$port" <<'PY' || { echo "FAIL: oversized bodies"; tail -n 5 "$tmp/server.log"; exit 1; }
+import http.client, json, sys
+for size in (100_000, 20_000_000):
+    c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=60)
+    body = b'{"prompt": "' + b"x" * size + b'"}'
+    try:
+        c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        status, err = r.status, json.loads(r.read())["error"]
+    except OSError as e:
+        sys.exit(f"a {size}-byte body: {type(e).__name__}: {e}")
+    if status != 413 or err["code"] != "request_too_large":
+        sys.exit(f"a {size}-byte body: {status} {err}")
+PY
+# -v: one line per request with the status and latency, the tokens of a completion, the reason of a 4xx
+fail=0
+grep -Eq '^q35 serve: POST /v1/completions -> 200 in [0-9.]+ ms prompt [0-9]+ completion [0-9]+ tokens$' "$tmp/server.log" ||
+  { echo "FAIL: -v logs no completion line with tokens"; fail=1; }
+grep -Eq "^q35 serve: POST /v1/chat/completions -> 400 in [0-9.]+ ms: unknown field 'frobnicate'" "$tmp/server.log" ||
+  { echo "FAIL: -v logs no 4xx reason"; fail=1; }
+grep -Eq '^q35 serve: POST /v1/completions -> 413 in ' "$tmp/server.log" || { echo "FAIL: -v logs no 413"; fail=1; }
+[ $fail = 0 ] || { grep 'q35 serve: ' "$tmp/server.log" | tail -n 20; exit 1; }
+# a clean shutdown (under the sanitizers: no leak, no error report)
+src=0; kill -TERM "$pid"; wait "$pid" || src=$?; pid=
+[ $src = 0 ] || { echo "FAIL: server exit status $src after SIGTERM"; grep -A20 Sanitizer "$tmp/server.log" | head -40; exit 1; }
+echo "PASS"

@@ -1,0 +1,170 @@
+// constrain_ajv.mjs - ajv (JSON Schema 2020-12, with ajv-formats) as the oracle for q35's
+// constraint tests (tests/test_constrain_ajv.sh).
+//
+//   node constrain_ajv.mjs gen OUT_DIR N SEED
+//       for each schema of the corpus below: OUT_DIR/K.schema.json, OUT_DIR/K.jsonl (N instances,
+//       compact JSON: generated from the schema, half of them mutated) and OUT_DIR/K.expect
+//       (ajv's verdict per instance: accept / reject)
+//   node constrain_ajv.mjs validate SCHEMA.json TEXT_FILE...
+//       prints one line per file: "valid" or "invalid <ajv errors>" (the file's text, trimmed of
+//       the final newline, parsed as JSON; unparsable text is "invalid")
+import fs from "node:fs";
+import { createRequire } from "node:module";
+const require = createRequire(import.meta.url);
+const Ajv2020 = require("ajv/dist/2020").default;
+const addFormats = require("ajv-formats").default;
+
+// The corpus: 2020-12 schemas inside what q35 supports; samples feed `pattern` strings.
+const corpus = [
+  { schema: { type: "object", properties: { name: { type: "string", minLength: 1, maxLength: 20 },
+      age: { type: "integer", minimum: 0, maximum: 150 }, email: { type: "string", format: "email" },
+      tags: { type: "array", items: { type: "string", maxLength: 5 }, maxItems: 3 },
+      nick: { type: ["string", "null"] } }, required: ["name", "age"], additionalProperties: false } },
+  { schema: { type: "array", prefixItems: [{ type: "integer" }, { type: "string", format: "date" }, { type: "boolean" }],
+      items: false, minItems: 2 } },
+  { schema: { $defs: { node: { type: "object", properties: { v: { type: "integer", exclusiveMinimum: -10, exclusiveMaximum: 10 },
+      kids: { type: "array", items: { $ref: "#/$defs/node" }, maxItems: 2 } }, required: ["v"], additionalProperties: false } },
+      $ref: "#/$defs/node" } },
+  { schema: { type: "object", properties: { id: { type: "string", format: "uuid" }, at: { type: "string", format: "date-time" },
+      t: { type: "string", format: "time" }, kind: { enum: ["a", "b", 3, null] },
+      code: { type: "string", pattern: "^[A-Z]{2}-\\d{3}$" } }, required: ["id", "kind"], additionalProperties: { type: "number" } },
+    samples: ["AB-123", "ab-123", "ABC-12", "XY-999", "QQ-000x"] },
+  { schema: { anyOf: [{ type: "integer", minimum: 100 }, { type: "string", pattern: "x+y" }, { const: { k: [1, 2] } }] },
+    samples: ["xxy", "axyb", "yx", "abc", "x\"y"] },
+  { schema: { type: "array", items: { type: "number", minimum: 0 }, minItems: 1, maxItems: 4 } },
+  { schema: { type: "object", properties: { x: { type: "number", exclusiveMinimum: -5, maximum: 20 },
+      y: { type: "number", exclusiveMaximum: 0 }, z: { oneOf: [{ type: "string", maxLength: 30 }, { type: "integer" }] } },
+      required: ["x", "y"], additionalProperties: false } },
+  { schema: { type: "object", properties: { a: { type: "object", properties: { b: { type: "boolean" } }, additionalProperties: true },
+      c: { type: "array", items: { enum: [1, 2, 3] } }, d: { type: "integer", minimum: -1234567, maximum: 98765 } }, additionalProperties: false } },
+  { schema: { type: "object", properties: { p0: { type: "integer" }, p1: { type: "string" }, p2: { type: "boolean" },
+      p3: { type: "null" }, p4: { type: "integer" }, p5: { type: "string" }, p6: { type: "boolean" }, p7: { type: "integer" },
+      p8: { type: "string" }, p9: { type: "integer" } }, required: ["p0", "p5", "p9"], additionalProperties: false },
+    ordered: true },
+];
+
+let rng = 1;
+const rand = () => ((rng = (rng * 1103515245 + 12345) % 2147483648) / 2147483648);
+const pick = (a) => a[Math.floor(rand() * a.length)];
+const int = (lo, hi) => lo + Math.floor(rand() * (hi - lo + 1));
+const pad = (n, w) => String(n).padStart(w, "0");
+
+function genString(s, samples) {
+  if (s.pattern) return pick(samples);
+  const f = s.format;
+  if (f === "date") return `${pad(int(1890, 2100), 4)}-${pad(int(1, 12), 2)}-${pad(int(1, 31), 2)}`;
+  if (f === "time") return `${pad(int(0, 24), 2)}:${pad(int(0, 59), 2)}:${pad(int(0, 60), 2)}${pick(["Z", "+01:00", "-23:59", "", ".5z"])}`;
+  if (f === "date-time") return `${genString({ format: "date" })}${pick(["T", "t", " "])}${genString({ format: "time" })}`;
+  if (f === "uuid") return [8, 4, 4, 4, 12].map((n) => Array.from({ length: n }, () => pick("0123456789abcdefABCDEF")).join("")).join("-");
+  if (f === "email") return pick(["a.b@c.de", "x@y", "first.last+tag@mail.example.org", "bad@-x.com", "q@w.e"]);
+  const alphabet = ["a", "b", "Z", " ", "é", "日", "😀", "\"", "\\", "\n", "\u0001", "/", "x"];
+  const lo = s.minLength || 0, hi = s.maxLength !== undefined ? s.maxLength : lo + 6;
+  return Array.from({ length: int(lo, hi) }, () => pick(alphabet)).join("");
+}
+
+function gen(s, root, samples, depth) {
+  if (s === true || s === undefined) return pick([1, "s", null, [true], { k: 2 }]);
+  if (s.$ref) return gen(s.$ref.split("/").slice(1).reduce((o, k) => o[k], root), root, samples, depth + 1);
+  if (s.const !== undefined) return s.const;
+  if (s.enum) return pick(s.enum);
+  if (s.anyOf) return gen(pick(s.anyOf), root, samples, depth);
+  const t = Array.isArray(s.type) ? pick(s.type) : s.type;
+  if (t === "null") return null;
+  if (t === "boolean") return rand() < 0.5;
+  if (t === "integer") {
+    const lo = s.minimum ?? (s.exclusiveMinimum !== undefined ? s.exclusiveMinimum + 1 : -1000);
+    const hi = s.maximum ?? (s.exclusiveMaximum !== undefined ? s.exclusiveMaximum - 1 : 100000);
+    return int(lo, hi);
+  }
+  if (t === "number") { // bounded numbers are generated without an exponent (docs/CONSTRAIN.md)
+    const bounded = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"].some((k) => s[k] !== undefined);
+    return pick(bounded ? [0, 1.5, 0.001, 12345.25, 3, 7] : [0, 1.5, 2e-7, 12345.25, 3, 1e21]);
+  }
+  if (t === "string") return genString(s, samples);
+  if (t === "array" || s.prefixItems || s.items) {
+    const out = [];
+    const pre = s.prefixItems || [];
+    const n = depth > 3 ? (s.minItems || 0) : int(s.minItems || 0, s.maxItems ?? (pre.length + 3));
+    for (let i = 0; i < n; i++) {
+      const sub = i < pre.length ? pre[i] : s.items;
+      if (sub === false) break;
+      out.push(gen(sub, root, samples, depth + 1));
+    }
+    return out;
+  }
+  const o = {};
+  const props = Object.keys(s.properties || {});
+  const order = props.length > 8 ? props : props.sort(() => rand() - 0.5);
+  for (const k of order)
+    if ((s.required || []).includes(k) || rand() < 0.6) o[k] = gen(s.properties[k], root, samples, depth + 1);
+  if (s.additionalProperties && rand() < 0.3) o["extra" + int(0, 9)] = gen(s.additionalProperties, root, samples, depth + 1);
+  return o;
+}
+
+// A random change somewhere in v (may keep it valid; ajv decides).
+function mutate(v) {
+  if (Array.isArray(v) && v.length && rand() < 0.6) {
+    const i = int(0, v.length - 1);
+    const w = v.slice();
+    w[i] = mutate(w[i]);
+    return rand() < 0.2 ? w.concat([w[0]]) : w;
+  }
+  if (v && typeof v === "object" && !Array.isArray(v) && Object.keys(v).length && rand() < 0.7) {
+    const keys = Object.keys(v), k = pick(keys), w = { ...v };
+    const r = rand();
+    if (r < 0.3) delete w[k];
+    else if (r < 0.5) w["zz" + int(0, 3)] = 7;
+    else w[k] = mutate(w[k]);
+    return w;
+  }
+  if (typeof v === "number") return pick([v + 1, v - 1, -v, v + 0.5, "1", null].map((x) => (typeof x === "number" && Math.abs(x) > 1e20 ? 5 : x)));
+  if (typeof v === "string") return pick([v + "x", v.slice(1), "", 5, v.toUpperCase()]);
+  return pick([0, "", null, [], {}, true, -3]);
+}
+
+function ajvFor(schema) {
+  const ajv = new Ajv2020({ strict: false, allErrors: false });
+  addFormats(ajv);
+  return ajv.compile(schema);
+}
+
+const [cmd, ...args] = process.argv.slice(2);
+if (cmd === "gen") {
+  const [dir, nStr, seedStr] = args;
+  rng = Number(seedStr) || 1;
+  fs.mkdirSync(dir, { recursive: true });
+  corpus.forEach((c, k) => {
+    const validate = ajvFor(c.schema);
+    const lines = [], expect = [];
+    const seen = new Set();
+    for (let i = 0; i < Number(nStr) * 4 && lines.length < Number(nStr); i++) {
+      let v = gen(c.schema, c.schema, c.samples || [], 0);
+      if (i % 2) v = mutate(v);
+      const text = JSON.stringify(v);
+      if (text === undefined || seen.has(text)) continue;
+      seen.add(text);
+      lines.push(text);
+      expect.push(validate(v) ? "accept" : "reject");
+    }
+    fs.writeFileSync(`${dir}/${k}.schema.json`, JSON.stringify(c.schema));
+    fs.writeFileSync(`${dir}/${k}.jsonl`, lines.join("\n") + "\n");
+    fs.writeFileSync(`${dir}/${k}.expect`, expect.join("\n") + "\n");
+  });
+  console.log(corpus.length);
+} else if (cmd === "validate") {
+  const validate = ajvFor(JSON.parse(fs.readFileSync(args[0], "utf8")));
+  for (const f of args.slice(1)) {
+    const text = fs.readFileSync(f, "utf8").replace(/\n$/, "");
+    let v;
+    try {
+      v = JSON.parse(text);
+    } catch (e) {
+      console.log(`invalid not JSON: ${JSON.stringify(text.slice(0, 80))}`);
+      continue;
+    }
+    console.log(validate(v) ? "valid" : `invalid ${JSON.stringify(validate.errors).slice(0, 300)}`);
+  }
+} else {
+  console.error("usage: constrain_ajv.mjs gen OUT_DIR N SEED | validate SCHEMA FILE...");
+  process.exit(2);
+}

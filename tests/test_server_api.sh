@@ -23,7 +23,8 @@ trap cleanup EXIT INT TERM
 chain=$(node "$Q35_SRC/tests/tools/chain_model.mjs" "$Q35" "$tmp" 2>"$tmp/chain.log" | tail -n 1) ||
   { echo "FAIL: cannot make the chain model"; cat "$tmp/chain.log"; exit 1; }
 port=$(node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')
-"$Q35" serve -m "$tmp/chain.gguf" --host 127.0.0.1 --port "$port" --parallel 2 --ctx 2048 -t 1 --no-think \
+# Q35_TEST_MIN_THINK_BUDGET (test only): budget_tokens down to 2, below the chain's looping reasoning
+Q35_TEST_MIN_THINK_BUDGET=2 "$Q35" serve -m "$tmp/chain.gguf" --host 127.0.0.1 --port "$port" --parallel 2 --ctx 2048 -t 1 --no-think \
   >"$tmp/server.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 200); do

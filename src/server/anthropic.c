@@ -26,6 +26,7 @@
 #include "server/http.h"
 
 #define THINK_MIN_BUDGET 1024   /* Anthropic's smallest thinking budget */
+#define THINK_MIN_BUDGET_ENV "Q35_TEST_MIN_THINK_BUDGET" /* test only: a lower smallest budget */
 
 static const char *err_type(unsigned status) {
   switch (status) {
@@ -251,6 +252,33 @@ static int parse_tools(const json_t *b, msg_req *q, oai_error *e) {
   return 0;
 }
 
+/* The smallest budget_tokens: Anthropic's, or (tests only, to make a short reasoning exceed it)
+ * the integer in [1, 1024] in $Q35_TEST_MIN_THINK_BUDGET, read once. */
+static long long min_budget = THINK_MIN_BUDGET;
+static pthread_once_t min_budget_once = PTHREAD_ONCE_INIT;
+static void min_budget_read(void) {
+  const char *v = getenv(THINK_MIN_BUDGET_ENV);
+  char *end = NULL;
+  const long long t = v && *v ? strtoll(v, &end, 10) : 0;
+  if (end && !*end && t >= 1 && t <= THINK_MIN_BUDGET) min_budget = t;
+}
+static long long think_min_budget(void) {
+  pthread_once(&min_budget_once, min_budget_read);
+  return min_budget;
+}
+
+/* The </think> token, or -1 when the vocabulary has no single one. */
+static int32_t think_end_id(const oai_model *M) {
+  q35_err err = {{0}};
+  int32_t *t = NULL, n = 0;
+  if (q35_tokenize(M->tok, "</think>", 8, &t, &n, &err)) return -1;
+  const int32_t id = n == 1 ? t[0] : -1;
+  free(t);
+  return id;
+}
+
+/* thinking: {type: enabled, budget_tokens} sets j->think_budget (kept once the prompt is known
+ * to open a reasoning block); the scheduler cuts the reasoning there with </think>. */
 static int parse_thinking(const oai_model *M, const json_t *b, msg_req *q, long long max_tokens, oai_error *e) {
   q->v.think = M->no_think ? 0 : -1;
   const json_t *t = json_object_get(b, "thinking");
@@ -260,12 +288,16 @@ static int parse_thinking(const oai_model *M, const json_t *b, msg_req *q, long 
   else if (ty && !strcmp(ty, "adaptive")) q->v.think = 1;
   else if (ty && !strcmp(ty, "enabled")) {
     long long budget = 0;
-    if (api_int(t, "budget_tokens", "thinking.budget_tokens", THINK_MIN_BUDGET, INT32_MAX, &budget, e) <= 0)
-      return api_bad(e, "thinking.budget_tokens", "'thinking.budget_tokens' must be an integer >= %d",
-                     THINK_MIN_BUDGET);
+    const long long min = think_min_budget();
+    if (api_int(t, "budget_tokens", "thinking.budget_tokens", min, INT32_MAX, &budget, e) <= 0)
+      return api_bad(e, "thinking.budget_tokens", "'thinking.budget_tokens' must be an integer >= %lld", min);
     if (max_tokens > 0 && budget >= max_tokens)
       return api_bad(e, "thinking.budget_tokens", "'thinking.budget_tokens' must be less than max_tokens");
     q->v.think = 1;
+    q->j->think_budget = (int32_t)budget;
+    if ((q->j->think_end = think_end_id(M)) < 0)
+      return api_bad(e, "thinking.budget_tokens",
+                     "'thinking.budget_tokens' needs a single </think> token, which this model's vocabulary lacks");
   } else {
     return api_bad(e, "thinking", "'thinking.type' must be enabled, disabled or adaptive");
   }
@@ -345,6 +377,7 @@ static int parse_request(api_ctx *A, const char *sid, const json_t *b, int count
   for (size_t i = 0; i < json_array_size(msgs); i++)
     if (add_message(q, json_array_get(msgs, i), i, i + 1 == json_array_size(msgs), e)) return -1;
   if (api_conv_prompt(M, &q->v, q->j, e, "messages")) return -1;
+  if (!q->v.in_think) q->j->think_budget = 0; /* no reasoning block to cut */
   if (!count && oai_constraint_build(M, &q->con, q->v.in_think, q->v.max_calls, q->j, e)) return -1;
   api_id(q->id, sizeof q->id, "msg_");
   return 0;

@@ -75,6 +75,9 @@ typedef struct seq {
   q35_buf tail;        /* ... its text since the last trigger */
   q35_sampling sp_wait;        /* while waiting for </think> before a mandatory language: sp with */
   q35_logit_bias *wait_bias;   /* the job's biases plus a ban of the end-of-generation tokens */
+  int in_think;        /* job->think_budget: still inside the reasoning */
+  int32_t n_think;     /* ... reasoning tokens generated so far */
+  int32_t force;       /* >= 0: the next token is this one (the budget's </think>), not sampled */
 } seq;
 
 struct srv_sched {
@@ -383,6 +386,18 @@ static void seq_watch_triggers(seq *q, int32_t token) {
   }
 }
 
+/* Thinking budget: count the reasoning tokens; at the budget, without </think> yet, the next
+ * token is forced to be </think> (the row feeds the last token and samples nothing). */
+static void seq_count_think(seq *q, int32_t token) {
+  const srv_job *j = q->job;
+  if (!q->in_think) return;
+  if (token == j->think_end) {
+    q->in_think = 0;
+  } else if (++q->n_think >= j->think_budget && !(q->con && q->trig_i >= j->n_trigger)) {
+    q->force = j->think_end; /* (an active constraint decides the tokens itself) */
+  }
+}
+
 /* A constraint that allows no token here would fail the whole step (and every row in it), so
  * its sequence fails alone first (mutex held). The mask is cached by the constraint, so the
  * step's own mask costs nothing more. 1: failed. */
@@ -417,12 +432,14 @@ static int seq_on_token(srv_sched *s, seq *q, const q35_row *r) {
   } else {
     q->hist[q->n_hist++] = r->token;
     seq_watch_triggers(q, r->token);
+    seq_count_think(q, r->token);
     q->n_gen++;
     q->last = r->token;
     e->has_token = 1;
     e->token = r->token;
     e->logprob = r->logprob;
     e->n_top = q->job->n_top_logprobs > 0 ? q->job->n_top_logprobs : 0;
+    if (r->n_outputs == Q35_OUTPUTS_NONE && e->n_top) e->n_top = 1; /* forced: the one alternative */
     for (int i = 0; i < e->n_top; i++) {
       e->top_ids[i] = r->top_ids[i];
       e->top_logprobs[i] = r->top_logprobs[i];
@@ -622,6 +639,8 @@ static seq *seq_new(srv_sched *s, srv_job *j, int choice) {
   q->choice = choice;
   q->sp = j->sp;
   q->sp.seed = j->sp.seed + (uint64_t)choice;
+  q->in_think = j->think_budget > 0;
+  q->force = -1;
   q->limit = s->o.n_ctx - j->n_prompt;
   if (j->max_tokens > 0 && j->max_tokens < q->limit) q->limit = j->max_tokens;
   q->hist = malloc(sizeof(int32_t) * (size_t)(j->n_prompt + q->limit + 1));
@@ -825,6 +844,11 @@ static void *sched_main(void *arg) {
         r->n_tokens = 1;
         r->sampling = &q->sp;
         r->n_top_logprobs = q->job->n_top_logprobs;
+        if (q->force >= 0) { /* the budget's </think>: consume the last token, sample nothing */
+          r->sampling = NULL;
+          r->n_top_logprobs = -1;
+          r->n_outputs = Q35_OUTPUTS_NONE;
+        }
       }
       if (r->sampling == &q->sp) {
         q->sp.draw_index = (uint64_t)q->n_sampled;
@@ -864,6 +888,13 @@ static void *sched_main(void *arg) {
           q->fed += r->n_tokens;
           if (q->snap_i < q->n_snaps_at && q->snaps_at[q->snap_i] == q->fed) slot_snapshot(s, q->sl);
           if (q->fed < q->job->n_prompt) continue;
+        }
+        if (r->n_outputs == Q35_OUTPUTS_NONE) { /* forced (see seq_count_think) */
+          r->token = q->force;
+          r->logprob = 0.0f;
+          r->top_ids[0] = q->force;
+          r->top_logprobs[0] = 0.0f;
+          q->force = -1;
         }
         ended = seq_on_token(s, q, r);
       }

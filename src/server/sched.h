@@ -77,6 +77,9 @@ typedef struct srv_job {
                                       only once its raw output text has shown these strings in turn
                                       (e.g. "</think>", then "<tool_call>"); none: from the start */
   int n_trigger;
+  int32_t think_budget;    /* > 0: the prompt ends inside <think>; after this many reasoning tokens
+                              without </think>, the choice's next token is think_end (forced) */
+  int32_t think_end;       /* the </think> token (with think_budget) */
   /* shared state (guarded by the scheduler's mutex) */
   srv_event *ev_head, *ev_tail;
   int n_finished;          /* choices finished */

@@ -266,6 +266,27 @@ await section('messages: thinking, stop_sequences, max_tokens', async () => {
   check(l.stop_reason === 'max_tokens' && l.content[0].text === chain.text, 'max_tokens', l);
 });
 
+await section('messages: thinking budget_tokens', async () => {
+  // The chain's reasoning is one token, under a budget of 1024: intact, and the answer follows.
+  const m = await an.messages.create({ model: MODEL, max_tokens: 2048, thinking: { type: 'enabled', budget_tokens: 1024 },
+    messages: [{ role: 'user', content: 'hi' }] });
+  check(m.content.length === 2 && m.content[0].thinking === chain.reasoning && m.content[1].text === WHOLE &&
+    m.stop_reason === 'end_turn', 'budget 1024: the reasoning intact, then the text', m);
+  // A prefill of LOOP inside <think> reasons LOOP LOOP ... forever; a budget of N (the server runs with
+  // Q35_TEST_MIN_THINK_BUDGET=2) cuts it after exactly N tokens with </think>, and the chain then goes
+  // </think> \n\n TEXT <tool_call> CALL </tool_call> <|im_end|>: N + 6 output tokens.
+  for (const n of [2, 5]) {
+    const c = await an.messages.create({ model: MODEL, max_tokens: 64, thinking: { type: 'enabled', budget_tokens: n },
+      messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: chain.loop }] });
+    const th = c.content.find((b) => b.type === 'thinking'), tx = c.content.find((b) => b.type === 'text');
+    check(th && th.thinking.trim() === chain.loop.repeat(n).trim(), `budget ${n}: the reasoning cut after ${n} tokens`, c.content);
+    check(tx && tx.text === WHOLE && c.stop_reason === 'end_turn', `budget ${n}: the answer text follows`, c);
+    check(c.usage.output_tokens === n + 6, `budget ${n}: output tokens`, c.usage);
+  }
+  await expectError('budget_tokens under the smallest', 400, () => an.messages.create({ model: MODEL, max_tokens: 64,
+    thinking: { type: 'enabled', budget_tokens: 1 }, messages: [{ role: 'user', content: 'x' }] }), 'budget_tokens');
+});
+
 await section('messages: streaming', async () => {
   const req = { model: MODEL, max_tokens: 2048, tools: aTools, thinking: { type: 'enabled', budget_tokens: 1024 },
     messages: [{ role: 'user', content: 'hi' }] };

@@ -55,6 +55,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     exit(2);
   }
   M = (oai_model){.tok = tok, .tmpl = tmpl, .bos = bos, .eos = eos, .n_ctx = FUZZ_N_CTX};
+  M.defaults = q35_sampling_default(); /* the model card has none: q35's defaults */
   snprintf(M.id, sizeof M.id, "tiny.gguf");
   snprintf(M.stem, sizeof M.stem, "tiny");
   A = (api_ctx){.M = &M, .store = api_store_new()};

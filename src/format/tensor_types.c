@@ -14,15 +14,23 @@ static const char *const type_names[Q35_TYPE_COUNT] = {
     [35] = "tq2_0",   [39] = "mxfp4", [40] = "q8_0x", [41] = "q8_0y", [42] = "q8_0z",
 };
 
+/* block: elements per block; size: bytes per block (ggml's block_* structs); computed: q35 has
+ * kernels for it (a type with a known layout but no kernels yet is refused by name). */
 static const struct {
   int block;
   size_t size;
+  int computed;
 } traits[Q35_TYPE_COUNT] = {
-    [Q35_TYPE_F32] = {1, 4},       [Q35_TYPE_F16] = {1, 2},      [Q35_TYPE_BF16] = {1, 2},
-    [Q35_TYPE_Q4_0] = {32, 18},    [Q35_TYPE_Q5_0] = {32, 22},   [Q35_TYPE_Q8_0] = {32, 34},
-    [Q35_TYPE_Q4_K] = {256, 144},  [Q35_TYPE_Q5_K] = {256, 176}, [Q35_TYPE_Q6_K] = {256, 210},
-    [Q35_TYPE_Q8_K] = {256, 292},  [Q35_TYPE_IQ4_XS] = {256, 136}, [Q35_TYPE_Q8_0X] = {32, 64},
-    [Q35_TYPE_Q8_0Y] = {32, 96},   [Q35_TYPE_Q8_0Z] = {32, 40}, /* per block; rows pad to 16 blocks */
+    [Q35_TYPE_F32] = {1, 4, 1},          [Q35_TYPE_F16] = {1, 2, 1},        [Q35_TYPE_BF16] = {1, 2, 1},
+    [Q35_TYPE_Q4_0] = {32, 18, 1},       [Q35_TYPE_Q5_0] = {32, 22, 1},     [Q35_TYPE_Q8_0] = {32, 34, 1},
+    [Q35_TYPE_Q4_1] = {32, 20, 0},       [Q35_TYPE_Q5_1] = {32, 24, 0},     [Q35_TYPE_IQ4_NL] = {32, 18, 0},
+    [Q35_TYPE_MXFP4] = {32, 17, 0},      [Q35_TYPE_Q2_K] = {256, 84, 0},    [Q35_TYPE_Q3_K] = {256, 110, 0},
+    [Q35_TYPE_Q4_K] = {256, 144, 1},     [Q35_TYPE_Q5_K] = {256, 176, 1},   [Q35_TYPE_Q6_K] = {256, 210, 1},
+    [Q35_TYPE_Q8_K] = {256, 292, 0},     [Q35_TYPE_IQ4_XS] = {256, 136, 1}, [Q35_TYPE_IQ2_XXS] = {256, 66, 0},
+    [Q35_TYPE_IQ2_XS] = {256, 74, 0},    [Q35_TYPE_IQ2_S] = {256, 82, 0},   [Q35_TYPE_IQ3_XXS] = {256, 98, 0},
+    [Q35_TYPE_IQ3_S] = {256, 110, 0},    [Q35_TYPE_IQ1_S] = {256, 50, 0},   [Q35_TYPE_IQ1_M] = {256, 56, 0},
+    [Q35_TYPE_Q8_0X] = {32, 64, 0},      [Q35_TYPE_Q8_0Y] = {32, 96, 0},
+    [Q35_TYPE_Q8_0Z] = {32, 40, 0}, /* per block; rows pad to 16 blocks */
 };
 
 const char *q35_type_name(int type) {
@@ -31,8 +39,7 @@ const char *q35_type_name(int type) {
 }
 
 int q35_type_supported(int type) {
-  return type >= 0 && type < Q35_TYPE_COUNT && traits[type].block > 0 && type != Q35_TYPE_Q8_K &&
-         type != Q35_TYPE_Q8_0X && type != Q35_TYPE_Q8_0Y && type != Q35_TYPE_Q8_0Z;
+  return type >= 0 && type < Q35_TYPE_COUNT && traits[type].computed;
 }
 
 int q35_type_block(int type) {

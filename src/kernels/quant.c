@@ -86,7 +86,10 @@ int q35_kernels_vec_dot_type(const q35_kernels *k, int type) {
   case Q35_TYPE_Q4_0: return k->q4_0_act ? k->q4_0_act : Q35_TYPE_Q8_0X;
   case Q35_TYPE_Q5_0: return Q35_TYPE_Q8_0;
   case Q35_TYPE_Q4_K: case Q35_TYPE_Q5_K: case Q35_TYPE_Q6_K: case Q35_TYPE_IQ4_XS: return Q35_TYPE_Q8_K;
-  default: return -1;
+  default: {
+    const int t = q35_lowbit_vec_dot_type(k, type);
+    return t >= 0 ? t : q35_iq_vec_dot_type(k, type);
+  }
   }
 }
 

@@ -40,4 +40,6 @@ void q35_kernels_avx2(q35_kernels *k) {
   QS_SET(k, Q35_TYPE_F16, t_f16);
   QS_SET(k, Q35_TYPE_BF16, t_bf16);
   qs_fill_convert(k);
+  q35_kernels_lowbit_avx2(k);
+  q35_kernels_iq_avx2(k);
 }

@@ -432,4 +432,6 @@ void q35_kernels_avx512(q35_kernels *k) {
       k->q4_0_act = Q35_TYPE_Q8_0Z;
     }
   }
+  q35_kernels_lowbit_avx512(k);
+  q35_kernels_iq_avx512(k);
 }

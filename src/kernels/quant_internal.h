@@ -64,6 +64,21 @@ void q35_kernels_act_layouts(q35_kernels *k);      /* act_layout.c: Q8_0X/Y/Z qu
 void q35_kernels_avx2(q35_kernels *k);             /* quant_avx2.c: AVX2 + FMA + F16C */
 void q35_kernels_avx512(q35_kernels *k);           /* quant_avx512.c: AVX-512 F/BW/VL/DQ/VNNI (+ VBMI) */
 void q35_kernels_neon(q35_kernels *k);             /* quant_neon.c: aarch64 NEON (+ dotprod, i8mm) */
+/* The type families added after the first round, each level in its own file (each called at the
+ * end of the level's function above):
+ *   lowbit: Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, MXFP4   (quant_lowbit_{ref,avx2,avx512,neon}.c)
+ *   iq:     IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M   (quant_iq_{ref,avx2,avx512,neon}.c) */
+void q35_kernels_lowbit_ref(q35_kernels *k);
+void q35_kernels_lowbit_avx2(q35_kernels *k);
+void q35_kernels_lowbit_avx512(q35_kernels *k);
+void q35_kernels_lowbit_neon(q35_kernels *k);
+void q35_kernels_iq_ref(q35_kernels *k);
+void q35_kernels_iq_avx2(q35_kernels *k);
+void q35_kernels_iq_avx512(q35_kernels *k);
+void q35_kernels_iq_neon(q35_kernels *k);
+/* The activation type each family's kernels take for weights of `type` (-1: not the family's). */
+int q35_lowbit_vec_dot_type(const q35_kernels *k, int type);
+int q35_iq_vec_dot_type(const q35_kernels *k, int type);
 
 /* Scalar helpers the SIMD files share with the reference for exactness at edge cases. */
 void q35_quantize_q8_0_block_ref(const float *x, blk_q8_0 *y);

@@ -318,6 +318,8 @@ void q35_kernels_neon(q35_kernels *k) {
   k->quantize[Q35_TYPE_Q8_0X] = quant_q8_0x_neon;
   k->quantize[Q35_TYPE_Q8_0Y] = quant_q8_0y_neon;
   k->quantize[Q35_TYPE_Q8_K] = quant_q8_k_neon;
+  q35_kernels_lowbit_neon(k);
+  q35_kernels_iq_neon(k);
 }
 
 #else /* not aarch64: no NEON level (quant.c never asks) */

@@ -430,5 +430,7 @@ void q35_kernels_ref(q35_kernels *k) {
   q35_kernels_weight_quantizers(k);
   q35_kernels_act_layouts(k);
   k->q4_0_act = Q35_TYPE_Q8_0X;
+  q35_kernels_lowbit_ref(k);
+  q35_kernels_iq_ref(k);
 }
 

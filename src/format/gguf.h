@@ -80,6 +80,11 @@ typedef struct gguf_file {
 } gguf_file;
 
 gguf_file *gguf_open(const char *path, q35_err *err);
+/* gguf_open with flags. GGUF_OPEN_ANY_LAYOUT accepts every tensor type whose layout is known
+ * (q35_type_layout_known), not only those q35 computes with: for tools that copy, split or
+ * requantize tensors without computing with them (a model loader must not use it). */
+#define GGUF_OPEN_ANY_LAYOUT 1u
+gguf_file *gguf_open_ex(const char *path, unsigned flags, q35_err *err);
 /* Parse a GGUF image already in memory (not copied; must outlive the result). */
 gguf_file *gguf_open_mem(const void *data, size_t size, const char *name, q35_err *err);
 void gguf_close(gguf_file *f);
@@ -138,9 +143,15 @@ void gguf_set_arr(gguf_writer *w, const char *key, int elem_type, const void *v,
 void gguf_set_arr_gstr(gguf_writer *w, const char *key, const gguf_str *v, uint64_t n);
 /* Copy every metadata pair of an open file (used to carry a tokenizer block over). */
 void gguf_set_kv_from(gguf_writer *w, const gguf_kv *kv);
+/* Let this writer declare tensors of every type whose layout is known (q35_type_layout_known),
+ * not only those q35 computes with: for the tools that write blocks another quantizer made
+ * (tests/peer/ggml_requant) or copy tensors through (split / requantize). A normal export never
+ * calls it, so it still refuses a type q35 could not load. */
+void gguf_writer_allow_any_layout(gguf_writer *w);
 /* Declare a tensor; data may be NULL when streaming. ne[0] fastest, n_dims 1..4. Returns its
  * index, or -1 (and a sticky error) for an invalid declaration: duplicate name, n_dims out
- * of 1..4, ne < 1, a type q35 does not support, ne[0] not a multiple of the block size.
+ * of 1..4, ne < 1, a type q35 does not support (any known layout after
+ * gguf_writer_allow_any_layout), ne[0] not a multiple of the block size.
  * The data size is q35_row_size(type, ne[0]) * ne[1] * ne[2] * ne[3]. */
 int gguf_add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims,
                     const int64_t *ne, const void *data);

@@ -164,6 +164,7 @@ typedef struct rd {
   size_t size, pos;
   const char *file;
   q35_err *err;
+  unsigned flags; /* GGUF_OPEN_* */
   char what[192]; /* what is being read, for messages: "key 'x'", "tensor #3", ... */
 } rd;
 
@@ -325,8 +326,12 @@ static int rd_tensor_info(rd *r, gguf_tensor *t, size_t alignment) {
   const char *tn = q35_type_name((int)type);
   if (!tn)
     return q35_seterr(r->err, "%s: %s has unknown tensor type id %u", r->file, r->what, type);
-  if (!q35_type_supported((int)type)) {
+  if (!((r->flags & GGUF_OPEN_ANY_LAYOUT) ? q35_type_layout_known((int)type)
+                                           : q35_type_supported((int)type))) {
     char list[256];
+    if (r->flags & GGUF_OPEN_ANY_LAYOUT)
+      return q35_seterr(r->err, "%s: %s has type %s, whose block layout q35 does not know",
+                        r->file, r->what, tn);
     return q35_seterr(r->err, "%s: %s has type %s, which q35 does not support (supported: %s)",
                       r->file, r->what, tn, supported_types_list(list, sizeof list));
   }
@@ -494,8 +499,8 @@ static int check_overlaps(gguf_file *f, q35_err *err) {
   return rc;
 }
 
-static gguf_file *parse(gguf_file *f, q35_err *err) {
-  rd r = {.p = f->map, .size = f->size, .pos = 0, .file = f->path, .err = err};
+static gguf_file *parse(gguf_file *f, unsigned flags, q35_err *err) {
+  rd r = {.p = f->map, .size = f->size, .pos = 0, .file = f->path, .err = err, .flags = flags};
   size_t cap = 0; /* entries allocated in f->kv (zeroed beyond those parsed) */
   snprintf(r.what, sizeof r.what, "the header");
   if (parse_header(f, &r) || parse_kvs(f, &r, &cap) || parse_alignment(f, err) ||
@@ -518,7 +523,7 @@ gguf_file *gguf_open_mem(const void *data, size_t size, const char *name, q35_er
   static const uint8_t empty[1];
   f->map = size ? data : empty;
   f->size = size;
-  return parse(f, err);
+  return parse(f, 0, err);
 }
 
 /* Map a file read-only at a 2 MiB-aligned address, so the kernel can map 2 MiB page-cache
@@ -542,7 +547,9 @@ static void *map_aligned(int fd, size_t size) {
   return m;
 }
 
-gguf_file *gguf_open(const char *path, q35_err *err) {
+gguf_file *gguf_open(const char *path, q35_err *err) { return gguf_open_ex(path, 0, err); }
+
+gguf_file *gguf_open_ex(const char *path, unsigned flags, q35_err *err) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     q35_seterr(err, "%s: cannot open: %s", path, strerror(errno));
@@ -574,7 +581,7 @@ gguf_file *gguf_open(const char *path, q35_err *err) {
   }
   if (size == 0) {
     close(fd);
-    return parse(f, err); /* map stays NULL; parse rejects size 0 before touching it */
+    return parse(f, flags, err); /* map stays NULL; parse rejects size 0 before touching it */
   }
   void *m = map_aligned(fd, size);
   if (m == MAP_FAILED) m = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
@@ -591,7 +598,7 @@ gguf_file *gguf_open(const char *path, q35_err *err) {
   f->map = m;
   f->size = size;
   f->owns_map = 1;
-  return parse(f, err);
+  return parse(f, flags, err);
 }
 
 void gguf_close(gguf_file *f) {

@@ -76,6 +76,7 @@ struct gguf_writer {
   wtensor *t;
   size_t n_t, cap_t;
   uint32_t alignment;
+  int any_layout; /* gguf_writer_allow_any_layout */
   int failed; /* sticky: a setter or declaration failed */
   q35_err ferr;
   /* streaming state */
@@ -290,6 +291,10 @@ void gguf_set_kv_from(gguf_writer *w, const gguf_kv *kv) {
   free(key);
 }
 
+void gguf_writer_allow_any_layout(gguf_writer *w) {
+  if (w) w->any_layout = 1;
+}
+
 int gguf_add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims,
                     const int64_t *ne, const void *data) {
   if (!w) return -1;
@@ -305,10 +310,11 @@ int gguf_add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims,
     wfail(w, "gguf writer: tensor '%s' must have 1..4 dimensions%s", name, "");
     return -1;
   }
-  if (!q35_type_supported(type)) {
+  if (w->any_layout ? !q35_type_layout_known(type) : !q35_type_supported(type)) {
     const char *tn = q35_type_name(type);
-    wfail(w, "gguf writer: tensor '%s' has type %s, which q35 does not support", name,
-          tn ? tn : "(unknown id)");
+    wfail(w, w->any_layout ? "gguf writer: tensor '%s' has type %s, which has no known layout"
+                           : "gguf writer: tensor '%s' has type %s, which q35 does not support",
+          name, tn ? tn : "(unknown id)");
     return -1;
   }
   wtensor t = {.type = type, .n_dims = n_dims, .ne = {1, 1, 1, 1}, .data = data};

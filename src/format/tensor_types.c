@@ -43,6 +43,10 @@ int q35_type_supported(int type) {
   return type >= 0 && type < Q35_TYPE_COUNT && traits[type].computed;
 }
 
+int q35_type_layout_known(int type) {
+  return type >= 0 && type < Q35_TYPE_Q8_0X && traits[type].block > 0;
+}
+
 int q35_type_block(int type) {
   return type >= 0 && type < Q35_TYPE_COUNT ? traits[type].block : 0;
 }

@@ -46,6 +46,11 @@ enum q35_type {
 const char *q35_type_name(int type);
 /* Is this a type q35 computes with (the list above; Q8_K, Q8_0X, Q8_0Y and Q8_0Z excluded as weight types)? */
 int q35_type_supported(int type);
+/* Does a GGUF file spell this type with a known layout (block size and bytes per block), whether
+ * or not q35 computes with it? (The internal activation types are never in a file.) The
+ * layout-only paths (gguf_open_ex with GGUF_OPEN_ANY_LAYOUT, gguf_writer_allow_any_layout) take
+ * these. */
+int q35_type_layout_known(int type);
 /* Elements per block (1 for F32/F16/BF16, 32 for Q*_0, 256 for K-quants/IQ4_XS). 0 if unknown. */
 int q35_type_block(int type);
 /* Bytes per block. 0 if unknown. */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Parity of q35 against the prebuilt llama.cpp (tests/peer/llama_peer, docs/peers.md) on tiny
 # generated models whose weights are the lowbit types (Q3_K, Q2_K, MXFP4, IQ4_NL, Q4_1, Q5_1),
-# one type per model and one per-tensor mix; blocks from q35's quantizers, read by both engines.
+# one type per model and per-tensor mixes; blocks from q35's quantizers, read by both engines, and
+# (where tests/peer/ggml_requant is built) blocks from ggml_quantize_chunk.
 # Tolerances are test_parity_llama.sh's for quantized files (both engines quantize every matmul
 # input the same way: Q8_K for Q2_K/Q3_K, Q8_0 for MXFP4/IQ4_NL, Q8_1 for Q4_1/Q5_1; an
 # activation rounding differently at a .5 step persists, so): position 0 < 1e-4 of max|logit|,
@@ -44,8 +45,11 @@ check_model() {
   shift 3
   local cmp_opts=(--tol $F32TOL)
   [ "$mode" = quant ] && cmp_opts=(--quant --tol 0.5 --mean-tol 2e-2 --tie 5e-2 --first-tol 1e-4)
+  # quant_any0: position 0 too may carry a rounding flip (see the ggml_requant part below)
+  [ "$mode" = quant_any0 ] && cmp_opts=(--quant --tol 0.5 --mean-tol 2e-2 --tie 5e-2 --first-tol 5e-2) && mode=quant
   local m=$W/$name.gguf
-  if ! "$Q35" export --tiny-test -o "$m" --vocab "$vocab" "$@" >"$W/$name.export.log" 2>&1; then
+  # a file made beforehand ($W/NAME.gguf, e.g. by ggml_requant) is compared as it is
+  if [ -f "$m" ]; then :; elif ! "$Q35" export --tiny-test -o "$m" --vocab "$vocab" "$@" >"$W/$name.export.log" 2>&1; then
     fail "$name: q35 export --tiny-test $* failed: $(tail -3 "$W/$name.export.log")"
     return
   fi
@@ -57,7 +61,7 @@ check_model() {
     # depend on the batch (test_invariance.sh). So position 0 is held to 1e-4 only for prompts
     # llama.cpp runs through its small-batch kernels.
     local opts=("${cmp_opts[@]}")
-    if [ "$mode" = quant ] && [ "$n" -gt 64 ]; then opts=(--quant --tol 0.5 --mean-tol 2e-2 --tie 5e-2 --first-tol 5e-2); fi
+    if [ "$mode" = quant ] && [ "$n" -ge 64 ]; then opts=(--quant --tol 0.5 --mean-tol 2e-2 --tie 5e-2 --first-tol 5e-2); fi
     local toks
     toks=$(ids "$n" "$vocab" "$seed")
     if ! "$Q35" logits -m "$m" --tokens "$toks" --all -t $THREADS --kv f32 -o "$W/q.bin" \
@@ -110,6 +114,41 @@ done
 check_model moe_mix 2048 quant --arch qwen35moe $Q --experts 4 --experts-used 2 --type q3_k \
   --down-type q2_k --output-type q5_1 --embd-type iq4_nl --seed 30
 check_model dense_mix 1024 quant --arch qwen35 $Q --type mxfp4 --down-type q4_1 --output-type q3_k --seed 31
+
+# Blocks llama.cpp itself quantized: an f32 tiny model rewritten by tests/peer/ggml_requant
+# (ggml_quantize_chunk on every linear weight; norms, routers, DeltaNet's a/dt/conv stay f32).
+# Position 0 is held to the flip tolerance here: with every linear weight quantized (Q8_1 and
+# Q8_K inputs of ~60 matmuls per token) one activation rounding the other way at a .5 step
+# happens at position 0 too for some seeds (each tensor type alone matches to ~3e-7 there); the
+# kernels themselves are held to 1e-5 by test_quant_lowbit_peer.
+REQ=$BUILD/tests/peer/ggml_requant
+LIN='(attn_(q|k|v|output|qkv|gate)|ssm_(out|alpha|beta)|ffn_(gate|up|down)(_exps|_shexp)?)\.weight$'
+if [ -x "$REQ" ]; then
+  src=$W/src_f32.gguf
+  if "$Q35" export --tiny-test -o "$src" --vocab 2048 --arch qwen35moe $Q --experts 4 --experts-used 2 \
+    --type f32 --seed 40 >"$W/src.log" 2>&1; then
+    for t in q3_K q2_K mxfp4 iq4_nl q4_1 q5_1; do
+      # the shared expert's 64-wide rows cannot hold 256-blocks: iq4_nl, as llama-quantize falls back
+      if "$REQ" "$src" "$W/ggml_$t.gguf" '_shexp\.weight$=iq4_nl' "$LIN=$t" '^output\.weight$='$t \
+        >"$W/req_$t.log" 2>&1; then
+        check_model "ggml_$t" 2048 quant_any0
+      else
+        fail "ggml_requant to $t failed: $(tail -3 "$W/req_$t.log")"
+      fi
+    done
+    # a UD-like mix: experts Q2_K/Q3_K, attention Q4_1, the rest MXFP4 / IQ4_NL
+    if "$REQ" "$src" "$W/ggml_mix.gguf" 'ffn_down_exps=q3_K' '_exps\.weight$=q2_K' 'attn_(q|k|v|output|qkv|gate)\.weight$=q4_1' \
+      'shexp\.weight$=iq4_nl' "$LIN=mxfp4" '^output\.weight$=q5_1' >"$W/req_mix.log" 2>&1; then
+      check_model ggml_mix 2048 quant_any0
+    else
+      fail "ggml_requant (mix) failed: $(tail -3 "$W/req_mix.log")"
+    fi
+  else
+    fail "q35 export (f32 source) failed: $(tail -3 "$W/src.log")"
+  fi
+else
+  echo "llama.cpp-quantized files: skipped ($REQ not built)"
+fi
 
 if [ $fails -ne 0 ]; then
   echo "test_parity_lowbit: $fails failure(s)"

@@ -510,9 +510,9 @@ static void test_corruption(void) {
               "past the end");
   size_t tt = p + 4 + 2 * 8;
   expect_fail("type 77", tt, 77, 4, "'blk.0.ffn_up.weight'", "unknown tensor type id 77");
-  expect_fail("type q2_K", tt, 10, 4,
-              "tensor 'blk.0.ffn_up.weight' has type q2_K, which q35 does not support (supported: "
-              "f32, f16, bf16, q8_0, q4_0, q5_0, q4_K, q5_K, q6_K, iq4_xs)", NULL);
+  expect_fail("type tq1_0", tt, 34, 4,
+              "tensor 'blk.0.ffn_up.weight' has type tq1_0, which q35 does not support (supported: "
+              "f32, f16", NULL);
   expect_fail("type q8_K", tt, 15, 4, "has type q8_K, which q35 does not support", NULL);
   uint64_t off = 0;
   for (int i = 0; i < 8; i++) off |= (uint64_t)img[tt + 4 + i] << (8 * i);
@@ -599,7 +599,7 @@ static void test_writer_errors(void) {
   gguf_writer_free(w);
 
   w = gguf_writer_new();
-  CHECK(gguf_add_tensor(w, "q2", 10, 1, (int64_t[]){256}, d) == -1, "q2_K accepted");
+  CHECK(gguf_add_tensor(w, "tq1", 34, 1, (int64_t[]){256}, d) == -1, "tq1_0 accepted");
   CHECK(gguf_add_tensor(w, "q8", Q35_TYPE_Q8_0, 1, (int64_t[]){33}, d) == -1,
         "q8_0 ne[0]=33 accepted");
   CHECK(gguf_add_tensor(w, "z", Q35_TYPE_F32, 2, (int64_t[]){4, 0}, d) == -1, "ne 0 accepted");

@@ -542,7 +542,7 @@ static void test_public_api(void) {
   CHECK(!memcmp(qx, qx2, q35_row_size(Q35_TYPE_Q8_K, n)), "public q8_K quantize != ref");
   const float a = q35_vec_dot(Q35_TYPE_Q4_K, n, qw, qx), b = q35_vec_dot_ref(Q35_TYPE_Q4_K, n, qw, qx);
   CHECK(fabsf(a - b) <= 1e-4f * fabsf(b) + 1e-6f, "public vec_dot %g vs ref %g", a, b);
-  CHECK(isnan(q35_vec_dot(3 /* q4_1 */, 32, qw, qx)), "unsupported type gives NaN");
+  CHECK(isnan(q35_vec_dot(34 /* tq1_0 */, 256, qw, qx)), "unsupported type gives NaN");
 }
 
 int main(void) {

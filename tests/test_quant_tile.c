@@ -136,7 +136,7 @@ static void public_api(void) {
   /* unsupported type: NaN, no crash; empty tiles write nothing */
   uint8_t z[64] = {0};
   float o[2] = {1, 1};
-  q35_vec_dot_tile(3 /* q4_1 */, 32, z, 0, 1, z, 0, 1, o, 1);
+  q35_vec_dot_tile(34 /* tq1_0 */, 32, z, 0, 1, z, 0, 1, o, 1);
   CHECK(isnan(o[0]), "unsupported type gives NaN");
   o[0] = 1;
   q35_vec_dot_tile(Q35_TYPE_Q8_0, 32, z, 0, 0, z, 0, 4, o, 1);

@@ -21,11 +21,12 @@ static void usage(void) {
       "  --qlinear TYPE     linear weights (attention, DeltaNet, experts, shared expert)  default bf16\n"
       "  --qembedding TYPE  token_embd                                                    default bf16\n"
       "  --qoutput TYPE     output.weight (untied models)     default: q6_k if --qlinear q4_k, else --qlinear\n"
-      "      TYPE: q4_0 | q4_k | q5_0 | q5_k | q6_k | q8_0 | iq4_xs | bf16 | f16 | f32, or 4w (= q4_0), 8w (= q8_0).\n"
+      "      TYPE: q4_0 | q4_k | q5_0 | q5_k | q6_k | q8_0 | iq4_xs | q2_k | q3_k | mxfp4 | iq4_nl | q4_1 | q5_1\n"
+      "            | bf16 | f16 | f32, or 4w (= q4_0), 8w (= q8_0).\n"
       "      Norms, ssm_conv1d, ssm_a, ssm_dt.bias and the routers (ffn_gate_inp, ffn_gate_inp_shexp) stay f32.\n"
       "  --fallback         a tensor whose row length the type cannot hold (not a multiple of its block:\n"
       "                     32 for q*_0, 256 for k-quants/iq4_xs) falls back like llama-quantize\n"
-      "                     (q4_k/q5_k/iq4_xs/q4_0 -> q5_0, q6_k/q8_0 -> q8_0, then f16); default: refuse\n"
+      "                     (q4_k/q5_k/iq4_xs/q4_0 -> q5_0, q2_k/q3_k -> iq4_nl, others -> q8_0, then f16); default: refuse\n"
       "  -t, --threads N    conversion threads (default: one per CPU, at most 16)\n"
       "  --stats            report peak anonymous memory (RssAnon, sampled after each tensor) on stderr\n"
       "  --quiet            no progress output\n"
@@ -38,7 +39,7 @@ static int parse_type(const char *flag, const char *v) {
   if (!strcmp(v, "8w")) return Q35_TYPE_Q8_0;
   int t = q35_type_from_name(v);
   if (t < 0 || !q35_type_supported(t) || t == Q35_TYPE_Q8_K)
-    die("%s: unknown or unsupported type '%s' (q4_0, q4_k, q5_0, q5_k, q6_k, q8_0, iq4_xs, bf16, f16, f32, 4w, 8w)",
+    die("%s: unknown or unsupported type '%s' (q4_0, q4_k, q5_0, q5_k, q6_k, q8_0, iq4_xs, q2_k, q3_k, mxfp4, iq4_nl, q4_1, q5_1, bf16, f16, f32, 4w, 8w)",
         flag, v);
   return t;
 }

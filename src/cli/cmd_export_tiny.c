@@ -29,7 +29,8 @@ static void tiny_usage(void) {
       "                    use a real Hugging Face tokenizer (and its chat template); --vocab is raised\n"
       "                    to the tokenizer's size if smaller (default: a synthetic byte-level vocabulary)\n"
       "  --merged-gate-up  write ffn_gate_up_exps instead of separate gate/up experts\n"
-      "  --type T          f32 | f16 | bf16 | q8_0 | q4_0 | q5_0 | q4_k | q5_k | q6_k | iq4_xs, or the\n"
+      "  --type T          f32 | f16 | bf16 | q8_0 | q4_0 | q5_0 | q4_k | q5_k | q6_k | iq4_xs | q2_k | q3_k\n"
+      "                    | mxfp4 | iq4_nl | q4_1 | q5_1, or the\n"
       "                    presets q4_k_m (q4_k + q6_k for ffn_down/attn_v/output)  (default f32)\n"
       "  --down-type T, --output-type T, --embd-type T   per-tensor overrides\n"
       "  --rope-theta F    1e7         --seed N   %llu\n",

@@ -68,6 +68,12 @@ int q35_gguf_file_type(int type, int down_type) {
     case Q35_TYPE_Q6_K: return Q35_FTYPE_MOSTLY_Q6_K;
     case Q35_TYPE_IQ4_XS: return Q35_FTYPE_MOSTLY_IQ4_XS;
     case Q35_TYPE_BF16: return Q35_FTYPE_MOSTLY_BF16;
+    case Q35_TYPE_Q4_1: return Q35_FTYPE_MOSTLY_Q4_1;
+    case Q35_TYPE_Q5_1: return Q35_FTYPE_MOSTLY_Q5_1;
+    case Q35_TYPE_Q2_K: return Q35_FTYPE_MOSTLY_Q2_K;
+    case Q35_TYPE_Q3_K: return m_mix ? Q35_FTYPE_MOSTLY_Q3_K_M : Q35_FTYPE_MOSTLY_Q3_K_S;
+    case Q35_TYPE_IQ4_NL: return Q35_FTYPE_MOSTLY_IQ4_NL;
+    case Q35_TYPE_MXFP4: return Q35_FTYPE_MOSTLY_MXFP4_MOE;
     default: return Q35_FTYPE_ALL_F32;
   }
 }

@@ -154,15 +154,22 @@ enum q35_gguf_file_type {
   Q35_FTYPE_ALL_F32 = 0,
   Q35_FTYPE_MOSTLY_F16 = 1,
   Q35_FTYPE_MOSTLY_Q4_0 = 2,
+  Q35_FTYPE_MOSTLY_Q4_1 = 3,
   Q35_FTYPE_MOSTLY_Q8_0 = 7,
   Q35_FTYPE_MOSTLY_Q5_0 = 8,
+  Q35_FTYPE_MOSTLY_Q5_1 = 9,
+  Q35_FTYPE_MOSTLY_Q2_K = 10,
+  Q35_FTYPE_MOSTLY_Q3_K_S = 11,
+  Q35_FTYPE_MOSTLY_Q3_K_M = 12,
   Q35_FTYPE_MOSTLY_Q4_K_S = 14,
   Q35_FTYPE_MOSTLY_Q4_K_M = 15,
   Q35_FTYPE_MOSTLY_Q5_K_S = 16,
   Q35_FTYPE_MOSTLY_Q5_K_M = 17,
   Q35_FTYPE_MOSTLY_Q6_K = 18,
+  Q35_FTYPE_MOSTLY_IQ4_NL = 25,
   Q35_FTYPE_MOSTLY_IQ4_XS = 30,
   Q35_FTYPE_MOSTLY_BF16 = 32,
+  Q35_FTYPE_MOSTLY_MXFP4_MOE = 38,
 };
 /* The general.file_type of a file whose linear weights are `type` and whose ffn_down / attn_v
  * are `down_type` (a k-quant with q6_k there is the _M mix, otherwise _S). */

@@ -17,6 +17,7 @@ enum q35_type {
   Q35_TYPE_Q5_0 = 6,
   Q35_TYPE_Q5_1 = 7,
   Q35_TYPE_Q8_0 = 8,
+  Q35_TYPE_Q8_1 = 9, /* activation type of Q4_1 / Q5_1 only */
   Q35_TYPE_Q2_K = 10,
   Q35_TYPE_Q3_K = 11,
   Q35_TYPE_Q4_K = 12,

@@ -1,12 +1,256 @@
 /*
- * quant_lowbit_ref.c - kernels of the Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, MXFP4 weight types: the reference level (scalar, the twins every SIMD kernel is tested against).
+ * quant_lowbit_ref.c - kernels of the Q2_K, Q3_K, MXFP4, IQ4_NL, Q4_1, Q5_1 weight types: the
+ * reference level (scalar, the twins every SIMD kernel is tested against).
+ *
+ *   dequant_TYPE  block -> floats with GGML's formulas, float operations in the same order (so
+ *                 the values are bit-identical to ggml's dequantize_row_*).
+ *   dot_TYPE      weight row . activation row: integer sums per (sub-)block, scaled in float
+ *                 per block. Activations: Q8_K (Q2_K, Q3_K), Q8_0 (MXFP4, IQ4_NL), Q8_1 (Q4_1,
+ *                 Q5_1: Q8_0's values plus s = d * sum(q), which carries the weights' offset m).
+ *   quant_q8_1    the Q8_1 activation quantizer, ggml-cpu's x86 one (Q8_0's rounding).
+ *
+ * The weight quantizers of the family are in quantize_lowbit.c.
  */
-#include "kernels/quant_internal.h"
+#include <math.h>
+#include <string.h>
 
-void q35_kernels_lowbit_ref(q35_kernels *k) { (void)k; }
+#include "base/util.h"
+#include "kernels/quant_internal.h"
+#include "kernels/quant_lowbit.h"
+
+const int8_t q35_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* ============================== dequantize ============================== */
+
+static void dequant_q2_k(const void *src, float *y, int64_t n) {
+  const blk_q2_k *b = src;
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const float d = q35_fp16_to_fp32(b[i].d), dmin = q35_fp16_to_fp32(b[i].dmin);
+    for (int h = 0; h < 2; h++) {
+      const uint8_t *q = b[i].qs + 32 * h;
+      for (int s = 0; s < 4; s++)
+        for (int half = 0; half < 2; half++) {
+          const uint8_t sc = b[i].scales[8 * h + 2 * s + half];
+          const float dl = d * (float)(sc & 0xF), ml = dmin * (float)(sc >> 4);
+          for (int l = 0; l < 16; l++) *y++ = dl * (float)((q[16 * half + l] >> (2 * s)) & 3) - ml;
+        }
+    }
+  }
+}
+
+/* Q3_K's 3-bit value of element 128h + 32s + l (l < 32): low bits from qs, minus 4 where the
+ * hmask bit 4h + s is clear. */
+static inline int q3k_value(const blk_q3_k *b, int h, int s, int l) {
+  return ((b->qs[32 * h + l] >> (2 * s)) & 3) - (b->hmask[l] & (1u << (4 * h + s)) ? 0 : 4);
+}
+
+static void dequant_q3_k(const void *src, float *y, int64_t n) {
+  const blk_q3_k *b = src;
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const float d = q35_fp16_to_fp32(b[i].d);
+    for (int h = 0; h < 2; h++)
+      for (int s = 0; s < 4; s++)
+        for (int half = 0; half < 2; half++) {
+          const float dl = d * (float)q3k_scale(b[i].scales, 8 * h + 2 * s + half);
+          for (int l = 0; l < 16; l++) *y++ = dl * (float)q3k_value(&b[i], h, s, 16 * half + l);
+        }
+  }
+}
+
+static void dequant_mxfp4(const void *src, float *y, int64_t n) {
+  const blk_mxfp4 *b = src;
+  for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
+    const float d = q35_e8m0_half(b[i].e);
+    for (int j = 0; j < 16; j++) {
+      y[j] = (float)q35_kvalues_mxfp4[b[i].qs[j] & 0xF] * d;
+      y[j + 16] = (float)q35_kvalues_mxfp4[b[i].qs[j] >> 4] * d;
+    }
+  }
+}
+
+static void dequant_iq4_nl(const void *src, float *y, int64_t n) {
+  const blk_iq4_nl *b = src;
+  for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
+    const float d = q35_fp16_to_fp32(b[i].d);
+    for (int j = 0; j < 16; j++) {
+      y[j] = d * (float)q35_kvalues_iq4nl[b[i].qs[j] & 0xF];
+      y[j + 16] = d * (float)q35_kvalues_iq4nl[b[i].qs[j] >> 4];
+    }
+  }
+}
+
+static void dequant_q4_1(const void *src, float *y, int64_t n) {
+  const blk_q4_1 *b = src;
+  for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
+    const float d = q35_fp16_to_fp32(b[i].d), m = q35_fp16_to_fp32(b[i].m);
+    for (int j = 0; j < 16; j++) {
+      y[j] = (float)(b[i].qs[j] & 0xF) * d + m;
+      y[j + 16] = (float)(b[i].qs[j] >> 4) * d + m;
+    }
+  }
+}
+
+static inline int q5_1_value(const blk_q5_1 *b, int j) {
+  uint32_t qh;
+  memcpy(&qh, b->qh, 4);
+  const int lo = j < 16 ? b->qs[j] & 0xF : b->qs[j - 16] >> 4;
+  return lo | (int)(((qh >> j) & 1) << 4);
+}
+
+static void dequant_q5_1(const void *src, float *y, int64_t n) {
+  const blk_q5_1 *b = src;
+  for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
+    const float d = q35_fp16_to_fp32(b[i].d), m = q35_fp16_to_fp32(b[i].m);
+    for (int j = 0; j < 32; j++) y[j] = (float)q5_1_value(&b[i], j) * d + m;
+  }
+}
+
+static void dequant_q8_1(const void *src, float *y, int64_t n) {
+  const blk_q8_1 *b = src;
+  for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
+    const float d = q35_fp16_to_fp32(b[i].d);
+    for (int j = 0; j < QK8_0; j++) y[j] = (float)b[i].qs[j] * d;
+  }
+}
+
+/* ============================== Q8_1 activations ============================== */
+
+/* ggml-cpu's x86 quantize_row_q8_1: Q8_0's values and scale, plus s = fp16(d * sum(q)) with d
+ * the unrounded max|x| / 127. */
+static void quant_q8_1(const float *x, void *dst, int64_t n) {
+  blk_q8_1 *y = dst;
+  for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+    blk_q8_0 q;
+    q35_quantize_q8_0_block_ref(x, &q);
+    float amax = 0;
+    for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+    int sum = 0;
+    for (int j = 0; j < QK8_0; j++) sum += q.qs[j];
+    y[i].d = q.d;
+    y[i].s = q35_fp32_to_fp16(amax / 127.f * (float)sum);
+    memcpy(y[i].qs, q.qs, QK8_0);
+  }
+}
+
+/* ============================== dot products ============================== */
+
+/* Q2_K x Q8_K: d * sum_j sc_j (q . y)_j - dmin * sum_j m_j bsum_j */
+static float dot_q2_k(int64_t n, const void *w, const void *x) {
+  const blk_q2_k *a = w;
+  const blk_q8_k *b = x;
+  float sumf = 0;
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    int isum = 0, msum = 0;
+    for (int j = 0; j < 16; j++) {
+      const int h = j / 8, s = (j % 8) / 2, half = j % 2;
+      const uint8_t *q = a[i].qs + 32 * h + 16 * half;
+      const int8_t *y = b[i].qs + 16 * j;
+      int t = 0;
+      for (int l = 0; l < 16; l++) t += ((q[l] >> (2 * s)) & 3) * y[l];
+      isum += (a[i].scales[j] & 0xF) * t;
+      msum += (a[i].scales[j] >> 4) * b[i].bsums[j];
+    }
+    const float d = b[i].d * q35_fp16_to_fp32(a[i].d), dmin = b[i].d * q35_fp16_to_fp32(a[i].dmin);
+    sumf += d * (float)isum - dmin * (float)msum;
+  }
+  return sumf;
+}
+
+/* Q3_K x Q8_K: d * sum_j sc_j (q3 . y)_j */
+static float dot_q3_k(int64_t n, const void *w, const void *x) {
+  const blk_q3_k *a = w;
+  const blk_q8_k *b = x;
+  float sumf = 0;
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    int isum = 0;
+    for (int j = 0; j < 16; j++) {
+      const int h = j / 8, s = (j % 8) / 2, half = j % 2;
+      const int8_t *y = b[i].qs + 16 * j;
+      int t = 0;
+      for (int l = 0; l < 16; l++) t += q3k_value(&a[i], h, s, 16 * half + l) * y[l];
+      isum += q3k_scale(a[i].scales, j) * t;
+    }
+    sumf += q35_fp16_to_fp32(a[i].d) * b[i].d * (float)isum;
+  }
+  return sumf;
+}
+
+/* MXFP4 / IQ4_NL x Q8_0: code book values (kv) times int8, scaled per block */
+static float dot_mxfp4(int64_t n, const void *w, const void *x) {
+  const blk_mxfp4 *a = w;
+  const blk_q8_0 *b = x;
+  float sumf = 0;
+  for (int64_t i = 0; i < n / QK8_0; i++) {
+    int isum = 0;
+    for (int j = 0; j < 16; j++)
+      isum += q35_kvalues_mxfp4[a[i].qs[j] & 0xF] * b[i].qs[j] + q35_kvalues_mxfp4[a[i].qs[j] >> 4] * b[i].qs[j + 16];
+    sumf += q35_fp16_to_fp32(b[i].d) * q35_e8m0_half(a[i].e) * (float)isum;
+  }
+  return sumf;
+}
+
+static float dot_iq4_nl(int64_t n, const void *w, const void *x) {
+  const blk_iq4_nl *a = w;
+  const blk_q8_0 *b = x;
+  float sumf = 0;
+  for (int64_t i = 0; i < n / QK8_0; i++) {
+    int isum = 0;
+    for (int j = 0; j < 16; j++)
+      isum += q35_kvalues_iq4nl[a[i].qs[j] & 0xF] * b[i].qs[j] + q35_kvalues_iq4nl[a[i].qs[j] >> 4] * b[i].qs[j + 16];
+    sumf += q35_fp16_to_fp32(b[i].d) * q35_fp16_to_fp32(a[i].d) * (float)isum;
+  }
+  return sumf;
+}
+
+/* Q4_1 / Q5_1 x Q8_1: d_w d_x (q . y) + m_w s_x */
+static float dot_q4_1(int64_t n, const void *w, const void *x) {
+  const blk_q4_1 *a = w;
+  const blk_q8_1 *b = x;
+  float sumf = 0;
+  for (int64_t i = 0; i < n / QK8_0; i++) {
+    int isum = 0;
+    for (int j = 0; j < 16; j++) isum += (a[i].qs[j] & 0xF) * b[i].qs[j] + (a[i].qs[j] >> 4) * b[i].qs[j + 16];
+    sumf += q35_fp16_to_fp32(a[i].d) * q35_fp16_to_fp32(b[i].d) * (float)isum +
+            q35_fp16_to_fp32(a[i].m) * q35_fp16_to_fp32(b[i].s);
+  }
+  return sumf;
+}
+
+static float dot_q5_1(int64_t n, const void *w, const void *x) {
+  const blk_q5_1 *a = w;
+  const blk_q8_1 *b = x;
+  float sumf = 0;
+  for (int64_t i = 0; i < n / QK8_0; i++) {
+    int isum = 0;
+    for (int j = 0; j < 32; j++) isum += q5_1_value(&a[i], j) * b[i].qs[j];
+    sumf += q35_fp16_to_fp32(a[i].d) * q35_fp16_to_fp32(b[i].d) * (float)isum +
+            q35_fp16_to_fp32(a[i].m) * q35_fp16_to_fp32(b[i].s);
+  }
+  return sumf;
+}
+
+/* ============================== the table ============================== */
+
+void q35_kernels_lowbit_ref(q35_kernels *k) {
+#define SET(T, dq, vd) (k->dequantize[T] = (dq), k->vec_dot[T] = (vd))
+  SET(Q35_TYPE_Q2_K, dequant_q2_k, dot_q2_k);
+  SET(Q35_TYPE_Q3_K, dequant_q3_k, dot_q3_k);
+  SET(Q35_TYPE_MXFP4, dequant_mxfp4, dot_mxfp4);
+  SET(Q35_TYPE_IQ4_NL, dequant_iq4_nl, dot_iq4_nl);
+  SET(Q35_TYPE_Q4_1, dequant_q4_1, dot_q4_1);
+  SET(Q35_TYPE_Q5_1, dequant_q5_1, dot_q5_1);
+#undef SET
+  k->dequantize[Q35_TYPE_Q8_1] = dequant_q8_1;
+  k->quantize[Q35_TYPE_Q8_1] = quant_q8_1;
+  q35_kernels_lowbit_quantizers(k);
+}
 
 int q35_lowbit_vec_dot_type(const q35_kernels *k, int type) {
   (void)k;
-  (void)type;
-  return -1;
+  switch (type) {
+  case Q35_TYPE_Q2_K: case Q35_TYPE_Q3_K: return Q35_TYPE_Q8_K;
+  case Q35_TYPE_MXFP4: case Q35_TYPE_IQ4_NL: return Q35_TYPE_Q8_0;
+  case Q35_TYPE_Q4_1: case Q35_TYPE_Q5_1: return Q35_TYPE_Q8_1;
+  default: return -1;
+  }
 }

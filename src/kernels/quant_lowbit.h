@@ -1,0 +1,92 @@
+/*
+ * quant_lowbit.h - the GGML block layouts of the lowbit family (Q2_K, Q3_K, MXFP4, IQ4_NL, Q4_1,
+ * Q5_1, and Q8_1, the activation type of Q4_1/Q5_1), byte for byte GGML's (ggml-common.h), with
+ * the decoding helpers the reference and SIMD kernels of the family share.
+ *
+ * Activation types (as ggml-cpu pairs them): Q2_K, Q3_K -> Q8_K; MXFP4, IQ4_NL -> Q8_0;
+ * Q4_1, Q5_1 -> Q8_1 (Q8_0's values plus s = d * sum(q) as fp16).
+ */
+#ifndef Q35_QUANT_LOWBIT_H
+#define Q35_QUANT_LOWBIT_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/quant_internal.h"
+
+typedef struct __attribute__((packed)) {
+  uint8_t scales[QK_K / 16]; /* sub-block j: scale = low nibble, min = high nibble */
+  uint8_t qs[QK_K / 4];      /* 2 bits: element 128h + 32s + l at bits 2s of qs[32h + l] */
+  uint16_t d;                /* fp16 super-scale of the scales */
+  uint16_t dmin;             /* fp16 super-scale of the mins */
+} blk_q2_k;
+
+typedef struct __attribute__((packed)) {
+  uint8_t hmask[QK_K / 8]; /* element 32k + l (k < 8): bit k of hmask[l]; clear = subtract 4 */
+  uint8_t qs[QK_K / 4];    /* low 2 bits, laid out as Q2_K's */
+  uint8_t scales[12];      /* 16 6-bit scales, biased by 32 (q3k_scale) */
+  uint16_t d;
+} blk_q3_k;
+
+typedef struct __attribute__((packed)) {
+  uint8_t e;             /* E8M0 scale: 2^(e - 127); values are kvalues_mxfp4 (2x E2M1) * 2^(e-128) */
+  uint8_t qs[QK8_0 / 2]; /* element j: low nibble of qs[j]; j + 16: high nibble */
+} blk_mxfp4;
+
+typedef struct __attribute__((packed)) {
+  uint16_t d;
+  uint8_t qs[QK8_0 / 2];
+} blk_iq4_nl;
+
+typedef struct __attribute__((packed)) {
+  uint16_t d, m; /* x = d * q + m */
+  uint8_t qs[QK8_0 / 2];
+} blk_q4_1;
+
+typedef struct __attribute__((packed)) {
+  uint16_t d, m;
+  uint8_t qh[4]; /* bit j = 5th bit of element j */
+  uint8_t qs[QK8_0 / 2];
+} blk_q5_1;
+
+typedef struct __attribute__((packed)) {
+  uint16_t d, s; /* s = d * sum(qs) (fp16) */
+  int8_t qs[QK8_0];
+} blk_q8_1;
+
+_Static_assert(sizeof(blk_q2_k) == 84, "q2_K size");
+_Static_assert(sizeof(blk_q3_k) == 110, "q3_K size");
+_Static_assert(sizeof(blk_mxfp4) == 17, "mxfp4 size");
+_Static_assert(sizeof(blk_iq4_nl) == 18, "iq4_nl size");
+_Static_assert(sizeof(blk_q4_1) == 20, "q4_1 size");
+_Static_assert(sizeof(blk_q5_1) == 24, "q5_1 size");
+_Static_assert(sizeof(blk_q8_1) == 36, "q8_1 size");
+
+/* MXFP4's code book: the E2M1 values doubled (so they are integers; the scale is halved). */
+extern const int8_t q35_kvalues_mxfp4[16];
+
+/* The E8M0 scale e as a float, halved (2^(e - 128)), exactly as ggml's GGML_E8M0_TO_FP32_HALF:
+ * e < 2 gives the subnormals 2^-128 and 2^-127. */
+static inline float q35_e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+/* Q3_K's sub-block scale j (0..15), unbiased (-32..31): low 4 bits from scales[j % 8] (j < 8:
+ * low nibble, else high), high 2 bits from scales[8 + j % 4] bits 2*(j / 4). */
+static inline int q3k_scale(const uint8_t *sc, int j) {
+  const int lo = j < 8 ? sc[j] & 0xF : sc[j - 8] >> 4;
+  const int hi = (sc[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (lo | (hi << 4)) - 32;
+}
+
+/* quantize_lowbit.c: the family's weight quantizers into quantize[] (called by the reference
+ * table; every level uses them). */
+void q35_kernels_lowbit_quantizers(q35_kernels *k);
+/* The importance-weighted quantizer of a family type (qw: n importance values, one per column,
+ * NULL = unweighted as quantize[]): 0, or -1 if `type` is not the family's. */
+int q35_lowbit_quantize_weighted(int type, const float *src, void *dst, int64_t n, const float *qw);
+
+#endif

@@ -512,7 +512,7 @@ static void test_corruption(void) {
   expect_fail("type 77", tt, 77, 4, "'blk.0.ffn_up.weight'", "unknown tensor type id 77");
   expect_fail("type q2_K", tt, 10, 4,
               "tensor 'blk.0.ffn_up.weight' has type q2_K, which q35 does not support (supported: "
-              "f32, f16, bf16, q8_0, q4_0, q5_0, q4_K, q5_K, q6_K, iq4_xs)", NULL);
+              "f32, f16, bf16, q8_0, q4_0, q5_0, q4_K, q5_K, q6_K, ", "iq4_xs");
   expect_fail("type q8_K", tt, 15, 4, "has type q8_K, which q35 does not support", NULL);
   uint64_t off = 0;
   for (int i = 0; i < 8; i++) off |= (uint64_t)img[tt + 4 + i] << (8 * i);

@@ -38,7 +38,7 @@ static int parse_type(const char *flag, const char *v) {
   if (!strcmp(v, "4w")) return Q35_TYPE_Q4_0;
   if (!strcmp(v, "8w")) return Q35_TYPE_Q8_0;
   int t = q35_type_from_name(v);
-  if (t < 0 || !q35_type_supported(t) || t == Q35_TYPE_Q8_K)
+  if (t < 0 || !q35_type_supported(t) || !q35_type_quantizable(t) || t == Q35_TYPE_Q8_K)
     die("%s: unknown or unsupported type '%s' (q4_0, q4_k, q5_0, q5_k, q6_k, q8_0, iq4_xs, q2_k, q3_k, mxfp4, iq4_nl, q4_1, q5_1, bf16, f16, f32, 4w, 8w)",
         flag, v);
   return t;

@@ -41,7 +41,7 @@ static void tiny_usage(void) {
 
 static int parse_type(const char *flag, const char *v) {
   int t = q35_type_from_name(v);
-  if (t < 0 || !q35_type_supported(t)) die("%s: unknown or unsupported type '%s'", flag, v);
+  if (t < 0 || !q35_type_supported(t) || !q35_type_quantizable(t)) die("%s: unknown or unsupported type '%s'", flag, v);
   return t;
 }
 

@@ -25,6 +25,7 @@
 #include "format/gguf.h"
 #include "format/gguf_names.h"
 #include "format/tensor_types.h"
+#include "kernels/quant.h"
 #include "text/tokenizer.h"
 
 #define RSS_ANON_FIELD "RssAnon:" /* of /proc/self/status: anonymous resident memory */
@@ -220,7 +221,7 @@ static int stream_tensors(gguf_writer *w, const plan *p, q35_export_stats *st, v
 static int check_types(const q35_export_opts *o, q35_err *err) {
   const int types_ok[] = {o->qlinear, o->qembedding, o->qoutput < 0 ? o->qlinear : o->qoutput};
   for (int i = 0; i < 3; i++)
-    if (!q35_type_supported(types_ok[i]) || types_ok[i] == Q35_TYPE_Q8_K)
+    if (!q35_type_supported(types_ok[i]) || !q35_type_quantizable(types_ok[i]) || types_ok[i] == Q35_TYPE_Q8_K)
       return q35_seterr(err, "export: type %d is not a supported weight type", types_ok[i]);
   return 0;
 }

@@ -263,7 +263,8 @@ static const char *check_opts(const q35_tiny_opts *o) {
     return "--experts-used must be in [1, --experts] and --ff positive";
   if (!o->moe && o->n_ff < 1) return "--ff must be positive";
   if (o->interval < 1) return "--interval must be >= 1";
-  if (!q35_type_supported(o->type)) return "--type is not a supported weight type";
+  if (!q35_type_supported(o->type) || !q35_type_quantizable(o->type))
+    return "--type is not a supported weight type (or q35 cannot quantize to it yet)";
   return NULL;
 }
 

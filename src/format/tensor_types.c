@@ -27,9 +27,9 @@ static const struct {
     [Q35_TYPE_MXFP4] = {32, 17, 1},      [Q35_TYPE_Q2_K] = {256, 84, 1},    [Q35_TYPE_Q3_K] = {256, 110, 1},
     [Q35_TYPE_Q4_K] = {256, 144, 1},     [Q35_TYPE_Q5_K] = {256, 176, 1},   [Q35_TYPE_Q6_K] = {256, 210, 1},
     [Q35_TYPE_Q8_K] = {256, 292, 0},     [Q35_TYPE_IQ4_XS] = {256, 136, 1}, [Q35_TYPE_Q8_1] = {32, 36, 0},
-    [Q35_TYPE_IQ2_XXS] = {256, 66, 0},   [Q35_TYPE_IQ2_XS] = {256, 74, 0},  [Q35_TYPE_IQ2_S] = {256, 82, 0},
-    [Q35_TYPE_IQ3_XXS] = {256, 98, 0},   [Q35_TYPE_IQ3_S] = {256, 110, 0},  [Q35_TYPE_IQ1_S] = {256, 50, 0},
-    [Q35_TYPE_IQ1_M] = {256, 56, 0},
+    [Q35_TYPE_IQ2_XXS] = {256, 66, 1},   [Q35_TYPE_IQ2_XS] = {256, 74, 1},  [Q35_TYPE_IQ2_S] = {256, 82, 1},
+    [Q35_TYPE_IQ3_XXS] = {256, 98, 1},   [Q35_TYPE_IQ3_S] = {256, 110, 1},  [Q35_TYPE_IQ1_S] = {256, 50, 1},
+    [Q35_TYPE_IQ1_M] = {256, 56, 1},
     [Q35_TYPE_Q8_0X] = {32, 64, 0},      [Q35_TYPE_Q8_0Y] = {32, 96, 0},
     [Q35_TYPE_Q8_0Z] = {32, 40, 0}, /* per block; rows pad to 16 blocks */
 };

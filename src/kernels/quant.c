@@ -137,6 +137,8 @@ void q35_quantize_row_ref(int type, const float *src, void *dst, int64_t n) {
   if (type_ok(type) && k->quantize[type]) k->quantize[type](src, dst, n);
 }
 
+int q35_type_quantizable(int type) { return type_ok(type) && kern_ref()->quantize[type] != NULL; }
+
 float q35_vec_dot(int type, int64_t n, const void *w, const void *x) {
   const q35_kernels *k = kern();
   return type_ok(type) && k->vec_dot[type] ? k->vec_dot[type](n, w, x) : NAN;

@@ -39,6 +39,10 @@ void q35_dequantize_row_ref(int type, const void *src, float *dst, int64_t n);
 void q35_quantize_row(int type, const float *src, void *dst, int64_t n);
 void q35_quantize_row_ref(int type, const float *src, void *dst, int64_t n);
 
+/* Can q35_quantize_row write `type` (a weight quantizer exists)? Types q35 reads but cannot yet
+ * write (the IQ1/IQ2/IQ3 family) answer 0: exporters refuse them as targets. */
+int q35_type_quantizable(int type);
+
 /* Dot product of n elements: a weight row of `type` with an activation row already converted
  * to q35_vec_dot_type(type). */
 float q35_vec_dot(int type, int64_t n, const void *w, const void *x);

@@ -1,12 +1,226 @@
 /*
- * quant_iq_ref.c - kernels of the IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M weight types: the reference level (scalar, the twins every SIMD kernel is tested against).
+ * quant_iq_ref.c - kernels of the IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M weight
+ * types: the reference level (scalar, the twins every SIMD kernel is tested against).
+ *
+ *   dequant_TYPE  block -> floats with GGML's float steps in GGML's order (bit-identical to
+ *                 ggml's dequantize_row_*; the layouts and grids are in quant_iq_tables.h)
+ *   dot_TYPE      weight row . Q8_K activation row: exact integer sums per 32 (per 16 for the
+ *                 IQ1 scales), times the odd integer sub-block scale, summed per super-block;
+ *                 then one float step per super-block (d_w * d_x * isum) and the constant
+ *                 factor at the end, as ggml-cpu's vec_dot_*_q8_K.
+ * Each group decodes into 8 signed int8 values (qv), shared by dequantize and the dot product.
+ * No quantizers yet (quantize[] stays NULL: the exporters refuse these types as targets).
  */
-#include "kernels/quant_internal.h"
+#include <math.h>
 
-void q35_kernels_iq_ref(q35_kernels *k) { (void)k; }
+#include "base/util.h"
+#include "kernels/quant_internal.h"
+#include "kernels/quant_iq_tables.h"
+
+/* grid entry g (8 bytes, or 2 x 4 for IQ3) with sign byte s applied: signed values */
+static inline void apply_signs(uint64_t g, uint8_t s, int v[8]) {
+  for (int j = 0; j < 8; j++) {
+    const int a = (int)((g >> (8 * j)) & 0xFF);
+    v[j] = (s >> j) & 1 ? -a : a;
+  }
+}
+
+static inline uint64_t pair32(uint32_t lo, uint32_t hi) { return (uint64_t)lo | ((uint64_t)hi << 32); }
+
+/* ------------------- per-group decoding: group k (0..31) of a block -> magnitudes + signs ------------------- */
+
+/* IQ2_XXS: group k = byte k%4 of the first word of its 32, signs from the second word */
+static inline void g_iq2_xxs(const blk_iq2_xxs *b, int k, uint64_t *g, uint8_t *s, int *ls) {
+  const int ib = k / 4, l = k % 4;
+  const uint32_t a0 = (uint32_t)b->qs[4 * ib] | ((uint32_t)b->qs[4 * ib + 1] << 16);
+  const uint32_t a1 = (uint32_t)b->qs[4 * ib + 2] | ((uint32_t)b->qs[4 * ib + 3] << 16);
+  *g = q35_iq2xxs_grid[(a0 >> (8 * l)) & 0xFF];
+  *s = q35_ksigns_iq2xs[(a1 >> (7 * l)) & 127];
+  *ls = (int)(a1 >> 28);
+}
+
+static inline void g_iq2_xs(const blk_iq2_xs *b, int k, uint64_t *g, uint8_t *s, int *ls) {
+  const uint16_t q = b->qs[k];
+  *g = q35_iq2xs_grid[q & 511];
+  *s = q35_ksigns_iq2xs[q >> 9];
+  *ls = (b->scales[k / 4] >> (4 * ((k % 4) / 2))) & 0xF;
+}
+
+static inline void g_iq2_s(const blk_iq2_s *b, int k, uint64_t *g, uint8_t *s, int *ls) {
+  const int ib = k / 4, l = k % 4;
+  *g = q35_iq2s_grid[b->qs[k] | (((b->qh[ib] >> (2 * l)) & 3) << 8)];
+  *s = b->qs[32 + k];
+  *ls = (b->scales[ib] >> (4 * (l / 2))) & 0xF;
+}
+
+static inline void g_iq3_xxs(const blk_iq3_xxs *b, int k, uint64_t *g, uint8_t *s, int *ls) {
+  const int ib = k / 4, l = k % 4;
+  const uint32_t a = q35_ld32(b->qs + 64 + 4 * ib);
+  *g = pair32(q35_iq3xxs_grid[b->qs[2 * k]], q35_iq3xxs_grid[b->qs[2 * k + 1]]);
+  *s = q35_ksigns_iq2xs[(a >> (7 * l)) & 127];
+  *ls = (int)(a >> 28);
+}
+
+static inline void g_iq3_s(const blk_iq3_s *b, int k, uint64_t *g, uint8_t *s, int *ls) {
+  const int ib = k / 4, l = k % 4, h = b->qh[ib];
+  *g = pair32(q35_iq3s_grid[b->qs[2 * k] | (((h >> (2 * l)) & 1) << 8)],
+              q35_iq3s_grid[b->qs[2 * k + 1] | (((h >> (2 * l + 1)) & 1) << 8)]);
+  *s = b->signs[k];
+  *ls = (b->scales[ib / 2] >> (4 * (ib % 2))) & 0xF;
+}
+
+/* IQ1_S group k: grid values (-1/0/1), the delta sign (+1/-1) and the 3-bit scale of its 32 */
+static inline void g_iq1_s(const blk_iq1_s *b, int k, uint64_t *g, int *dsign, int *ls) {
+  const uint16_t h = b->qh[k / 4];
+  *g = q35_iq1s_grid[b->qs[k] | (((h >> (3 * (k % 4))) & 7) << 8)];
+  *dsign = h & 0x8000 ? -1 : 1;
+  *ls = (h >> 12) & 7;
+}
+
+/* IQ1_M group k: qh byte k/2 holds, per group, 3 high index bits and the delta sign (bit 3 / 7);
+ * the 3-bit scale is per 16 (two per 32) in scale word k/8 */
+static inline void g_iq1_m(const blk_iq1_m *b, int k, uint64_t *g, int *dsign, int *ls) {
+  const int h = b->qh[k / 2] >> (4 * (k % 2));
+  *g = q35_iq1s_grid[b->qs[k] | ((h & 7) << 8)];
+  *dsign = h & 8 ? -1 : 1;
+  const int ib = k / 4, half = (k % 4) / 2;
+  *ls = (q35_ld16(b->scales + 2 * (ib / 2)) >> (6 * (ib % 2) + 3 * half)) & 7;
+}
+
+/* ============================== dequantize ============================== */
+
+/* IQ2/IQ3: y = db * grid * (+-1) with db = d * (0.5 + s) * 0.25 (IQ2), * 0.5 (IQ3_XXS), or
+ * d * (1 + 2s) (IQ3_S), in ggml's float order */
+#define DEQ_SIGNED(name, BT, G, DB)                                                               \
+  static void name(const void *src, float *y, int64_t n) {                                        \
+    const BT *b = src;                                                                            \
+    for (int64_t i = 0; i < n / QK_K; i++) {                                                      \
+      const float d = q35_fp16_to_fp32(b[i].d);                                                   \
+      for (int k = 0; k < 32; k++, y += 8) {                                                      \
+        uint64_t g;                                                                               \
+        uint8_t s;                                                                                \
+        int ls;                                                                                   \
+        G(&b[i], k, &g, &s, &ls);                                                                 \
+        const float db = DB;                                                                      \
+        for (int j = 0; j < 8; j++)                                                               \
+          y[j] = db * (float)((g >> (8 * j)) & 0xFF) * ((s >> j) & 1 ? -1.f : 1.f);               \
+      }                                                                                           \
+    }                                                                                             \
+  }
+DEQ_SIGNED(dequant_iq2_xxs, blk_iq2_xxs, g_iq2_xxs, d * (0.5f + (float)ls) * 0.25f)
+DEQ_SIGNED(dequant_iq2_xs, blk_iq2_xs, g_iq2_xs, d * (0.5f + (float)ls) * 0.25f)
+DEQ_SIGNED(dequant_iq2_s, blk_iq2_s, g_iq2_s, d * (0.5f + (float)ls) * 0.25f)
+DEQ_SIGNED(dequant_iq3_xxs, blk_iq3_xxs, g_iq3_xxs, d * (0.5f + (float)ls) * 0.5f)
+DEQ_SIGNED(dequant_iq3_s, blk_iq3_s, g_iq3_s, d * (float)(1 + 2 * ls))
+
+/* IQ1: y = dl * (grid + delta), dl = d * (2s + 1), delta = +-1/8 */
+static inline void deq_iq1_group(uint64_t g, int dsign, float dl, float *y) {
+  const float delta = dsign < 0 ? -Q35_IQ1S_DELTA : Q35_IQ1S_DELTA;
+  for (int j = 0; j < 8; j++) y[j] = dl * ((float)(int8_t)(uint8_t)(g >> (8 * j)) + delta);
+}
+
+static void dequant_iq1_s(const void *src, float *y, int64_t n) {
+  const blk_iq1_s *b = src;
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const float d = q35_fp16_to_fp32(b[i].d);
+    for (int k = 0; k < 32; k++, y += 8) {
+      uint64_t g;
+      int ds, ls;
+      g_iq1_s(&b[i], k, &g, &ds, &ls);
+      deq_iq1_group(g, ds, d * (float)(2 * ls + 1), y);
+    }
+  }
+}
+
+static void dequant_iq1_m(const void *src, float *y, int64_t n) {
+  const blk_iq1_m *b = src;
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const float d = q35_fp16_to_fp32(q35_iq1m_d(&b[i]));
+    for (int k = 0; k < 32; k++, y += 8) {
+      uint64_t g;
+      int ds, ls;
+      g_iq1_m(&b[i], k, &g, &ds, &ls);
+      deq_iq1_group(g, ds, d * (float)(2 * ls + 1), y);
+    }
+  }
+}
+
+/* ============================== dot products x Q8_K ============================== */
+
+/* sum over groups of 8: (grid * sign) . y, times (2s + 1) per 16 elements (each group's own
+ * scale field; the IQ2/IQ3 scales are per 16 or per 32, equal within a 16) */
+#define DOT_SIGNED(name, BT, G, FINAL)                                                            \
+  static float name(int64_t n, const void *w, const void *x) {                                    \
+    const BT *a = w;                                                                              \
+    const blk_q8_k *b = x;                                                                        \
+    float sumf = 0;                                                                               \
+    for (int64_t i = 0; i < n / QK_K; i++) {                                                      \
+      int32_t bsum = 0;                                                                           \
+      for (int k = 0; k < 32; k++) {                                                              \
+        uint64_t g;                                                                               \
+        uint8_t s;                                                                                \
+        int ls, v[8], sumi = 0;                                                                   \
+        G(&a[i], k, &g, &s, &ls);                                                                 \
+        apply_signs(g, s, v);                                                                     \
+        for (int j = 0; j < 8; j++) sumi += v[j] * b[i].qs[8 * k + j];                            \
+        bsum += sumi * (2 * ls + 1);                                                              \
+      }                                                                                           \
+      sumf += q35_fp16_to_fp32(a[i].d) * b[i].d * (float)bsum;                                    \
+    }                                                                                             \
+    return FINAL * sumf;                                                                          \
+  }
+DOT_SIGNED(dot_iq2_xxs, blk_iq2_xxs, g_iq2_xxs, 0.125f)
+DOT_SIGNED(dot_iq2_xs, blk_iq2_xs, g_iq2_xs, 0.125f)
+DOT_SIGNED(dot_iq2_s, blk_iq2_s, g_iq2_s, 0.125f)
+DOT_SIGNED(dot_iq3_xxs, blk_iq3_xxs, g_iq3_xxs, 0.25f)
+DOT_SIGNED(dot_iq3_s, blk_iq3_s, g_iq3_s, 1.0f)
+
+/* IQ1: sum (2s+1) * grid . y and sum (2s+1) * dsign * sum(y) per group; per super-block
+ * d_w * d_x * (isum + 1/8 * dsum) */
+#define DOT_IQ1(name, BT, G, D)                                                                   \
+  static float name(int64_t n, const void *w, const void *x) {                                    \
+    const BT *a = w;                                                                              \
+    const blk_q8_k *b = x;                                                                        \
+    float sumf = 0;                                                                               \
+    for (int64_t i = 0; i < n / QK_K; i++) {                                                      \
+      int32_t isum = 0, dsum = 0;                                                                 \
+      for (int k = 0; k < 32; k++) {                                                              \
+        uint64_t g;                                                                               \
+        int ds, ls, sg = 0, sy = 0;                                                               \
+        G(&a[i], k, &g, &ds, &ls);                                                                \
+        for (int j = 0; j < 8; j++) {                                                             \
+          sg += (int8_t)(uint8_t)(g >> (8 * j)) * b[i].qs[8 * k + j];                             \
+          sy += b[i].qs[8 * k + j];                                                               \
+        }                                                                                         \
+        isum += (2 * ls + 1) * sg;                                                                \
+        dsum += (2 * ls + 1) * ds * sy;                                                           \
+      }                                                                                           \
+      sumf += q35_fp16_to_fp32(D) * b[i].d * ((float)isum + Q35_IQ1S_DELTA * (float)dsum);        \
+    }                                                                                             \
+    return sumf;                                                                                  \
+  }
+DOT_IQ1(dot_iq1_s, blk_iq1_s, g_iq1_s, a[i].d)
+DOT_IQ1(dot_iq1_m, blk_iq1_m, g_iq1_m, q35_iq1m_d(&a[i]))
+
+void q35_kernels_iq_ref(q35_kernels *k) {
+#define SET(T, dq, vd) (k->dequantize[T] = (dq), k->vec_dot[T] = (vd))
+  SET(Q35_TYPE_IQ2_XXS, dequant_iq2_xxs, dot_iq2_xxs);
+  SET(Q35_TYPE_IQ2_XS, dequant_iq2_xs, dot_iq2_xs);
+  SET(Q35_TYPE_IQ2_S, dequant_iq2_s, dot_iq2_s);
+  SET(Q35_TYPE_IQ3_XXS, dequant_iq3_xxs, dot_iq3_xxs);
+  SET(Q35_TYPE_IQ3_S, dequant_iq3_s, dot_iq3_s);
+  SET(Q35_TYPE_IQ1_S, dequant_iq1_s, dot_iq1_s);
+  SET(Q35_TYPE_IQ1_M, dequant_iq1_m, dot_iq1_m);
+#undef SET
+}
 
 int q35_iq_vec_dot_type(const q35_kernels *k, int type) {
   (void)k;
-  (void)type;
-  return -1;
+  switch (type) {
+  case Q35_TYPE_IQ2_XXS: case Q35_TYPE_IQ2_XS: case Q35_TYPE_IQ2_S: case Q35_TYPE_IQ3_XXS:
+  case Q35_TYPE_IQ3_S: case Q35_TYPE_IQ1_S: case Q35_TYPE_IQ1_M:
+    return Q35_TYPE_Q8_K;
+  default:
+    return -1;
+  }
 }

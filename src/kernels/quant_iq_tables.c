@@ -1,0 +1,22 @@
+/*
+ * quant_iq_tables.c - the IQ1/IQ2/IQ3 lookup tables (quant_iq_tables.h): the grids, transcribed
+ * from ggml by tools/gen_iq_tables.c into quant_iq_grids.inc, and the sign tables, which follow
+ * from their rule (7 stored sign bits, the 8th makes the number of minus signs even).
+ */
+#include "kernels/quant_iq_tables.h"
+
+#include "kernels/quant_iq_grids.inc"
+
+
+#define S8(i) (uint8_t)((i) | ((__builtin_popcount(i) & 1) << 7))
+#define S4(i) S8(i), S8((i) + 1), S8((i) + 2), S8((i) + 3)
+#define S16(i) S4(i), S4((i) + 4), S4((i) + 8), S4((i) + 12)
+const uint8_t q35_ksigns_iq2xs[128] = {S16(0), S16(16), S16(32), S16(48), S16(64), S16(80), S16(96), S16(112)};
+
+/* byte j = 0xFF where bit j of the sign byte is set */
+#define B(s, j) ((((uint64_t)(s) >> (j)) & 1) * (0xFFull << (8 * (j))))
+#define M8(s) (B(s, 0) | B(s, 1) | B(s, 2) | B(s, 3) | B(s, 4) | B(s, 5) | B(s, 6) | B(s, 7))
+#define K8(i) M8(S8(i))
+#define K4(i) K8(i), K8((i) + 1), K8((i) + 2), K8((i) + 3)
+#define K16(i) K4(i), K4((i) + 4), K4((i) + 8), K4((i) + 12)
+const uint64_t q35_ksigns64[128] = {K16(0), K16(16), K16(32), K16(48), K16(64), K16(80), K16(96), K16(112)};

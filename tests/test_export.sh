@@ -98,7 +98,8 @@ import json, sys
 d = json.load(open(sys.argv[1])); kv, t = d["kv"], d["tensors"]
 cfg = json.load(open(sys.argv[2] + "/config.json"))["text_config"]
 tc = json.load(open(sys.argv[2] + "/tokenizer_config.json"))
-want = {"general.architecture": "qwen35moe", "general.file_type": 0, "qwen35moe.block_count": 4,
+want = {"general.architecture": "qwen35moe", "general.file_type": 0, "qwen35moe.block_count": 5,
+        "qwen35moe.nextn_predict_layers": 1,
         "qwen35moe.embedding_length": 64, "qwen35moe.attention.key_length": 32,
         "qwen35moe.attention.value_length": 32, "qwen35moe.rope.dimension_count": 8,
         "qwen35moe.rope.dimension_sections": [2, 1, 1, 0], "qwen35moe.ssm.group_count": 2,
@@ -111,7 +112,7 @@ bad = [k for k, v in want.items() if kv.get(k) != v]
 if abs(kv.get("qwen35moe.rope.freq_base", 0) - 1e7) > 1: bad.append("rope.freq_base")
 if kv["tokenizer.ggml.tokens"]["array_len"] != cfg["vocab_size"]: bad.append("tokens length")
 names = set(t)
-if any(n.startswith(("mtp", "v.", "visual")) or "visual" in n for n in names): bad.append("vision/mtp tensor written")
+if any(n.startswith(("mtp", "v.", "visual")) or "visual" in n for n in names): bad.append("vision/mtp.* tensor written")
 if "output.weight" not in names: bad.append("output.weight missing (untied)")
 f32_only = [n for n in names if (n.endswith("norm.weight") or "ssm_conv1d" in n or n.endswith("ssm_a")
             or "ssm_dt" in n or "ffn_gate_inp" in n) and t[n]["type"] != 0]
@@ -119,6 +120,47 @@ bad += f32_only
 if bad: print("metadata mismatch:", bad); sys.exit(1)
 print("moe_a: metadata, tokenizer block and chat template as expected")
 PYEOF
+fi
+# the MTP head of moe_a as llama.cpp's converter writes it: mtp.layers.0 -> blk.4 (norms + 1), mtp.fc ->
+# nextn.eh_proj as is, pre_fc_norm_embedding / _hidden / norm -> nextn.enorm / hnorm / shared_head_norm + 1
+# (their remapped names end in norm.weight); --no-mtp drops it (block_count 4, no blk.4, no nextn key)
+if [ -f "$W/moe_a.f32.gguf.json" ]; then
+  "$PY" - "$W/moe_a.f32.gguf.json" "$W/moe_a.f32.gguf" "$W/moe_a" "$TOOLS" <<'PYEOF' || fail "moe_a: MTP head tensors"
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[4])
+import hf_st
+t = json.load(open(sys.argv[1]))["tensors"]
+raw = open(sys.argv[2], "rb").read()
+hf = hf_st.read_dir(sys.argv[3])
+def g(name):
+    d = t[name]
+    assert d["type"] == 0, name
+    n = int(np.prod(d["ne"]))
+    return np.frombuffer(raw, dtype="<f4", count=n, offset=d["offset"]).astype(np.float64)
+pairs = [("blk.4.nextn.eh_proj.weight", "mtp.fc.weight", 0), ("blk.4.nextn.enorm.weight", "mtp.pre_fc_norm_embedding.weight", 1),
+         ("blk.4.nextn.hnorm.weight", "mtp.pre_fc_norm_hidden.weight", 1), ("blk.4.nextn.shared_head_norm.weight", "mtp.norm.weight", 1),
+         ("blk.4.attn_norm.weight", "mtp.layers.0.input_layernorm.weight", 1), ("blk.4.attn_q.weight", "mtp.layers.0.self_attn.q_proj.weight", 0),
+         ("blk.4.attn_q_norm.weight", "mtp.layers.0.self_attn.q_norm.weight", 1), ("blk.4.ffn_gate_inp.weight", "mtp.layers.0.mlp.gate.weight", 0)]
+bad = []
+for gn, hn, plus in pairs:
+    if gn not in t: bad.append(gn + " missing"); continue
+    want = hf[hn].reshape(-1) + plus
+    if np.abs(g(gn) - want).max() > 1e-6: bad.append(gn)
+if t["blk.4.nextn.eh_proj.weight"]["ne"] != [128, 64]: bad.append("eh_proj shape")
+if bad: print("MTP mismatch:", bad); sys.exit(1)
+print("moe_a: MTP head (blk.4 + nextn.*) as llama.cpp's converter writes it")
+PYEOF
+  if export_ck moe_a "$W/moe_a.nomtp.gguf" --qlinear f32 --qembedding f32 --no-mtp; then
+    "$PY" "$TOOLS/hf_gguf_info.py" "$W/moe_a.nomtp.gguf" >"$W/moe_a.nomtp.json"
+    "$PY" -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+ok = d['kv'].get('qwen35moe.block_count') == 4 and 'qwen35moe.nextn_predict_layers' not in d['kv'] and not any(n.startswith('blk.4.') for n in d['tensors'])
+sys.exit(0 if ok else 1)" "$W/moe_a.nomtp.json" || fail "moe_a --no-mtp: the MTP head was written"
+    q35_logits "$W/moe_a.nomtp.gguf" "$W/moe_a.nomtp.q.bin" &&
+      cmp -s "$W/moe_a.nomtp.q.bin" "$W/moe_a.q.bin" || fail "moe_a: trunk logits differ with and without the MTP head"
+  fi
 fi
 [ -f "$W/moe_b.f32.gguf.json" ] && ! grep -q '"output.weight"' "$W/moe_b.f32.gguf.json" ||
   fail "moe_b: tied checkpoint must have no output.weight"

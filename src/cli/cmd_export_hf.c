@@ -30,8 +30,10 @@ static void usage(void) {
       "  -t, --threads N    conversion threads (default: one per CPU, at most 16)\n"
       "  --stats            report peak anonymous memory (RssAnon, sampled after each tensor) on stderr\n"
       "  --quiet            no progress output\n"
+      "  --no-mtp           drop the MTP head (mtp.*); by default it is kept as llama.cpp's converter writes it\n"
+      "                     (blk.{layers}.* + nextn.*, nextn_predict_layers = 1)\n"
       "Progress goes to stderr: a bar when it is a terminal, a line every 10%% otherwise.\n"
-      "Vision (model.visual.*) and MTP (mtp.*) tensors are skipped; a missing lm_head means tied output.\n");
+      "Vision (model.visual.*) tensors are skipped; a missing lm_head means tied output.\n");
 }
 
 static int parse_type(const char *flag, const char *v) {
@@ -73,6 +75,10 @@ int cmd_export_hf(int argc, char **argv) {
     }
     if (arg_is(argc, argv, &i, "--fallback")) {
       o.fallback = 1;
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--no_mtp")) {
+      o.no_mtp = 1;
       continue;
     }
     if (arg_is(argc, argv, &i, "--threads") || arg_is(argc, argv, &i, "-t")) {

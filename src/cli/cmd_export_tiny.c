@@ -29,6 +29,8 @@ static void tiny_usage(void) {
       "                    use a real Hugging Face tokenizer (and its chat template); --vocab is raised\n"
       "                    to the tokenizer's size if smaller (default: a synthetic byte-level vocabulary)\n"
       "  --merged-gate-up  write ffn_gate_up_exps instead of separate gate/up experts\n"
+      "  --mtp             append an MTP block (blk.{layers}.*: attention + FFN + nextn.eh_proj/enorm/\n"
+      "                    hnorm/shared_head_norm; nextn_predict_layers = 1), as llama.cpp's converter does\n"
       "  --type T          f32 | f16 | bf16 | q8_0 | q4_0 | q5_0 | q4_k | q5_k | q6_k | iq4_xs | q2_k | q3_k\n"
       "                    | mxfp4 | iq4_nl | q4_1 | q5_1, or the\n"
       "                    presets q4_k_m (q4_k + q6_k for ffn_down/attn_v/output)  (default f32)\n"
@@ -120,6 +122,10 @@ int cmd_export_tiny(int argc, char **argv) {
     }
     if (arg_is(argc, argv, &i, "--merged_gate_up")) {
       o.merged_gate_up = 1;
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--mtp")) {
+      o.mtp = 1;
       continue;
     }
     if (arg_is(argc, argv, &i, "--type")) {

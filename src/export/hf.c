@@ -160,7 +160,7 @@ static int write_metadata(gguf_writer *w, const plan *p, const q35_tokenizer *to
       .rope_theta = (float)c->theta, .rms_eps = (float)c->eps,
       .n_expert = c->E, .n_expert_used = c->topk, .n_ff_exp = c->I, .n_ff_shexp = c->Is,
       .conv_kernel = c->conv_k, .ssm_state = c->dk, .ssm_k_heads = c->Hk, .ssm_v_heads = c->Hv,
-      .ssm_inner = c->Hv * c->dv, .interval = c->interval};
+      .ssm_inner = c->Hv * c->dv, .interval = c->interval, .n_nextn = p->mtp_pfx ? 1 : 0};
   memcpy(h.rope_sections, c->sections, sizeof h.rope_sections);
   q35_export_write_hparams(w, &h);
   if (q35_tokenizer_write_gguf_padded(tok, w, NULL, (int32_t)c->vocab))

@@ -32,6 +32,7 @@ typedef struct q35_export_opts {
   int progress;    /* 0 none, 1 bar (TTY) / periodic lines (not a TTY) on stderr */
   int stats;       /* 1: sample RssAnon after each tensor, report the peak on stderr */
   int threads;     /* conversion threads; 0: one per online CPU (at most Q35_EXPORT_MAX_THREADS) */
+  int no_mtp;      /* 1: drop the MTP head (mtp.*); 0: keep it as llama.cpp's converter writes it */
 } q35_export_opts;
 
 #define Q35_EXPORT_MAX_THREADS 16

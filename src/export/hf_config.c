@@ -119,7 +119,8 @@ static int cfg_sizes(cfgctx *c, hfcfg *cfg) {
       cfg_int(c, "hidden_size", &cfg->H, 1, 0, 1, CFG_MAX_HIDDEN) ||
       cfg_int(c, "num_hidden_layers", &cfg->L, 1, 0, 1, CFG_MAX_LAYERS) ||
       cfg_int(c, "num_attention_heads", &cfg->nh, 1, 0, 1, CFG_MAX_HEADS) ||
-      cfg_int(c, "num_key_value_heads", &cfg->nkv, 1, 0, 1, CFG_MAX_HEADS))
+      cfg_int(c, "num_key_value_heads", &cfg->nkv, 1, 0, 1, CFG_MAX_HEADS) ||
+      cfg_int(c, "mtp_num_hidden_layers", &cfg->n_mtp, 0, 0, 0, CFG_MAX_LAYERS))
     return -1;
   if (cfg_int(c, "head_dim", &cfg->hd, 0, cfg->H / cfg->nh, 2, CFG_MAX_DIM) ||
       cfg_int(c, "max_position_embeddings", &cfg->ctx, 0, CFG_DEFAULT_CONTEXT, 1, CFG_MAX_CONTEXT) ||

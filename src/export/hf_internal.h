@@ -39,6 +39,7 @@
 typedef struct hfcfg {
   int moe;
   int64_t vocab, H, L, nh, nkv, hd, n_rot, ctx, interval, conv_k, dk, dv, Hk, Hv, E, topk, I, Is, F;
+  int64_t n_mtp; /* mtp_num_hidden_layers (0 when absent) */
   double theta, eps;
   int32_t sections[4];
   int tied;
@@ -72,6 +73,7 @@ typedef struct plan {
   st_set *st;
   unsigned char *used; /* per source tensor */
   const char *P;       /* language-model prefix: "model.language_model." or "model." */
+  const char *mtp_pfx; /* the MTP head's prefix ("mtp." or "model.mtp.") when it is exported, else NULL */
   hfcfg cfg;
   otensor *t;
   int n;

@@ -97,14 +97,16 @@ static otensor *out_plain(plan *p, q35_gguf_tensor_id id, int il, int type, cons
  * PREFIX + "layers.N.", and the last one found (s) feeds the next output tensor (t). */
 typedef struct layer_map {
   plan *p;
-  int il;
+  int il;          /* the GGUF layer (blk.il) */
+  const char *pfx; /* the HF prefix of "layers.N.": the language model's, or the MTP block's "mtp." */
+  int hf_il;       /* N */
   char hf[256];
   const st_tensor *s;
   otensor *t;
 } layer_map;
 
 static const char *hf_name(layer_map *l, const char *sfx) {
-  snprintf(l->hf, sizeof l->hf, "%slayers.%d.%s", l->p->P, l->il, sfx);
+  snprintf(l->hf, sizeof l->hf, "%slayers.%d.%s", l->pfx, l->hf_il, sfx);
   return l->hf;
 }
 
@@ -223,7 +225,7 @@ static int plan_split_experts(layer_map *l, const char *proj, q35_gguf_tensor_id
   const st_tensor **srcs = calloc((size_t)E, sizeof *srcs);
   if (!srcs) return q35_seterr(p->err, "out of memory");
   for (int64_t e = 0; e < E; e++) {
-    snprintf(n2, sizeof n2, "%slayers.%d.mlp.experts.%lld.%s.weight", p->P, l->il, (long long)e, proj);
+    snprintf(n2, sizeof n2, "%slayers.%d.mlp.experts.%lld.%s.weight", l->pfx, l->hf_il, (long long)e, proj);
     if (!(srcs[e] = need(p, n2, 2, d0, d1, 0))) {
       if (e == 0 && first)
         q35_seterr(p->err, "%s: layer %d has neither fused experts ('%s') nor per-expert tensors ('%s' is missing)",
@@ -313,10 +315,11 @@ static int plan_dense_ffn(layer_map *l) {
              : 0;
 }
 
-static int plan_layer(plan *p, int il) {
+/* One decoder layer: trunk layer il, or (mtp) the MTP block's layer (HF mtp.layers.0, GGUF blk.L) */
+static int plan_layer(plan *p, int il, int mtp) {
   const hfcfg *c = &p->cfg;
-  const int is_attn = (il + 1) % c->interval == 0;
-  layer_map l = {.p = p, .il = il};
+  const int is_attn = mtp || (il + 1) % c->interval == 0;
+  layer_map l = {.p = p, .il = il, .pfx = mtp ? p->mtp_pfx : p->P, .hf_il = mtp ? 0 : il};
   if (take(&l, "input_layernorm.weight", 1, c->H, 0, 0) ||
       emit(&l, Q35_TENSOR_ATTN_NORM, Q35_TYPE_F32, 1, c->H, 1, 1, OP_PLUS1) ||
       take(&l, "post_attention_layernorm.weight", 1, c->H, 0, 0) ||
@@ -326,16 +329,45 @@ static int plan_layer(plan *p, int il) {
   return c->moe ? plan_moe(&l) : plan_dense_ffn(&l);
 }
 
+/* The MTP block as llama.cpp's converter (_Qwen35MtpMixin) writes it: mtp.layers.0.* -> blk.L.*,
+ * mtp.fc -> nextn.eh_proj, mtp.pre_fc_norm_embedding / _hidden -> nextn.enorm / hnorm, mtp.norm ->
+ * nextn.shared_head_norm. The renamed norms end in "norm.weight", so its Qwen3Next rule adds 1 to
+ * them as to every other RMSNorm (HF's Qwen3.5 norms are 1 + w). */
+static int plan_mtp(plan *p) {
+  const hfcfg *c = &p->cfg;
+  const int il = (int)c->L;
+  if (plan_layer(p, il, 1)) return -1;
+  static const struct {
+    const char *hf;
+    q35_gguf_tensor_id id;
+  } norms[] = {{"pre_fc_norm_embedding.weight", Q35_TENSOR_NEXTN_ENORM},
+               {"pre_fc_norm_hidden.weight", Q35_TENSOR_NEXTN_HNORM},
+               {"norm.weight", Q35_TENSOR_NEXTN_SHARED_HEAD_NORM}};
+  char n1[256];
+  const st_tensor *s;
+  snprintf(n1, sizeof n1, "%sfc.weight", p->mtp_pfx);
+  if (!(s = need(p, n1, 2, c->H, 2 * c->H, 0)) ||
+      !out_plain(p, Q35_TENSOR_NEXTN_EH_PROJ, il, p->t_lin, s, 2, 2 * c->H, c->H, 1, OP_NONE))
+    return -1;
+  for (size_t i = 0; i < sizeof norms / sizeof *norms; i++) {
+    snprintf(n1, sizeof n1, "%s%s", p->mtp_pfx, norms[i].hf);
+    if (!(s = need(p, n1, 1, c->H, 0, 0)) || !out_plain(p, norms[i].id, il, Q35_TYPE_F32, s, 1, c->H, 1, 1, OP_PLUS1))
+      return -1;
+  }
+  return 0;
+}
+
 /* every source tensor must be used or skipped on purpose */
 static int plan_check_unused(plan *p) {
   const hfcfg *c = &p->cfg;
   static const char *const skipped_prefixes[] = {"model.visual.", "visual.", "mtp.", "model.mtp."};
+  const size_t n_skipped = p->mtp_pfx ? 2 : 4; /* mtp.* is skipped only when the head is not exported */
   for (size_t i = 0; i < st_count(p->st); i++) {
     if (p->used[i]) continue;
     const st_tensor *u = st_get(p->st, i);
     const char *nm = u->name;
     int skip = strstr(nm, "rotary_emb.inv_freq") != NULL;
-    for (size_t k = 0; k < sizeof skipped_prefixes / sizeof *skipped_prefixes; k++)
+    for (size_t k = 0; k < n_skipped; k++)
       skip |= !strncmp(nm, skipped_prefixes[k], strlen(skipped_prefixes[k]));
     if (skip) continue;
     if ((!strcmp(nm, "lm_head.weight") || !strcmp(nm, "model.language_model.lm_head.weight")) && c->tied) continue;
@@ -349,7 +381,17 @@ static int plan_check_unused(plan *p) {
 int hf_build_plan(plan *p) {
   if (plan_model_tensors(p)) return -1;
   for (int64_t il = 0; il < p->cfg.L; il++)
-    if (plan_layer(p, (int)il)) return -1;
+    if (plan_layer(p, (int)il, 0)) return -1;
+  /* the MTP head: when config.json declares one, its tensors are there, and --no-mtp is not given */
+  p->mtp_pfx = NULL;
+  if (p->cfg.n_mtp > 0 && !p->o->no_mtp) {
+    if (st_find(p->st, "mtp.fc.weight")) p->mtp_pfx = "mtp.";
+    else if (st_find(p->st, "model.mtp.fc.weight")) p->mtp_pfx = "model.mtp.";
+    if (p->mtp_pfx && p->cfg.n_mtp > 1)
+      return q35_seterr(p->err, "%s/config.json: mtp_num_hidden_layers = %lld; only one MTP block is supported (as "
+                                "in llama.cpp); pass --no-mtp to drop it", p->dir, (long long)p->cfg.n_mtp);
+    if (p->mtp_pfx && plan_mtp(p)) return -1;
+  }
   return plan_check_unused(p);
 }
 

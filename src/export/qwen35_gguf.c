@@ -14,7 +14,7 @@ static void put_u32(gguf_writer *w, const char *arch, q35_gguf_key_id key, int64
 
 void q35_export_write_hparams(gguf_writer *w, const q35_export_hparams *h) {
   const char *arch = q35_export_arch(h->moe);
-  put_u32(w, arch, Q35_KEY_BLOCK_COUNT, h->n_layer);
+  put_u32(w, arch, Q35_KEY_BLOCK_COUNT, h->n_layer + h->n_nextn);
   put_u32(w, arch, Q35_KEY_CONTEXT_LENGTH, h->n_ctx_train);
   put_u32(w, arch, Q35_KEY_EMBEDDING_LENGTH, h->n_embd);
   if (!h->moe) put_u32(w, arch, Q35_KEY_FEED_FORWARD_LENGTH, h->n_ff);
@@ -38,6 +38,7 @@ void q35_export_write_hparams(gguf_writer *w, const q35_export_hparams *h) {
   put_u32(w, arch, Q35_KEY_SSM_TIME_STEP_RANK, h->ssm_v_heads);
   put_u32(w, arch, Q35_KEY_SSM_INNER_SIZE, h->ssm_inner);
   put_u32(w, arch, Q35_KEY_FULL_ATTENTION_INTERVAL, h->interval);
+  if (h->n_nextn > 0) put_u32(w, arch, Q35_KEY_NEXTN_PREDICT_LAYERS, h->n_nextn);
 }
 
 void q35_export_rope_sections(int n_rot, int32_t out[4]) {

@@ -18,6 +18,7 @@ typedef struct q35_export_hparams {
   float rope_theta, rms_eps;
   int64_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
   int64_t conv_kernel, ssm_state, ssm_k_heads, ssm_v_heads, ssm_inner, interval;
+  int64_t n_nextn; /* MTP blocks after the trunk: counted in block_count, nextn_predict_layers when > 0 */
 } q35_export_hparams;
 
 /* The architecture's name for general.architecture and its keys. */

@@ -280,7 +280,7 @@ static void write_hparams(gguf_writer *w, const q35_tiny_opts *o, int t_lin, int
       .n_expert = o->n_expert, .n_expert_used = o->n_expert_used, .n_ff_exp = o->n_ff_exp,
       .n_ff_shexp = o->n_ff_shexp, .conv_kernel = o->conv_kernel, .ssm_state = o->ssm_head_dim,
       .ssm_k_heads = o->ssm_k_heads, .ssm_v_heads = o->ssm_v_heads, .ssm_inner = o->ssm_v_heads * o->ssm_head_dim,
-      .interval = o->interval};
+      .interval = o->interval, .n_nextn = o->mtp ? 1 : 0};
   q35_export_rope_sections(o->n_rot, h.rope_sections);
   q35_export_write_hparams(w, &h);
 }
@@ -367,6 +367,21 @@ static int add_dense_ffn(tiny_ctx *c, int il) {
          tensor(c, Q35_TENSOR_FFN_DOWN, il, c->t_down, 2, F, H, 1, INIT_MATRIX);
 }
 
+/* The MTP block after the trunk (after every trunk tensor, so the trunk's random weights are
+ * those of the same file without it): a full-attention layer with the trunk's FFN kind, then
+ * eh_proj {2H, H} (input concat[enorm(embed), hnorm(h)]) and the three norms. */
+static int add_mtp(tiny_ctx *c, int il) {
+  const q35_tiny_opts *o = c->o;
+  const int H = o->n_embd, f32 = Q35_TYPE_F32;
+  return tensor(c, Q35_TENSOR_ATTN_NORM, il, f32, 1, H, 1, 1, INIT_NORM) ||
+         tensor(c, Q35_TENSOR_POST_ATTN_NORM, il, f32, 1, H, 1, 1, INIT_NORM) || add_attention(c, il) ||
+         (o->moe ? add_moe(c, il) : add_dense_ffn(c, il)) ||
+         tensor(c, Q35_TENSOR_NEXTN_EH_PROJ, il, c->t_lin, 2, 2 * H, H, 1, INIT_MATRIX) ||
+         tensor(c, Q35_TENSOR_NEXTN_ENORM, il, f32, 1, H, 1, 1, INIT_NORM) ||
+         tensor(c, Q35_TENSOR_NEXTN_HNORM, il, f32, 1, H, 1, 1, INIT_NORM) ||
+         tensor(c, Q35_TENSOR_NEXTN_SHARED_HEAD_NORM, il, f32, 1, H, 1, 1, INIT_NORM);
+}
+
 /* Every tensor, in llama.cpp's order (the random stream follows it). */
 static int add_tensors(tiny_ctx *c) {
   const q35_tiny_opts *o = c->o;
@@ -382,7 +397,7 @@ static int add_tensors(tiny_ctx *c) {
         (is_attn ? add_attention(c, il) : add_deltanet(c, il)) || (o->moe ? add_moe(c, il) : add_dense_ffn(c, il)))
       return -1;
   }
-  return 0;
+  return o->mtp ? add_mtp(c, o->n_layer) : 0;
 }
 
 int q35_tiny_write(const q35_tiny_opts *o, const char *path, q35_err *err) {

@@ -30,6 +30,8 @@ typedef struct q35_tiny_opts {
   const char *tokenizer_json; /* NULL: a synthetic byte-level BPE vocabulary */
   const char *tokenizer_config; /* tokenizer_config.json (chat template, specials), or NULL */
   int merged_gate_up;      /* write ffn_gate_up_exps instead of separate gate/up */
+  int mtp;                 /* 1: append one MTP block blk.{n_layer} (attention + FFN + nextn.*), as
+                              llama.cpp's converter writes a Qwen3.5 checkpoint's mtp.* */
 } q35_tiny_opts;
 
 /* A small MoE default: 4 layers (interval 4), embd 256, 4/2 heads of 64, DeltaNet 4 key

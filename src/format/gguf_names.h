@@ -112,7 +112,14 @@
   /* dense feed-forward */                                                                 \
   X(FFN_GATE,                    "blk.%d.ffn_gate.weight")                                 \
   X(FFN_UP,                      "blk.%d.ffn_up.weight")                                   \
-  X(FFN_DOWN,                    "blk.%d.ffn_down.weight")
+  X(FFN_DOWN,                    "blk.%d.ffn_down.weight")                                 \
+  /* the MTP (NextN) block blk.{n_layer}: an attention layer plus these (llama.cpp's names) */ \
+  X(NEXTN_EH_PROJ,               "blk.%d.nextn.eh_proj.weight")                            \
+  X(NEXTN_ENORM,                 "blk.%d.nextn.enorm.weight")                              \
+  X(NEXTN_HNORM,                 "blk.%d.nextn.hnorm.weight")                              \
+  X(NEXTN_SHARED_HEAD_NORM,      "blk.%d.nextn.shared_head_norm.weight")                   \
+  X(NEXTN_EMBED_TOKENS,          "blk.%d.nextn.embed_tokens.weight")                       \
+  X(NEXTN_SHARED_HEAD_HEAD,      "blk.%d.nextn.shared_head_head.weight")
 /* clang-format on */
 
 typedef enum q35_gguf_key_id {

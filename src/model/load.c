@@ -180,6 +180,29 @@ static int bind(q35_model *m, q35_tensor *t, const char *name, int n_dims, int64
   return 0;
 }
 
+/* The nextn tensors of the first MTP block (its attention layer is bound with the trunk's). */
+static int load_mtp(q35_model *m, q35_err *err) {
+  const q35_hparams *hp = &m->hp;
+  const int H = hp->n_embd, V = hp->n_vocab, il = hp->n_layer;
+  q35_mtp *t = &m->mtp;
+#define N(field, id, nd, a, b, opt, f32)                                                                  \
+  do {                                                                                                  \
+    if (bind(m, &t->field, q35_gguf_tensor(Q35_TENSOR_##id, il).s, nd, a, b, 1, opt, f32, err)) return -1; \
+  } while (0)
+  N(eh_proj, NEXTN_EH_PROJ, 2, 2 * H, H, 0, 0);
+  N(enorm, NEXTN_ENORM, 1, H, 1, 0, 1);
+  N(hnorm, NEXTN_HNORM, 1, H, 1, 0, 1);
+  N(head_norm, NEXTN_SHARED_HEAD_NORM, 1, H, 1, 1, 1);
+  N(embd, NEXTN_EMBED_TOKENS, 2, H, V, 1, 0);
+  N(head, NEXTN_SHARED_HEAD_HEAD, 2, H, V, 1, 0);
+#undef N
+  if (!t->head_norm.data) t->head_norm = m->output_norm;
+  if (!t->embd.data) t->embd = m->tok_embd;
+  if (!t->head.data) t->head = m->output;
+  m->has_mtp = 1;
+  return 0;
+}
+
 static int load_tensors(q35_model *m, q35_err *err) {
   const q35_hparams *hp = &m->hp;
   const int H = hp->n_embd, V = hp->n_vocab;
@@ -197,10 +220,11 @@ static int load_tensors(q35_model *m, q35_err *err) {
   do {                                                                                                  \
     if (bind(m, &L->field, q35_gguf_tensor(Q35_TENSOR_##id, il).s, nd, a, b, c, opt, f32, err)) return -1; \
   } while (0)
-  for (int il = 0; il < hp->n_layer; il++) {
-    q35_layer *L = &m->layers[il];
-    L->is_attn = (il + 1) % hp->interval == 0;
-    L->attn_index = L->is_attn ? m->n_attn_layers++ : m->n_gdn_layers++;
+  for (int il = 0; il < hp->n_layer + (hp->n_layer_all > hp->n_layer); il++) {
+    const int is_mtp = il == hp->n_layer; /* the first MTP block: attention + FFN (+ nextn below) */
+    q35_layer *L = is_mtp ? &m->mtp.layer : &m->layers[il];
+    L->is_attn = is_mtp || (il + 1) % hp->interval == 0;
+    L->attn_index = is_mtp ? 0 : L->is_attn ? m->n_attn_layers++ : m->n_gdn_layers++;
     B(attn_norm, ATTN_NORM, 1, H, 1, 1, 0, 1);
     B(post_norm, POST_ATTN_NORM, 1, H, 1, 1, 0, 1);
     if (L->is_attn) {
@@ -246,7 +270,7 @@ static int load_tensors(q35_model *m, q35_err *err) {
     }
   }
 #undef B
-  return 0;
+  return hp->n_layer_all > hp->n_layer ? load_mtp(m, err) : 0;
 }
 
 q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_err *err) {
@@ -283,8 +307,9 @@ q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_
   const q35_context_params cp = {params->n_threads};
   m->ctx = q35_context_new(m, &cp, err); /* the default context: its threads start now */
   if (!m->ctx) goto fail;
-  snprintf(m->desc, sizeof m->desc, "%s: %d layers (%d attention, %d DeltaNet), embd %d, vocab %d%s, %s FFN weights",
-           m->hp.is_moe ? "qwen35moe" : "qwen35", m->hp.n_layer, m->n_attn_layers, m->n_gdn_layers, m->hp.n_embd,
+  snprintf(m->desc, sizeof m->desc, "%s: %d layers (%d attention, %d DeltaNet)%s, embd %d, vocab %d%s, %s FFN weights",
+           m->hp.is_moe ? "qwen35moe" : "qwen35", m->hp.n_layer, m->n_attn_layers, m->n_gdn_layers,
+           m->has_mtp ? " + MTP head" : "", m->hp.n_embd,
            m->hp.n_vocab, m->output.data == m->tok_embd.data ? ", tied output" : "",
            q35_type_name(m->hp.is_moe ? m->layers[0].down_exps.type : m->layers[0].ffn_down.type));
   if (params->progress) fprintf(stderr, "loaded %s in %.2f s\n", m->desc, q35_now() - t0);

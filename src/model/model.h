@@ -8,7 +8,9 @@
  *
  * Architectures: "qwen35moe" (sparse MoE FFN with a shared expert) and "qwen35" (dense
  * SwiGLU FFN). Layer i is full attention iff (i + 1) % full_attention_interval == 0, else a
- * Gated DeltaNet layer. MTP blocks (the last nextn_predict_layers blocks) are ignored.
+ * Gated DeltaNet layer. The first MTP block (blk.{n_layer}, of nextn_predict_layers blocks after the
+ * trunk) is bound as `mtp` (a full-attention layer plus the nextn tensors); the forward pass of the
+ * trunk never reads it.
  * Math: the model notes (docs/DESIGN.md); GGUF conventions: norms hold 1 + w, ssm_a holds
  * -exp(A_log), value head j of a DeltaNet layer uses key head j mod Hk.
  */
@@ -58,12 +60,27 @@ typedef struct q35_layer {
   q35_tensor ffn_gate, ffn_up, ffn_down;
 } q35_layer;
 
+/* The MTP (NextN) head, llama.cpp's graph_mtp: x = eh_proj concat[enorm(embed(t+1)), hnorm(h_t)],
+ * one full-attention decoder layer, then shared_head_norm (or output_norm) and the output matrix
+ * (shared_head_head or output); embed_tokens or token_embd. Norms hold 1 + w (the converter adds 1
+ * to enorm, hnorm and shared_head.norm: their remapped names end in norm.weight). */
+typedef struct q35_mtp {
+  q35_layer layer;            /* is_attn = 1 */
+  q35_tensor eh_proj;         /* {2H, H} */
+  q35_tensor enorm, hnorm;    /* {H} f32 */
+  q35_tensor head_norm;       /* shared_head_norm, or the model's output_norm */
+  q35_tensor embd;            /* nextn.embed_tokens, or token_embd */
+  q35_tensor head;            /* nextn.shared_head_head, or the model's output */
+} q35_mtp;
+
 struct q35_model {
   gguf_file *gguf;
   q35_hparams hp;
   q35_tensor tok_embd, output_norm, output;
   q35_layer *layers;
   int n_attn_layers, n_gdn_layers;
+  int has_mtp;                  /* the file carries an MTP block (nextn_predict_layers >= 1) */
+  q35_mtp mtp;
   char desc[256];
   long long huge_bytes;         /* bytes of the file mapping mapped with 2 MiB entries; -1 unknown */
   q35_context *ctx;             /* the default context (q35_step, q35_session_eval), made at load */

@@ -2,7 +2,7 @@
 """Print a GGUF file's metadata and tensor table as JSON (independent parser, test tooling).
 
 usage: hf_gguf_info.py FILE.gguf
-Output: {"kv": {key: value}, "tensors": {name: {"type": ggml_type_id, "ne": [...]}}}; arrays of more
+Output: {"kv": {key: value}, "tensors": {name: {"type": ggml_type_id, "ne": [...], "offset": file offset}}}; arrays of more
 than 16 elements are given as {"array_len": n, "first": [...16 elements]}.
 """
 import json
@@ -56,8 +56,11 @@ def main():
         nd = take("<I")
         ne = [take("<Q") for _ in range(nd)]
         ty = take("<I")
-        take("<Q")
-        tens[name] = {"type": ty, "ne": ne}
+        tens[name] = {"type": ty, "ne": ne, "offset": take("<Q")}
+    align = kv.get("general.alignment", 32)
+    base = (off + align - 1) // align * align
+    for t in tens.values():  # absolute file offset of the data
+        t["offset"] += base
     json.dump({"kv": kv, "tensors": tens}, sys.stdout)
 
 

@@ -55,6 +55,7 @@ def main():
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--tied", action="store_true")
     ap.add_argument("--text-only", action="store_true", help="text-only layout (no text_config, no visual/mtp)")
+    ap.add_argument("--no-mtp", action="store_true", help="no mtp.* tensors (config still says mtp_num_hidden_layers 1)")
     ap.add_argument("--vocab-pad", type=int, default=11, help="vocab_size = tokenizer size + this")
     ap.add_argument("--theta", type=float, default=1e7)
     ap.add_argument("--seed", type=int, default=1)
@@ -130,11 +131,10 @@ def main():
     hd, nh, nkv = a.head_dim, a.heads, a.kv_heads
     Hk, Hv, dk = a.lin_k_heads, a.lin_v_heads, a.lin_dim
     C = 2 * Hk * dk + Hv * dk
-    for il in range(L):
-        p = f"{P}layers.{il}."
+    def write_layer(p, is_attn):
         vec(p + "input_layernorm.weight", 0.1 * rng.standard_normal(H))
         vec(p + "post_attention_layernorm.weight", 0.1 * rng.standard_normal(H))
-        if (il + 1) % a.interval == 0:
+        if is_attn:
             mat(p + "self_attn.q_proj.weight", nh * hd * 2, H)
             mat(p + "self_attn.k_proj.weight", nkv * hd, H)
             mat(p + "self_attn.v_proj.weight", nkv * hd, H)
@@ -174,6 +174,9 @@ def main():
             mat(p + "mlp.gate_proj.weight", a.ff, H)
             mat(p + "mlp.up_proj.weight", a.ff, H)
             mat(p + "mlp.down_proj.weight", H, a.ff)
+
+    for il in range(L):
+        write_layer(f"{P}layers.{il}.", (il + 1) % a.interval == 0)
     vec(P + "norm.weight", 0.1 * rng.standard_normal(H))
     if not a.tied:
         mat("lm_head.weight", V, H, 2.0 / np.sqrt(H))
@@ -181,9 +184,14 @@ def main():
         # vision tower and MTP block: present in real checkpoints, skipped by the converter
         mat("model.visual.patch_embed.proj.weight", 16, 12)
         mat("model.visual.blocks.0.attn.qkv.weight", 48, 16)
+    if not a.text_only and not a.no_mtp:
+        # the MTP block (mtp_num_hidden_layers = 1): a full-attention layer plus fc and three norms;
+        # llama.cpp's converter keeps it as blk.L.* + blk.L.nextn.*
+        write_layer("mtp.layers.0.", True)
         mat("mtp.fc.weight", H, 2 * H)
-        vec("mtp.norm.weight", np.zeros(H))
-        mat("mtp.layers.0.self_attn.q_proj.weight", nh * hd * 2, H)
+        vec("mtp.pre_fc_norm_embedding.weight", 0.1 * rng.standard_normal(H))
+        vec("mtp.pre_fc_norm_hidden.weight", 0.1 * rng.standard_normal(H))
+        vec("mtp.norm.weight", 0.1 * rng.standard_normal(H))
 
     names = list(T.keys())
     if a.shards <= 1:

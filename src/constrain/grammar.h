@@ -184,6 +184,10 @@ size_t cn_vocab_trie_nodes(const cn_vocab *v);
  * vocabulary split (cn_loop): the tokens made of units, then a walk of the remainders only;
  * other states walk the whole trie. */
 int cn_mask_compute(cn_matcher *m, const cn_vocab *v, int32_t s, uint32_t *mask);
+/* The mask of a chain state s (inside a bounded string: each unit leads to the next state of a
+ * chain; mask.c): 1 when s is one and mask is written, 0 when not (mask untouched), -1 when out
+ * of memory. cn_mask_compute tries it; a counter state tries it before its canonical state. */
+int cn_chain_mask(cn_matcher *m, const cn_vocab *v, int32_t s, uint32_t *mask);
 /* OR into mask the tokens of trie t whose strings state s accepts (matcher.c); -1 when out of
  * memory. */
 int cn_trie_walk(cn_matcher *m, const cn_trie *t, int32_t s, uint32_t *mask);

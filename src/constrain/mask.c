@@ -331,16 +331,16 @@ static int utf8_to(cn_matcher *m, int32_t s, int32_t target) {
 }
 
 #define MIN_LOOP_BYTES 48 /* ASCII bytes a state must loop on before the split pays */
-#define MAX_CHAIN 64 /* chain states followed from one state before the plain walk is used */
+#define MAX_CHAIN 256 /* chain states followed from one state before the plain walk is used */
 
 /* Chain states. Inside X{0,n} with X one character (a bounded string), every unit (an ASCII
  * byte of a set A, and with utf8 every complete character) leads from s_0 = s to one state
  * s_1, from s_1 to s_2, ... until the units die (J: the units the chain takes) or a state
  * loops on them. A token with u units then a remainder is allowed iff u <= J and the
  * remainder is allowed from s_u, so the mask is the split by unit count (cn_loop.le, remu,
- * big, rbig). 1 when done, 0 when s is no chain (the caller walks the trie), -1 when out of
+ * big, rbig). The mask is written (from zero) only when done. 1 when done, 0 when s is no chain (the caller walks the trie), -1 when out of
  * memory. */
-static int chain_mask(cn_matcher *m, const cn_vocab *v, int32_t s, uint32_t *mask) {
+int cn_chain_mask(cn_matcher *m, const cn_vocab *v, int32_t s, uint32_t *mask) {
   const int32_t t1 = cn_step(m, s, 'a');
   if (t1 == CN_OOM) return -1;
   if (t1 < 0 || t1 == s) return 0;
@@ -350,11 +350,17 @@ static int chain_mask(cn_matcher *m, const cn_vocab *v, int32_t s, uint32_t *mas
     if (cn_step(m, s, (uint8_t)b) == t1) ascii[b >> 6] |= 1ull << (b & 63), n_units++;
   if (n_units < MIN_LOOP_BYTES) return 0;
   const int utf8 = utf8_to(m, s, t1);
+  const cn_loop *l = vocab_loop(v, ascii, utf8);
+  if (!l) return 0;
   int32_t st[MAX_CHAIN + 1];
   st[0] = s;
   st[1] = t1;
   int32_t J = -1, loop_at = -1; /* J: units taken (chain end); loop_at: the first looping state */
   for (int32_t j = 1; J < 0 && loop_at < 0; j++) {
+    if (j > l->max_u) { /* no token has more units: the chain's rest does not matter */
+      J = INT32_MAX;
+      break;
+    }
     if (j >= MAX_CHAIN) return 0;
     const int32_t x = cn_step(m, st[j], 'a');
     if (x == CN_OOM) return -1;
@@ -380,8 +386,6 @@ static int chain_mask(cn_matcher *m, const cn_vocab *v, int32_t s, uint32_t *mas
     if (x == st[j]) loop_at = j;
     else st[j + 1] = x;
   }
-  const cn_loop *l = vocab_loop(v, ascii, utf8);
-  if (!l) return 0;
   const int32_t JE = loop_at >= 0 ? INT32_MAX : J; /* the units allowed */
   const size_t words = (size_t)(v->n + 31) / 32;
   if (JE >= l->max_u) memcpy(mask, l->all, words * sizeof *mask);
@@ -428,7 +432,7 @@ int cn_mask_compute(cn_matcher *m, const cn_vocab *v, int32_t s, uint32_t *mask)
     memcpy(mask, l->all, (size_t)(v->n + 31) / 32 * sizeof *mask);
     rc = cn_trie_walk(m, &l->rem, s, mask);
   } else {
-    rc = n_loop < MIN_LOOP_BYTES ? chain_mask(m, v, s, mask) : 0;
+    rc = n_loop < MIN_LOOP_BYTES ? cn_chain_mask(m, v, s, mask) : 0;
     if (rc == 0) {
       memset(mask, 0, (size_t)(v->n + 31) / 32 * sizeof *mask);
       rc = cn_trie_walk(m, &v->trie, s, mask);

@@ -101,6 +101,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[first], "--steps")) steps = atoi(argv[first + 1]);
     else if (!strcmp(argv[first], "--seed")) rng = strtoull(argv[first + 1], NULL, 10) | 1;
   }
+  const char *slow_env = getenv("Q35_BENCH_SLOW");
+  const double slow_us = slow_env ? atof(slow_env) : 0;
   q35_err err;
   q35_tokenizer *t = q35_tokenizer_from_json(argv[1], NULL, &err);
   if (!t) {
@@ -134,6 +136,8 @@ int main(int argc, char **argv) {
     }
     push(&comp, ms);
     vec mine = {0};
+    static char text_so_far[1 << 16];
+    int32_t n_text = 0;
     int32_t *allowed = malloc((size_t)n * sizeof *allowed);
     for (int s = 0; s < steps; s++) {
       const size_t before = q35_constraint_bytes(c);
@@ -143,6 +147,11 @@ int main(int argc, char **argv) {
       push(&all, us);
       push(&mine, us);
       if (q35_constraint_bytes(c) != before) push(&fresh, us);
+      if (slow_us > 0 && us > slow_us) { /* Q35_BENCH_SLOW=US: the text before each slow mask */
+        fprintf(stderr, "  slow %.0f us after:", us);
+        for (int32_t k = 0; k < n_text; k++) fputc(text_so_far[k], stderr);
+        fputc('\n', stderr);
+      }
       int32_t na = 0;
       size_t shortest = (size_t)-1;
       for (size_t w = 0; w < words; w++)
@@ -152,6 +161,7 @@ int main(int argc, char **argv) {
         }
       if (na == 0 || q35_constraint_is_finished(c)) {
         q35_constraint_rollback(c, q35_constraint_n_tokens(c), &err);
+        n_text = 0;
         continue;
       }
       int32_t pick = allowed[next_rand() % (uint64_t)na];
@@ -168,6 +178,14 @@ int main(int argc, char **argv) {
         }
       }
       if (q35_constraint_accept(c, pick, &err)) break;
+      if (pick < q35_tokenizer_n_vocab(t)) {
+        size_t l = 0;
+        const char *b = q35_token_bytes(t, pick, &l);
+        if (b && n_text + (int32_t)l < (int32_t)sizeof text_so_far) {
+          memcpy(text_so_far + n_text, b, l);
+          n_text += (int32_t)l;
+        }
+      }
     }
     fprintf(stderr, "%-50s compile %8.2f ms, masks median %8.2f us, p99 %9.2f us, store %zu KiB\n", argv[a], ms,
             pct(&mine, 0.5), pct(&mine, 0.99), q35_constraint_bytes(c) >> 10);

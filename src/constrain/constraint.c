@@ -373,11 +373,26 @@ static const uint32_t *state_mask(q35_constraint *c, int32_t s) {
   const int32_t cs = cn_canon(c->m, s);
   int fresh;
   if (cs != s && cs >= 0) {
+    uint32_t *m = slot_for(c, s, &fresh);
+    if (!m || !fresh) return m;
+    const int rc = cn_chain_mask(c->m, c->v, s, m);
+    if (rc < 0) {
+      c->slot[s] = -1;
+      return NULL;
+    }
+    if (rc == 1) {
+      if (cn_complete(c->m, s))
+        for (int32_t i = 0; i < cn_vocab_n(c->v); i++)
+          if (cn_vocab_kind(c->v, i) == 1) m[i >> 5] |= 1u << (i & 31);
+      return m;
+    }
+    c->slot[s] = -1; /* not a chain: the canonical state's mask first */
+    c->n_slots--;
     const uint32_t *base = state_mask(c, cs);
     if (!base) return NULL;
     uint32_t *tmp = c->masks + (size_t)(MAX_SLOTS + 1) * words; /* base's slot may be reused below */
     memcpy(tmp, base, words * sizeof *tmp);
-    uint32_t *m = slot_for(c, s, &fresh);
+    m = slot_for(c, s, &fresh);
     if (!m || !fresh) return m;
     for (size_t w = 0; w < words; w++) m[w] = tmp[w] & ~c->v->long_bits[w];
     if (cn_trie_walk(c->m, &c->v->long_trie, s, m)) {

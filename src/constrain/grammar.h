@@ -136,11 +136,22 @@ typedef struct cn_trie {
  * byte of `ascii`, or (with utf8) any complete valid UTF-8 character. Each normal token is its
  * longest prefix of units, then a remainder; `all` has the tokens with no remainder, `rem` is
  * the trie of the remainders (each with its token). */
+#define CN_CHAIN 16 /* unit counts split out one by one for chain states (mask.c) */
 typedef struct cn_loop {
   uint64_t ascii[2];
   int utf8;
   uint32_t *all;
   cn_trie rem;
+  /* For chain states (each unit leads to the next state of a chain s_0, s_1, ...: inside a
+   * bounded string): the same split by unit count u. le[j]: the unit-only tokens with at most j
+   * units; big: the unit-only tokens with u >= CN_CHAIN (ids, counts); remu[u]: the remainders of
+   * the tokens with u units; rbig: the tokens with a remainder and u >= CN_CHAIN (id, u, the
+   * remainder's offset); max_u: the largest u of any token. */
+  uint32_t *le[CN_CHAIN];
+  int32_t *big, n_big, *big_u;
+  cn_trie remu[CN_CHAIN];
+  int32_t *rbig, *rbig_u, *rbig_at, n_rbig;
+  int32_t max_u;
 } cn_loop;
 
 #define CN_MAX_LOOPS 32
@@ -173,6 +184,10 @@ size_t cn_vocab_trie_nodes(const cn_vocab *v);
  * vocabulary split (cn_loop): the tokens made of units, then a walk of the remainders only;
  * other states walk the whole trie. */
 int cn_mask_compute(cn_matcher *m, const cn_vocab *v, int32_t s, uint32_t *mask);
+/* The mask of a chain state s (inside a bounded string: each unit leads to the next state of a
+ * chain; mask.c): 1 when s is one and mask is written, 0 when not (mask untouched), -1 when out
+ * of memory. cn_mask_compute tries it; a counter state tries it before its canonical state. */
+int cn_chain_mask(cn_matcher *m, const cn_vocab *v, int32_t s, uint32_t *mask);
 /* OR into mask the tokens of trie t whose strings state s accepts (matcher.c); -1 when out of
  * memory. */
 int cn_trie_walk(cn_matcher *m, const cn_trie *t, int32_t s, uint32_t *mask);

@@ -94,15 +94,29 @@ static int trie_build(cn_trie *tr, tok_ref *t, int32_t nt) {
   return 0;
 }
 
+static cn_loop *loop_build(const cn_vocab *v, const uint64_t ascii[2], int utf8);
+
+static void loop_free(cn_loop *l) {
+  if (!l) return;
+  free(l->all);
+  trie_free(&l->rem);
+  for (int j = 0; j < CN_CHAIN; j++) {
+    free(l->le[j]);
+    trie_free(&l->remu[j]);
+  }
+  free(l->big);
+  free(l->big_u);
+  free(l->rbig);
+  free(l->rbig_u);
+  free(l->rbig_at);
+  free(l);
+}
+
 void cn_vocab_free(cn_vocab *v) {
   if (!v) return;
   if (v->bytes)
     for (int32_t i = 0; i < v->n; i++) free(v->bytes[i]);
-  for (int i = 0; i < v->n_loops; i++) {
-    free(v->loops[i]->all);
-    trie_free(&v->loops[i]->rem);
-    free(v->loops[i]);
-  }
+  for (int i = 0; i < v->n_loops; i++) loop_free(v->loops[i]);
   if (v->lock) pthread_mutex_destroy(v->lock);
   free(v->lock);
   free(v->bytes);
@@ -149,6 +163,12 @@ cn_vocab *cn_vocab_new(int32_t n, const char *const *bytes, const size_t *lens, 
     }
   if (trie_build(&v->long_trie, t, nl)) goto fail;
   free(t);
+  t = NULL;
+  { /* the split of a JSON string's inside (schema.c's char: any character but " \\ and controls),
+       made now so that the first string of every constraint does not pay for it */
+    const uint64_t ascii[2] = {~0ull << 32 & ~(1ull << '"'), ~0ull & ~(1ull << ('\\' - 64))};
+    if ((v->loops[0] = loop_build(v, ascii, 1))) v->n_loops = 1;
+  }
   return v;
 fail:
   free(t);
@@ -187,16 +207,22 @@ static size_t utf8_char(const unsigned char *p, size_t n) {
 static cn_loop *loop_build(const cn_vocab *v, const uint64_t ascii[2], int utf8) {
   cn_loop *l = calloc(1, sizeof *l);
   tok_ref *t = malloc(((size_t)v->n + 1) * sizeof *t);
-  if (l) l->all = calloc((size_t)(v->n + 31) / 32, sizeof *l->all);
-  if (!l || !t || !l->all) goto fail;
+  int32_t *units = malloc(((size_t)v->n + 1) * sizeof *units), *at_of = malloc(((size_t)v->n + 1) * sizeof *at_of);
+  const size_t words = (size_t)(v->n + 31) / 32;
+  if (!l || !t || !units || !at_of) goto fail;
+  if (!(l->all = calloc(words, sizeof *l->all))) goto fail;
+  for (int j = 0; j < CN_CHAIN; j++)
+    if (!(l->le[j] = calloc(words, sizeof *l->le[j]))) goto fail;
   l->ascii[0] = ascii[0];
   l->ascii[1] = ascii[1];
   l->utf8 = utf8;
   int32_t nt = 0;
   for (int32_t i = 0; i < v->n; i++) {
+    units[i] = -1;
     if (v->kind[i] != 0) continue;
     const unsigned char *p = (const unsigned char *)v->bytes[i];
     size_t at = 0;
+    int32_t u = 0;
     while (at < v->lens[i]) {
       const unsigned c = p[at];
       if (c < 128) {
@@ -207,17 +233,48 @@ static cn_loop *loop_build(const cn_vocab *v, const uint64_t ascii[2], int utf8)
         if (!k) break;
         at += k;
       }
+      u++;
     }
-    if (at == v->lens[i]) l->all[i >> 5] |= 1u << (i & 31);
-    else t[nt++] = (tok_ref){v->bytes[i] + at, v->lens[i] - at, i};
+    units[i] = u;
+    at_of[i] = (int32_t)at;
+    if (u > l->max_u) l->max_u = u;
+    if (at == v->lens[i]) {
+      l->all[i >> 5] |= 1u << (i & 31);
+      for (int j = u; j < CN_CHAIN; j++) l->le[j][i >> 5] |= 1u << (i & 31);
+      if (u >= CN_CHAIN) l->n_big++;
+    } else {
+      t[nt++] = (tok_ref){v->bytes[i] + at, v->lens[i] - at, i};
+      if (u >= CN_CHAIN) l->n_rbig++;
+    }
   }
   if (trie_build(&l->rem, t, nt)) goto fail;
+  l->big = malloc(((size_t)l->n_big + 1) * sizeof *l->big);
+  l->big_u = malloc(((size_t)l->n_big + 1) * sizeof *l->big_u);
+  l->rbig = malloc(((size_t)l->n_rbig + 1) * sizeof *l->rbig);
+  l->rbig_u = malloc(((size_t)l->n_rbig + 1) * sizeof *l->rbig_u);
+  l->rbig_at = malloc(((size_t)l->n_rbig + 1) * sizeof *l->rbig_at);
+  if (!l->big || !l->big_u || !l->rbig || !l->rbig_u || !l->rbig_at) goto fail;
+  int32_t nb = 0, nr = 0;
+  for (int32_t i = 0; i < v->n; i++) {
+    if (units[i] < CN_CHAIN) continue;
+    if ((size_t)at_of[i] == v->lens[i]) l->big[nb] = i, l->big_u[nb++] = units[i];
+    else l->rbig[nr] = i, l->rbig_u[nr] = units[i], l->rbig_at[nr++] = at_of[i];
+  }
+  for (int u = 0; u < CN_CHAIN; u++) { /* the remainders of the tokens with u units */
+    int32_t n = 0;
+    for (int32_t i = 0; i < v->n; i++)
+      if (units[i] == u && (size_t)at_of[i] < v->lens[i]) t[n++] = (tok_ref){v->bytes[i] + at_of[i], v->lens[i] - (size_t)at_of[i], i};
+    if (trie_build(&l->remu[u], t, n)) goto fail;
+  }
   free(t);
+  free(units);
+  free(at_of);
   return l;
 fail:
   free(t);
-  if (l) free(l->all);
-  free(l);
+  free(units);
+  free(at_of);
+  loop_free(l);
   return NULL;
 }
 
@@ -236,9 +293,9 @@ static const cn_loop *vocab_loop(const cn_vocab *cv, const uint64_t ascii[2], in
   return found;
 }
 
-/* Does every valid UTF-8 character lead from s back to s? The byte ranges of valid UTF-8,
+/* Does every valid UTF-8 character lead from s to target? The byte ranges of valid UTF-8,
  * stepped level by level over the (few) distinct intermediate states. */
-static int loops_utf8(cn_matcher *m, int32_t s) {
+static int utf8_to(cn_matcher *m, int32_t s, int32_t target) {
   static const uint8_t seqs[8][4][2] = {
       {{0xC2, 0xDF}, {0x80, 0xBF}},
       {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}},
@@ -268,12 +325,93 @@ static int loops_utf8(cn_matcher *m, int32_t s) {
       memcpy(cur, next, sizeof next);
       n_cur = n_next;
     }
-    if (n_cur != 1 || cur[0] != s) return 0;
+    if (n_cur != 1 || cur[0] != target) return 0;
   }
   return 1;
 }
 
 #define MIN_LOOP_BYTES 48 /* ASCII bytes a state must loop on before the split pays */
+#define MAX_CHAIN 256 /* chain states followed from one state before the plain walk is used */
+
+/* Chain states. Inside X{0,n} with X one character (a bounded string), every unit (an ASCII
+ * byte of a set A, and with utf8 every complete character) leads from s_0 = s to one state
+ * s_1, from s_1 to s_2, ... until the units die (J: the units the chain takes) or a state
+ * loops on them. A token with u units then a remainder is allowed iff u <= J and the
+ * remainder is allowed from s_u, so the mask is the split by unit count (cn_loop.le, remu,
+ * big, rbig). The mask is written (from zero) only when done. 1 when done, 0 when s is no chain (the caller walks the trie), -1 when out of
+ * memory. */
+int cn_chain_mask(cn_matcher *m, const cn_vocab *v, int32_t s, uint32_t *mask) {
+  const int32_t t1 = cn_step(m, s, 'a');
+  if (t1 == CN_OOM) return -1;
+  if (t1 < 0 || t1 == s) return 0;
+  uint64_t ascii[2] = {0, 0};
+  int n_units = 0;
+  for (unsigned b = 0; b < 128; b++)
+    if (cn_step(m, s, (uint8_t)b) == t1) ascii[b >> 6] |= 1ull << (b & 63), n_units++;
+  if (n_units < MIN_LOOP_BYTES) return 0;
+  const int utf8 = utf8_to(m, s, t1);
+  const cn_loop *l = vocab_loop(v, ascii, utf8);
+  if (!l) return 0;
+  int32_t st[MAX_CHAIN + 1];
+  st[0] = s;
+  st[1] = t1;
+  int32_t J = -1, loop_at = -1; /* J: units taken (chain end); loop_at: the first looping state */
+  for (int32_t j = 1; J < 0 && loop_at < 0; j++) {
+    if (j > l->max_u) { /* no token has more units: the chain's rest does not matter */
+      J = INT32_MAX;
+      break;
+    }
+    if (j >= MAX_CHAIN) return 0;
+    const int32_t x = cn_step(m, st[j], 'a');
+    if (x == CN_OOM) return -1;
+    int same = 1, dead = x < 0;
+    for (unsigned b = 0; b < 128 && same; b++)
+      if (ascii[b >> 6] >> (b & 63) & 1) {
+        const int32_t y = cn_step(m, st[j], (uint8_t)b);
+        if (y == CN_OOM) return -1;
+        same = y == x;
+      }
+    if (!same) return 0;
+    if (dead) {
+      if (utf8)
+        for (unsigned b = 0xC2; b <= 0xF4; b++) {
+          const int32_t y = cn_step(m, st[j], (uint8_t)b);
+          if (y == CN_OOM) return -1;
+          if (y >= 0) return 0;
+        }
+      J = j;
+      break;
+    }
+    if (utf8 && !utf8_to(m, st[j], x)) return 0;
+    if (x == st[j]) loop_at = j;
+    else st[j + 1] = x;
+  }
+  const int32_t JE = loop_at >= 0 ? INT32_MAX : J; /* the units allowed */
+  const size_t words = (size_t)(v->n + 31) / 32;
+  if (JE >= l->max_u) memcpy(mask, l->all, words * sizeof *mask);
+  else if (JE < CN_CHAIN) memcpy(mask, l->le[JE], words * sizeof *mask);
+  else {
+    memcpy(mask, l->le[CN_CHAIN - 1], words * sizeof *mask);
+    for (int32_t i = 0; i < l->n_big; i++)
+      if (l->big_u[i] <= JE) mask[l->big[i] >> 5] |= 1u << (l->big[i] & 31);
+  }
+#define ST_OF(u) (loop_at >= 0 && (u) >= loop_at ? st[loop_at] : st[u])
+  for (int32_t u = 0; u < CN_CHAIN && u <= JE; u++)
+    if (cn_trie_walk(m, &l->remu[u], ST_OF(u), mask)) return -1;
+  for (int32_t i = 0; i < l->n_rbig; i++) {
+    const int32_t u = l->rbig_u[i];
+    if (u > JE) continue;
+    int32_t x = ST_OF(u);
+    size_t len = 0;
+    const char *b = cn_vocab_bytes(v, l->rbig[i], &len);
+    for (size_t k = (size_t)l->rbig_at[i]; k < len && x >= 0; k++) x = cn_step(m, x, (uint8_t)b[k]);
+    if (x == CN_OOM) return -1;
+    if (x >= 0) mask[l->rbig[i] >> 5] |= 1u << (l->rbig[i] & 31);
+  }
+#undef ST_OF
+  return 1;
+}
+
 
 int cn_mask_compute(cn_matcher *m, const cn_vocab *v, int32_t s, uint32_t *mask) {
   memset(mask, 0, (size_t)(v->n + 31) / 32 * sizeof *mask);
@@ -288,13 +426,19 @@ int cn_mask_compute(cn_matcher *m, const cn_vocab *v, int32_t s, uint32_t *mask)
       n_loop++;
     }
   }
-  const cn_loop *l = n_loop >= MIN_LOOP_BYTES ? vocab_loop(v, ascii, loops_utf8(m, s)) : NULL;
+  const cn_loop *l = n_loop >= MIN_LOOP_BYTES ? vocab_loop(v, ascii, utf8_to(m, s, s)) : NULL;
   int rc;
   if (l) {
     memcpy(mask, l->all, (size_t)(v->n + 31) / 32 * sizeof *mask);
     rc = cn_trie_walk(m, &l->rem, s, mask);
   } else {
-    rc = cn_trie_walk(m, &v->trie, s, mask);
+    rc = n_loop < MIN_LOOP_BYTES ? cn_chain_mask(m, v, s, mask) : 0;
+    if (rc == 0) {
+      memset(mask, 0, (size_t)(v->n + 31) / 32 * sizeof *mask);
+      rc = cn_trie_walk(m, &v->trie, s, mask);
+    } else if (rc == 1) {
+      rc = 0;
+    }
   }
   if (rc == 0 && cn_complete(m, s))
     for (int32_t i = 0; i < v->n; i++)

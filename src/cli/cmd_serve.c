@@ -2,6 +2,7 @@
  * cmd_serve.c - q35 serve: the OpenAI-compatible HTTP server (src/server/server.h).
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "args.h"
 #include "commands.h"
@@ -24,6 +25,12 @@ static void usage(const model_args *ma) {
       "  --session-idle-timeout S  free sessions unused for S seconds (default 600, 0 = never)\n"
       "  --timeout S             drop clients that stall S seconds sending a request or reading\n"
       "                          a response (default 30, 0 = never); computing never times out\n"
+"  --drain-seconds S       on SIGTERM/SIGINT keep serving S seconds with /health answering 503,\n"
+      "                          so a balancer takes this replica out first (default 0)\n"
+      "  --drain-timeout S       then, with no new connections, give requests in flight S seconds\n"
+      "                          to finish before ending them with an error (default 30); exit 0\n"
+      "  --replica-id NAME       this replica's name behind a balancer ([A-Za-z0-9-], at most 24):\n"
+      "                          Responses API ids carry it (resp_NAME_...); see deploy/haproxy.cfg\n"
       "  -v, --verbose           log each request on stderr: status, latency, tokens, the 4xx reason\n"
       "  --api-key KEY           require this key (Authorization: Bearer KEY or x-api-key: KEY);\n"
       "                          repeatable; /health stays open\n"
@@ -74,6 +81,17 @@ static int serve_arg(q35_server_opts *o, int argc, char **argv, int *i) {
     o->idle_timeout = (int)arg_int("--session-idle-timeout", arg_value(argc, argv, i), 0, 1 << 30);
   } else if (arg_is(argc, argv, i, "--timeout")) {
     o->timeout = (int)arg_int("--timeout", arg_value(argc, argv, i), 0, 1 << 20);
+  } else if (arg_is(argc, argv, i, "--drain_seconds")) {
+    o->drain_seconds = (int)arg_int("--drain-seconds", arg_value(argc, argv, i), 0, 1 << 20);
+  } else if (arg_is(argc, argv, i, "--drain_timeout")) {
+    o->drain_timeout = (int)arg_int("--drain-timeout", arg_value(argc, argv, i), 0, 1 << 20);
+  } else if (arg_is(argc, argv, i, "--replica_id")) {
+    const char *v = arg_value(argc, argv, i);
+    const size_t n = strlen(v);
+    if (n == 0 || n > Q35_SERVER_REPLICA_ID_MAX || strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                              "0123456789-") != n)
+      die("serve: --replica-id '%s' must be 1 to %d letters, digits or '-'", v, Q35_SERVER_REPLICA_ID_MAX);
+    o->replica_id = v;
   } else if (arg_is(argc, argv, i, "-v") || arg_is(argc, argv, i, "--verbose")) {
     o->verbose = 1;
   } else if (arg_is(argc, argv, i, "--api_key")) {

@@ -36,6 +36,7 @@ typedef struct api_ctx {
   const oai_model *M;
   int timeout;            /* client inactivity timeout (s), 0 = none */
   api_store *store;       /* responses kept for previous_response_id */
+  const char *replica;    /* --replica-id or NULL: response ids are resp_<replica>_<hex> */
 } api_ctx;
 
 api_store *api_store_new(void);

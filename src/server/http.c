@@ -7,11 +7,13 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "base/util.h"
 
@@ -25,6 +27,9 @@
                            "anthropic-beta, OpenAI-Organization, OpenAI-Project"
 
 static http_config g_cfg; /* set once by http_start, before any connection */
+static atomic_int g_in_flight;  /* requests whose headers have arrived and that have not ended */
+static atomic_int g_closing;    /* http_stop_listening ran: every response closes its connection */
+static MHD_socket g_listen_fd = MHD_INVALID_SOCKET; /* the quiesced listening socket (closed by http_stop) */
 
 /* What the request log line of this connection's current request says (one thread per
  * connection, so thread-local state is per request). */
@@ -121,6 +126,7 @@ enum MHD_Result http_send_buf(struct MHD_Connection *c, unsigned status, const c
     return MHD_NO;
   }
   MHD_add_response_header(r, "Content-Type", type);
+  if (atomic_load(&g_closing)) MHD_add_response_header(r, "Connection", "close");
   http_add_cors(c, r);
   if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
   if (tl_log.status == 0 || status >= 400) tl_log.status = status;
@@ -196,6 +202,7 @@ int http_collect_body(struct MHD_Connection *c, const char *method, const char *
     *ret = MHD_NO;
     if (!rq) return 1;
     *con_cls = rq;
+    atomic_fetch_add(&g_in_flight, 1);
     memset(&tl_log, 0, sizeof tl_log);
     rq->t0 = q35_now();
     snprintf(rq->what, sizeof rq->what, "%s %s", method, url);
@@ -263,7 +270,12 @@ void http_request_done(void *cls, struct MHD_Connection *c, void **con_cls, enum
   q35_buf_free(&rq->body);
   free(rq);
   *con_cls = NULL;
+  atomic_fetch_sub(&g_in_flight, 1);
 }
+
+int http_in_flight(void) { return atomic_load(&g_in_flight); }
+
+int http_closing(void) { return atomic_load(&g_closing); }
 
 /* ---- connections ---- */
 
@@ -302,7 +314,8 @@ struct MHD_Daemon *http_start(const char *host, int port, unsigned timeout, cons
     return NULL;
   }
   signal(SIGPIPE, SIG_IGN); /* a client gone mid-response is an error return, not a signal */
-  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+  /* MHD_USE_ITC: MHD_quiesce_daemon (http_stop_listening) needs it in this threading mode */
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
   struct MHD_OptionItem tls[] = {{MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)cfg->tls_key},
                                  {MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)cfg->tls_cert},
@@ -324,4 +337,20 @@ struct MHD_Daemon *http_start(const char *host, int port, unsigned timeout, cons
   freeaddrinfo(ai);
   if (!d) fprintf(stderr, "q35 serve: cannot listen on %s:%d (%s)\n", host, port, strerror(errno));
   return d;
+}
+
+void http_stop_listening(struct MHD_Daemon *d) {
+  atomic_store(&g_closing, 1);
+  if (g_listen_fd != MHD_INVALID_SOCKET) return;
+  g_listen_fd = MHD_quiesce_daemon(d);
+  /* MHD's threads may still hold the descriptor until MHD_stop_daemon, so it stays open until
+   * http_stop; shutting the listening socket down (Linux) makes the kernel refuse new
+   * connections now instead of queueing them in the backlog unserved */
+  if (g_listen_fd != MHD_INVALID_SOCKET) shutdown(g_listen_fd, SHUT_RDWR);
+}
+
+void http_stop(struct MHD_Daemon *d) {
+  MHD_stop_daemon(d);
+  if (g_listen_fd != MHD_INVALID_SOCKET) close(g_listen_fd);
+  g_listen_fd = MHD_INVALID_SOCKET;
 }

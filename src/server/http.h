@@ -92,4 +92,15 @@ int http_peer_gone(struct MHD_Connection *c);
 struct MHD_Daemon *http_start(const char *host, int port, unsigned timeout, const http_config *cfg,
                               MHD_AccessHandlerCallback handler, void *cls);
 
+/* Requests in flight: their headers have arrived and they have not ended (a stream counts until
+ * its last byte or its client is gone). */
+int http_in_flight(void);
+/* Stop accepting connections (draining, server.c): connections already open stay served, and
+ * every response from now on carries "Connection: close". */
+void http_stop_listening(struct MHD_Daemon *d);
+/* Whether http_stop_listening has run. */
+int http_closing(void);
+/* Stop the daemon (closing every connection) and the listening socket. */
+void http_stop(struct MHD_Daemon *d);
+
 #endif

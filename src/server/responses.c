@@ -19,7 +19,9 @@
  * each with its whole conversation (instructions excluded, as the API documents), oldest
  * evicted first; an evicted or unknown id is a 404. Continuing a conversation renders the same
  * prefix again, so the scheduler's prefix reuse (anonymous slots, or the session_id header)
- * skips the part it has computed before.
+ * skips the part it has computed before. The store is this process's: behind a balancer the ids
+ * carry the replica's name (--replica-id) so that a previous_response_id comes back here
+ * (deploy/haproxy.cfg).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -568,7 +570,13 @@ static int parse_request(api_ctx *A, const char *sid, const json_t *b, rsp_req *
   if (api_conv_prompt(M, &q->v, q->j, e, "input") ||
       oai_constraint_build(M, &q->con, q->v.in_think, q->v.max_calls, q->j, e))
     return -1;
-  api_id(q->id, sizeof q->id, "resp_");
+  if (A->replica) { /* the balancer routes previous_response_id back here by this name */
+    char pre[sizeof q->id];
+    snprintf(pre, sizeof pre, "resp_%s_", A->replica);
+    api_id(q->id, sizeof q->id, pre);
+  } else {
+    api_id(q->id, sizeof q->id, "resp_");
+  }
   q->created = (long)time(NULL);
   return 0;
 }

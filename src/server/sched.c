@@ -103,6 +103,8 @@ struct srv_sched {
   uint64_t m_requests, m_prompt_tokens, m_cached_tokens, m_gen_tokens, m_steps, m_step_rows, m_errors,
       m_rejected, m_cancelled, m_evictions;
   uint64_t m_idle_evictions, m_mem_evictions, m_mem_refused, m_snaps_skipped;
+  uint64_t m_starts, m_cache_hits; /* sequences started; those that reused a stored prefix */
+  int m_last_rows;                 /* rows in the latest step */
   /* memory budget: bytes one new session and one snapshot take */
   uint64_t sess_need, snap_need;
   double m_step_seconds;
@@ -595,6 +597,8 @@ static int seq_start(srv_sched *s, seq *q, slot *sl) {
   q->fed = pos;
   if (q->choice == 0) j->cached_tokens = pos;
   s->m_cached_tokens += (uint64_t)pos;
+  s->m_starts++;
+  s->m_cache_hits += pos > 0;
   /* snapshot points after pos: every <|im_start|> and every snap_every tokens */
   int32_t n = 0;
   for (int32_t i = pos + 1; i < j->n_prompt; i++)
@@ -872,6 +876,7 @@ static void *sched_main(void *arg) {
     pthread_mutex_lock(&s->mu);
     s->m_steps++;
     s->m_step_rows += (uint64_t)n;
+    s->m_last_rows = n;
     s->m_step_seconds += dt;
     for (int i = 0; i < n; i++) {
       seq *q = s->row_seq[i];
@@ -1006,6 +1011,14 @@ void srv_sched_free(srv_sched *s) {
   free(s);
 }
 
+void srv_sched_fail_all(srv_sched *s, int status, const char *msg) {
+  pthread_mutex_lock(&s->mu);
+  for (seq *q = s->active; q; q = q->next) job_fail(q->job, status, msg);
+  for (seq *q = s->queue; q; q = q->next) job_fail(q->job, status, msg);
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
 /* ---- named sessions ---- */
 
 int srv_sched_session_delete(srv_sched *s, const char *id) {
@@ -1084,6 +1097,14 @@ char *srv_sched_metrics(srv_sched *s) {
       (unsigned long long)s->o.mem_budget);
     M("session_need_bytes", "gauge", "KV/state bytes one new session allocates.", "%llu",
       (unsigned long long)s->sess_need);
+    /* for a router (deploy/haproxy.cfg, docs/DESIGN.md "Replicas"): capacity, load, cache locality */
+    M("prefix_cache_lookups_total", "counter", "Sequences started (each looks for a stored prefix).", "%llu",
+      (unsigned long long)s->m_starts);
+    M("prefix_cache_hits_total", "counter", "Sequences started from a stored prefix (cached_tokens > 0).", "%llu",
+      (unsigned long long)s->m_cache_hits);
+    M("step_rows", "gauge", "Rows in the latest model step.", "%d", s->m_last_rows);
+    M("slots_parallel", "gauge", "Rows one step takes at most (--parallel).", "%d", s->o.parallel);
+    M("sessions_max", "gauge", "Named sessions kept at most (--max-sessions).", "%d", s->o.max_sessions);
 #undef M
     fclose(f);
   }

@@ -128,6 +128,10 @@ void srv_job_release(srv_sched *s, srv_job *j);
 int srv_sched_session_delete(srv_sched *s, const char *id);
 int srv_sched_session_reset(srv_sched *s, const char *id);
 
+/* Fail every queued and running job with this status and message (a shutdown past its bound):
+ * their streams end with an error event at the next step. */
+void srv_sched_fail_all(srv_sched *s, int status, const char *msg);
+
 /* Prometheus text exposition of the counters, appended to a malloc'ed string. */
 char *srv_sched_metrics(srv_sched *s);
 

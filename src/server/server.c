@@ -37,6 +37,8 @@ typedef struct srv {
   q35_server_opts o;
   struct MHD_Daemon *d;
   atomic_int ready;               /* the model is loaded: requests are served */
+  atomic_int draining;            /* 0 serving; 1 draining: /health 503, requests served;
+                                     2 stopping: no new connections, new requests 503 */
   q35_model *model;
   q35_tokenizer *tok;
   srv_sched *sched;
@@ -173,7 +175,28 @@ static enum MHD_Result do_models(srv *S, struct MHD_Connection *c, const char *i
 static enum MHD_Result do_metrics(srv *S, struct MHD_Connection *c) {
   char *m = srv_sched_metrics(S->sched);
   if (!m) return http_send_error(c, 503, NULL, "out of memory");
-  return http_send_buf(c, 200, "text/plain; version=0.0.4", m, strlen(m));
+  q35_buf b = {0};
+  q35_buf_str(&b, m);
+  free(m);
+  /* the process's side of what a router reads (the scheduler's is above) */
+#define G(name, help, val) \
+  q35_buf_printf(&b, "# HELP q35_" name " " help "\n# TYPE q35_" name " gauge\nq35_" name " %d\n", val)
+  G("ready", "1 when the model is loaded and the server is not draining.",
+    atomic_load(&S->ready) && !atomic_load(&S->draining));
+  G("draining", "1 after SIGTERM (/health answers 503), 2 once no new connections are taken.",
+    atomic_load(&S->draining));
+  G("http_requests_in_flight", "HTTP requests being received, computed or streamed.", http_in_flight());
+#undef G
+  if (S->o.replica_id)
+    q35_buf_printf(&b, "# HELP q35_replica_info This replica's --replica-id.\n# TYPE q35_replica_info gauge\n"
+                       "q35_replica_info{replica=\"%s\"} 1\n", S->o.replica_id);
+  if (b.oom) {
+    q35_buf_free(&b);
+    return http_send_error(c, 503, NULL, "out of memory");
+  }
+  size_t n = 0;
+  char *out = q35_buf_take(&b, &n);
+  return http_send_buf(c, 200, "text/plain; version=0.0.4", out, n);
 }
 
 /* DELETE /v1/sessions/{id} and POST /v1/sessions/{id}/reset; rest is the path after "/sessions/". */
@@ -249,6 +272,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   if (!strcmp(url, "/health")) {
     if (strcmp(method, "GET") && strcmp(method, "HEAD")) return http_send_error(c, 405, NULL, "use GET /health");
     if (!atomic_load(&S->ready)) return http_send_json(c, 503, http_error_body(503, "the model is loading", NULL));
+    if (atomic_load(&S->draining))
+      return http_send_json(c, 503, http_error_body(503, "the server is draining (shutting down)", NULL));
     return http_send_json(c, 200, json_pack("{s:s}", "status", "ok"));
   }
   const char *path = url;
@@ -258,6 +283,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   if (!known_path(path) && !api_known_path(path))
     return http_send_error(c, 404, NULL, "no endpoint %s %s", method, url);
   if (!atomic_load(&S->ready)) return http_send_error(c, 503, NULL, "the model is loading");
+  /* stopping: a request on a connection opened before goes elsewhere (the balancer retries a 503) */
+  if (atomic_load(&S->draining) == 2) return http_send_error(c, 503, NULL, "the server is shutting down");
   if (api_handle(&S->api, c, method, path, &((http_request *)*con_cls)->body, &ret)) return ret;
   if (!strcmp(path, "/models") || metrics || !strncmp(path, "/models/", 8)) {
     if (strcmp(method, "GET")) return http_send_error(c, 405, NULL, "use GET %s", url);
@@ -285,13 +312,46 @@ void q35_server_default_opts(q35_server_opts *o) {
   o->snap_every = 1024;
   o->idle_timeout = 600;
   o->timeout = 30;
+  o->drain_timeout = 30;
   o->sampling = q35_sampling_default();
 }
 
-static volatile sig_atomic_t g_stop; /* set by the signal handler (the one process-wide flag) */
+static volatile sig_atomic_t g_stop; /* signals seen, up to 2 (the one process-wide state) */
 static void on_signal(int sig) {
   (void)sig;
-  g_stop = 1;
+  if (g_stop < 2) g_stop = g_stop + 1;
+}
+
+static void sleep_poll(void) {
+  struct timespec ts = {0, POLL_MS * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* After the first signal: drain (README "Replicas"). A second signal skips what is left. */
+static void drain(srv *S) {
+  const q35_server_opts *o = &S->o;
+  atomic_store(&S->draining, 1);
+  if (o->drain_seconds > 0) {
+    fprintf(stderr, "q35 serve: draining: /health answers 503; serving %d s more (a second signal stops now)\n",
+            o->drain_seconds);
+    const double t0 = q35_now();
+    while (g_stop < 2 && q35_now() - t0 < o->drain_seconds) sleep_poll();
+  }
+  atomic_store(&S->draining, 2);
+  http_stop_listening(S->d);
+  int n = http_in_flight();
+  if (n > 0 && g_stop < 2) {
+    fprintf(stderr, "q35 serve: no new connections; waiting up to %d s for %d request%s in flight\n",
+            o->drain_timeout, n, n == 1 ? "" : "s");
+    const double t0 = q35_now();
+    while (g_stop < 2 && http_in_flight() > 0 && q35_now() - t0 < o->drain_timeout) sleep_poll();
+  }
+  if ((n = http_in_flight()) > 0) { /* past the bound: streams end with an error event */
+    fprintf(stderr, "q35 serve: ending %d request%s still in flight\n", n, n == 1 ? "" : "s");
+    srv_sched_fail_all(S->sched, 503, "the server is shutting down");
+    const double t0 = q35_now();
+    while (http_in_flight() > 0 && q35_now() - t0 < 2.0) sleep_poll();
+  }
 }
 
 /* The model id (--alias, else the file's base name) and its stem without ".gguf". */
@@ -385,7 +445,8 @@ static int load_model(srv *S, const q35_server_opts *o, q35_err *err) {
   if (S->model && !(S->cvocab = q35_constraint_vocab_from_model(S->model, err))) return -1;
   S->oai.cvocab = S->cvocab;
   S->oai.no_think = o->no_think;
-  S->api = (api_ctx){.sched = S->sched, .M = &S->oai, .timeout = o->timeout, .store = api_store_new()};
+  S->api = (api_ctx){
+      .sched = S->sched, .M = &S->oai, .timeout = o->timeout, .store = api_store_new(), .replica = o->replica_id};
   if (!S->api.store) return q35_seterr(err, "out of memory");
   return 0;
 }
@@ -506,17 +567,16 @@ int q35_server_run(const q35_server_opts *o) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   atomic_store(&S->ready, 1);
-  fprintf(stderr, "q35 serve: ready: model '%s' (%s), %d parallel, context %d\n", S->oai.id, q35_model_desc(S->model),
-          o->parallel, o->n_ctx);
+  fprintf(stderr, "q35 serve: ready: model '%s' (%s), %d parallel, context %d%s%s\n", S->oai.id,
+          q35_model_desc(S->model), o->parallel, o->n_ctx, o->replica_id ? ", replica " : "",
+          o->replica_id ? o->replica_id : "");
   report_budget(S, o);
-  while (!g_stop) {
-    struct timespec ts = {0, POLL_MS * 1000000L};
-    nanosleep(&ts, NULL);
-  }
+  while (!g_stop) sleep_poll();
+  drain(S);
   fprintf(stderr, "q35 serve: shutting down\n");
   rc = 0;
 done:
-  MHD_stop_daemon(S->d);
+  http_stop(S->d);
   srv_sched_free(S->sched);
   api_store_free(S->api.store);
   q35_constraint_vocab_free(S->cvocab);

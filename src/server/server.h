@@ -23,6 +23,11 @@
  * /v1/responses/{id}) and the Anthropic Messages API (POST /v1/messages,
  * /v1/messages/count_tokens, Anthropic-style errors) run on the same engine: api.h.
  *
+ * Behind a balancer (deploy/haproxy.cfg, README "Replicas"): /health answers 503 while loading
+ * and while draining; SIGTERM or SIGINT drains (--drain-seconds of 503 on /health while requests
+ * are still served, then no new connections, then up to --drain-timeout for the requests in flight,
+ * then exit 0; a second signal skips what is left); /metrics has the router's gauges.
+ *
  * Exposure: API keys (401 without one; /health open, /metrics unless metrics_open), HTTPS
  * (GnuTLS through libmicrohttpd), CORS origins; README.md "Server API" lists every field.
  *
@@ -37,6 +42,8 @@
 #include <stdint.h>
 
 #include "q35.h"
+
+#define Q35_SERVER_REPLICA_ID_MAX 24 /* --replica-id: at most this many of [A-Za-z0-9-] */
 
 typedef struct q35_server_opts {
   const char *model_path;
@@ -61,6 +68,12 @@ typedef struct q35_server_opts {
   int timeout;             /* drop a client idle this many seconds while sending its request or not
                               reading its response (0 = never), default 30; never while a
                               request is being computed */
+  int drain_seconds;       /* SIGTERM/SIGINT: /health answers 503 and requests are served for this many
+                              seconds more, so a balancer marks the replica down (default 0) */
+  int drain_timeout;       /* then: no new connections; requests in flight get this many seconds to
+                              finish before they are ended with an error (default 30) */
+  const char *replica_id;  /* --replica-id NAME: this replica's name behind a balancer (the HAProxy
+                              server name); Responses API ids carry it (deploy/haproxy.cfg) */
   q35_sampling sampling;    /* defaults for requests that leave a parameter unset and a model
                                file without general.sampling.* for it (--temp, --top-k, ...) */
   /* exposure */
@@ -75,7 +88,7 @@ typedef struct q35_server_opts {
 } q35_server_opts;
 
 void q35_server_default_opts(q35_server_opts *o);
-/* Serve until SIGINT/SIGTERM. Returns a process exit status (0, or 1 on a runtime error). */
+/* Serve until SIGINT/SIGTERM (then drain, see above). Returns a process exit status (0, or 1 on a runtime error). */
 int q35_server_run(const q35_server_opts *o);
 
 #endif

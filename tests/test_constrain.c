@@ -194,10 +194,41 @@ static void test_schema(void) {
   CHECK(schema_match(addp, "{\"ab\":1}") == 0, "an extra key never repeats a listed name");
   CHECK(schema_match(addp, "{\"\xc3\xa9\":1,\"\xc3\xaa\":1,\"a\":2,\"abc\":3,\"\":4,\"b\\\"\":5}") == 1);
   CHECK(schema_match(addp, "{\"\\u0061b\":1}") == 0, "extra keys have one spelling");
+  /* multipleOf (JSON Schema: x / k is an integer) */
+  const char *m7 = "{\"type\":\"integer\",\"multipleOf\":7}";
+  CHECK(schema_match(m7, "0") == 1 && schema_match(m7, "14") == 1 && schema_match(m7, "-21") == 1);
+  CHECK(schema_match(m7, "15") == 0 && schema_match(m7, "700000000000000001") == 0);
+  CHECK(schema_match(m7, "700000000000000000") == 1);
+  const char *mc = "{\"type\":\"number\",\"multipleOf\":0.01}";
+  CHECK(schema_match(mc, "1.25") == 1 && schema_match(mc, "1.250") == 1 && schema_match(mc, "-3") == 1);
+  CHECK(schema_match(mc, "1.255") == 0 && schema_match(mc, "0.001") == 0);
+  const char *mb = "{\"type\":\"integer\",\"multipleOf\":5,\"minimum\":3,\"maximum\":22}";
+  CHECK(schema_match(mb, "5") == 1 && schema_match(mb, "20") == 1);
+  CHECK(schema_match(mb, "0") == 0 && schema_match(mb, "25") == 0 && schema_match(mb, "12") == 0);
+  const char *mp = "{\"type\":\"integer\",\"multipleOf\":4,\"exclusiveMinimum\":0}";
+  CHECK(schema_match(mp, "0") == 0 && schema_match(mp, "8") == 1 && schema_match(mp, "-8") == 0);
+  /* allOf merged, contains, not, counted properties */
+  const char *all = "{\"allOf\":[{\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]},"
+                    "{\"properties\":{\"b\":{\"type\":\"string\"}},\"required\":[\"b\"]}]}";
+  CHECK(schema_match(all, "{\"a\":1,\"b\":\"x\"}") == 1 && schema_match(all, "{\"b\":\"x\",\"a\":1}") == 1);
+  CHECK(schema_match(all, "{\"a\":1}") == 0 && schema_match(all, "{\"a\":\"1\",\"b\":\"x\"}") == 0);
+  const char *anyall = "{\"allOf\":[{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}]},{\"minimum\":10}]}";
+  CHECK(schema_match(anyall, "12") == 1 && schema_match(anyall, "9") == 0 && schema_match(anyall, "\"s\"") == 1);
+  const char *con = "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"contains\":{\"minimum\":5}}";
+  CHECK(schema_match(con, "[1,6]") == 1 && schema_match(con, "[6]") == 1);
+  CHECK(schema_match(con, "[1,2]") == 0 && schema_match(con, "[]") == 0 && schema_match(con, "[\"x\",6]") == 0);
+  const char *nt = "{\"not\":{\"type\":[\"string\",\"object\"]}}";
+  CHECK(schema_match(nt, "1") == 1 && schema_match(nt, "[]") == 1 && schema_match(nt, "\"a\"") == 0 && schema_match(nt, "{}") == 0);
+  const char *cnt = "{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{},\"c\":{}},\"minProperties\":1,\"maxProperties\":2}";
+  CHECK(schema_match(cnt, "{}") == 0 && schema_match(cnt, "{\"c\":1}") == 1 && schema_match(cnt, "{\"c\":1,\"a\":2}") == 1);
+  CHECK(schema_match(cnt, "{\"a\":1,\"b\":2,\"c\":3}") == 0);
+  const char *pn = "{\"type\":\"object\",\"propertyNames\":{\"maxLength\":2},\"maxProperties\":2}";
+  CHECK(schema_match(pn, "{\"ab\":1,\"c\":[]}") == 1 && schema_match(pn, "{\"abc\":1}") == 0);
+  CHECK(schema_match(pn, "{\"a\":1,\"b\":2,\"c\":3}") == 0);
   /* refused schemas name the keyword */
   q35_err err;
   char *g;
-  CHECK(cn_schema_to_gbnf("{\"not\":{}}", 10, 0, 0, &g, &err) == -1 && strstr(err.msg, "\"not\""), "%s", err.msg);
+  CHECK(cn_schema_to_gbnf("{\"not\":{\"enum\":[1]}}", 20, 0, 0, &g, &err) == -1 && strstr(err.msg, "\"not\""), "%s", err.msg);
   const char *remote = "{\"$ref\":\"http://example.com/s.json\"}";
   CHECK(cn_schema_to_gbnf(remote, strlen(remote), 0, 0, &g, &err) == -1 && strstr(err.msg, "remote"), "%s", err.msg);
   CHECK(cn_schema_to_gbnf("{\"type\":", 8, 0, 0, &g, &err) == -1 && strstr(err.msg, "JSON"), "%s", err.msg);

@@ -79,7 +79,7 @@ expect_fail() { # CODE PATTERN CMD...: exit CODE and stderr matching PATTERN
     echo "FAIL: $* -> rc $rc, $(head -c 300 "$W/bad.err") (wanted $code, /$pat/)"; fail=1
   fi
 }
-echo '{"type":"object","not":{}}' >"$W/not.json"
+echo '{"type":"object","not":{"enum":[1]}}' >"$W/not.json"
 expect_fail 1 'keyword "not"' "$Q35" run -m "$M" -p x --json-schema "$W/not.json" -n 2
 echo '{"$ref":"https://example.com/x.json"}' >"$W/remote.json"
 expect_fail 1 'remote \$ref' "$Q35" schema-check --tokenizer "$TOK_DIR/tokenizer.json" --schema "$W/remote.json" --jsonl "$W/aj/0.jsonl"

@@ -14,9 +14,11 @@
  *    otherwise; a schema value gives the extra values' schema (extra keys are any strings).
  *  - No `type`: the type is inferred from the keywords present (properties -> object, items
  *    -> array, minLength -> string, minimum -> number), else any JSON value.
- *  - oneOf is generated as anyOf (the branches are not checked for exclusivity); allOf takes a
- *    single schema; $ref takes local JSON pointers (#, #/$defs/x, #/definitions/x), recursion
- *    included; a remote $ref is refused.
+ *  - oneOf is generated as anyOf when its branches have distinct types; allOf is merged into
+ *    one schema and `not` must be a type test (schema_combine.c); $ref takes local JSON pointers
+ *    (#, #/$defs/x, #/definitions/x), recursion included; a remote $ref is refused.
+ *  - minProperties / maxProperties count the listed properties (up to 8 of them) or, with none
+ *    listed, the additional ones; propertyNames restricts additional keys (with none listed).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -88,7 +90,8 @@ static const char *const supported[] = {"type", "enum", "const", "properties", "
                                         "items", "prefixItems", "additionalItems", "minItems", "maxItems",
                                         "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
                                         "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf", "$ref",
-                                        "uniqueItems", NULL};
+                                        "uniqueItems", "multipleOf", "not", "contains", "propertyNames",
+                                        "minProperties", "maxProperties", NULL};
 
 static int in_list(const char *const *l, const char *k) {
   for (; *l; l++)
@@ -114,15 +117,17 @@ static int has_any(json_t *s, const char *const *keys) {
   return 0;
 }
 
-static const char *const object_kw[] = {"properties", "required", "additionalProperties", NULL};
-static const char *const array_kw[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems", NULL};
+static const char *const object_kw[] = {"properties", "required", "additionalProperties", "propertyNames",
+                                        "minProperties", "maxProperties", NULL};
+static const char *const array_kw[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems",
+                                       "contains", NULL};
 static const char *const string_kw[] = {"minLength", "maxLength", "pattern", "format", NULL};
-static const char *const number_kw[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+static const char *const number_kw[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+                                        NULL};
 
 /* ---- $ref ---- */
 
-/* The target of a local JSON pointer ("#", "#/a/b"), or NULL. */
-static json_t *resolve(sc *c, const char *ref) {
+json_t *sc_resolve(sc *c, const char *ref) {
   if (ref[0] != '#') return NULL;
   json_t *t = c->doc;
   const char *p = ref + 1;
@@ -170,7 +175,7 @@ static int gen_ref(sc *c, json_t *s, char *name) {
       return 0;
     }
   if (ref[0] != '#') return sc_fail(c, "remote $ref \"%s\" is refused (only local #/... references)", ref);
-  json_t *t = resolve(c, ref);
+  json_t *t = sc_resolve(c, ref);
   if (!t) return sc_fail(c, "$ref \"%s\" does not resolve in this document", ref);
   if (q35_grow((void **)&c->refs, &c->cap_refs, c->n_refs + 1, sizeof *c->refs)) return sc_fail(c, "out of memory");
   sc_ref *r = &c->refs[c->n_refs++];
@@ -262,10 +267,6 @@ static int gen_any_of(sc *c, json_t *s, const char *kw, char *name) {
   json_t *v;
   json_object_foreach(s, k, v) if (strcmp(k, kw) && !in_list(annotations, k))
       return sc_fail(c, "%s with the sibling keyword \"%s\" is not supported", kw, k);
-  if (!strcmp(kw, "allOf")) {
-    if (json_array_size(l) != 1) return sc_fail(c, "allOf with more than one schema is not supported");
-    return sc_gen(c, json_array_get(l, 0), name);
-  }
   if (!strcmp(kw, "oneOf")) { /* as anyOf, which is exact only when no value fits two branches */
     unsigned seen = 0;
     size_t i;
@@ -411,16 +412,18 @@ static int other_key(sc *c, const char *const *names, int n, char *name) {
 
 /* Any order, each property at most once: rule H_S for each subset S of the listed properties
  * ("after S, at least one member written"). */
-static void object_any_order(sc *c, const prop *p, int n, const char *extra, uint32_t req, q35_buf *b) {
+static void object_any_order(sc *c, const prop *p, int n, const char *extra, uint32_t req, long long pmin,
+                             long long pmax, q35_buf *b) {
   char base[SC_NAME];
   sc_new_name(c, base);
   for (uint32_t S = 0; S < (1u << n); S++) {
     q35_buf h = {0};
     int alts = 0;
-    for (int i = 0; i < n; i++)
+    const long long cnt = __builtin_popcount(S);
+    for (int i = 0; i < n && (pmax < 0 || cnt < pmax); i++)
       if (!(S >> i & 1)) q35_buf_printf(&h, "%s\",\" ws %s ws %s-%u", alts++ ? " | " : "", p[i].kv, base, S | 1u << i);
     if (extra) q35_buf_printf(&h, "%s\",\" ws %s ws %s-%u", alts++ ? " | " : "", extra, base, S);
-    if ((S & req) == req) q35_buf_printf(&h, "%s\"\"", alts++ ? " | " : "");
+    if ((S & req) == req && cnt >= pmin) q35_buf_printf(&h, "%s\"\"", alts++ ? " | " : "");
     if (!alts) q35_buf_str(&h, "nothing");
     char nm[SC_NAME + 12];
     snprintf(nm, sizeof nm, "%s-%u", base, S);
@@ -428,9 +431,9 @@ static void object_any_order(sc *c, const prop *p, int n, const char *extra, uin
   }
   q35_buf_str(b, "\"{\" ws ( ");
   int alts = 0;
-  for (int i = 0; i < n; i++) q35_buf_printf(b, "%s%s ws %s-%u", alts++ ? " | " : "", p[i].kv, base, 1u << i);
+  for (int i = 0; i < n && pmax != 0; i++) q35_buf_printf(b, "%s%s ws %s-%u", alts++ ? " | " : "", p[i].kv, base, 1u << i);
   if (extra) q35_buf_printf(b, "%s%s ws %s-0", alts++ ? " | " : "", extra, base);
-  if (req == 0) q35_buf_printf(b, "%s\"\"", alts++ ? " | " : "");
+  if (req == 0 && pmin == 0) q35_buf_printf(b, "%s\"\"", alts++ ? " | " : "");
   if (!alts) q35_buf_str(b, "nothing");
   q35_buf_str(b, " ) \"}\"");
 }
@@ -461,6 +464,48 @@ static void object_in_order(sc *c, const prop *p, int n, const char *extra, q35_
     sc_put_rule(c, ng, &g);
   }
   q35_buf_printf(b, "\"{\" ws %s-f0 \"}\"", base);
+}
+
+/* minProperties / maxProperties into *pmin / *pmax (-1: no upper bound). */
+static int object_counts(sc *c, json_t *s, long long *pmin, long long *pmax) {
+  json_t *mn = json_object_get(s, "minProperties"), *mx = json_object_get(s, "maxProperties");
+  if ((mn && (!json_is_integer(mn) || json_integer_value(mn) < 0)) ||
+      (mx && (!json_is_integer(mx) || json_integer_value(mx) < 0)))
+    return sc_fail(c, "minProperties / maxProperties must be non-negative integers");
+  if (json_integer_value(mn) > 1000 || json_integer_value(mx) > 1000)
+    return sc_fail(c, "minProperties / maxProperties above 1000 is not supported");
+  *pmin = mn ? json_integer_value(mn) : 0;
+  *pmax = mx ? json_integer_value(mx) : -1;
+  return 0;
+}
+
+/* Only additional properties, between pmin and pmax of them. */
+static void object_counted_extra(const char *extra, long long pmin, long long pmax, q35_buf *b) {
+  if (pmax == 0 || (pmax >= 0 && pmin > pmax)) {
+    q35_buf_str(b, pmax == 0 && pmin == 0 ? "\"{\" ws \"}\"" : "nothing");
+    return;
+  }
+  q35_buf_printf(b, "\"{\" ws ( %s ws ( \",\" ws %s ws )", extra, extra);
+  if (pmax < 0) q35_buf_printf(b, "{%lld,} )", pmin > 0 ? pmin - 1 : 0);
+  else q35_buf_printf(b, "{%lld,%lld} )", pmin > 0 ? pmin - 1 : 0, pmax - 1);
+  q35_buf_str(b, pmin == 0 ? "? \"}\"" : " \"}\"");
+}
+
+/* The key rule of propertyNames' schema (keys are strings: the schema's string part). */
+static int key_schema(sc *c, json_t *pn, char *key) {
+  if (!json_is_object(pn)) return sc_fail(c, "propertyNames must be a schema");
+  json_t *t = json_object_get(pn, "type");
+  json_t *k = json_copy(pn);
+  if (!k) return sc_fail(c, "out of memory");
+  if (!t || json_is_array(t)) json_object_set_new(k, "type", json_string("string"));
+  else if (!json_is_string(t) || strcmp(json_string_value(t), "string")) { /* no string passes: no keys */
+    json_decref(k);
+    snprintf(key, SC_NAME, "nothing");
+    return 0;
+  }
+  const int rc = sc_gen(c, k, key);
+  json_decref(k);
+  return rc;
 }
 
 static int gen_object(sc *c, json_t *s, char *name) {
@@ -512,14 +557,29 @@ static int gen_object(sc *c, json_t *s, char *name) {
       if (rc) break;
     }
   }
+  long long pmin = 0, pmax = -1;
+  json_t *pn = json_object_get(s, "propertyNames");
+  if (!rc) rc = object_counts(c, s, &pmin, &pmax);
+  if (!rc && pn && !json_is_true(pn) && !(json_is_object(pn) && !json_object_size(pn))) {
+    if (json_is_false(pn)) pmax = 0;
+    else if (n > 0) rc = sc_fail(c, "propertyNames together with properties is not supported");
+  } else {
+    pn = NULL;
+  }
   char extra_buf[SC_NAME], *extra = NULL;
-  if (!rc && ((add && !json_is_false(add)) || (!add && !props))) {
+  if (!rc && pmax != 0 && ((add && !json_is_false(add)) || (!add && !props))) {
     char val[SC_NAME] = "value";
     if (add && !json_is_true(add) && sc_gen(c, add, val)) rc = -1;
     char key[SC_NAME];
     const char **names = calloc((size_t)n + 1, sizeof *names);
     for (int j = 0; names && j < i; j++) names[j] = p[j].key;
-    if (!rc && (!names || other_key(c, names, i, key))) rc = names ? -1 : sc_fail(c, "out of memory");
+    if (rc) {
+      /* failed above */
+    } else if (pn) {
+      rc = key_schema(c, pn, key);
+    } else if (!names || other_key(c, names, i, key)) {
+      rc = names ? -1 : sc_fail(c, "out of memory");
+    }
     free(names);
     if (!rc) {
       q35_buf kv = {0};
@@ -529,9 +589,15 @@ static int gen_object(sc *c, json_t *s, char *name) {
       extra = extra_buf;
     }
   }
+  const int counted = pmin > 0 || pmax >= 0;
+  if (!rc && counted && extra && n > 0)
+    rc = sc_fail(c, "minProperties / maxProperties on an object with listed and additional properties is not supported");
+  if (!rc && counted && n > MAX_ANY_ORDER)
+    rc = sc_fail(c, "minProperties / maxProperties with more than %d listed properties is not supported", MAX_ANY_ORDER);
   if (!rc) {
     q35_buf b = {0};
-    if (n <= MAX_ANY_ORDER) object_any_order(c, p, n, extra, reqmask, &b);
+    if (counted && extra) object_counted_extra(extra, pmin, pmax, &b);
+    else if (n <= MAX_ANY_ORDER) object_any_order(c, p, n, extra, reqmask, pmin, pmax, &b);
     else object_in_order(c, p, n, extra, &b);
     sc_new_name(c, name);
     sc_put_rule(c, name, &b);
@@ -556,6 +622,24 @@ static int gen_type(sc *c, json_t *s, const char *t, char *name) {
   return sc_fail(c, "unknown type \"%s\"", t);
 }
 
+static int gen_not(sc *c, json_t *s, char *name) {
+  unsigned keep;
+  if (sc_not_types(c, json_object_get(s, "not"), &keep)) return -1;
+  json_t *r = sc_restrict_types(s, keep);
+  if (!r) return sc_fail(c, "out of memory");
+  const int rc = sc_gen(c, r, name);
+  json_decref(r);
+  return rc;
+}
+
+static int gen_all_of(sc *c, json_t *s, char *name) {
+  json_t *m;
+  if (sc_merge_all_of(c, s, &m)) return -1;
+  const int rc = sc_gen(c, m, name);
+  json_decref(m);
+  return rc;
+}
+
 int sc_gen(sc *c, json_t *s, char *name) {
   if (c->failed) return -1;
   if (json_is_true(s) || (json_is_object(s) && json_object_size(s) == 0)) {
@@ -571,11 +655,12 @@ int sc_gen(sc *c, json_t *s, char *name) {
   int rc;
   json_t *type = json_object_get(s, "type");
   if (check_keywords(c, s)) rc = -1;
+  else if (json_object_get(s, "not")) rc = gen_not(c, s, name);
+  else if (json_object_get(s, "allOf")) rc = gen_all_of(c, s, name);
   else if (json_object_get(s, "$ref")) rc = gen_ref(c, s, name);
   else if (json_object_get(s, "const") || json_object_get(s, "enum")) rc = gen_enum(c, s, name);
   else if (json_object_get(s, "anyOf")) rc = gen_any_of(c, s, "anyOf", name);
   else if (json_object_get(s, "oneOf")) rc = gen_any_of(c, s, "oneOf", name);
-  else if (json_object_get(s, "allOf")) rc = gen_any_of(c, s, "allOf", name);
   else if (json_is_string(type)) rc = gen_type(c, s, json_string_value(type), name);
   else if (json_is_array(type)) {
     q35_buf b = {0};

@@ -44,9 +44,21 @@ void sc_literal(q35_buf *b, const char *s, size_t n);
 /* The rule for schema s into name; 0 or -1. */
 int sc_gen(sc *c, json_t *s, char *name);
 
+/* The target of a local JSON pointer ("#", "#/a/b") in the document, or NULL. */
+json_t *sc_resolve(sc *c, const char *ref);
+/* allOf (with its sibling keywords) merged into one schema (a new reference) into *out
+ * (schema_combine.c); 0 or -1. */
+int sc_merge_all_of(sc *c, json_t *s, json_t **out);
+/* not: the type bits (object 1, array 2, string 4, number 8, boolean 16, null 32, integer 64)
+ * it leaves into *keep; 0 or -1 when the negation is not a type test. */
+int sc_not_types(sc *c, json_t *n, unsigned *keep);
+/* s without "not", its types restricted to keep (a new reference). */
+json_t *sc_restrict_types(json_t *s, unsigned keep);
+
 /* Type-specific generators (schema_types.c), each writing a rule into name. */
 int sc_gen_string(sc *c, json_t *s, char *name);
 int sc_gen_number(sc *c, json_t *s, int integer, char *name);
+int sc_gen_number_plain(sc *c, json_t *s, int integer, char *name); /* without multipleOf */
 int sc_gen_array(sc *c, json_t *s, char *name);
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * schema_types.c - JSON Schema to GBNF for strings (lengths, pattern, formats), numbers and
- * integers (bounds as digit-range grammars) and arrays (items, prefixItems, counts).
+ * integers (bounds as digit-range grammars, multipleOf) and arrays (items, prefixItems, counts,
+ * contains).
  *
  * Integer bounds: [lo, hi] becomes alternatives over the digit count, and each same-length
  * range [a, b] a prefix-sharing chain (the usual digit-range construction): a first digit equal
@@ -237,7 +238,91 @@ static void number_range(q35_buf *o, long long lo, int lo_x, int lo_set, long lo
   q35_buf_str(o, " )");
 }
 
+/* ---- multipleOf ----
+ * An integer k: the multiples are integers, so a number schema writes them as integers (with an
+ * optional zero fraction). Unbounded (or bounded below by 0): a DFA over the remainder mod k
+ * (k <= 1000); bounded on both sides: the multiples themselves (at most 1000 of them). k = 10^-s
+ * (0.1, 0.01, ...) on a number: at most s significant fraction digits. Others are refused. */
+#define MULT_MAX 1000
+
+/* Non-negative multiples of k (without 0 unless zero) in decimal without leading zeros, as an
+ * expression into o. */
+static void uint_multiples(sc *c, long long k, int zero, q35_buf *o) {
+  char base[SC_NAME], nm[SC_NAME + 24];
+  sc_new_name(c, base);
+  for (long long r = 0; r < k; r++) {
+    q35_buf b = {0};
+    int alts = 0, done[10] = {0};
+    if (r == 0) q35_buf_str(&b, alts++ ? " | \"\"" : "\"\"");
+    for (int d = 0; d < 10; d++) {
+      if (done[d]) continue;
+      const long long t = (10 * r + d) % k;
+      q35_buf_str(&b, alts++ ? " | [" : "[");
+      for (int e = d; e < 10; e++)
+        if (!done[e] && (10 * r + e) % k == t) {
+          q35_buf_char(&b, (char)('0' + e));
+          done[e] = 1;
+        }
+      q35_buf_printf(&b, "] %s-%lld", base, t);
+    }
+    snprintf(nm, sizeof nm, "%s-%lld", base, r);
+    sc_put_rule(c, nm, &b);
+  }
+  q35_buf_str(o, zero ? "( \"0\" | " : "( ");
+  for (int d = 1; d < 10; d++) q35_buf_printf(o, "%s\"%d\" %s-%lld", d > 1 ? " | " : "", d, base, d % k);
+  q35_buf_str(o, " )");
+}
+
+static int gen_multiple(sc *c, json_t *s, int integer, json_t *mo, char *name) {
+  if (!json_is_number(mo) || json_number_value(mo) <= 0) return sc_fail(c, "multipleOf must be a number above 0");
+  const double kv = json_number_value(mo);
+  long long lo, hi;
+  int lo_x, hi_x, lo_set, hi_set;
+  if (bound(c, s, "minimum", "exclusiveMinimum", 1, 0, &lo, &lo_x, &lo_set) ||
+      bound(c, s, "maximum", "exclusiveMaximum", 1, 1, &hi, &hi_x, &hi_set))
+    return -1;
+  q35_buf b = {0};
+  if (kv != floor(kv)) {
+    int digits = 0;
+    for (int sdig = 1; sdig <= 9 && !digits; sdig++)
+      if (fabs(kv * pow(10, sdig) - 1) < 1e-9) digits = sdig;
+    if (!digits) return sc_fail(c, "multipleOf %g is not supported (integers and 0.1, 0.01, ... are)", kv);
+    if (integer) return sc_gen_number_plain(c, s, 1, name); /* every integer is a multiple of 10^-s */
+    if (lo_set || hi_set) return sc_fail(c, "multipleOf %g together with bounds is not supported", kv);
+    q35_buf_printf(&b, "\"-\"? uint ( \".\" [0-9]{1,%d} \"0\"* )?", digits);
+  } else {
+    if (kv > 1e15) return sc_fail(c, "multipleOf beyond 1e15 is not supported");
+    const long long k = (long long)kv;
+    const char *frac = integer ? "" : " ( \".\" \"0\"+ )?";
+    if (lo_set && hi_set) {
+      long long first = lo >= 0 ? (lo + k - 1) / k : -((-lo) / k), last = hi >= 0 ? hi / k : -((-hi + k - 1) / k);
+      if (last - first + 1 > MULT_MAX)
+        return sc_fail(c, "multipleOf %lld with bounds holding over %d multiples is not supported", k, MULT_MAX);
+      int alts = 0;
+      q35_buf_str(&b, "( ");
+      for (long long m = first; m <= last; m++) q35_buf_printf(&b, "%s\"%lld\"", alts++ ? " | " : "", m * k);
+      q35_buf_printf(&b, "%s )%s", alts ? "" : "nothing", frac);
+    } else {
+      if (hi_set || (lo_set && lo != 0 && lo != 1))
+        return sc_fail(c, "multipleOf %lld with a one-sided bound other than minimum 0 or 1 is not supported", k);
+      if (k > MULT_MAX) return sc_fail(c, "multipleOf %lld without bounds is not supported (at most %d)", k, MULT_MAX);
+      q35_buf_str(&b, lo_set ? "" : "\"-\"? ");
+      uint_multiples(c, k, !(lo_set && lo == 1), &b);
+      q35_buf_str(&b, frac);
+    }
+  }
+  sc_new_name(c, name);
+  sc_put_rule(c, name, &b);
+  return 0;
+}
+
 int sc_gen_number(sc *c, json_t *s, int integer, char *name) {
+  json_t *mo = json_object_get(s, "multipleOf");
+  if (mo) return gen_multiple(c, s, integer, mo, name);
+  return sc_gen_number_plain(c, s, integer, name);
+}
+
+int sc_gen_number_plain(sc *c, json_t *s, int integer, char *name) {
   long long lo, hi;
   int lo_x, hi_x, lo_set, hi_set;
   if (bound(c, s, "minimum", "exclusiveMinimum", integer, 0, &lo, &lo_x, &lo_set) ||
@@ -258,6 +343,23 @@ int sc_gen_number(sc *c, json_t *s, int integer, char *name) {
 
 /* ---- arrays ---- */
 
+/* contains: an array of items (rest) with at least one element matching both rest and cont. */
+static int gen_contains(sc *c, json_t *tuple, json_t *mn, json_t *mx, json_t *rest, json_t *cont, char *name) {
+  if (tuple || mn || mx) return sc_fail(c, "contains together with a tuple or minItems / maxItems is not supported");
+  char rn[SC_NAME] = "value", cn[SC_NAME];
+  if (rest && sc_gen(c, rest, rn)) return -1;
+  json_t *both = rest && !json_is_true(rest) ? json_pack("{s:[O,O]}", "allOf", rest, cont) : json_incref(cont);
+  if (!both) return sc_fail(c, "out of memory");
+  const int rc = sc_gen(c, both, cn);
+  json_decref(both);
+  if (rc) return -1;
+  q35_buf b = {0};
+  q35_buf_printf(&b, "\"[\" ws ( %s ws \",\" ws )* %s ws ( \",\" ws %s ws )* \"]\"", rn, cn, rn);
+  sc_new_name(c, name);
+  sc_put_rule(c, name, &b);
+  return 0;
+}
+
 int sc_gen_array(sc *c, json_t *s, char *name) {
   json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
   json_t *addi = json_object_get(s, "additionalItems");
@@ -276,6 +378,8 @@ int sc_gen_array(sc *c, json_t *s, char *name) {
     if (!json_is_array(prefix)) return sc_fail(c, "prefixItems must be an array");
     tuple = prefix;
   }
+  json_t *cont = json_object_get(s, "contains");
+  if (cont) return gen_contains(c, tuple, mn, mx, rest, cont, name);
   /* additionalItems without a tuple has no effect in every draft that has it */
   const long long k = tuple ? (long long)json_array_size(tuple) : 0;
   const long long lo = json_integer_value(mn), hi = mx ? json_integer_value(mx) : -1;

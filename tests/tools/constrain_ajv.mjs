@@ -41,6 +41,18 @@ const corpus = [
       p3: { type: "null" }, p4: { type: "integer" }, p5: { type: "string" }, p6: { type: "boolean" }, p7: { type: "integer" },
       p8: { type: "string" }, p9: { type: "integer" } }, required: ["p0", "p5", "p9"], additionalProperties: false },
     ordered: true },
+  // allOf (merged), multipleOf, contains, not, propertyNames / min-maxProperties; `gen` is the
+  // schema instances are generated from where the generator cannot read the schema itself
+  { schema: { allOf: [{ type: "object", properties: { a: { type: "integer", minimum: 0 }, b: {} }, required: ["a"], additionalProperties: false },
+      { properties: { b: { type: "string", maxLength: 4 }, a: { maximum: 50 } }, required: ["b"] }] },
+    gen: { type: "object", properties: { a: { type: "integer", minimum: -5, maximum: 60 }, b: { type: "string", maxLength: 5 } }, required: ["a", "b"] } },
+  { schema: { type: "object", properties: { m: { type: "integer", multipleOf: 7 }, q: { type: "integer", multipleOf: 5, minimum: -20, maximum: 40 },
+      r: { type: "integer", multipleOf: 3, minimum: 0 } }, required: ["m"], additionalProperties: false } },
+  { schema: { type: "array", items: { type: "integer" }, contains: { minimum: 90000 } } },
+  { schema: { type: "object", properties: { v: { not: { type: "string" } }, w: { type: ["integer", "null"], not: { type: "null" } } },
+      required: ["v"], additionalProperties: false } },
+  { schema: { type: "object", propertyNames: { pattern: "^[a-z]{1,3}$" }, additionalProperties: { type: "integer" }, minProperties: 1, maxProperties: 3 },
+    gen: { type: "object", properties: { ab: { type: "integer" }, c: { type: "integer" }, xyz: { type: "integer" }, d1: { type: "integer" }, wxyz: { type: "integer" } } } },
 ];
 
 let rng = 1;
@@ -74,6 +86,7 @@ function gen(s, root, samples, depth) {
   if (t === "integer") {
     const lo = s.minimum ?? (s.exclusiveMinimum !== undefined ? s.exclusiveMinimum + 1 : -1000);
     const hi = s.maximum ?? (s.exclusiveMaximum !== undefined ? s.exclusiveMaximum - 1 : 100000);
+    if (s.multipleOf) return s.multipleOf * int(Math.ceil(lo / s.multipleOf), Math.floor(hi / s.multipleOf));
     return int(lo, hi);
   }
   if (t === "number") { // bounded numbers are generated without an exponent (docs/CONSTRAIN.md)
@@ -138,7 +151,7 @@ if (cmd === "gen") {
     const lines = [], expect = [];
     const seen = new Set();
     for (let i = 0; i < Number(nStr) * 4 && lines.length < Number(nStr); i++) {
-      let v = gen(c.schema, c.schema, c.samples || [], 0);
+      let v = gen(c.gen || c.schema, c.gen || c.schema, c.samples || [], 0);
       if (i % 2) v = mutate(v);
       const text = JSON.stringify(v);
       if (text === undefined || seen.has(text)) continue;

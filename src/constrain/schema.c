@@ -78,6 +78,7 @@ static void put_primitives(sc *c, int ws_max) {
               "uint ::= \"0\" | [1-9] [0-9]*\n"
               "boolean ::= \"true\" | \"false\"\n"
               "null ::= \"null\"\n"
+              "ut-var ::= ( [a-zA-Z0-9_] | \"%\" hex hex )+ ( \":\" [1-9] [0-9]{0,3} | \"*\" )?\n"
               "nothing ::= [^\\x00-\\U0010FFFF]\n");
 }
 
@@ -222,44 +223,6 @@ static int gen_enum(sc *c, json_t *s, char *name) {
   return 0;
 }
 
-/* The JSON types a schema may produce, as bits (object, array, string, number, boolean, null;
- * integers are numbers); all of them when unknown. */
-static unsigned value_types(json_t *v) {
-  return json_is_object(v) ? 1 : json_is_array(v) ? 2 : json_is_string(v) ? 4 : json_is_number(v) ? 8
-       : json_is_boolean(v) ? 16 : 32;
-}
-
-static unsigned type_bit(const char *t) {
-  static const char *const names[] = {"object", "array", "string", "number", "boolean", "null", "integer"};
-  for (int i = 0; i < 7; i++)
-    if (!strcmp(t, names[i])) return 1u << (i == 6 ? 3 : i);
-  return 63;
-}
-
-static unsigned schema_types(json_t *s) {
-  if (!json_is_object(s) || json_object_get(s, "$ref") || json_object_get(s, "anyOf") ||
-      json_object_get(s, "oneOf") || json_object_get(s, "allOf"))
-    return 63;
-  json_t *t = json_object_get(s, "type"), *e = json_object_get(s, "enum"), *k = json_object_get(s, "const");
-  if (k) return value_types(k);
-  if (json_is_array(e)) {
-    unsigned m = 0;
-    size_t i;
-    json_t *v;
-    json_array_foreach(e, i, v) m |= value_types(v);
-    return m;
-  }
-  if (json_is_string(t)) return type_bit(json_string_value(t));
-  if (json_is_array(t)) {
-    unsigned m = 0;
-    size_t i;
-    json_t *v;
-    json_array_foreach(t, i, v) m |= json_is_string(v) ? type_bit(json_string_value(v)) : 63;
-    return m;
-  }
-  return has_any(s, object_kw) ? 1 : has_any(s, array_kw) ? 2 : has_any(s, string_kw) ? 4 : has_any(s, number_kw) ? 8 : 63;
-}
-
 static int gen_any_of(sc *c, json_t *s, const char *kw, char *name) {
   json_t *l = json_object_get(s, kw);
   if (!json_is_array(l) || !json_array_size(l)) return sc_fail(c, "%s must be a non-empty array", kw);
@@ -268,14 +231,11 @@ static int gen_any_of(sc *c, json_t *s, const char *kw, char *name) {
   json_object_foreach(s, k, v) if (strcmp(k, kw) && !in_list(annotations, k))
       return sc_fail(c, "%s with the sibling keyword \"%s\" is not supported", kw, k);
   if (!strcmp(kw, "oneOf")) { /* as anyOf, which is exact only when no value fits two branches */
-    unsigned seen = 0;
-    size_t i;
-    json_t *v;
-    json_array_foreach(l, i, v) {
-      const unsigned t = schema_types(v);
-      if (t & seen) return sc_fail(c, "oneOf whose branches may overlap (not of distinct types) is not supported");
-      seen |= t;
-    }
+    for (size_t i = 0; i < json_array_size(l); i++)
+      for (size_t j = i + 1; j < json_array_size(l); j++)
+        if (!sc_disjoint(c, json_array_get(l, i), json_array_get(l, j), 0))
+          return sc_fail(c, "oneOf whose branches %zu and %zu may overlap is not supported (branches must differ in "
+                            "type, enum/const values or a required property)", i, j);
   }
   q35_buf b = {0};
   size_t i;

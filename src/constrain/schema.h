@@ -52,6 +52,9 @@ int sc_merge_all_of(sc *c, json_t *s, json_t **out);
 /* not: the type bits (object 1, array 2, string 4, number 8, boolean 16, null 32, integer 64)
  * it leaves into *keep; 0 or -1 when the negation is not a type test. */
 int sc_not_types(sc *c, json_t *n, unsigned *keep);
+/* 1 when no value can satisfy both schemas (a sufficient test: kinds of value, enum / const
+ * values, and objects whose required properties exclude each other); 0 when they may overlap. */
+int sc_disjoint(sc *c, json_t *a, json_t *b, int depth);
 /* s without "not", its types restricted to keep (a new reference). */
 json_t *sc_restrict_types(json_t *s, unsigned keep);
 

@@ -219,9 +219,14 @@ int sc_merge_all_of(sc *c, json_t *s, json_t **out) {
     json_t *b = deref(c, v);
     if (json_is_object(b) && (json_object_get(b, "anyOf") || json_object_get(b, "oneOf"))) {
       const char *kw = json_object_get(b, "anyOf") ? "anyOf" : "oneOf";
-      if (!strcmp(kw, "oneOf")) {
-        json_decref(m);
-        return sc_fail(c, "allOf with a oneOf branch is not supported");
+      if (!strcmp(kw, "oneOf")) { /* distributed like anyOf when no value fits two of its branches */
+        json_t *alts = json_object_get(b, kw);
+        for (size_t x = 0; x < json_array_size(alts); x++)
+          for (size_t y = x + 1; y < json_array_size(alts); y++)
+            if (!sc_disjoint(c, json_array_get(alts, x), json_array_get(alts, y), 0)) {
+              json_decref(m);
+              return sc_fail(c, "allOf with a oneOf branch whose alternatives may overlap is not supported");
+            }
       }
       /* distribute: anyOf over allOf[the rest so far + the rest after, each alternative] */
       json_t *rest = json_array();
@@ -333,4 +338,83 @@ json_t *sc_restrict_types(json_t *s, unsigned keep) {
     json_object_set_new(r, "enum", keepv);
   }
   return r;
+}
+
+/* ---- oneOf: can two branches hold the same value? ---- */
+
+/* The kinds of value a schema may hold: object 1, array 2, string 4, non-integer number 8,
+ * boolean 16, null 32, integer 64 (127 when unknown). */
+static unsigned value_kind(json_t *v) {
+  return json_is_object(v) ? 1 : json_is_array(v) ? 2 : json_is_string(v) ? 4 : json_is_integer(v) ? 64
+       : json_is_real(v) ? (json_real_value(v) == floor(json_real_value(v)) ? 64 : 8) : json_is_boolean(v) ? 16 : 32;
+}
+
+static unsigned kinds(sc *c, json_t *s, int depth) {
+  s = deref(c, s);
+  if (json_is_false(s)) return 0;
+  if (!json_is_object(s) || depth > 8) return 127;
+  json_t *e = enum_of(s);
+  if (e) {
+    unsigned m = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(e, i, v) m |= value_kind(v);
+    json_decref(e);
+    return m;
+  }
+  const char *alt = json_object_get(s, "anyOf") ? "anyOf" : json_object_get(s, "oneOf") ? "oneOf" : NULL;
+  if (alt) {
+    unsigned m = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(s, alt), i, v) m |= kinds(c, v, depth + 1);
+    return m;
+  }
+  json_t *t = json_object_get(s, "type");
+  if (!t) return 127;
+  unsigned m = type_mask(t), k = 0;
+  if (m & 1) k |= 1;
+  if (m & 2) k |= 2;
+  if (m & 4) k |= 4;
+  if (m & 8) k |= 8 | 64;
+  if (m & 64) k |= 64;
+  if (m & 16) k |= 16;
+  if (m & 32) k |= 32;
+  return k;
+}
+
+/* 1 when no object satisfies both a and b through a property a requires. */
+static int objects_disjoint(sc *c, json_t *a, json_t *b, int depth) {
+  json_t *ra = json_object_get(a, "required"), *pb = json_object_get(b, "properties");
+  json_t *pa = json_object_get(a, "properties"), *apb = json_object_get(b, "additionalProperties");
+  size_t i;
+  json_t *r;
+  json_array_foreach(ra, i, r) {
+    if (!json_is_string(r)) continue;
+    const char *k = json_string_value(r);
+    json_t *sb = json_object_get(pb, k), *sa = json_object_get(pa, k);
+    if (!sb && apb && json_is_false(apb)) return 1;
+    if (sb && sa && sc_disjoint(c, sa, sb, depth + 1)) return 1;
+  }
+  return 0;
+}
+
+int sc_disjoint(sc *c, json_t *a, json_t *b, int depth) {
+  a = deref(c, a);
+  b = deref(c, b);
+  if (depth > 8) return 0;
+  if (json_is_false(a) || json_is_false(b)) return 1;
+  if (!(kinds(c, a, depth) & kinds(c, b, depth))) return 1;
+  if (!json_is_object(a) || !json_is_object(b)) return 0;
+  json_t *ea = enum_of(a), *eb = enum_of(b);
+  int common = !ea || !eb;
+  size_t i, j;
+  json_t *x, *y;
+  if (ea && eb) json_array_foreach(ea, i, x) json_array_foreach(eb, j, y) common |= json_equal(x, y);
+  json_decref(ea);
+  json_decref(eb);
+  if (!common) return 1;
+  if ((kinds(c, a, depth) & kinds(c, b, depth)) == 1) /* objects only */
+    return objects_disjoint(c, a, b, depth) || objects_disjoint(c, b, a, depth);
+  return 0;
 }

@@ -10,7 +10,8 @@
  * (non-integer) bounds are supported where they are 0 (a sign rule); others are refused.
  *
  * Formats: date (months with their day counts, February up to 29), time (hh:mm:ss, optional
- * fraction, Z or an offset), date-time, uuid, email (ajv-formats' grammar); others are refused.
+ * fraction, Z or an offset), date-time, uuid, email (ajv-formats' grammar), uri (RFC 3986 with a
+ * registered-name host), uri-template (RFC 6570, ajv-formats' check); others are refused.
  */
 #include <limits.h>
 #include <math.h>
@@ -58,15 +59,30 @@ int sc_gen_string(sc *c, json_t *s, char *name) {
     static const char uuid[] = "hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}";
     static const char atom[] = "[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]+";
     static const char label[] = "[a-zA-Z0-9] ( [a-zA-Z0-9-]{0,61} [a-zA-Z0-9] )?";
+    /* uri: RFC 3986 with a registered-name host (no IP literal), a subset of ajv-formats' uri */
+#define PCT "\"%\" hex hex"
+#define PCHAR "( [a-zA-Z0-9._~!$&'()*+,;=:@-] | " PCT " )"
+    static const char uri[] =
+        "[a-zA-Z] [a-zA-Z0-9+.-]* \":\" ( \"//\" ( ( [a-zA-Z0-9._~!$&'()*+,;=:-] | " PCT " )* \"@\" )?"
+        " ( [a-zA-Z0-9._~!$&'()*+,;=-] | " PCT " )* ( \":\" [0-9]* )? ( \"/\" " PCHAR "* )*"
+        " | \"/\" ( " PCHAR "+ ( \"/\" " PCHAR "* )* )? | " PCHAR "+ ( \"/\" " PCHAR "* )* )"
+        " ( \"?\" ( " PCHAR " | [/?] )* )? ( \"#\" ( " PCHAR " | [/?] )* )?";
+    /* uri-template: RFC 6570 level 4 as ajv-formats checks it: literals, %XX, {op var,var:N,var*} */
+    static const char uri_template[] =
+        "( [^\\x00-\\x20\"'<>%\\\\^`{|}] | " PCT " | \"{\" [+#./;?&=,!@|]? ut-var ( \",\" ut-var )* \"}\" )*";
+#undef PCHAR
+#undef PCT
     q35_buf_str(&b, "\"\\\"\" ");
     if (!strcmp(f, "date")) q35_buf_printf(&b, "( %s )", date);
     else if (!strcmp(f, "time")) q35_buf_printf(&b, "( %s )", time);
     else if (!strcmp(f, "date-time")) q35_buf_printf(&b, "( %s ) [tT ] ( %s )", date, time);
     else if (!strcmp(f, "uuid")) q35_buf_printf(&b, "( %s )", uuid);
     else if (!strcmp(f, "email")) q35_buf_printf(&b, "%s ( \".\" %s )* \"@\" ( %s \".\" )+ %s", atom, atom, label, label);
+    else if (!strcmp(f, "uri")) q35_buf_str(&b, uri);
+    else if (!strcmp(f, "uri-template")) q35_buf_str(&b, uri_template);
     else {
       q35_buf_free(&b);
-      return sc_fail(c, "format \"%s\" is not supported (date, time, date-time, uuid, email are)", f);
+      return sc_fail(c, "format \"%s\" is not supported (date, time, date-time, uuid, email, uri, uri-template are)", f);
     }
     q35_buf_str(&b, " \"\\\"\"");
   } else if (mn || mx) {

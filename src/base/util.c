@@ -1,10 +1,15 @@
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
 #include "base/util.h"
 
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 int q35_seterr(q35_err *e, const char *fmt, ...) {
   if (e) {
@@ -22,6 +27,13 @@ void *q35_alloc64(size_t n, int zero) {
   void *p = aligned_alloc(64, r ? r : 64);
   if (p && zero) memset(p, 0, r ? r : 64);
   return p;
+}
+
+int q35_usable_cpus(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
 }
 
 double q35_now(void) {

@@ -21,6 +21,9 @@ int q35_seterr(q35_err *e, const char *fmt, ...) __attribute__((format(printf, 2
 /* Wall clock in seconds (CLOCK_MONOTONIC). */
 double q35_now(void);
 
+/* CPUs this process may run on (its affinity mask; at least 1). */
+int q35_usable_cpus(void);
+
 /* n bytes aligned to 64 (a cache line, one 512-bit vector), zeroed when zero is set; release
  * with free(). Every buffer the SIMD kernels stream through comes from here, so no 512-bit load
  * of an activation row straddles two cache lines (malloc aligns to 16). NULL when out of

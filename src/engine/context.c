@@ -30,6 +30,7 @@ q35_context *q35_context_new(q35_model *model, const q35_context_params *params,
   }
   c->model = model;
   c->fwd.pool = q35_pool_new(nt);
+  c->n_cpus = q35_usable_cpus();
   if (!c->fwd.pool) {
     free(c);
     q35_seterr(err, "cannot start %d threads", nt);
@@ -40,6 +41,7 @@ q35_context *q35_context_new(q35_model *model, const q35_context_params *params,
 
 static void free_step_buffers(q35_context *c) {
   free(c->logits);
+  free(c->masks);
   free(c->out);
   free(c->item_row);
   free(c->fwd_rows);

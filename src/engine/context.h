@@ -42,6 +42,9 @@ struct q35_context {
   int32_t *hist;                 /* histories of rows sampled at several positions */
   size_t hist_cap;
   double t_sample;               /* seconds in the sampling head */
+  uint32_t *masks;               /* constrained positions' masks made during the forward pass */
+  size_t masks_cap;              /* (words) */
+  int n_cpus;                    /* CPUs this process may run on (the overlap needs a spare one) */
 };
 
 /* Grow the step buffers to n_rows rows and n_out sampled positions (0, or -1 with err). */

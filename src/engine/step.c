@@ -10,18 +10,21 @@
  * depends only on its own logits, parameters and history, so which thread samples it never
  * changes it.
  *
- * Constrained rows (q35_row.constraint): after the forward pass and before sampling, each such
- * row's masks are applied to its logits (rows spread over the pool's threads, one row's
- * positions on one thread, since a constraint is a state of its own); position j of a
+ * Constrained rows (q35_row.constraint): each such row's masks are made while the forward pass
+ * runs when a CPU is free (one extra thread), else after it on the pool's threads (one row's
+ * positions on one thread, since a constraint is a state of its own), and applied to its
+ * logits before sampling; position j of a
  * multi-position row is masked by the state after the row's drafted tokens up to p_j, which
  * are accepted for the mask and rolled back. After sampling, each constraint advances by the
  * samples a verifier accepts (all of a one-position row's one sample). The masks depend only on
  * the row's own tokens, so a row's samples still depend on nothing else.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/util.h"
 #include "constrain/constrain.h"
 #include "engine/context.h"
@@ -72,7 +75,7 @@ static int32_t step_prepare(q35_context *c, const q35_row *rows, int32_t n_rows,
   int32_t n_out = 0;
   size_t n_hist = 0;
   for (int32_t r = 0; r < n_rows; r++) {
-    int32_t m;
+    int32_t m = 0;
     if (check_row(&rows[r], r, c->model->hp.n_vocab, &m, err)) return -1;
     n_out += m;
     n_hist += hist_len(&rows[r], m);
@@ -129,6 +132,8 @@ typedef struct {
   q35_context *c;
   const q35_row *rows;
   int32_t n_rows;
+  int store;    /* masks into c->masks (made while the forward pass runs), not onto the logits */
+  size_t words; /* one mask's words */
   atomic_int failed;
   q35_err err;
 } mask_task;
@@ -138,7 +143,8 @@ static void mask_fail(mask_task *t, const char *fmt, int32_t r, const char *msg)
   if (atomic_compare_exchange_strong(&t->failed, &expect, 1)) q35_seterr(&t->err, fmt, r, msg);
 }
 
-/* Row r's masks onto its logits: position j after accepting the drafts tokens[p_0 + 1 .. p_j]. */
+/* Row r's masks onto its logits (or, with t->store, into the context's mask buffer at the row's
+ * first sampled position): position j after accepting the drafts tokens[p_0 + 1 .. p_j]. */
 static void mask_row(mask_task *t, int32_t r) {
   const q35_row *row = &t->rows[r];
   q35_context *c = t->c;
@@ -154,6 +160,10 @@ static void mask_row(mask_task *t, int32_t r) {
     if (!mask) {
       mask_fail(t, "row %d: %s", r, "constraint: out of memory computing a mask");
       break;
+    }
+    if (t->store) {
+      memcpy(c->masks + (size_t)(c->out_at[r] + j) * t->words, mask, t->words * sizeof *mask);
+      continue;
     }
     if (q35_logits_apply_mask(c->logits + (size_t)(c->out_at[r] + j) * (size_t)V, V, mask) == 0) {
       mask_fail(t, "row %d: %s", r, "the constraint allows no token here (its language has no continuation in this vocabulary)");
@@ -184,6 +194,55 @@ static int apply_masks(q35_context *c, const q35_row *rows, int32_t n_rows, q35_
   if (atomic_load(&t.failed)) {
     *err = t.err;
     return -1;
+  }
+  return 0;
+}
+
+/* ---- masks made while the forward pass runs ----
+ * A constrained position's mask depends only on its row's constraint state and drafts, both
+ * known before the forward pass, so when the pool leaves a CPU free (pool threads < usable
+ * CPUs) one extra thread makes every mask of the step into c->masks while the pool runs the
+ * forward pass; after it, the stored masks are applied. Otherwise (every CPU busy with the
+ * forward pass) the masks are made after it on the pool's threads (apply_masks). The masks are
+ * the same either way, so the samples are too. */
+
+static void *mask_thread(void *vt) {
+  mask_task *t = vt;
+  mask_run(t, 0, 1);
+  return NULL;
+}
+
+/* Start the mask thread if the step has constrained positions and a CPU is free: 1 started,
+ * 0 not (the masks are made after the forward pass), -1 on error. */
+static int masks_start(q35_context *c, const q35_row *rows, int32_t n_rows, int32_t n_out, mask_task *t,
+                       pthread_t *th, q35_err *err) {
+  int32_t n = 0;
+  for (int32_t r = 0; r < n_rows; r++) n += rows[r].constraint && c->fwd_rows[r].n_out > 0;
+  if (!n || q35_pool_size(c->fwd.pool) >= c->n_cpus) return 0;
+  const size_t words = ((size_t)c->model->hp.n_vocab + 31) / 32;
+  if (q35_grow((void **)&c->masks, &c->masks_cap, (size_t)n_out * words, sizeof *c->masks))
+    return q35_seterr(err, "out of memory for the step's token masks");
+  *t = (mask_task){.c = c, .rows = rows, .n_rows = n_rows, .store = 1, .words = words};
+  atomic_init(&t->failed, 0);
+  return pthread_create(th, NULL, mask_thread, t) == 0; /* no thread: the masks come after the pass */
+}
+
+/* Join the mask thread and apply the stored masks to the logits. */
+static int masks_finish(q35_context *c, const q35_row *rows, int32_t n_rows, mask_task *t, pthread_t th, q35_err *err) {
+  pthread_join(th, NULL);
+  if (atomic_load(&t->failed)) {
+    *err = t->err;
+    return -1;
+  }
+  const int32_t V = c->model->hp.n_vocab;
+  for (int32_t r = 0; r < n_rows; r++) {
+    if (!rows[r].constraint) continue;
+    for (int32_t j = 0; j < c->fwd_rows[r].n_out; j++) {
+      const size_t i = (size_t)(c->out_at[r] + j);
+      if (q35_logits_apply_mask(c->logits + i * (size_t)V, V, c->masks + i * t->words) == 0)
+        return q35_seterr(err, "row %d: the constraint allows no token here (its language has no continuation in this "
+                               "vocabulary)", r);
+    }
   }
   return 0;
 }
@@ -245,9 +304,23 @@ int q35_context_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err
   if (n_rows < 1 || !rows) return q35_seterr(err, "a step needs at least one row");
   const int32_t n_out = step_prepare(c, rows, n_rows, err);
   if (n_out < 0) return -1;
-  if (q35_forward(c->model, &c->fwd, c->fwd_rows, n_rows, err)) return -1;
+  mask_task mt;
+  pthread_t mth;
+  const int overlap = masks_start(c, rows, n_rows, n_out, &mt, &mth, err);
+  if (overlap < 0) return -1;
+  const int frc = q35_forward(c->model, &c->fwd, c->fwd_rows, n_rows, err);
   const double t0 = q35_now();
-  if (apply_masks(c, rows, n_rows, err)) return -1;
+  if (overlap) {
+    q35_err merr;
+    const int mrc = masks_finish(c, rows, n_rows, &mt, mth, &merr);
+    if (frc) return -1;
+    if (mrc) {
+      *err = merr;
+      return -1;
+    }
+  } else if (frc || apply_masks(c, rows, n_rows, err)) {
+    return -1;
+  }
   const int nth = n_out < q35_pool_size(c->fwd.pool) ? n_out : q35_pool_size(c->fwd.pool);
   sample_task st = {c, rows, n_out};
   if (nth > 1) q35_pool_run(c->fwd.pool, sample_run, &st);

@@ -100,7 +100,12 @@ function gen(s, root, samples, depth) {
   }
   if (t === "number") { // bounded numbers are generated without an exponent (docs/CONSTRAIN.md)
     const bounded = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"].some((k) => s[k] !== undefined);
-    return pick(bounded ? [0, 1.5, 0.001, 12345.25, 3, 7] : [0, 1.5, 2e-7, 12345.25, 3, 1e21]);
+    if (!bounded) return pick([0, 1.5, 2e-7, 12345.25, 3, 1e21]);
+    // mostly values inside the bounds (so valid instances occur), sometimes any of the picks
+    const inside = (x) => !(x < s.minimum || x > s.maximum || x <= s.exclusiveMinimum || x >= s.exclusiveMaximum);
+    const picks = [0, 1.5, 0.001, 12345.25, 3, 7, -2.5, -4, -0.75];
+    const ok = picks.filter(inside);
+    return pick(ok.length && rand() < 0.7 ? ok : picks);
   }
   if (t === "string") return genString(s, samples);
   if (t === "array" || s.prefixItems || s.items) {

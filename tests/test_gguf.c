@@ -864,7 +864,8 @@ static void test_names(void) {
     if (q35_gguf_key_is_arch((q35_gguf_key_id)i))
       CHECK(!strncmp(k, "%s.", 3) && count_of(k, "%") == 1, "architecture key '%s'", k);
     else
-      CHECK((!strncmp(k, "general.", 8) || !strncmp(k, "tokenizer.", 10)) && !strchr(k, '%'), "key '%s'", k);
+      CHECK((!strncmp(k, "general.", 8) || !strncmp(k, "tokenizer.", 10) || !strncmp(k, "split.", 6)) &&
+                !strchr(k, '%'), "key '%s'", k);
   }
   for (int i = 0; i < Q35_TENSOR_COUNT; i++) {
     const char *t = q35_gguf_tensor_spelling((q35_gguf_tensor_id)i);

@@ -46,4 +46,11 @@ static inline uint64_t gguf_rd_le(const uint8_t *p, size_t n) {
   return v;
 }
 
+/* Split files (gguf_split.c): after a file parsed, open and join the other shards of a split file
+ * (a no-op for an unsplit one); refuse a shard other than the first. */
+int gguf_split_attach(gguf_file *f, unsigned flags, q35_err *err);
+/* Rebuild the tensor-name index after f->tensors changed (gguf_read.c); *dup = index of the first
+ * duplicate name or SIZE_MAX. -1 on out of memory. */
+int gguf_reindex_tensors(gguf_file *f, size_t *dup);
+
 #endif

@@ -129,7 +129,7 @@ static gguf_file *open_shard(const gguf_file *first, const char *path, uint32_t 
     goto fail;
   }
   if (no != k) {
-    q35_seterr(err, "%s: split.no = %llu (shard %llu), but its name makes it shard %u of %u", path,
+    q35_seterr(err, "%s: split.no = %llu (it says it is shard %llu), but its name makes it shard %u of %u", path,
                (unsigned long long)no, (unsigned long long)no + 1, k + 1, n);
     goto fail;
   }

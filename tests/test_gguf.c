@@ -643,6 +643,16 @@ static void test_split(void) {
     CHECK(!file_exists(p) && !file_exists(tmp), "failed split write left %s", p);
     free(p);
   }
+  /* split.* keys set by hand (a split file's metadata copied) are not written into an unsplit file */
+  w = make_writer(1);
+  gguf_set_u16(w, "split.count", 3);
+  gguf_set_u16(w, "split.no", 1);
+  CHECK(gguf_writer_save(w, tpath("nosplit.gguf"), &err) == 0, "save: %s", err.msg);
+  gguf_writer_free(w);
+  gguf_file *f = gguf_open(tpath("nosplit.gguf"), &err);
+  CHECK(f && !gguf_find(f, "split.count") && !gguf_find(f, "split.no") && f->n_kv == N_META,
+        "hand-set split keys written: %s", f ? "present" : err.msg);
+  gguf_close(f);
   char *pre = gguf_split_prefix("/a/b-00002-of-00010.gguf", 1, 10);
   CHECK(pre && !strcmp(pre, "/a/b"), "gguf_split_prefix");
   free(pre);

@@ -192,7 +192,9 @@ int gguf_writer_save(gguf_writer *w, const char *path, q35_err *err);
  * (u16) and split.tensors.count (i32, all shards' tensors); the others carry only those three
  * (and general.alignment when not 32). The path given to save / begin names them: "X.gguf" (or
  * "X") writes X-00001-of-0000N.gguf ... X-0000N-of-0000N.gguf, even when N is 1, each in a
- * temporary file until all are complete. *n_shards_out (when not NULL) receives N on success. */
+ * temporary file until all are complete. *n_shards_out (when not NULL) receives N on success.
+ * The writer owns the split.* keys: those set by hand are never written, split or not (so a copy
+ * of a split file's metadata makes a valid unsplit file). */
 typedef struct gguf_split_opts {
   uint64_t max_bytes;
   uint32_t max_tensors;

@@ -77,6 +77,7 @@ static int split_ids(const gguf_file *s, uint64_t *count, uint64_t *no, int *has
   if (split_key(s, Q35_KEY_SPLIT_COUNT, SPLIT_MAX_COUNT, count, has_count, err) ||
       split_key(s, Q35_KEY_SPLIT_NO, SPLIT_MAX_COUNT, no, &has_no, err))
     return -1;
+  if (!*has_count) *no = 0; /* without split.count, split.no means nothing (as for llama.cpp) */
   if (*has_count && *count == 0)
     return q35_seterr(err, "%s: split key 'split.count' is corrupt (0; a split file has at least one shard)",
                       s->path);

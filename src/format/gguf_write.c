@@ -483,12 +483,14 @@ static int is_split_key(const char *key) {
          !strcmp(key, q35_gguf_key_spelling(Q35_KEY_SPLIT_TENSORS_COUNT));
 }
 
-/* Whether metadata pair i goes into shard k: every pair into an unsplit file or the first shard
- * (the split.* keys set by hand excepted: the writer writes its own), general.alignment into the
- * others when it is not the default (their tensor offsets depend on it). */
+/* Whether metadata pair i goes into shard k: every pair into an unsplit file or the first shard,
+ * general.alignment into the others when it is not the default (their tensor offsets depend on
+ * it). The split.* keys describe the files this writer writes, so it writes its own and never
+ * those set by hand (copied from a split file's metadata, say, they would make an unsplit copy
+ * look like a first shard). */
 static int kv_in_shard(const gguf_writer *w, size_t i, uint32_t k) {
-  if (!splitting(w)) return 1;
   if (is_split_key(w->kv[i].key)) return 0;
+  if (!splitting(w)) return 1;
   return k == 0 || (w->alignment != GGUF_DEFAULT_ALIGNMENT &&
                     !strcmp(w->kv[i].key, q35_gguf_key_spelling(Q35_KEY_GENERAL_ALIGNMENT)));
 }

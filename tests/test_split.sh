@@ -123,6 +123,18 @@ if [ $HAVE_PEER = 1 ]; then
     fail "q35 and llama.cpp differ on the split file"
 fi
 
+# a quantized model (q4_k + q6_k): split = unsplit for q35 and for llama.cpp, bit for bit
+"$Q35" export --tiny-test -o "$W/k.gguf" "${TINY[@]}" --embd 256 --type q4_k_m 2>/dev/null &&
+  "$Q35" export --tiny-test -o "$W/ks.gguf" "${TINY[@]}" --embd 256 --type q4_k_m --split-max-size 256K 2>"$W/ks.log" ||
+  fail "q4_k_m export: $(tail -2 "$W/ks.log")"
+KN=$(printf %05d "$(ls "$W"/ks-00001-of-*.gguf 2>/dev/null | sed 's/.*-of-0*\([0-9]*\)\.gguf/\1/')")
+q35_logits "$W/k.gguf" "$W/q_k.bin" && q35_logits "$W/ks-00001-of-$KN.gguf" "$W/q_ks.bin" &&
+  same "$W/q_k.bin" "$W/q_ks.bin" "q35, q4_k_m: split ($((10#$KN)) shards) = unsplit"
+if [ $HAVE_PEER = 1 ]; then
+  peer_logits "$W/k.gguf" "$W/l_k.bin" && peer_logits "$W/ks-00001-of-$KN.gguf" "$W/l_ks.bin" &&
+    same "$W/l_k.bin" "$W/l_ks.bin" "llama.cpp, q4_k_m: q35's shards = unsplit"
+fi
+
 # ---- 3: shards written by the independent writer ----
 "$PY" "$TOOLS/gguf_split.py" split "$W/m.gguf" "$W/p" --max-tensors 25 >"$W/p.n" || fail "gguf_split.py split"
 PN=$(printf %05d "$(cat "$W/p.n")")

@@ -22,6 +22,7 @@
 #define GGUF_STR_LEN_SIZE 8 /* a string is a u64 length, then its bytes */
 #define GGUF_DEFAULT_ALIGNMENT 32
 #define GGUF_MAX_DIMS 4
+#define GGUF_SPLIT_MAX_SHARDS 65535u /* split.count is a u16 */
 #define GGUF_MAX_TENSOR_NAME 64 /* llama.cpp's GGML_MAX_NAME, including the NUL */
 
 /* Bytes per element of a scalar value type; 0 for STRING/ARRAY/unknown. */

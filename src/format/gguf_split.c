@@ -25,7 +25,6 @@
 
 #define SPLIT_SUFFIX_FMT "-%05u-of-%05u.gguf"
 #define SPLIT_SUFFIX_MAX 32 /* "-65535-of-65535.gguf" and the NUL, with room */
-#define SPLIT_MAX_COUNT 65535u /* split.count is a u16 */
 
 char *gguf_split_path(const char *prefix, uint32_t k, uint32_t n) {
   char suffix[SPLIT_SUFFIX_MAX];
@@ -74,8 +73,8 @@ static int split_ids(const gguf_file *s, uint64_t *count, uint64_t *no, int *has
   int has_no;
   *count = 1;
   *no = 0;
-  if (split_key(s, Q35_KEY_SPLIT_COUNT, SPLIT_MAX_COUNT, count, has_count, err) ||
-      split_key(s, Q35_KEY_SPLIT_NO, SPLIT_MAX_COUNT, no, &has_no, err))
+  if (split_key(s, Q35_KEY_SPLIT_COUNT, GGUF_SPLIT_MAX_SHARDS, count, has_count, err) ||
+      split_key(s, Q35_KEY_SPLIT_NO, GGUF_SPLIT_MAX_SHARDS, no, &has_no, err))
     return -1;
   if (!*has_count) *no = 0; /* without split.count, split.no means nothing (as for llama.cpp) */
   if (*has_count && *count == 0)

@@ -393,10 +393,10 @@ static int write_pad(int fd, uint64_t pos, uint32_t alignment) {
 static void stream_cleanup(gguf_writer *w, int remove_tmp) {
   if (w->fd >= 0) close(w->fd);
   w->fd = -1;
-  for (uint32_t k = 0; w->tmp && k < w->n_shards; k++) {
-    if (remove_tmp && w->tmp[k]) unlink(w->tmp[k]); /* (those not created yet: ENOENT) */
-    free(w->tmp[k]);
-    free(w->path[k]);
+  for (uint32_t k = 0; k < w->n_shards; k++) {
+    if (w->tmp && remove_tmp && w->tmp[k]) unlink(w->tmp[k]); /* (those not created yet: ENOENT) */
+    if (w->tmp) free(w->tmp[k]);
+    if (w->path) free(w->path[k]);
   }
   free(w->tmp);
   free(w->path);
@@ -566,10 +566,10 @@ int gguf_writer_begin(gguf_writer *w, const char *path, q35_err *err) {
   if (w->fd >= 0) return q35_seterr(err, "%s: a write to %s is already in progress", path, w->path[w->cur]);
   if (w->failed) return q35_seterr(err, "%s: %s", path, w->ferr.msg);
   if (splitting(w) && w->n_t > INT32_MAX) return q35_seterr(err, "%s: too many tensors for a split file", path);
-  if (plan_shards(w) || (splitting(w) && w->n_shards > 65535) || name_shards(w, path)) {
-    const int too_many = w->n_shards > 65535;
+  if (plan_shards(w) || (splitting(w) && w->n_shards > GGUF_SPLIT_MAX_SHARDS) || name_shards(w, path)) {
+    const int too_many = w->n_shards > GGUF_SPLIT_MAX_SHARDS;
     stream_cleanup(w, 0);
-    return q35_seterr(err, too_many ? "%s: more than 65535 shards (raise the split size)" : "%s: out of memory",
+    return q35_seterr(err, too_many ? "%s: more than 65535 shards (raise the split size or tensor limit)" : "%s: out of memory",
                       path);
   }
   w->next = 0;

@@ -565,6 +565,101 @@ static void test_alignment(void) {
   gguf_writer_free(w);
 }
 
+/* Split output and input (format/gguf_split.c): every tensor back with its data from its shard,
+ * the metadata in the first shard only, general.alignment carried into every shard when not 32,
+ * a failed streamed write leaving no file. The end-to-end tests are in test_split.sh. */
+static void check_split_set(const char *prefix, uint32_t n_expect, uint32_t per_shard, size_t align,
+                            const char *what) {
+  q35_err err = {{0}};
+  char *first = gguf_split_path(prefix, 0, n_expect);
+  gguf_file *f = gguf_open(first, &err);
+  CHECK(f && gguf_n_shards(f) == n_expect && f->n_tensors == NT, "%s: %s", what, f ? "wrong shard/tensor count" : err.msg);
+  for (int i = 0; f && i < NT; i++) {
+    const gguf_tensor *t = gguf_find_tensor(f, tensors[i].name);
+    CHECK(t && t->shard == (uint32_t)i / per_shard && t->nbytes == tdesc_bytes(&tensors[i]) &&
+              !memcmp(t->data, tensor_data[i], t->nbytes),
+          "%s: tensor %s", what, tensors[i].name);
+    const gguf_file *s = t ? gguf_shard(f, t->shard) : NULL;
+    CHECK(s && (const uint8_t *)t->data == s->map + s->data_offset + t->offset, "%s: %s not in its shard", what,
+          tensors[i].name);
+  }
+  CHECK(f && gguf_find(f, "general.architecture") && gguf_find(f, "t.arr_str"), "%s: metadata", what);
+  gguf_close(f);
+  gguf_file *one = gguf_open_ex(first, GGUF_OPEN_ONE_SHARD, &err);
+  CHECK(one && gguf_n_shards(one) == 1 && one->n_tensors == per_shard, "%s: one shard alone: %s", what,
+        one ? "wrong count" : err.msg);
+  gguf_close(one);
+  for (uint32_t k = 1; k < n_expect; k++) {
+    char *p = gguf_split_path(prefix, k, n_expect);
+    gguf_file *s = gguf_open(p, &err);
+    CHECK(!s && strstr(err.msg, "open the first shard") && strstr(err.msg, first), "%s: shard %u opened alone: %s",
+          what, k + 1, err.msg);
+    gguf_close(s);
+    s = gguf_open_ex(p, GGUF_OPEN_ONE_SHARD, &err);
+    CHECK(s && !gguf_find(s, "general.architecture") && s->alignment == align && s->n_kv == 3u + (align != 32),
+          "%s: shard %u: metadata beyond split.* (general.alignment %zu)", what, k + 1, s ? s->alignment : 0);
+    gguf_close(s);
+    free(p);
+  }
+  free(first);
+}
+
+static void test_split(void) {
+  q35_err err = {{0}};
+  char prefix[600];
+  uint32_t n = 0;
+  /* by tensor count, saved in one go */
+  gguf_writer *w = make_writer(1);
+  gguf_split_opts so = {.max_tensors = 3, .n_shards_out = &n};
+  gguf_writer_set_split(w, &so);
+  CHECK(gguf_writer_save(w, tpath("sp.gguf"), &err) == 0 && n == (NT + 2) / 3, "split save: %s (%u)", err.msg, n);
+  gguf_writer_free(w);
+  snprintf(prefix, sizeof prefix, "%s", tpath("sp"));
+  CHECK(!file_exists(tpath("sp.gguf")), "split save also wrote sp.gguf");
+  check_split_set(prefix, (NT + 2) / 3, 3, 32, "max_tensors 3");
+  /* by size (each tensor here is <= 544 bytes padded: one per shard at 100 bytes), streamed, alignment 64 */
+  w = make_writer(0);
+  gguf_set_u32(w, "general.alignment", 64);
+  gguf_split_opts sb = {.max_bytes = 100};
+  gguf_writer_set_split(w, &sb);
+  CHECK(gguf_writer_begin(w, tpath("sb"), &err) == 0, "split begin: %s", err.msg);
+  for (int i = 0; i < NT; i++)
+    CHECK(gguf_writer_write_tensor(w, i, tensor_data[i], &err) == 0, "split write %d: %s", i, err.msg);
+  CHECK(gguf_writer_finish(w, &err) == 0, "split finish: %s", err.msg);
+  gguf_writer_free(w);
+  snprintf(prefix, sizeof prefix, "%s", tpath("sb"));
+  check_split_set(prefix, NT, 1, 64, "max_bytes 100, alignment 64");
+  /* a streamed split write that fails midway leaves nothing */
+  w = make_writer(0);
+  gguf_writer_set_split(w, &so);
+  CHECK(gguf_writer_begin(w, tpath("sf.gguf"), &err) == 0, "begin: %s", err.msg);
+  for (int i = 0; i < 5; i++) gguf_writer_write_tensor(w, i, tensor_data[i], &err);
+  CHECK(gguf_writer_write_tensor(w, 7, tensor_data[7], &err) == -1, "out-of-order write accepted");
+  gguf_writer_free(w);
+  for (uint32_t k = 0; k < (NT + 2) / 3; k++) {
+    char *p = gguf_split_path(tpath("sf"), k, (NT + 2) / 3);
+    char tmp[700];
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    CHECK(!file_exists(p) && !file_exists(tmp), "failed split write left %s", p);
+    free(p);
+  }
+  /* split.* keys set by hand (a split file's metadata copied) are not written into an unsplit file */
+  w = make_writer(1);
+  gguf_set_u16(w, "split.count", 3);
+  gguf_set_u16(w, "split.no", 1);
+  CHECK(gguf_writer_save(w, tpath("nosplit.gguf"), &err) == 0, "save: %s", err.msg);
+  gguf_writer_free(w);
+  gguf_file *f = gguf_open(tpath("nosplit.gguf"), &err);
+  CHECK(f && !gguf_find(f, "split.count") && !gguf_find(f, "split.no") && f->n_kv == N_META,
+        "hand-set split keys written: %s", f ? "present" : err.msg);
+  gguf_close(f);
+  char *pre = gguf_split_prefix("/a/b-00002-of-00010.gguf", 1, 10);
+  CHECK(pre && !strcmp(pre, "/a/b"), "gguf_split_prefix");
+  free(pre);
+  CHECK(!gguf_split_prefix("/a/b-00002-of-00010.gguf", 0, 10) && !gguf_split_prefix("-00001-of-00001.gguf", 0, 1),
+        "gguf_split_prefix accepted a wrong suffix / an empty prefix");
+}
+
 /* ---- files on disk, writer failure paths ------------------------------------------------ */
 
 static void test_files(void) {
@@ -864,7 +959,8 @@ static void test_names(void) {
     if (q35_gguf_key_is_arch((q35_gguf_key_id)i))
       CHECK(!strncmp(k, "%s.", 3) && count_of(k, "%") == 1, "architecture key '%s'", k);
     else
-      CHECK((!strncmp(k, "general.", 8) || !strncmp(k, "tokenizer.", 10)) && !strchr(k, '%'), "key '%s'", k);
+      CHECK((!strncmp(k, "general.", 8) || !strncmp(k, "tokenizer.", 10) || !strncmp(k, "split.", 6)) &&
+                !strchr(k, '%'), "key '%s'", k);
   }
   for (int i = 0; i < Q35_TENSOR_COUNT; i++) {
     const char *t = q35_gguf_tensor_spelling((q35_gguf_tensor_id)i);
@@ -979,6 +1075,7 @@ int main(void) {
   test_copy_kv();
   test_big_vocab();
   test_peer();
+  test_split();
   test_alignment(); /* replaces img */
   test_names();
 

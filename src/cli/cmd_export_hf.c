@@ -4,6 +4,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "export_split.h"
 #include "export/hf.h"
 #include "kernels/quant.h"
 
@@ -34,6 +35,7 @@ static void usage(void) {
       "                     (blk.{layers}.* + nextn.*, nextn_predict_layers = 1)\n"
       "Progress goes to stderr: a bar when it is a terminal, a line every 10%% otherwise.\n"
       "Vision (model.visual.*) tensors are skipped; a missing lm_head means tied output.\n");
+  export_split_help(stdout);
 }
 
 static int parse_type(const char *flag, const char *v) {
@@ -93,6 +95,7 @@ int cmd_export_hf(int argc, char **argv) {
       o.progress = 0;
       continue;
     }
+    if (export_split_arg(&o.split, argc, argv, &i)) continue;
     arg_unknown("export", argv[i]);
   }
   if (!o.model_dir) {
@@ -105,12 +108,15 @@ int cmd_export_hf(int argc, char **argv) {
   }
   q35_err err = {0};
   q35_export_stats st;
+  uint32_t n_shards = 0;
+  o.split.n_shards_out = &n_shards;
   if (q35_export_hf(&o, &st, &err)) {
     fprintf(stderr, "q35 export: %s\n", err.msg);
     return 1;
   }
   fprintf(stderr, "q35 export: wrote %s: %d tensors, %.1f MiB (largest tensor %.1f MiB)\n", o.out, st.n_tensors,
           (double)st.bytes_out / MIB, (double)st.largest_out / MIB);
+  export_split_report(o.out, &o.split, n_shards);
   if (o.stats)
     fprintf(stderr, "q35 export: stats: rss_anon_start %llu rss_anon_peak %llu largest_out %llu largest_in %llu "
                     "bytes_in %llu bytes_out %llu\n", (unsigned long long)st.rss_anon_start,

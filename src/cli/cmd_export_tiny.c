@@ -5,6 +5,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "export_split.h"
 #include "export/tiny.h"
 #include "format/gguf_names.h"
 #include "kernels/quant.h"
@@ -35,10 +36,12 @@ static void tiny_usage(void) {
       "                    | mxfp4 | iq4_nl | q4_1 | q5_1, or the\n"
       "                    presets q4_k_m (q4_k + q6_k for ffn_down/attn_v/output)  (default f32)\n"
       "  --down-type T, --output-type T, --embd-type T   per-tensor overrides\n"
-      "  --rope-theta F    1e7         --seed N   %llu\n",
+      "  --rope-theta F    1e7         --seed N   %llu\n"
+      "Split output (OUT-00001-of-0000N.gguf ...):\n",
       d.n_layer, d.interval, d.n_embd, d.n_vocab, d.n_head, d.n_head_kv, d.head_dim, d.n_rot, d.ssm_k_heads,
       d.ssm_v_heads, d.ssm_head_dim, d.conv_kernel, d.n_expert, d.n_expert_used, d.n_ff_exp, d.n_ff, d.n_ff_shexp,
       (unsigned long long)d.seed);
+  export_split_help(stdout);
 }
 
 static int parse_type(const char *flag, const char *v) {
@@ -143,6 +146,7 @@ int cmd_export_tiny(int argc, char **argv) {
     if (arg_is(argc, argv, &i, "--output_type")) { o.type_output = parse_type("--output-type", arg_value(argc, argv, &i)); continue; }
     if (arg_is(argc, argv, &i, "--embd_type")) { o.type_embd = parse_type("--embd-type", arg_value(argc, argv, &i)); continue; }
 #undef INT
+    if (export_split_arg(&o.split, argc, argv, &i)) continue;
     arg_unknown("export --tiny-test", a);
   }
   if (!out) die("export --tiny-test: -o OUT.gguf is required");
@@ -152,10 +156,13 @@ int cmd_export_tiny(int argc, char **argv) {
     if (!o.moe && !dense_ff_set) o.n_ff = ff;
   }
   q35_err err = {{0}};
+  uint32_t n_shards = 0;
+  o.split.n_shards_out = &n_shards;
   if (q35_tiny_write(&o, out, &err)) {
     fprintf(stderr, "q35 export: %s\n", err.msg);
     return 1;
   }
-  fprintf(stderr, "wrote %s\n", out);
+  if (gguf_split_wanted(&o.split)) export_split_report(out, &o.split, n_shards);
+  else fprintf(stderr, "wrote %s\n", out);
   return 0;
 }

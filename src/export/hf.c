@@ -287,6 +287,7 @@ int q35_export_hf(const q35_export_opts *o, q35_export_stats *st, q35_err *err) 
   }
 
   /* 3. stream */
+  gguf_writer_set_split(w, &o->split);
   if (gguf_writer_begin(w, o->out, err)) goto done;
   if (o->stats) st->rss_anon_start = st->rss_anon_peak = rss_anon();
   if (stream_tensors(w, &p, st, buf, scratch, maxrow, nthreads, err)) goto done;

@@ -19,6 +19,7 @@
 
 #include <stdint.h>
 
+#include "format/gguf.h"
 #include "q35.h"
 
 typedef struct q35_export_opts {
@@ -33,6 +34,7 @@ typedef struct q35_export_opts {
   int stats;       /* 1: sample RssAnon after each tensor, report the peak on stderr */
   int threads;     /* conversion threads; 0: one per online CPU (at most Q35_EXPORT_MAX_THREADS) */
   int no_mtp;      /* 1: drop the MTP head (mtp.*); 0: keep it as llama.cpp's converter writes it */
+  gguf_split_opts split; /* zero: one file; else shards as gguf_writer_set_split writes them */
 } q35_export_opts;
 
 #define Q35_EXPORT_MAX_THREADS 16

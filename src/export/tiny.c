@@ -418,7 +418,10 @@ int q35_tiny_write(const q35_tiny_opts *o, const char *path, q35_err *err) {
     write_hparams(c.w, o, c.t_lin, c.t_down);
     if (write_vocab(c.w, o, &c.V, err) == 0) {
       if (add_tensors(&c)) rc = q35_seterr(err, "tiny model: could not add tensor '%s'", c.name.s);
-      else rc = gguf_writer_save(c.w, path, err);
+      else {
+        gguf_writer_set_split(c.w, &o->split);
+        rc = gguf_writer_save(c.w, path, err);
+      }
     }
   }
   for (size_t i = 0; i < c.k.n; i++) free(c.k.bufs[i]);

@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "format/gguf.h"
 #include "q35.h"
 
 /* Largest layer count and embedding width q35_tiny_write accepts. */
@@ -32,6 +33,7 @@ typedef struct q35_tiny_opts {
   int merged_gate_up;      /* write ffn_gate_up_exps instead of separate gate/up */
   int mtp;                 /* 1: append one MTP block blk.{n_layer} (attention + FFN + nextn.*), as
                               llama.cpp's converter writes a Qwen3.5 checkpoint's mtp.* */
+  gguf_split_opts split;   /* zero: one file; else shards as gguf_writer_set_split writes them */
 } q35_tiny_opts;
 
 /* A small MoE default: 4 layers (interval 4), embd 256, 4/2 heads of 64, DeltaNet 4 key

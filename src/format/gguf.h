@@ -13,6 +13,16 @@
  * Errors name the file and the key or tensor involved. Strings are views into the map
  * (gguf_str: pointer + length, not NUL-terminated).
  *
+ * Split files (llama.cpp's gguf-split conventions, format/gguf_split.c): a file whose split.count
+ * is above 1 is the first of split.count shards named PREFIX-%05d-of-%05d.gguf (1-based number,
+ * count). gguf_open of the first shard opens and validates every other one (each is a complete
+ * GGUF file; its split.no and split.count must match, no tensor name may repeat across shards,
+ * the tensor counts must add up to split.tensors.count) and returns one file: the first shard's
+ * metadata (the others carry only split.* keys) and every shard's tensors in one table, each
+ * tensor's data pointing into its own shard's map. Given another shard than the first, gguf_open
+ * refuses it and names the first shard (as llama.cpp does). GGUF_OPEN_ONE_SHARD opens a shard
+ * alone, and gguf_open_mem never looks for other files.
+ *
  * Writer: declare metadata and tensors (name, type, shape), then either save in one go with
  * every tensor's data in memory, or stream: gguf_writer_begin writes the header to
  * "PATH.tmp", gguf_writer_write_tensor is called once per tensor in declaration order, and
@@ -62,7 +72,8 @@ typedef struct gguf_tensor {
   int type;              /* enum q35_type (GGML ids) */
   uint64_t offset;       /* relative to the data section */
   size_t nbytes;
-  const void *data;      /* points into the map */
+  const void *data;      /* points into the map (of its shard) */
+  uint32_t shard;        /* 0, or for a split file the index of the shard holding the data */
 } gguf_tensor;
 
 typedef struct gguf_file {
@@ -77,6 +88,11 @@ typedef struct gguf_file {
   size_t data_offset;    /* start of the tensor data section */
   int owns_map;
   struct gguf_lookup *lookup; /* private: hash indexes for gguf_find / gguf_find_tensor */
+  /* A split file (n_shards > 1): this struct is the first shard (map, size, path, data_offset are
+   * its own, n_tensors / tensors cover every shard); shards[k] for 1 <= k < n_shards are the
+   * others, opened alone (shards[0] is NULL). Reach each with gguf_shard. */
+  uint32_t n_shards;
+  struct gguf_file **shards;
 } gguf_file;
 
 gguf_file *gguf_open(const char *path, q35_err *err);
@@ -84,7 +100,18 @@ gguf_file *gguf_open(const char *path, q35_err *err);
  * (q35_type_layout_known), not only those q35 computes with: for tools that copy, split or
  * requantize tensors without computing with them (a model loader must not use it). */
 #define GGUF_OPEN_ANY_LAYOUT 1u
+/* Open this file alone even when it is one shard of a split file (tools that look at a shard). */
+#define GGUF_OPEN_ONE_SHARD 2u
 gguf_file *gguf_open_ex(const char *path, unsigned flags, q35_err *err);
+/* Shard k (0 <= k < gguf_n_shards) of an open file: its own path, map, size and data section;
+ * shard 0 is f itself. An unsplit file has one shard. */
+uint32_t gguf_n_shards(const gguf_file *f);
+gguf_file *gguf_shard(gguf_file *f, uint32_t k);
+/* llama.cpp's shard names: PREFIX-%05d-of-%05d.gguf with k + 1 and n (k is 0-based). Returns a
+ * malloc'ed string, or NULL (out of memory). gguf_split_prefix: PREFIX of a shard's path when it
+ * ends in that shard's suffix, else NULL. */
+char *gguf_split_path(const char *prefix, uint32_t k, uint32_t n);
+char *gguf_split_prefix(const char *path, uint32_t k, uint32_t n);
 /* Parse a GGUF image already in memory (not copied; must outlive the result). */
 gguf_file *gguf_open_mem(const void *data, size_t size, const char *name, q35_err *err);
 void gguf_close(gguf_file *f);
@@ -157,6 +184,25 @@ int gguf_add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims,
                     const int64_t *ne, const void *data);
 /* Write everything at once (all tensors declared with data). Atomic (temp file + rename). */
 int gguf_writer_save(gguf_writer *w, const char *path, q35_err *err);
+/* Split the output into shards in llama.cpp's gguf-split conventions: a new shard starts before
+ * the tensor that would take the current one's tensor data (each tensor padded to the alignment)
+ * past max_bytes, or that would be its max_tensors + 1-th tensor (0: no limit of that kind; a
+ * shard always holds at least one tensor, so a tensor larger than max_bytes gets a shard of its
+ * own). The first shard carries every metadata pair plus split.no (u16, 0-based), split.count
+ * (u16) and split.tensors.count (i32, all shards' tensors); the others carry only those three
+ * (and general.alignment when not 32). The path given to save / begin names them: "X.gguf" (or
+ * "X") writes X-00001-of-0000N.gguf ... X-0000N-of-0000N.gguf, even when N is 1, each in a
+ * temporary file until all are complete. *n_shards_out (when not NULL) receives N on success.
+ * The writer owns the split.* keys: those set by hand are never written, split or not (so a copy
+ * of a split file's metadata makes a valid unsplit file). */
+typedef struct gguf_split_opts {
+  uint64_t max_bytes;
+  uint32_t max_tensors;
+  uint32_t *n_shards_out;
+} gguf_split_opts;
+void gguf_writer_set_split(gguf_writer *w, const gguf_split_opts *split);
+/* Whether a split was asked for (max_bytes or max_tensors set). */
+static inline int gguf_split_wanted(const gguf_split_opts *s) { return s && (s->max_bytes || s->max_tensors); }
 /* Streaming. */
 int gguf_writer_begin(gguf_writer *w, const char *path, q35_err *err);
 int gguf_writer_write_tensor(gguf_writer *w, int index, const void *data, q35_err *err);

@@ -22,6 +22,7 @@
 #define GGUF_STR_LEN_SIZE 8 /* a string is a u64 length, then its bytes */
 #define GGUF_DEFAULT_ALIGNMENT 32
 #define GGUF_MAX_DIMS 4
+#define GGUF_SPLIT_MAX_SHARDS 65535u /* split.count is a u16 */
 #define GGUF_MAX_TENSOR_NAME 64 /* llama.cpp's GGML_MAX_NAME, including the NUL */
 
 /* Bytes per element of a scalar value type; 0 for STRING/ARRAY/unknown. */
@@ -45,5 +46,12 @@ static inline uint64_t gguf_rd_le(const uint8_t *p, size_t n) {
   memcpy(&v, p, n); /* little-endian host: the low n bytes */
   return v;
 }
+
+/* Split files (gguf_split.c): after a file parsed, open and join the other shards of a split file
+ * (a no-op for an unsplit one); refuse a shard other than the first. */
+int gguf_split_attach(gguf_file *f, unsigned flags, q35_err *err);
+/* Rebuild the tensor-name index after f->tensors changed (gguf_read.c); *dup = index of the first
+ * duplicate name or SIZE_MAX. -1 on out of memory. */
+int gguf_reindex_tensors(gguf_file *f, size_t *dup);
 
 #endif

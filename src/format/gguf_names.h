@@ -34,6 +34,10 @@
   X(GENERAL_FILE_TYPE,           "general.file_type")                                      \
   X(GENERAL_QUANT_VERSION,       "general.quantization_version")                           \
   X(GENERAL_ALIGNMENT,           "general.alignment")                                      \
+  /* split files (llama.cpp's gguf-split: split.no is 0-based, u16; tensors.count is i32) */ \
+  X(SPLIT_NO,                    "split.no")                                               \
+  X(SPLIT_COUNT,                 "split.count")                                            \
+  X(SPLIT_TENSORS_COUNT,         "split.tensors.count")                                    \
   /* the architecture's block: sizes */                                                    \
   X(BLOCK_COUNT,                 "%s.block_count")                                         \
   X(CONTEXT_LENGTH,              "%s.context_length")                                      \

@@ -457,6 +457,12 @@ static int parse_tensor_infos(gguf_file *f, rd *r) {
   return 0;
 }
 
+int gguf_reindex_tensors(gguf_file *f, size_t *dup) {
+  free(f->lookup->tensors.slot);
+  f->lookup->tensors.slot = NULL;
+  return index_build(&f->lookup->tensors, (size_t)f->n_tensors, f->tensors, sizeof *f->tensors, dup);
+}
+
 /* Data section: the header end rounded up to the alignment; every tensor inside the file. */
 static int place_tensor_data(gguf_file *f, size_t hdr, q35_err *err) {
   char nb[128];
@@ -598,11 +604,19 @@ gguf_file *gguf_open_ex(const char *path, unsigned flags, q35_err *err) {
   f->map = m;
   f->size = size;
   f->owns_map = 1;
-  return parse(f, flags, err);
+  f = parse(f, flags, err);
+  if (f && !(flags & GGUF_OPEN_ONE_SHARD) && gguf_split_attach(f, flags, err)) {
+    gguf_close(f);
+    return NULL;
+  }
+  return f;
 }
 
 void gguf_close(gguf_file *f) {
   if (!f) return;
+  if (f->shards)
+    for (uint32_t k = 1; k < f->n_shards; k++) gguf_close(f->shards[k]);
+  free(f->shards);
   if (f->kv)
     for (uint64_t i = 0; i < f->n_kv; i++) free(f->kv[i].arr_str);
   free(f->kv);

@@ -79,9 +79,12 @@ struct gguf_writer {
   int any_layout; /* gguf_writer_allow_any_layout */
   int failed; /* sticky: a setter or declaration failed */
   q35_err ferr;
+  gguf_split_opts split; /* gguf_writer_set_split; zero: one file */
   /* streaming state */
   int fd; /* -1 when no write is in progress */
-  char *path, *tmp;
+  char **path, **tmp; /* per output file (shard): final and temporary names */
+  size_t *first; /* per shard its first tensor, then n_t (n_shards + 1 entries) */
+  uint32_t n_shards, cur; /* shards of the write in progress; the one being written */
   size_t next;
 };
 
@@ -390,10 +393,17 @@ static int write_pad(int fd, uint64_t pos, uint32_t alignment) {
 static void stream_cleanup(gguf_writer *w, int remove_tmp) {
   if (w->fd >= 0) close(w->fd);
   w->fd = -1;
-  if (remove_tmp && w->tmp) unlink(w->tmp);
+  for (uint32_t k = 0; k < w->n_shards; k++) {
+    if (w->tmp && remove_tmp && w->tmp[k]) unlink(w->tmp[k]); /* (those not created yet: ENOENT) */
+    if (w->tmp) free(w->tmp[k]);
+    if (w->path) free(w->path[k]);
+  }
   free(w->tmp);
   free(w->path);
+  free(w->first);
   w->tmp = w->path = NULL;
+  w->first = NULL;
+  w->n_shards = w->cur = 0;
 }
 
 void gguf_writer_abort(gguf_writer *w) {
@@ -401,70 +411,175 @@ void gguf_writer_abort(gguf_writer *w) {
 }
 
 static int io_fail(gguf_writer *w, q35_err *err, const char *what) {
-  q35_seterr(err, "%s: %s: %s", w->tmp ? w->tmp : "(gguf writer)", what, strerror(errno));
+  q35_seterr(err, "%s: %s: %s", w->tmp && w->tmp[w->cur] ? w->tmp[w->cur] : "(gguf writer)", what,
+             strerror(errno));
   stream_cleanup(w, 1);
   return -1;
 }
 
-int gguf_writer_begin(gguf_writer *w, const char *path, q35_err *err) {
-  if (!w || !path) return q35_seterr(err, "gguf writer: no writer or path");
-  if (w->fd >= 0) return q35_seterr(err, "%s: a write to %s is already in progress", path, w->path);
-  if (w->failed) return q35_seterr(err, "%s: %s", path, w->ferr.msg);
+void gguf_writer_set_split(gguf_writer *w, const gguf_split_opts *split) {
+  if (!w) return;
+  memset(&w->split, 0, sizeof w->split);
+  if (split) w->split = *split;
+}
 
-  /* Assign offsets in declaration order. */
-  uint64_t off = 0;
+static int splitting(const gguf_writer *w) { return gguf_split_wanted(&w->split); }
+
+static uint64_t padded(const gguf_writer *w, size_t n) {
+  return ((uint64_t)n + w->alignment - 1) / w->alignment * w->alignment;
+}
+
+/* Which tensors go into which shard (gguf.h: gguf_writer_set_split), and every tensor's offset
+ * within its shard's data section. */
+static int plan_shards(gguf_writer *w) {
+  w->first = malloc((w->n_t + 2) * sizeof *w->first);
+  if (!w->first) return -1;
+  uint32_t n = 1;
+  w->first[0] = 0;
+  uint64_t bytes = 0, count = 0;
   for (size_t i = 0; i < w->n_t; i++) {
-    w->t[i].offset = off;
-    off += (w->t[i].nbytes + w->alignment - 1) / w->alignment * w->alignment;
+    const uint64_t b = padded(w, w->t[i].nbytes);
+    const int full = count > 0 && splitting(w) &&
+                     ((w->split.max_bytes && bytes + b > w->split.max_bytes) ||
+                      (w->split.max_tensors && count >= w->split.max_tensors));
+    if (full) {
+      w->first[n++] = i;
+      bytes = count = 0;
+    }
+    w->t[i].offset = bytes;
+    bytes += b;
+    count++;
   }
+  w->first[n] = w->n_t;
+  w->n_shards = n;
+  return 0;
+}
 
-  q35_buf h = {0};
-  wb_put(&h, GGUF_MAGIC, GGUF_MAGIC_SIZE);
-  wb_le(&h, GGUF_VERSION, 4);
-  wb_le(&h, w->n_t, 8);
-  wb_le(&h, w->n_kv, 8);
+/* The output names: PATH (one file), or PREFIX-%05d-of-%05d.gguf with PREFIX = PATH less a
+ * ".gguf" ending; each with a temporary twin. */
+static int name_shards(gguf_writer *w, const char *path) {
+  w->path = calloc(w->n_shards, sizeof *w->path);
+  w->tmp = calloc(w->n_shards, sizeof *w->tmp);
+  if (!w->path || !w->tmp) return -1;
+  char *prefix = NULL;
+  if (splitting(w)) {
+    const size_t n = strlen(path), ext = strlen(".gguf");
+    prefix = q35_strndup(path, n > ext && !strcmp(path + n - ext, ".gguf") ? n - ext : n);
+    if (!prefix) return -1;
+  }
+  for (uint32_t k = 0; k < w->n_shards; k++) {
+    w->path[k] = prefix ? gguf_split_path(prefix, k, w->n_shards) : strdup(path);
+    w->tmp[k] = w->path[k] ? malloc(strlen(w->path[k]) + sizeof TMP_SUFFIX) : NULL;
+    if (!w->tmp[k]) break;
+    sprintf(w->tmp[k], "%s" TMP_SUFFIX, w->path[k]);
+  }
+  free(prefix);
+  return w->tmp[w->n_shards - 1] ? 0 : -1;
+}
+
+static int is_split_key(const char *key) {
+  return !strcmp(key, q35_gguf_key_spelling(Q35_KEY_SPLIT_NO)) ||
+         !strcmp(key, q35_gguf_key_spelling(Q35_KEY_SPLIT_COUNT)) ||
+         !strcmp(key, q35_gguf_key_spelling(Q35_KEY_SPLIT_TENSORS_COUNT));
+}
+
+/* Whether metadata pair i goes into shard k: every pair into an unsplit file or the first shard,
+ * general.alignment into the others when it is not the default (their tensor offsets depend on
+ * it). The split.* keys describe the files this writer writes, so it writes its own and never
+ * those set by hand (copied from a split file's metadata, say, they would make an unsplit copy
+ * look like a first shard). */
+static int kv_in_shard(const gguf_writer *w, size_t i, uint32_t k) {
+  if (is_split_key(w->kv[i].key)) return 0;
+  if (!splitting(w)) return 1;
+  return k == 0 || (w->alignment != GGUF_DEFAULT_ALIGNMENT &&
+                    !strcmp(w->kv[i].key, q35_gguf_key_spelling(Q35_KEY_GENERAL_ALIGNMENT)));
+}
+
+static void wb_split_kv(q35_buf *h, q35_gguf_key_id id, int type, uint64_t v) {
+  const char *key = q35_gguf_key_spelling(id);
+  wb_str(h, key, strlen(key));
+  wb_le(h, (uint32_t)type, 4);
+  wb_le(h, v, gguf_vtype_size((uint32_t)type));
+}
+
+/* Shard k's header: its metadata, its tensor infos, padding to the alignment. */
+static void build_header(const gguf_writer *w, uint32_t k, q35_buf *h) {
+  const size_t t0 = w->first[k], t1 = w->first[k + 1];
+  uint64_t n_kv = splitting(w) ? 3 : 0;
+  for (size_t i = 0; i < w->n_kv; i++) n_kv += (uint64_t)kv_in_shard(w, i, k);
+  wb_put(h, GGUF_MAGIC, GGUF_MAGIC_SIZE);
+  wb_le(h, GGUF_VERSION, 4);
+  wb_le(h, t1 - t0, 8);
+  wb_le(h, n_kv, 8);
   for (size_t i = 0; i < w->n_kv; i++) {
-    wb_str(&h, w->kv[i].key, strlen(w->kv[i].key));
-    wb_put(&h, w->kv[i].blob.p, w->kv[i].blob.n);
+    if (!kv_in_shard(w, i, k)) continue;
+    wb_str(h, w->kv[i].key, strlen(w->kv[i].key));
+    wb_put(h, w->kv[i].blob.p, w->kv[i].blob.n);
   }
-  for (size_t i = 0; i < w->n_t; i++) {
+  if (splitting(w)) { /* after the other pairs, as gguf-split writes them */
+    wb_split_kv(h, Q35_KEY_SPLIT_NO, GGUF_U16, k);
+    wb_split_kv(h, Q35_KEY_SPLIT_COUNT, GGUF_U16, w->n_shards);
+    wb_split_kv(h, Q35_KEY_SPLIT_TENSORS_COUNT, GGUF_I32, w->n_t);
+  }
+  for (size_t i = t0; i < t1; i++) {
     const wtensor *t = &w->t[i];
-    wb_str(&h, t->name, strlen(t->name));
-    wb_le(&h, t->n_dims, 4);
-    for (uint32_t d = 0; d < t->n_dims; d++) wb_le(&h, (uint64_t)t->ne[d], 8);
-    wb_le(&h, (uint32_t)t->type, 4);
-    wb_le(&h, t->offset, 8);
+    wb_str(h, t->name, strlen(t->name));
+    wb_le(h, t->n_dims, 4);
+    for (uint32_t d = 0; d < t->n_dims; d++) wb_le(h, (uint64_t)t->ne[d], 8);
+    wb_le(h, (uint32_t)t->type, 4);
+    wb_le(h, t->offset, 8);
   }
-  while (h.n % w->alignment) wb_le(&h, 0, 1);
+  while (h->n % w->alignment) wb_le(h, 0, 1);
+}
+
+/* Create shard k's temporary file and write its header. */
+static int open_shard(gguf_writer *w, uint32_t k, q35_err *err) {
+  q35_buf h = {0};
+  build_header(w, k, &h);
   if (h.oom) {
     free(h.p);
-    return q35_seterr(err, "%s: out of memory building the GGUF header", path);
+    q35_seterr(err, "%s: out of memory building the GGUF header", w->path[k]);
+    stream_cleanup(w, 1);
+    return -1;
   }
-
-  w->path = strdup(path);
-  w->tmp = malloc(strlen(path) + sizeof TMP_SUFFIX);
-  if (!w->path || !w->tmp) {
-    free(h.p);
-    stream_cleanup(w, 0);
-    return q35_seterr(err, "%s: out of memory", path);
-  }
-  sprintf(w->tmp, "%s" TMP_SUFFIX, path);
-  w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  w->cur = k;
+  w->fd = open(w->tmp[k], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w->fd < 0) {
     free(h.p);
     return io_fail(w, err, "cannot create");
   }
   int rc = write_all(w->fd, h.p, h.n);
   free(h.p);
-  if (rc) return io_fail(w, err, "write failed");
+  return rc ? io_fail(w, err, "write failed") : 0;
+}
+
+/* Flush and close the shard being written (its temporary file stays until finish). */
+static int close_shard(gguf_writer *w, q35_err *err) {
+  if (fsync(w->fd)) return io_fail(w, err, "fsync failed");
+  int fd = w->fd;
+  w->fd = -1;
+  return close(fd) ? io_fail(w, err, "close failed") : 0;
+}
+
+int gguf_writer_begin(gguf_writer *w, const char *path, q35_err *err) {
+  if (!w || !path) return q35_seterr(err, "gguf writer: no writer or path");
+  if (w->fd >= 0) return q35_seterr(err, "%s: a write to %s is already in progress", path, w->path[w->cur]);
+  if (w->failed) return q35_seterr(err, "%s: %s", path, w->ferr.msg);
+  if (splitting(w) && w->n_t > INT32_MAX) return q35_seterr(err, "%s: too many tensors for a split file", path);
+  if (plan_shards(w) || (splitting(w) && w->n_shards > GGUF_SPLIT_MAX_SHARDS) || name_shards(w, path)) {
+    const int too_many = w->n_shards > GGUF_SPLIT_MAX_SHARDS;
+    stream_cleanup(w, 0);
+    return q35_seterr(err, too_many ? "%s: more than 65535 shards (raise the split size or tensor limit)" : "%s: out of memory",
+                      path);
+  }
   w->next = 0;
-  return 0;
+  return open_shard(w, 0, err);
 }
 
 int gguf_writer_write_tensor(gguf_writer *w, int index, const void *data, q35_err *err) {
   if (!w || w->fd < 0) return q35_seterr(err, "gguf writer: no write in progress");
   if (index < 0 || (size_t)index != w->next) {
-    q35_seterr(err, "%s: tensor #%d written out of order (expected #%zu%s%s%s)", w->path, index,
+    q35_seterr(err, "%s: tensor #%d written out of order (expected #%zu%s%s%s)", w->path[w->cur], index,
                w->next, w->next < w->n_t ? ", '" : "", w->next < w->n_t ? w->t[w->next].name : "",
                w->next < w->n_t ? "'" : "");
     stream_cleanup(w, 1);
@@ -472,10 +587,12 @@ int gguf_writer_write_tensor(gguf_writer *w, int index, const void *data, q35_er
   }
   const wtensor *t = &w->t[index];
   if (!data) {
-    q35_seterr(err, "%s: tensor '%s' has no data", w->path, t->name);
+    q35_seterr(err, "%s: tensor '%s' has no data", w->path[w->cur], t->name);
     stream_cleanup(w, 1);
     return -1;
   }
+  if ((size_t)index == w->first[w->cur + 1]) /* the first tensor of the next shard */
+    if (close_shard(w, err) || open_shard(w, w->cur + 1, err)) return -1;
   if (write_all(w->fd, data, t->nbytes) || write_pad(w->fd, t->nbytes, w->alignment))
     return io_fail(w, err, "write failed");
   w->next++;
@@ -499,17 +616,22 @@ static void fsync_dir(const char *path) {
 int gguf_writer_finish(gguf_writer *w, q35_err *err) {
   if (!w || w->fd < 0) return q35_seterr(err, "gguf writer: no write in progress");
   if (w->next != w->n_t) {
-    q35_seterr(err, "%s: tensor '%s' (#%zu of %zu) was never written", w->path,
+    q35_seterr(err, "%s: tensor '%s' (#%zu of %zu) was never written", w->path[w->cur],
                w->t[w->next].name, w->next, w->n_t);
     stream_cleanup(w, 1);
     return -1;
   }
-  if (fsync(w->fd)) return io_fail(w, err, "fsync failed");
-  int fd = w->fd;
-  w->fd = -1;
-  if (close(fd)) return io_fail(w, err, "close failed");
-  if (rename(w->tmp, w->path)) return io_fail(w, err, "cannot rename into place");
-  fsync_dir(w->path);
+  if (close_shard(w, err)) return -1;
+  for (uint32_t k = 0; k < w->n_shards; k++)
+    if (rename(w->tmp[k], w->path[k])) {
+      const int e = errno;
+      for (uint32_t j = 0; j < k; j++) unlink(w->path[j]); /* no incomplete set of shards is left */
+      w->cur = k;
+      errno = e;
+      return io_fail(w, err, "cannot rename into place");
+    }
+  fsync_dir(w->path[0]);
+  if (w->split.n_shards_out) *w->split.n_shards_out = w->n_shards;
   stream_cleanup(w, 0);
   return 0;
 }

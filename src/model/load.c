@@ -286,7 +286,11 @@ q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_
   if (params->progress) fprintf(stderr, "loading %s ...\n", path);
   m->gguf = gguf_open(path, err);
   if (!m->gguf) goto fail;
-  if (params->no_mmap && q35_map_into_memory(m->gguf, path, err)) goto fail;
+  /* a split file: every shard is mapped (and read into memory with no_mmap) on its own */
+  for (uint32_t k = 0; params->no_mmap && k < gguf_n_shards(m->gguf); k++) {
+    gguf_file *s = gguf_shard(m->gguf, k);
+    if (q35_map_into_memory(s, s->path, err)) goto fail;
+  }
   if (load_hparams(m, err)) goto fail;
   {
     const gguf_tensor *te = gguf_find_tensor(m->gguf, "token_embd.weight");
@@ -303,7 +307,10 @@ q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_
     }
   }
   if (load_tensors(m, err)) goto fail;
-  if (!params->no_mmap) m->huge_bytes = q35_map_prefault(m->gguf, !params->no_huge, params->progress);
+  for (uint32_t k = 0; !params->no_mmap && k < gguf_n_shards(m->gguf); k++) {
+    const long long pmd = q35_map_prefault(gguf_shard(m->gguf, k), !params->no_huge, params->progress);
+    m->huge_bytes = k == 0 ? pmd : m->huge_bytes < 0 || pmd < 0 ? -1 : m->huge_bytes + pmd; /* -1: unknown */
+  }
   const q35_context_params cp = {params->n_threads};
   m->ctx = q35_context_new(m, &cp, err); /* the default context: its threads start now */
   if (!m->ctx) goto fail;

@@ -53,7 +53,7 @@ enum { LG_COLS = 16 };
 static size_t max_row_bytes(const q35_model *m) {
   const q35_hparams *hp = &m->hp;
   int64_t ks[] = {hp->n_embd, (int64_t)hp->n_head * hp->head_dim, hp->ssm_d_inner, hp->n_ff_exp, hp->n_ff_shexp,
-                  hp->n_ff};
+                  hp->n_ff, m->has_mtp ? 2 * (int64_t)hp->n_embd : 0 /* the MTP head's eh_proj input */};
   size_t best = 0;
   for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
     const int64_t K = ks[i];
@@ -129,6 +129,11 @@ static int bufs_reserve(const q35_model *m, q35_fwd_ws *ws, q35_bufs *b, int64_t
   a = (arena){ws->scratch, 0, ws->scratch_size};
   bufs_layout(m, b, &a, T, max_ctx, nth, joint);
   return 0;
+}
+
+/* The buffers of a pass of T tokens outside q35_forward (the MTP head, model/mtp.c). */
+int q35_fwd_bufs_reserve(const q35_model *m, q35_fwd_ws *ws, q35_bufs *b, int64_t T, int64_t max_ctx, q35_err *err) {
+  return bufs_reserve(m, ws, b, T, max_ctx, 0, err);
 }
 
 /* ---- the step ---- */

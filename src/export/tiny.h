@@ -32,6 +32,9 @@ typedef struct q35_tiny_opts {
   int merged_gate_up;      /* write ffn_gate_up_exps instead of separate gate/up */
   int mtp;                 /* 1: append one MTP block blk.{n_layer} (attention + FFN + nextn.*), as
                               llama.cpp's converter writes a Qwen3.5 checkpoint's mtp.* */
+  float mtp_agree;         /* >= 0 (with mtp): a trunk that predicts a fixed permutation of the
+                              vocabulary and a head agreeing with it on about this fraction of
+                              tokens (tiny.c); -1: random weights */
 } q35_tiny_opts;
 
 /* A small MoE default: 4 layers (interval 4), embd 256, 4/2 heads of 64, DeltaNet 4 key

@@ -122,7 +122,62 @@ static void test_head(q35_model *m) {
   q35_mtp_cache_free(c);
 }
 
-int main(void) {
+/* --dump MODEL OUT: the trunk's hidden states over a short sequence, then the head over pairs
+ * (h_p, t_{p+1}): one call of 3 pairs, single pairs, and a last pair chained on the head's own
+ * state g; writes what tests/tools/mtp_reference.py reads (test_mtp_parity.sh). */
+static int dump(const char *model, const char *out) {
+  q35_err err;
+  q35_model_params mp = q35_model_default_params();
+  q35_model *m = q35_model_load(model, &mp, &err);
+  if (!m) return fprintf(stderr, "load: %s\n", err.msg), 1;
+  const int H = m->hp.n_embd, V = m->hp.n_vocab, N = 9, NP = N - 1;
+  int32_t tok[9] = {3, 141, 59, 26, 5, 35, 89, 79, 32};
+  q35_session_params sp = q35_session_default_params();
+  sp.n_ctx = 32;
+  sp.kv_type = Q35_KV_F32;
+  q35_session *s = q35_session_new(m, &sp, &err);
+  float *lg = malloc(sizeof(float) * (size_t)V * N), *hid = malloc(sizeof(float) * (size_t)H * N);
+  float *used = malloc(sizeof(float) * (size_t)H * NP), *g = malloc(sizeof(float) * H);
+  float *calls = malloc(sizeof(float) * (size_t)V * NP);
+  int32_t ends[8], n_calls = 0;
+  q35_fwd_row row = {s, tok, N, N, lg, hid};
+  if (!s || q35_forward(m, &m->ctx->fwd, &row, 1, &err)) return fprintf(stderr, "trunk: %s\n", err.msg), 1;
+  memcpy(used, hid, sizeof(float) * (size_t)H * (NP - 1));
+  memcpy(used + (size_t)(NP - 1) * H, hid + (size_t)(NP - 1) * H, sizeof(float) * H);
+  q35_mtp_cache *c = q35_mtp_cache_new(m, 32, Q35_KV_F32, &err);
+  int rc = !c;
+  for (int p = 0; !rc && p < NP;) {
+    const int cnt = p == 0 ? 3 : 1;
+    if (p == NP - 1) memcpy(used + (size_t)p * H, g, sizeof(float) * H); /* chained on g */
+    rc = q35_mtp_forward(m, &m->ctx->fwd, c, &tok[p + 1], used + (size_t)p * H, cnt, calls + (size_t)n_calls * V, g,
+                         &err);
+    p += cnt;
+    ends[n_calls++] = p;
+  }
+  FILE *f = fopen(out, "wb");
+  if (rc || !f) return fprintf(stderr, "head: %s\n", err.msg), 1;
+  const int32_t hdr[4] = {NP, H, V, n_calls};
+  fwrite(hdr, 4, 4, f);
+  fwrite(tok + 1, 4, NP, f);
+  fwrite(used, sizeof(float), (size_t)H * NP, f);
+  for (int i = 0; i < n_calls; i++) {
+    fwrite(&ends[i], 4, 1, f);
+    fwrite(calls + (size_t)i * V, sizeof(float), V, f);
+  }
+  fclose(f);
+  q35_mtp_cache_free(c);
+  q35_session_free(s);
+  q35_model_free(m);
+  free(lg);
+  free(hid);
+  free(used);
+  free(g);
+  free(calls);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 4 && !strcmp(argv[1], "--dump")) return dump(argv[2], argv[3]);
   char path[] = "/tmp/q35_mtp_ckpt_XXXXXX";
   const int fd = mkstemp(path);
   if (fd < 0) return 1;

@@ -80,8 +80,8 @@ static int emit_token(int32_t i, int32_t cur, int print, text_sink *sink, q35_er
  * [cur, drafts] and samples every position; the longest prefix of drafts equal to the trunk's
  * samples is accepted together with the trunk's next sample, and the session rolls back to the
  * accepted position from its per-position checkpoints. The head's cache keeps the pairs
- * (trunk hidden state, next token) of accepted positions; positions are relative to the first
- * generated token (the head does not see the prompt). */
+ * (trunk hidden state, next token) of the prompt (prefill_draft) and of accepted positions;
+ * positions are relative to where this generation's prefill starts. */
 typedef struct {
   q35_mtp_cache *cache;
   q35_sampler *smp;
@@ -94,6 +94,7 @@ typedef struct {
 } draft_state;
 
 static void draft_free(draft_state *d) {
+  if (!d->cache) return; /* never made */
   q35_mtp_cache_free(d->cache);
   q35_sampler_free(d->smp);
   free(d->h);
@@ -144,13 +145,12 @@ static int32_t make_drafts(q35_model *m, draft_state *d, int32_t n_pend, int32_t
   return nd;
 }
 
-static int decode_draft(q35_model *m, q35_session *s, const run_opts *o, q35_row *row, int32_t *hist,
-                        int32_t n_prompt, int32_t *out_ids, int32_t *n_gen, int print, text_sink *sink,
+static int decode_draft(q35_model *m, q35_session *s, const run_opts *o, draft_state *dp, q35_row *row,
+                        int32_t *hist, int32_t n_prompt, int32_t *out_ids, int32_t *n_gen, int print, text_sink *sink,
                         iter_stats *st, q35_err *err) {
   const int N = o->draft;
   const size_t H = (size_t)m->hp.n_embd;
-  draft_state d;
-  if (draft_init(&d, m, s, N, err)) return -1;
+  draft_state d = *dp;
   int rc = 0;
   int32_t n_pend = 1; /* (h of the prompt's last position, the first sample) */
   d.pend[0] = out_ids[*n_gen - 1];
@@ -194,12 +194,35 @@ static int decode_draft(q35_model *m, q35_session *s, const run_opts *o, q35_row
     }
     n_pend = k + 1;
   }
-  draft_free(&d);
   return 0;
 fail:
   q35_session_ckpt_disarm(s);
-  draft_free(&d);
   return -1;
+}
+
+/* --draft: the prompt's tokens before its last through the trunk in chunks, keeping every
+ * position's hidden state, and the head over the pairs (h_p, prompt[p + 1]) of those chunks, so
+ * its cache covers the prompt (positions relative to `from`). Returns the position reached. */
+static int32_t prefill_draft(q35_model *m, q35_session *s, draft_state *d, const int32_t *prompt, int32_t n_prompt,
+                             int32_t done, int32_t chunk, q35_err *err) {
+  const size_t H = (size_t)m->hp.n_embd;
+  float *hid = malloc(sizeof(float) * H * (size_t)chunk), *lg = d->lg;
+  if (!hid) return q35_seterr(err, "out of memory (prompt hidden states)");
+  while (done < n_prompt - 1) {
+    const int32_t n = n_prompt - 1 - done < chunk ? n_prompt - 1 - done : chunk;
+    q35_fwd_row r = {s, prompt + done, n, 0, NULL, NULL};
+    s->hidden_all = hid;
+    const int frc = q35_forward(m, &m->ctx->fwd, &r, 1, err);
+    s->hidden_all = NULL;
+    if (frc ||
+        q35_mtp_forward(m, &m->ctx->fwd, d->cache, prompt + done + 1, hid, n, lg, NULL, err)) {
+      free(hid);
+      return -1;
+    }
+    done += n;
+  }
+  free(hid);
+  return done;
 }
 
 /* Prefill prompt[from..n_prompt) then decode. With a text sink, generation stops at an EOG token
@@ -218,6 +241,10 @@ static int generate(q35_model *m, q35_session *s, const run_opts *o, const q35_s
   int32_t done = from;
   int32_t n_gen = 0;
   st->draft_tokens = st->draft_accepted = 0;
+  draft_state d = {0};
+  if (o->draft > 0 && (draft_init(&d, m, s, o->draft, &err) ||
+                       (done = prefill_draft(m, s, &d, prompt, n_prompt, done, o->ma.chunk, &err)) < 0))
+    goto fail;
   while (n_prompt - done > o->ma.chunk) {
     if (q35_session_eval(s, prompt + done, o->ma.chunk, 0, NULL, 0, &err)) goto fail;
     done += o->ma.chunk;
@@ -259,7 +286,7 @@ static int generate(q35_model *m, q35_session *s, const run_opts *o, const q35_s
     if (e < 0) goto fail;
     if (e > 0) break;
     if (o->draft > 0) {
-      if (decode_draft(m, s, o, &row, hist, n_prompt, out_ids, &n_gen, print, sink, st, &err)) goto fail;
+      if (decode_draft(m, s, o, &d, &row, hist, n_prompt, out_ids, &n_gen, print, sink, st, &err)) goto fail;
       break;
     }
   }
@@ -281,12 +308,14 @@ static int generate(q35_model *m, q35_session *s, const run_opts *o, const q35_s
   q35_constraint_free(row.constraint);
   free(hist);
   free(h_last);
+  draft_free(&d);
   return 0;
 fail:
   fprintf(stderr, "q35 run: %s\n", err.msg);
   q35_constraint_free(row.constraint);
   free(hist);
   free(h_last);
+  draft_free(&d);
   return -1;
 }
 

@@ -230,6 +230,10 @@ static void output_head(const q35_fwd *f, int joint) {
   q35_bufs *b = f->b;
   const int H = m->hp.n_embd, V = m->hp.n_vocab;
   q35_fwd_row *rows = f->rows;
+  for (int r = 0; r < f->n_rows; r++) /* every position's hidden state, for a session that asks */
+    for (int32_t i = 0; rows[r].s->hidden_all && i < rows[r].n; i++)
+      rmsnorm(rows[r].s->hidden_all + (size_t)i * H, b->x + (int64_t)(f->row_start[r] + i) * H, m->output_norm.data, H,
+              m->hp.eps);
   int64_t G = 0;
   for (int r = 0; r < f->n_rows; r++)
     for (int32_t i = rows[r].n - rows[r].n_out; i < rows[r].n; i++, G++) {

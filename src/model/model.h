@@ -100,6 +100,9 @@ struct q35_session {
    * a forward pass saves the state after each of a row's first ckpt_n tokens into slot i */
   int32_t ckpt_n, ckpt_cap, ckpt_pos0;
   float **ckpt_conv, **ckpt_ssm; /* per DeltaNet layer: [ckpt_cap][conv], [ckpt_cap][ssm] */
+  /* NULL, or where a forward pass writes output_norm(x) of every position of this session's row
+   * (n * n_embd floats; the MTP head's input over a prompt, model/mtp.h) */
+  float *hidden_all;
 };
 /* checkpoint.c: free a session's checkpoint slots (q35_session_free) */
 void q35_session_ckpt_free(q35_session *s);

@@ -100,21 +100,21 @@ static void test_head(q35_model *m) {
   float *g = malloc(sizeof(float) * H);
   for (int i = 0; i < 2 * H; i++) h[i] = sinf(0.37f * (float)i);
   const int32_t t[2] = {9, 10};
-  CHECK(!q35_mtp_forward(m, &m->ctx->fwd, c, t, h, 1, l1, g, &err), "head: %s", err.msg);
+  CHECK(!q35_mtp_forward(m, &m->ctx->fwd, c, t, h, 1, 0, l1, g, &err), "head: %s", err.msg);
   int finite = 1;
   for (int i = 0; i < V; i++) finite &= isfinite(l1[i]);
   CHECK(finite, "head logits not finite");
   q35_mtp_cache_truncate(c, 0);
-  CHECK(!q35_mtp_forward(m, &m->ctx->fwd, c, &t[1], h, 1, l2, NULL, &err), "head: %s", err.msg);
+  CHECK(!q35_mtp_forward(m, &m->ctx->fwd, c, &t[1], h, 1, 0, l2, NULL, &err), "head: %s", err.msg);
   CHECK(memcmp(l1, l2, sizeof(float) * V) != 0, "head logits do not depend on the token");
   q35_mtp_cache_truncate(c, 0);
-  CHECK(!q35_mtp_forward(m, &m->ctx->fwd, c, t, h + H, 1, l2, NULL, &err), "head: %s", err.msg);
+  CHECK(!q35_mtp_forward(m, &m->ctx->fwd, c, t, h + H, 1, 0, l2, NULL, &err), "head: %s", err.msg);
   CHECK(memcmp(l1, l2, sizeof(float) * V) != 0, "head logits do not depend on the hidden state");
   q35_mtp_cache_truncate(c, 0);
-  CHECK(!q35_mtp_forward(m, &m->ctx->fwd, c, t, h, 1, l2, NULL, &err) && !memcmp(l1, l2, sizeof(float) * V),
+  CHECK(!q35_mtp_forward(m, &m->ctx->fwd, c, t, h, 1, 0, l2, NULL, &err) && !memcmp(l1, l2, sizeof(float) * V),
         "head not deterministic");
   const int32_t bad = V;
-  CHECK(q35_mtp_forward(m, &m->ctx->fwd, c, &bad, h, 1, l2, NULL, &err) != 0, "out-of-range token accepted");
+  CHECK(q35_mtp_forward(m, &m->ctx->fwd, c, &bad, h, 1, 0, l2, NULL, &err) != 0, "out-of-range token accepted");
   free(h);
   free(l1);
   free(l2);
@@ -149,7 +149,7 @@ static int dump(const char *model, const char *out) {
   for (int p = 0; !rc && p < NP;) {
     const int cnt = p == 0 ? 3 : 1;
     if (p == NP - 1) memcpy(used + (size_t)p * H, g, sizeof(float) * H); /* chained on g */
-    rc = q35_mtp_forward(m, &m->ctx->fwd, c, &tok[p + 1], used + (size_t)p * H, cnt, calls + (size_t)n_calls * V, g,
+    rc = q35_mtp_forward(m, &m->ctx->fwd, c, &tok[p + 1], used + (size_t)p * H, cnt, 0, calls + (size_t)n_calls * V, g,
                          &err);
     p += cnt;
     ends[n_calls++] = p;

@@ -8,7 +8,9 @@
 #   - greedy and seeded sampling with top-k / top-p / min-p, presence / frequency / repetition
 #     penalties, a --regex constraint, a prompt split into chunks, the context limit cutting the
 #     last drafts short, and text mode (EOG stops);
-#   - bad input: --draft on a file without an MTP head, --draft out of range.
+#   - --draft-vocab K (drafts among ids < K) with penalties;
+#   - bad input: --draft on a file without an MTP head, --draft out of range, --draft-vocab
+#     without --draft or above the vocabulary.
 set -u
 SRC=${Q35_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 BUILD=${Q35_BUILD:-$SRC/build}
@@ -38,7 +40,7 @@ stat() { sed -n "s/.*\"$1\": \([0-9]*\).*/\1/p" "$W/stats"; }
 
 tot_drafted=0
 tot_accepted=0
-# same MODEL NAME ARGS...: --draft 1..3 print what --draft 0 prints
+# same MODEL NAME ARGS...: --draft 1..3 (plus $DRAFT_EXTRA) print what --draft 0 prints
 same() {
   local m=$1 name=$2
   shift 2
@@ -46,7 +48,7 @@ same() {
   cp "$W/out" "$W/ref"
   [ "$(stat draft_tokens)" = 0 ] || fail "$m $name: --draft 0 drafted"
   for d in 1 2 3; do
-    if ! run "$m" $d "$@"; then fail "$m $name: --draft $d failed"; continue; fi
+    if ! run "$m" $d "$@" ${DRAFT_EXTRA:-}; then fail "$m $name: --draft $d failed"; continue; fi
     if cmp -s "$W/out" "$W/ref"; then
       local dt da
       dt=$(stat draft_tokens)
@@ -76,6 +78,8 @@ same moe "prompt in chunks of 5" $IDS --seed 9 --temperature 0.9 --chunk 5
 same moe "context limit" --tokens $PROMPT -n 27 --print-ids --ctx 40 --seed 2 --temperature 0.7
 same moe "regex constraint (text mode)" -p hello -n 48 --seed 4 --temperature 1 --regex '[a-z ]{1,40}'
 same moe "text mode" -p "hello world" -n 40 --seed 6 --temperature 0.9
+DRAFT_EXTRA="--draft-vocab 128" same moe "draft vocabulary 128, penalties" $IDS --seed 12 --temperature 0.8 \
+  --repetition-penalty 1.2
 same rand "random head" $IDS --seed 8 --temperature 0.8
 same rand "random head greedy" $IDS --temperature 0
 
@@ -87,6 +91,13 @@ elif grep -q "MTP head" "$W/err"; then
 else
   fail "--draft without an MTP head: unclear message: $(cat "$W/err")"
 fi
+for bad in "--draft-vocab 100" "--draft 1 --draft-vocab 513" "--draft 1 --draft-vocab -3"; do
+  if "$Q35" run -m "$W/moe.gguf" --tokens 1,2 -n 4 $bad >/dev/null 2>"$W/err"; then
+    fail "$bad accepted"
+  else
+    ok "$bad refused ($(head -c 90 "$W/err" | tr '\n' ' '))"
+  fi
+done
 for bad in -1 17 x; do
   if "$Q35" run -m "$W/moe.gguf" --tokens 1,2 -n 4 --draft $bad >/dev/null 2>"$W/err"; then
     fail "--draft $bad accepted"

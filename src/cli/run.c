@@ -91,6 +91,7 @@ typedef struct {
   int32_t *pend;     /* tokens of the pairs waiting to enter the head's cache */
   q35_output *outs;  /* [N + 1] */
   int32_t *toks;     /* [N + 1] the verify row: cur, drafts */
+  int32_t vocab;     /* the draft's vocabulary: token ids [0, vocab) (--draft-vocab) */
 } draft_state;
 
 static void draft_free(draft_state *d) {
@@ -105,9 +106,10 @@ static void draft_free(draft_state *d) {
   free(d->toks);
 }
 
-static int draft_init(draft_state *d, q35_model *m, const q35_session *s, int N, q35_err *err) {
+static int draft_init(draft_state *d, q35_model *m, const q35_session *s, int N, int32_t vocab, q35_err *err) {
   const size_t H = (size_t)m->hp.n_embd, V = (size_t)m->hp.n_vocab;
   memset(d, 0, sizeof *d);
+  d->vocab = vocab > 0 && (size_t)vocab < V ? vocab : (int32_t)V;
   d->cache = q35_mtp_cache_new(m, s->params.n_ctx, s->params.kv_type, err);
   if (!d->cache) return -1;
   d->smp = q35_sampler_new((int32_t)V, err);
@@ -131,14 +133,23 @@ static int draft_init(draft_state *d, q35_model *m, const q35_session *s, int N,
 static int32_t make_drafts(q35_model *m, draft_state *d, int32_t n_pend, int32_t nd, const q35_sampling *sp0,
                            int32_t *hist, int32_t n_hist, int32_t n_prompt, q35_err *err) {
   q35_fwd_ws *ws = &m->ctx->fwd;
-  const int32_t V = m->hp.n_vocab;
-  if (q35_mtp_forward(m, ws, d->cache, d->pend, d->h, n_pend, d->lg, d->g, err)) return -1;
+  const int32_t V = d->vocab;
+  if (q35_mtp_forward(m, ws, d->cache, d->pend, d->h, n_pend, V, d->lg, d->g, err)) return -1;
   for (int32_t j = 0; j < nd; j++) {
-    if (j > 0 && q35_mtp_forward(m, ws, d->cache, &d->toks[j], d->g, 1, d->lg, d->g, err)) return -1;
+    if (j > 0 && q35_mtp_forward(m, ws, d->cache, &d->toks[j], d->g, 1, V, d->lg, d->g, err)) return -1;
     q35_sampling sp = *sp0;
     sp.draw_index += (uint64_t)j; /* coupled: the noise the trunk uses at that position */
+    const int full = V == m->hp.n_vocab;
+    if (!full) { /* a reduced vocabulary: the history and biases may name ids outside it */
+      sp.presence_penalty = sp.frequency_penalty = 0;
+      sp.repetition_penalty = 1;
+      sp.logit_bias = NULL;
+      sp.n_logit_bias = 0;
+    }
     q35_sample_result r;
-    if (q35_sample(d->smp, d->lg, V, &sp, hist, n_hist + j, n_prompt, -1, &r, err)) return -1;
+    if (q35_sample(d->smp, d->lg, V, &sp, full ? hist : NULL, full ? n_hist + j : 0, full ? n_prompt : 0, -1, &r,
+                   err))
+      return -1;
     d->toks[j + 1] = r.token;
     hist[n_hist + j] = r.token;
   }
@@ -215,7 +226,7 @@ static int32_t prefill_draft(q35_model *m, q35_session *s, draft_state *d, const
     const int frc = q35_forward(m, &m->ctx->fwd, &r, 1, err);
     s->hidden_all = NULL;
     if (frc ||
-        q35_mtp_forward(m, &m->ctx->fwd, d->cache, prompt + done + 1, hid, n, lg, NULL, err)) {
+        q35_mtp_forward(m, &m->ctx->fwd, d->cache, prompt + done + 1, hid, n, 1, lg, NULL, err)) {
       free(hid);
       return -1;
     }
@@ -242,7 +253,7 @@ static int generate(q35_model *m, q35_session *s, const run_opts *o, const q35_s
   int32_t n_gen = 0;
   st->draft_tokens = st->draft_accepted = 0;
   draft_state d = {0};
-  if (o->draft > 0 && (draft_init(&d, m, s, o->draft, &err) ||
+  if (o->draft > 0 && (draft_init(&d, m, s, o->draft, o->draft_vocab, &err) ||
                        (done = prefill_draft(m, s, &d, prompt, n_prompt, done, o->ma.chunk, &err)) < 0))
     goto fail;
   while (n_prompt - done > o->ma.chunk) {
@@ -460,6 +471,12 @@ int run_main(const run_opts *o) {
       q35_model_free(m);
       goto early_fail;
     }
+  if (o->draft_vocab > 0 && (o->draft == 0 || o->draft_vocab > q35_model_n_vocab(m))) {
+    fprintf(stderr, "q35 run: --draft-vocab %d needs --draft N > 0 and at most the model's %d tokens\n",
+            o->draft_vocab, q35_model_n_vocab(m));
+    q35_model_free(m);
+    goto early_fail;
+  }
   if (o->draft > 0 && !m->has_mtp) {
     fprintf(stderr, "q35 run: --draft %d needs a model file with an MTP head (this one has none)\n", o->draft);
     q35_model_free(m);

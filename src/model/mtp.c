@@ -98,11 +98,13 @@ static void add_rows(float *x, const float *y, int64_t n) {
 }
 
 int q35_mtp_forward(const q35_model *m, q35_fwd_ws *ws, q35_mtp_cache *c, const int32_t *tokens, const float *hidden,
-                    int32_t n, float *logits, float *g_out, q35_err *err) {
+                    int32_t n, int32_t n_head_vocab, float *logits, float *g_out, q35_err *err) {
   const q35_hparams *hp = &m->hp;
   const int H = hp->n_embd, V = hp->n_vocab;
   if (!m->has_mtp) return q35_seterr(err, "the model file has no MTP head");
   if (n < 1) return q35_seterr(err, "MTP: no tokens");
+  if (n_head_vocab < 0 || n_head_vocab > V)
+    return q35_seterr(err, "MTP: draft vocabulary %d is out of range [0, %d]", n_head_vocab, V);
   if ((int64_t)c->s.pos + n > c->s.params.n_ctx)
     return q35_seterr(err, "MTP: %d tokens at position %d exceed its context of %d", n, c->s.pos, c->s.params.n_ctx);
   for (int32_t i = 0; i < n; i++)
@@ -130,6 +132,8 @@ int q35_mtp_forward(const q35_model *m, q35_fwd_ws *ws, q35_mtp_cache *c, const 
   float *g = b.h; /* the last pair's head-normed state, then the output matrix on it */
   rmsnorm(g, b.x + (size_t)(n - 1) * H, m->mtp.head_norm.data, H, hp->eps);
   if (g_out) memcpy(g_out, g, sizeof(float) * (size_t)H);
-  q35_matmul_f(ws->pool, &m->mtp.head, g, H, 1, logits, V, b.xq);
+  q35_tensor head = m->mtp.head; /* its first n_head_vocab rows */
+  if (n_head_vocab) head.ne[1] = n_head_vocab;
+  q35_matmul_f(ws->pool, &head, g, H, 1, logits, head.ne[1], b.xq);
   return 0;
 }

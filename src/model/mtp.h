@@ -27,11 +27,12 @@ int32_t q35_mtp_cache_pos(const q35_mtp_cache *c);
 void q35_mtp_cache_truncate(q35_mtp_cache *c, int32_t pos);
 
 /* Run the head over n pairs (hidden[i] = h of cache position pos + i, n_embd floats each;
- * tokens[i] = the token after it), storing their K/V at pos .. pos + n - 1. Writes the logits
- * (n_vocab floats) and the head-normed hidden state g (n_embd floats, may be NULL) of the last
- * pair. 0, or -1 with err (nothing moved). */
+ * tokens[i] = the token after it), storing their K/V at pos .. pos + n - 1. Writes the logits of
+ * the first n_head_vocab tokens (0: all n_vocab; a draft over the most frequent ids reads only
+ * those rows of the output matrix) and the head-normed hidden state g (n_embd floats, may be
+ * NULL) of the last pair. 0, or -1 with err (nothing moved). */
 int q35_mtp_forward(const q35_model *m, q35_fwd_ws *ws, q35_mtp_cache *c, const int32_t *tokens, const float *hidden,
-                    int32_t n, float *logits, float *g_out, q35_err *err);
+                    int32_t n, int32_t n_head_vocab, float *logits, float *g_out, q35_err *err);
 
 /* ---- per-position checkpoints of a session's recurrent state (checkpoint.c) ----
  * Arm a session before a forward pass of up to n_max + 1 tokens: the DeltaNet layers then save

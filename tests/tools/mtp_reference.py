@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""mtp_reference.py MODEL.gguf DUMP - float64 reference of the MTP head on an f32 GGUF, compared
-with the logits q35 wrote (test_mtp_ckpt --dump). Prints the largest difference; exit 1 above
-the tolerance.
+"""mtp_reference.py MODEL.gguf DUMP [PEER] - float64 reference of the MTP head on an f32 GGUF,
+compared with the logits q35 wrote (test_mtp_ckpt --dump) and, given PEER (mtp_peer's output:
+per call int32 end + f32 logits[V]), with llama.cpp's graph_mtp on the same inputs. Prints the
+largest differences; exit 1 above the tolerance.
 
 Written from llama.cpp's graph_mtp (src/models/qwen35moe.cpp) and the GGUF specification, with a
 GGUF reader of its own (f32 tensors only):
@@ -144,18 +145,34 @@ def main():
     hn = T.get("blk.%d.nextn.shared_head_norm.weight" % L, T["output_norm.weight"])
     out = T.get("blk.%d.nextn.shared_head_head.weight" % L, T.get("output.weight", T["token_embd.weight"]))
     ref = rms(x, hn, eps) @ out.T
-    worst = 0.0
-    for _ in range(n_calls):
-        (end,) = struct.unpack_from("<i", raw, p)
-        p += 4
-        got = np.frombuffer(raw, "<f4", V, p).astype(np.float64)
-        p += 4 * V
-        d = np.max(np.abs(got - ref[end - 1])) / max(1.0, np.max(np.abs(ref[end - 1])))
-        worst = max(worst, d)
-        if np.argmax(got) != np.argmax(ref[end - 1]):
-            print("argmax differs after pair %d" % (end - 1))
-            worst = max(worst, 1.0)
-    print("mtp head vs float64 reference: %d calls, %d pairs, max relative difference %.3g" % (n_calls, n, worst))
+    def calls(buf, p):
+        out = []
+        for _ in range(n_calls):
+            (end,) = struct.unpack_from("<i", buf, p)
+            out.append((end, np.frombuffer(buf, "<f4", V, p + 4).astype(np.float64)))
+            p += 4 + 4 * V
+        return out
+
+    def compare(what, got, want):
+        worst = 0.0
+        for (end, a), (end2, b) in zip(got, want):
+            if end != end2:
+                print("%s: call ends differ (%d, %d)" % (what, end, end2))
+                return 1.0
+            worst = max(worst, np.max(np.abs(a - b)) / max(1.0, np.max(np.abs(b))))
+            if np.argmax(a) != np.argmax(b):
+                print("%s: argmax differs after pair %d" % (what, end - 1))
+                worst = max(worst, 1.0)
+        print("%s: %d calls, %d pairs, max relative difference %.3g" % (what, n_calls, n, worst))
+        return worst
+
+    q35 = calls(raw, p)
+    want = [(e, ref[e - 1]) for e, _ in q35]
+    worst = compare("q35 head vs float64 reference", q35, want)
+    if len(sys.argv) > 3:
+        peer = calls(open(sys.argv[3], "rb").read(), 0)
+        worst = max(worst, compare("q35 head vs llama.cpp graph_mtp", q35, peer),
+                    compare("llama.cpp graph_mtp vs float64 reference", peer, want))
     sys.exit(0 if worst < 1e-4 else 1)
 
 

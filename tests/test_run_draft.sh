@@ -7,7 +7,7 @@
 #   - on a random head (almost nothing accepted: rollback after the first token every step);
 #   - greedy and seeded sampling with top-k / top-p / min-p, presence / frequency / repetition
 #     penalties, a --regex constraint, a prompt split into chunks, the context limit cutting the
-#     last drafts short, and text mode (EOG stops);
+#     last drafts short, text mode (EOG stops) and a two-turn chat (snapshot reuse);
 #   - --draft-vocab K (drafts among ids < K) with penalties;
 #   - bad input: --draft on a file without an MTP head, --draft out of range, --draft-vocab
 #     without --draft or above the vocabulary.
@@ -82,6 +82,17 @@ DRAFT_EXTRA="--draft-vocab 128" same moe "draft vocabulary 128, penalties" $IDS 
   --repetition-penalty 1.2
 same rand "random head" $IDS --seed 8 --temperature 0.8
 same rand "random head greedy" $IDS --temperature 0
+
+# chat: two turns (the second reuses the session's snapshot, so its prefill starts past 0)
+for d in 0 2; do
+  printf 'hi\nhow are you\n' | "$Q35" run -m "$W/moe.gguf" --chat -n 30 --draft $d --seed 1 --temperature 0.7 \
+    >"$W/chat$d" 2>"$W/chat_err$d" || fail "chat --draft $d failed"
+done
+if cmp -s "$W/chat0" "$W/chat2" && [ -s "$W/chat0" ]; then
+  ok "chat, two turns: --draft 2 == --draft 0 ($(grep -o '"draft_accepted": [0-9]*' "$W/chat_err2" | tr '\n' ' '))"
+else
+  fail "chat, two turns: --draft 2 differs from --draft 0"
+fi
 
 # bad input
 if "$Q35" run -m "$W/nomtp.gguf" --tokens 1,2 -n 4 --draft 2 >"$W/out" 2>"$W/err"; then

@@ -95,7 +95,6 @@ typedef struct {
 } draft_state;
 
 static void draft_free(draft_state *d) {
-  if (!d->cache) return; /* never made */
   q35_mtp_cache_free(d->cache);
   q35_sampler_free(d->smp);
   free(d->h);
@@ -104,6 +103,7 @@ static void draft_free(draft_state *d) {
   free(d->pend);
   free(d->outs);
   free(d->toks);
+  memset(d, 0, sizeof *d); /* freeing again is a no-op */
 }
 
 static int draft_init(draft_state *d, q35_model *m, const q35_session *s, int N, int32_t vocab, q35_err *err) {

@@ -7,7 +7,7 @@
 #   - on a random head (almost nothing accepted: rollback after the first token every step);
 #   - greedy and seeded sampling with top-k / top-p / min-p, presence / frequency / repetition
 #     penalties, a --regex constraint, a prompt split into chunks, the context limit cutting the
-#     last drafts short, the scalar SIMD level with 2 threads, text mode (EOG stops) and a two-turn chat (snapshot reuse);
+#     last drafts short, the scalar SIMD level with 2 threads, a q8_0 KV cache, text mode (EOG stops) and a two-turn chat (snapshot reuse);
 #   - --draft-vocab K (drafts among ids < K) with penalties;
 #   - bad input: --draft on a file without an MTP head, --draft out of range, --draft-vocab
 #     without --draft or above the vocabulary.
@@ -76,6 +76,7 @@ done
   fail "agreeing heads: $tot_accepted of $tot_drafted drafts accepted (need some of each)"
 same moe "prompt in chunks of 5" $IDS --seed 9 --temperature 0.9 --chunk 5
 Q35_SIMD=scalar same moe "scalar level, 2 threads" $IDS --seed 13 --temperature 0.9 -t 2
+same dense "q8_0 KV cache" $IDS --seed 14 --temperature 0.9 --kv q8_0
 same moe "context limit" --tokens $PROMPT -n 27 --print-ids --ctx 40 --seed 2 --temperature 0.7
 same moe "regex constraint (text mode)" -p hello -n 48 --seed 4 --temperature 1 --regex '[a-z ]{1,40}'
 same moe "text mode" -p "hello world" -n 40 --seed 6 --temperature 0.9

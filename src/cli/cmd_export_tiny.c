@@ -32,6 +32,8 @@ static void tiny_usage(void) {
       "  --merged-gate-up  write ffn_gate_up_exps instead of separate gate/up experts\n"
       "  --mtp             append an MTP block (blk.{layers}.*: attention + FFN + nextn.eh_proj/enorm/\n"
       "                    hnorm/shared_head_norm; nextn_predict_layers = 1), as llama.cpp's converter does\n"
+      "  --mtp-agree RATE  with --mtp: the trunk predicts a fixed permutation of the vocabulary and\n"
+      "                    the head agrees with it on about RATE of the tokens (speculation tests)\n"
       "  --type T          f32 | f16 | bf16 | q8_0 | q4_0 | q5_0 | q4_k | q5_k | q6_k | iq4_xs | q2_k | q3_k\n"
       "                    | mxfp4 | iq4_nl | q4_1 | q5_1, or the\n"
       "                    presets q4_k_m (q4_k + q6_k for ffn_down/attn_v/output)  (default f32)\n"
@@ -129,6 +131,11 @@ int cmd_export_tiny(int argc, char **argv) {
     }
     if (arg_is(argc, argv, &i, "--mtp")) {
       o.mtp = 1;
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--mtp_agree")) {
+      o.mtp = 1;
+      o.mtp_agree = (float)arg_double("--mtp-agree", arg_value(argc, argv, &i));
       continue;
     }
     if (arg_is(argc, argv, &i, "--type")) {

@@ -42,6 +42,10 @@ static void usage(const run_opts *o) {
       "  --grammar FILE                   constrain the output to this GBNF grammar\n"
       "  --regex RE                       constrain the output to this regular expression\n"
       "  --json-ws N                      JSON whitespace allowed between tokens (default 0: compact)\n"
+      "  --draft N                        speculative decoding: the MTP head drafts up to N tokens a step,\n"
+      "                                   one step verifies them; output identical to --draft 0 (default 0)\n"
+      "  --draft-vocab K                  the head drafts among token ids < K only (reads K rows of the\n"
+      "                                   output matrix per draft; default 0: all)\n"
       "  --warmup N --num_iters M         benchmark mode: N untimed + M timed runs (default 0 / 1)\n"
       "  --no-stats                       no statistics on stderr\n");
   model_args_help(stdout, &o->ma);
@@ -83,6 +87,10 @@ static int run_arg(run_opts *o, int argc, char **argv, int *i) {
     o->regex = arg_value(argc, argv, i);
   } else if (arg_is(argc, argv, i, "--json_ws")) {
     o->json_ws = (int)arg_int("--json_ws", arg_value(argc, argv, i), 0, 64);
+  } else if (arg_is(argc, argv, i, "--draft")) {
+    o->draft = (int)arg_int("--draft", arg_value(argc, argv, i), 0, 16);
+  } else if (arg_is(argc, argv, i, "--draft_vocab")) {
+    o->draft_vocab = (int)arg_int("--draft-vocab", arg_value(argc, argv, i), 0, INT32_MAX);
   } else if (arg_is(argc, argv, i, "--no_stats")) {
     o->stats = 0;
   } else {

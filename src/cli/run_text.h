@@ -18,6 +18,8 @@ typedef struct run_opts {
   const char *json_schema, *grammar, *regex;
   int json_ws;                    /* --json-ws N: whitespace bytes allowed between JSON tokens */
   q35_constraint *constraint;     /* compiled from the above by run_main; each generation clones it */
+  int draft;                      /* --draft N: tokens the MTP head drafts per step (0: off) */
+  int draft_vocab;                /* --draft-vocab K: the head drafts among token ids < K (0: all) */
 } run_opts;
 
 void run_opts_default(run_opts *o);

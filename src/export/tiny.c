@@ -56,6 +56,7 @@ q35_tiny_opts q35_tiny_default(void) {
   o.type_output = -1;
   o.type_embd = -1;
   o.seed = 1;
+  o.mtp_agree = -1;
   return o;
 }
 
@@ -88,7 +89,24 @@ static float rng_normal(rng *r) {
 #define TINY_SEED_MUL 0x2545F4914F6CDD1Dull
 #define TINY_SEED_ADD 12345
 
-typedef enum { INIT_MATRIX, INIT_NORM, INIT_CONV, INIT_DT, INIT_A, INIT_EMBD, INIT_OUT } init_kind;
+/* INIT_RESID: a matrix writing into the residual stream (attn_output, ssm_out, ffn_down*); the
+ * AGREE kinds are those of --mtp-agree (tiny.h) and plain INIT_MATRIX / INIT_OUT without it. */
+typedef enum {
+  INIT_MATRIX, INIT_NORM, INIT_CONV, INIT_DT, INIT_A, INIT_EMBD, INIT_OUT, INIT_RESID, INIT_EH_PROJ, INIT_MTP_EMBD
+} init_kind;
+
+/* --mtp-agree: the trunk predicts pi(x) after x (output row v = OUT_SCALE * embed(pi^-1(v)), every
+ * residual-writing matrix scaled by RESID_SCALE so the stream stays close to the embedding); the
+ * head sees embed(t) through eh_proj = [I | 0] and so predicts pi(t), except for tokens t outside
+ * the agreeing set, whose head embedding (nextn.embed_tokens) is that of another token sigma(t). */
+#define AGREE_OUT_SCALE 0.05f
+#define AGREE_RESID_SCALE 0.05f
+typedef struct {
+  int on;
+  uint64_t embd_key;   /* token_embd's generator key: its rows are regenerated from it */
+  int32_t *pi_inv;     /* [V] */
+  int32_t *head_src;   /* [V] the token whose embedding row the head's embedding row u copies */
+} tiny_agree;
 
 /* ---- tensors are generated, converted and kept until the file is written ---- */
 typedef struct {
@@ -111,7 +129,32 @@ typedef struct {
   int64_t ne0, rows;
   init_kind kind;
   char *data;
+  const tiny_agree *ag;
 } gen_task;
+
+/* Row u of token_embd (INIT_EMBD with key), regenerated. */
+static void embd_row(uint64_t key, int64_t u, int64_t ne0, float *row) {
+  rng r = {key ^ ((uint64_t)u * 0xD1B54A32D192ED03ull)};
+  rng_next(&r);
+  for (int64_t j = 0; j < ne0; j++) row[j] = rng_normal(&r);
+}
+
+/* The --mtp-agree rows; 0 when the kind is not one of them (or agreement is off). */
+static int agree_row(const gen_task *g, long i, float *row) {
+  const tiny_agree *ag = g->ag;
+  if (!ag || !ag->on) return 0;
+  switch (g->kind) {
+    case INIT_OUT:
+      embd_row(ag->embd_key, ag->pi_inv[i], g->ne0, row);
+      for (int64_t j = 0; j < g->ne0; j++) row[j] *= AGREE_OUT_SCALE;
+      return 1;
+    case INIT_MTP_EMBD: embd_row(ag->embd_key, ag->head_src[i], g->ne0, row); return 1;
+    case INIT_EH_PROJ:
+      for (int64_t j = 0; j < g->ne0; j++) row[j] = j == i ? 1.0f : 0.0f;
+      return 1;
+    default: return 0;
+  }
+}
 
 static void gen_rows(void *ctx, int ith, int nth) {
   const gen_task *g = ctx;
@@ -123,7 +166,8 @@ static void gen_rows(void *ctx, int ith, int nth) {
   for (long i = r0; i < r1; i++) {
     rng r = {g->key ^ ((uint64_t)i * 0xD1B54A32D192ED03ull)};
     rng_next(&r);
-    for (int64_t j = 0; j < g->ne0; j++) {
+    const float resid = g->kind == INIT_RESID && g->ag && g->ag->on ? AGREE_RESID_SCALE : 1.0f;
+    for (int64_t j = 0; !agree_row(g, i, row) && j < g->ne0; j++) {
       float v;
       switch (g->kind) {
         case INIT_NORM: v = 1.0f + 0.1f * rng_normal(&r); break;
@@ -132,7 +176,7 @@ static void gen_rows(void *ctx, int ith, int nth) {
         case INIT_A: v = -expf(2.0f * (float)rng_unif(&r)); break;
         case INIT_EMBD: v = rng_normal(&r); break;
         case INIT_OUT: v = 2.0f * mstd * rng_normal(&r); break;
-        default: v = mstd * rng_normal(&r); break;
+        default: v = resid * mstd * rng_normal(&r); break;
       }
       row[j] = v;
     }
@@ -143,10 +187,11 @@ static void gen_rows(void *ctx, int ith, int nth) {
 }
 
 static int add(gguf_writer *w, keep *k, rng *r, const char *name, int type, int n_dims, int64_t ne0, int64_t ne1,
-               int64_t ne2, init_kind kind) {
+               int64_t ne2, init_kind kind, tiny_agree *ag) {
   int64_t ne[4] = {ne0, ne1, ne2, 1};
   if (type != Q35_TYPE_F32) type = q35_export_fallback_type(type, ne0, 0);
-  gen_task g = {rng_next(r), type, ne0, ne1 * ne2, kind, NULL};
+  gen_task g = {rng_next(r), type, ne0, ne1 * ne2, kind, NULL, ag};
+  if (kind == INIT_EMBD) ag->embd_key = g.key;
   g.data = keep_add(k, q35_row_size(type, ne0) * (size_t)g.rows);
   if (!g.data) return -1;
   q35_pool_run(k->pool, gen_rows, &g);
@@ -263,6 +308,8 @@ static const char *check_opts(const q35_tiny_opts *o) {
     return "--experts-used must be in [1, --experts] and --ff positive";
   if (!o->moe && o->n_ff < 1) return "--ff must be positive";
   if (o->interval < 1) return "--interval must be >= 1";
+  if (o->mtp_agree >= 0 && (o->mtp_agree > 1 || o->tied))
+    return "--mtp-agree must be in [0, 1] and needs an untied output matrix (no --tied)";
   if (!q35_type_supported(o->type) || !q35_type_quantizable(o->type))
     return "--type is not a supported weight type (or q35 cannot quantize to it yet)";
   return NULL;
@@ -307,13 +354,14 @@ typedef struct tiny_ctx {
   const q35_tiny_opts *o;
   int V, t_lin, t_down, t_out, t_embd;
   q35_gguf_name name; /* the tensor being added (for the error message) */
+  tiny_agree ag;
 } tiny_ctx;
 
 /* Add tensor id of layer il (ignored for whole-model tensors), random rows of `kind`. */
 static int tensor(tiny_ctx *c, q35_gguf_tensor_id id, int il, int type, int n_dims, int64_t ne0, int64_t ne1,
                   int64_t ne2, init_kind kind) {
   c->name = q35_gguf_tensor(id, il);
-  return add(c->w, &c->k, &c->r, c->name.s, type, n_dims, ne0, ne1, ne2, kind);
+  return add(c->w, &c->k, &c->r, c->name.s, type, n_dims, ne0, ne1, ne2, kind, &c->ag);
 }
 
 static int add_attention(tiny_ctx *c, int il) {
@@ -322,7 +370,7 @@ static int add_attention(tiny_ctx *c, int il) {
   return tensor(c, Q35_TENSOR_ATTN_Q, il, c->t_lin, 2, H, nh * hd * 2, 1, INIT_MATRIX) ||
          tensor(c, Q35_TENSOR_ATTN_K, il, c->t_lin, 2, H, nkv * hd, 1, INIT_MATRIX) ||
          tensor(c, Q35_TENSOR_ATTN_V, il, c->t_down, 2, H, nkv * hd, 1, INIT_MATRIX) ||
-         tensor(c, Q35_TENSOR_ATTN_OUTPUT, il, c->t_lin, 2, nh * hd, H, 1, INIT_MATRIX) ||
+         tensor(c, Q35_TENSOR_ATTN_OUTPUT, il, c->t_lin, 2, nh * hd, H, 1, INIT_RESID) ||
          tensor(c, Q35_TENSOR_ATTN_Q_NORM, il, f32, 1, hd, 1, 1, INIT_NORM) ||
          tensor(c, Q35_TENSOR_ATTN_K_NORM, il, f32, 1, hd, 1, 1, INIT_NORM);
 }
@@ -339,7 +387,7 @@ static int add_deltanet(tiny_ctx *c, int il) {
          tensor(c, Q35_TENSOR_SSM_DT_BIAS, il, f32, 1, Hv, 1, 1, INIT_DT) ||
          tensor(c, Q35_TENSOR_SSM_A, il, f32, 1, Hv, 1, 1, INIT_A) ||
          tensor(c, Q35_TENSOR_SSM_NORM, il, f32, 1, dk, 1, 1, INIT_NORM) ||
-         tensor(c, Q35_TENSOR_SSM_OUT, il, c->t_lin, 2, Hv * dk, H, 1, INIT_MATRIX);
+         tensor(c, Q35_TENSOR_SSM_OUT, il, c->t_lin, 2, Hv * dk, H, 1, INIT_RESID);
 }
 
 static int add_moe(tiny_ctx *c, int il) {
@@ -352,11 +400,11 @@ static int add_moe(tiny_ctx *c, int il) {
              tensor(c, Q35_TENSOR_FFN_UP_EXPS, il, c->t_lin, 3, H, I, E, INIT_MATRIX)) {
     return -1;
   }
-  if (tensor(c, Q35_TENSOR_FFN_DOWN_EXPS, il, c->t_down, 3, I, H, E, INIT_MATRIX)) return -1;
+  if (tensor(c, Q35_TENSOR_FFN_DOWN_EXPS, il, c->t_down, 3, I, H, E, INIT_RESID)) return -1;
   if (Is <= 0) return 0;
   return tensor(c, Q35_TENSOR_FFN_GATE_SHEXP, il, c->t_lin, 2, H, Is, 1, INIT_MATRIX) ||
          tensor(c, Q35_TENSOR_FFN_UP_SHEXP, il, c->t_lin, 2, H, Is, 1, INIT_MATRIX) ||
-         tensor(c, Q35_TENSOR_FFN_DOWN_SHEXP, il, c->t_down, 2, Is, H, 1, INIT_MATRIX) ||
+         tensor(c, Q35_TENSOR_FFN_DOWN_SHEXP, il, c->t_down, 2, Is, H, 1, INIT_RESID) ||
          tensor(c, Q35_TENSOR_FFN_GATE_INP_SHEXP, il, Q35_TYPE_F32, 1, H, 1, 1, INIT_MATRIX);
 }
 
@@ -364,7 +412,7 @@ static int add_dense_ffn(tiny_ctx *c, int il) {
   const int H = c->o->n_embd, F = c->o->n_ff;
   return tensor(c, Q35_TENSOR_FFN_GATE, il, c->t_lin, 2, H, F, 1, INIT_MATRIX) ||
          tensor(c, Q35_TENSOR_FFN_UP, il, c->t_lin, 2, H, F, 1, INIT_MATRIX) ||
-         tensor(c, Q35_TENSOR_FFN_DOWN, il, c->t_down, 2, F, H, 1, INIT_MATRIX);
+         tensor(c, Q35_TENSOR_FFN_DOWN, il, c->t_down, 2, F, H, 1, INIT_RESID);
 }
 
 /* The MTP block after the trunk (after every trunk tensor, so the trunk's random weights are
@@ -376,10 +424,36 @@ static int add_mtp(tiny_ctx *c, int il) {
   return tensor(c, Q35_TENSOR_ATTN_NORM, il, f32, 1, H, 1, 1, INIT_NORM) ||
          tensor(c, Q35_TENSOR_POST_ATTN_NORM, il, f32, 1, H, 1, 1, INIT_NORM) || add_attention(c, il) ||
          (o->moe ? add_moe(c, il) : add_dense_ffn(c, il)) ||
-         tensor(c, Q35_TENSOR_NEXTN_EH_PROJ, il, c->t_lin, 2, 2 * H, H, 1, INIT_MATRIX) ||
+         tensor(c, Q35_TENSOR_NEXTN_EH_PROJ, il, c->t_lin, 2, 2 * H, H, 1, INIT_EH_PROJ) ||
          tensor(c, Q35_TENSOR_NEXTN_ENORM, il, f32, 1, H, 1, 1, INIT_NORM) ||
          tensor(c, Q35_TENSOR_NEXTN_HNORM, il, f32, 1, H, 1, 1, INIT_NORM) ||
-         tensor(c, Q35_TENSOR_NEXTN_SHARED_HEAD_NORM, il, f32, 1, H, 1, 1, INIT_NORM);
+         tensor(c, Q35_TENSOR_NEXTN_SHARED_HEAD_NORM, il, f32, 1, H, 1, 1, INIT_NORM) ||
+         (c->ag.on && tensor(c, Q35_TENSOR_NEXTN_EMBED_TOKENS, il, c->t_embd, 2, H, c->V, 1, INIT_MTP_EMBD));
+}
+
+/* --mtp-agree RATE: a random permutation pi, and the head's embedding source of every token (itself
+ * with probability RATE, else another token). */
+static int agree_init(tiny_ctx *c) {
+  const int V = c->V;
+  tiny_agree *ag = &c->ag;
+  ag->pi_inv = malloc(sizeof(int32_t) * (size_t)V);
+  ag->head_src = malloc(sizeof(int32_t) * (size_t)V);
+  if (!ag->pi_inv || !ag->head_src) return -1;
+  rng r = {c->o->seed * TINY_SEED_MUL + 777};
+  for (int i = 0; i < V; i++) ag->pi_inv[i] = i;
+  for (int i = V - 1; i > 0; i--) { /* Fisher-Yates */
+    const int j = (int)(rng_next(&r) % (uint64_t)(i + 1));
+    const int32_t t = ag->pi_inv[i];
+    ag->pi_inv[i] = ag->pi_inv[j];
+    ag->pi_inv[j] = t;
+  }
+  for (int u = 0; u < V; u++) {
+    const int agree = rng_unif(&r) < c->o->mtp_agree;
+    const int32_t other = (int32_t)((u + 1 + (int64_t)(rng_next(&r) % (uint64_t)(V > 1 ? V - 1 : 1))) % V);
+    ag->head_src[u] = agree || V < 2 ? u : other;
+  }
+  ag->on = 1;
+  return 0;
 }
 
 /* Every tensor, in llama.cpp's order (the random stream follows it). */
@@ -417,13 +491,16 @@ int q35_tiny_write(const q35_tiny_opts *o, const char *path, q35_err *err) {
   } else {
     write_hparams(c.w, o, c.t_lin, c.t_down);
     if (write_vocab(c.w, o, &c.V, err) == 0) {
-      if (add_tensors(&c)) rc = q35_seterr(err, "tiny model: could not add tensor '%s'", c.name.s);
+      if (o->mtp_agree >= 0 && agree_init(&c)) rc = q35_seterr(err, "tiny model: out of memory");
+      else if (add_tensors(&c)) rc = q35_seterr(err, "tiny model: could not add tensor '%s'", c.name.s);
       else {
         gguf_writer_set_split(c.w, &o->split);
         rc = gguf_writer_save(c.w, path, err);
       }
     }
   }
+  free(c.ag.pi_inv);
+  free(c.ag.head_src);
   for (size_t i = 0; i < c.k.n; i++) free(c.k.bufs[i]);
   free(c.k.bufs);
   gguf_writer_free(c.w);

@@ -34,6 +34,9 @@ typedef struct q35_tiny_opts {
   int mtp;                 /* 1: append one MTP block blk.{n_layer} (attention + FFN + nextn.*), as
                               llama.cpp's converter writes a Qwen3.5 checkpoint's mtp.* */
   gguf_split_opts split;   /* zero: one file; else shards as gguf_writer_set_split writes them */
+  float mtp_agree;         /* >= 0 (with mtp): a trunk that predicts a fixed permutation of the
+                              vocabulary and a head agreeing with it on about this fraction of
+                              tokens (tiny.c); -1: random weights */
 } q35_tiny_opts;
 
 /* A small MoE default: 4 layers (interval 4), embd 256, 4/2 heads of 64, DeltaNet 4 key

@@ -12,6 +12,7 @@
  * (conv_state, ssm_state), so a row's tokens run through them in order.
  */
 #include <math.h>
+#include <string.h>
 
 #include "kernels/deltanet.h"
 #include "kernels/vec.h"
@@ -23,6 +24,14 @@
 /* channels of the conv: q and k of every key head, v of every value head */
 static int64_t conv_channels(const q35_hparams *hp) {
   return 2 * (int64_t)hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner;
+}
+
+/* An armed session (model/mtp.h): channels [cb, cb + nch) of the conv state after token i into
+ * checkpoint slot i. */
+static void ckpt_conv_save(const q35_session *s, int li, int32_t i, const float *st, int64_t C, int K, long cb,
+                           int nch) {
+  float *slot = s->ckpt_conv[li] + (size_t)i * (size_t)(K - 1) * (size_t)C;
+  for (int j = 0; j < K - 1; j++) memcpy(slot + j * C + cb, st + j * C + cb, sizeof(float) * (size_t)nch);
 }
 
 /* Causal depthwise conv + SiLU. Items: channels (each runs through every row's tokens). */
@@ -45,11 +54,13 @@ static void gdn_conv(void *vctx, int ith, int nth) {
     for (int ch = 0; ch < nch; ch++)
       for (int j = 0; j < K; j++) wt[j * CONV_BLOCK + ch] = w[(size_t)(cb + ch) * K + j];
     for (int r = 0; r < f->n_rows; r++) {
-      float *st = f->rows[r].s->conv_state[li]; /* [K-1][C], oldest first */
+      const q35_session *s = f->rows[r].s;
+      float *st = s->conv_state[li]; /* [K-1][C], oldest first */
       for (int32_t i = 0; i < f->rows[r].n; i++) {
         const int64_t t = f->row_start[r] + i;
         q35_vec_conv_silu(f->b->conv + t * C + cb, st + cb, (size_t)C, f->b->qkv + t * C + cb, wt, CONV_BLOCK, K,
                           nch);
+        if (i < s->ckpt_n) ckpt_conv_save(s, li, i, st, C, K, cb, nch);
       }
     }
   }
@@ -102,6 +113,8 @@ static void gdn_recur(void *vctx, int ith, int nth) {
       const float decay = expf(g);
       float *o = b->o + t * hp->ssm_d_inner + (size_t)hv * dv;
       q35_delta_step(S, dv, dk, q, k, v, beta, decay, o);
+      if (i < f->rows[r].s->ckpt_n) /* armed (model/mtp.h): the state after token i into slot i */
+        memcpy(f->rows[r].s->ckpt_ssm[li] + ((size_t)i * Hv + hv) * dv * dk, S, sizeof(float) * (size_t)dv * dk);
       /* gated RMSNorm: norm over the head, times w, times silu(z) */
       const float *z = b->z + t * hp->ssm_d_inner + (size_t)hv * dv;
       double ss = 0.0;

@@ -53,7 +53,7 @@ enum { LG_COLS = 16 };
 static size_t max_row_bytes(const q35_model *m) {
   const q35_hparams *hp = &m->hp;
   int64_t ks[] = {hp->n_embd, (int64_t)hp->n_head * hp->head_dim, hp->ssm_d_inner, hp->n_ff_exp, hp->n_ff_shexp,
-                  hp->n_ff};
+                  hp->n_ff, m->has_mtp ? 2 * (int64_t)hp->n_embd : 0 /* the MTP head's eh_proj input */};
   size_t best = 0;
   for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
     const int64_t K = ks[i];
@@ -129,6 +129,11 @@ static int bufs_reserve(const q35_model *m, q35_fwd_ws *ws, q35_bufs *b, int64_t
   a = (arena){ws->scratch, 0, ws->scratch_size};
   bufs_layout(m, b, &a, T, max_ctx, nth, joint);
   return 0;
+}
+
+/* The buffers of a pass of T tokens outside q35_forward (the MTP head, model/mtp.c). */
+int q35_fwd_bufs_reserve(const q35_model *m, q35_fwd_ws *ws, q35_bufs *b, int64_t T, int64_t max_ctx, q35_err *err) {
+  return bufs_reserve(m, ws, b, T, max_ctx, 0, err);
 }
 
 /* ---- the step ---- */
@@ -225,6 +230,10 @@ static void output_head(const q35_fwd *f, int joint) {
   q35_bufs *b = f->b;
   const int H = m->hp.n_embd, V = m->hp.n_vocab;
   q35_fwd_row *rows = f->rows;
+  for (int r = 0; r < f->n_rows; r++) /* every position's hidden state, for a session that asks */
+    for (int32_t i = 0; rows[r].s->hidden_all && i < rows[r].n; i++)
+      rmsnorm(rows[r].s->hidden_all + (size_t)i * H, b->x + (int64_t)(f->row_start[r] + i) * H, m->output_norm.data, H,
+              m->hp.eps);
   int64_t G = 0;
   for (int r = 0; r < f->n_rows; r++)
     for (int32_t i = rows[r].n - rows[r].n_out; i < rows[r].n; i++, G++) {

@@ -125,6 +125,10 @@ void q35_matmul_f(q35_pool *pool, const q35_tensor *w, const float *x, int64_t l
 void q35_matmul_same(q35_pool *pool, const q35_tensor *const *ws, float *const *ys, const int64_t *ldy, int n,
                      q35_act *xa, const float *x, int64_t ldx, int64_t T, char *buf);
 
+/* The step's buffers for T tokens (contexts up to max_ctx) in ws's scratch, as q35_forward lays
+ * them out (forward.c); for passes that drive the layers themselves (model/mtp.c). */
+int q35_fwd_bufs_reserve(const q35_model *m, q35_fwd_ws *ws, q35_bufs *b, int64_t T, int64_t max_ctx, q35_err *err);
+
 /* ---- the layers: each reads f->b->h (the normed input) and writes its output to f->b->tmp ---- */
 
 void q35_layer_attention(const q35_fwd *f, const q35_layer *L);  /* attention_layer.c */

@@ -96,7 +96,16 @@ struct q35_session {
   /* DeltaNet: per layer conv state [K-1][conv_dim] and recurrent state [Hv][dv][dk], fp32 */
   float **conv_state, **ssm_state;
   size_t bytes;
+  /* per-position checkpoints of the DeltaNet state (model/mtp.h, checkpoint.c): while ckpt_n > 0
+   * a forward pass saves the state after each of a row's first ckpt_n tokens into slot i */
+  int32_t ckpt_n, ckpt_cap, ckpt_pos0;
+  float **ckpt_conv, **ckpt_ssm; /* per DeltaNet layer: [ckpt_cap][conv], [ckpt_cap][ssm] */
+  /* NULL, or where a forward pass writes output_norm(x) of every position of this session's row
+   * (n * n_embd floats; the MTP head's input over a prompt, model/mtp.h) */
+  float *hidden_all;
 };
+/* checkpoint.c: free a session's checkpoint slots (q35_session_free) */
+void q35_session_ckpt_free(q35_session *s);
 
 /* One row of a forward pass: a session consuming n tokens, with logits (and optionally the
  * post-norm hidden state) wanted for its last n_out positions (0 <= n_out <= n). */

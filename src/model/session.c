@@ -118,6 +118,7 @@ void q35_session_free(q35_session *s) {
     if (s->conv_state) free(s->conv_state[i]);
     if (s->ssm_state) free(s->ssm_state[i]);
   }
+  q35_session_ckpt_free(s);
   free(s->k_cache);
   free(s->v_cache);
   free(s->conv_state);

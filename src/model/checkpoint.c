@@ -1,0 +1,86 @@
+/*
+ * checkpoint.c - per-position checkpoints of a session's DeltaNet state (model/mtp.h).
+ *
+ * A speculative verify step feeds [last accepted token, draft_1 .. draft_N] in one forward pass.
+ * When the trunk rejects draft_k, the session must continue from the state after draft_{k-1}:
+ * the attention layers need only the position moved back (KV entries past it are never read),
+ * but the conv and delta-rule states have advanced through every token. So while a session is
+ * armed the DeltaNet layer copies both states after each token into a slot (deltanet_layer.c),
+ * and a rollback copies slot k back: the state bits are exactly those of a pass that stopped
+ * there, so what follows is bit-identical to decoding without speculation.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "model/mtp.h"
+
+static size_t conv_floats(const q35_hparams *hp) {
+  return (size_t)(hp->conv_kernel - 1) * (size_t)(2 * hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner);
+}
+static size_t ssm_floats(const q35_hparams *hp) {
+  return (size_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state;
+}
+
+void q35_session_ckpt_free(q35_session *s) {
+  const int n = s->model ? s->model->n_gdn_layers : 0;
+  for (int i = 0; i < n; i++) {
+    if (s->ckpt_conv) free(s->ckpt_conv[i]);
+    if (s->ckpt_ssm) free(s->ckpt_ssm[i]);
+  }
+  free(s->ckpt_conv);
+  free(s->ckpt_ssm);
+  s->ckpt_conv = s->ckpt_ssm = NULL;
+  s->ckpt_cap = s->ckpt_n = 0;
+}
+
+static int ckpt_grow(q35_session *s, int32_t n, q35_err *err) {
+  const q35_hparams *hp = &s->model->hp;
+  const int L = s->model->n_gdn_layers;
+  q35_session_ckpt_free(s);
+  s->ckpt_conv = calloc((size_t)L + 1, sizeof(float *));
+  s->ckpt_ssm = calloc((size_t)L + 1, sizeof(float *));
+  int ok = s->ckpt_conv && s->ckpt_ssm;
+  for (int i = 0; ok && i < L; i++) {
+    s->ckpt_conv[i] = q35_alloc64(conv_floats(hp) * (size_t)n * sizeof(float) + sizeof(float), 0);
+    s->ckpt_ssm[i] = q35_alloc64(ssm_floats(hp) * (size_t)n * sizeof(float), 0);
+    ok = s->ckpt_conv[i] && s->ckpt_ssm[i];
+  }
+  if (!ok) {
+    q35_session_ckpt_free(s);
+    return q35_seterr(err, "out of memory (state checkpoints for %d positions)", n);
+  }
+  s->ckpt_cap = n;
+  return 0;
+}
+
+int q35_session_ckpt_arm(q35_session *s, int32_t n_max, q35_err *err) {
+  if (n_max < 1) return q35_seterr(err, "checkpoints: %d positions", n_max);
+  if (n_max > s->ckpt_cap && ckpt_grow(s, n_max, err)) return -1;
+  s->ckpt_n = n_max;
+  s->ckpt_pos0 = s->pos;
+  return 0;
+}
+
+void q35_session_ckpt_disarm(q35_session *s) { s->ckpt_n = 0; }
+
+int q35_session_ckpt_rollback(q35_session *s, int32_t pos, q35_err *err) {
+  const int32_t k = pos - s->ckpt_pos0 - 1; /* the slot: state after token k of the armed pass */
+  if (s->ckpt_n < 1) return q35_seterr(err, "rollback: the session has no checkpoints armed");
+  if (pos > s->pos || k < 0 || (k >= s->ckpt_n && pos != s->pos)) {
+    s->ckpt_n = 0;
+    return q35_seterr(err, "rollback to position %d: outside the checkpointed positions (%d .. %d)", pos,
+                      s->ckpt_pos0 + 1, s->ckpt_pos0 + s->ckpt_n);
+  }
+  if (pos < s->pos) {
+    const q35_hparams *hp = &s->model->hp;
+    const size_t cn = conv_floats(hp), sn = ssm_floats(hp);
+    for (int i = 0; i < s->model->n_gdn_layers; i++) {
+      memcpy(s->conv_state[i], s->ckpt_conv[i] + (size_t)k * cn, cn * sizeof(float));
+      memcpy(s->ssm_state[i], s->ckpt_ssm[i] + (size_t)k * sn, sn * sizeof(float));
+    }
+    s->pos = pos;
+  }
+  s->ckpt_n = 0;
+  return 0;
+}

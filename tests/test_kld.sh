@@ -44,7 +44,7 @@ else # some other model of the same vocabulary
   "$Q35" export --tiny-test -o "$W/quant.gguf" $SHAPE --type q8_0 >"$W/e.log" 2>&1 || { cat "$W/e.log"; exit 1; }
 fi
 "$PY" -c "import numpy as np; r=np.random.default_rng(5); print(' '.join(map(str, r.integers(0, $V, 300))))" >"$W/toks.txt"
-tr -s ' \n' '\n\n' <"$W/toks.txt" | head -$((CHUNKS * CTX)) >"$W/fed.txt"
+tr -s ' ' '\n' <"$W/toks.txt" | head -$((CHUNKS * CTX)) >"$W/fed.txt"
 
 # dump ENGINE MODEL OUT: logits of every position of each chunk, each from an empty state
 dump() {
@@ -130,7 +130,7 @@ refuse() { # refuse "MESSAGE" ARGS...
   [ -s "$W/bad.out" ] && fail "q35 $*: printed on stdout after an error"
 }
 # shellcheck disable=SC2086
-"$Q35" export --tiny-test -o "$W/v1024.gguf" $(echo $SHAPE | sed "s/--vocab $V/--vocab 1024/") --type f32 >/dev/null 2>&1
+"$Q35" export --tiny-test -o "$W/v1024.gguf" ${SHAPE/--vocab $V/--vocab 1024} --type f32 >/dev/null 2>&1
 refuse "vocabulary mismatch" kld -m "$W/base.gguf" -q "$W/v1024.gguf" --tokens "$W/toks.txt" --ctx $CTX
 refuse "vocabulary mismatch" kld --base-logits "$W/base.bin" -q "$W/v1024.gguf"
 refuse "at least 600 (2 x --ctx 300)" perplexity -m "$W/base.gguf" --tokens "$W/toks.txt" --ctx 300

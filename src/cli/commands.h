@@ -12,5 +12,7 @@ int cmd_export(int argc, char **argv);        /* HF checkpoint -> GGUF; --tiny-t
 int cmd_serve(int argc, char **argv);         /* OpenAI-compatible HTTP server */
 int cmd_bench(int argc, char **argv);
 int cmd_schema_check(int argc, char **argv); /* token masks of a constraint over lines of a file */
+int cmd_perplexity(int argc, char **argv);    /* llama-perplexity's perplexity */
+int cmd_kld(int argc, char **argv);           /* KL divergence of a quantization from its base */
 
 #endif

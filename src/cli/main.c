@@ -20,6 +20,8 @@ static const struct {
     {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
     {"bench", cmd_bench, "prefill and decode speed"},
     {"schema-check", cmd_schema_check, "check JSON values or strings against a constraint's token masks"},
+    {"perplexity", cmd_perplexity, "perplexity over chunks of a text, as llama-perplexity"},
+    {"kld", cmd_kld, "KL divergence of a quantized model from its base, as llama-perplexity"},
 };
 
 static void usage(FILE *f) {

@@ -129,6 +129,10 @@ typedef struct q35_model_params {
                       * keeps them for later loads), after a one-range trial shows the kernel
                       * can map the file that way. Decode streams the weights every token, and
                       * 2 MiB pages spare it a TLB fill every 4 KiB. */
+  int32_t layer_begin, layer_end; /* a pipeline stage: load trunk layers [layer_begin, layer_end)
+                      * only (the embedding only when layer_begin is 0, the output head only when
+                      * layer_end is the last layer); the file's other tensors are unmapped. 0, 0:
+                      * the whole model. Such a model's steps run through dist/pp.c. */
 } q35_model_params;
 
 q35_model_params q35_model_default_params(void);

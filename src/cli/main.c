@@ -4,6 +4,17 @@
 
 #include "base/cpu.h"
 #include "commands.h"
+#ifdef Q35_MPI
+#include "dist/pp.h"
+#endif
+
+/* The command's exit status, after the MPI build's pipeline has stopped. */
+static int finish(int rc) {
+#ifdef Q35_MPI
+  q35_pp_finalize();
+#endif
+  return rc;
+}
 
 static const struct {
   const char *name;
@@ -29,6 +40,9 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+#ifdef Q35_MPI
+  q35_pp_init(&argc, &argv);
+#endif
   if (argc < 2) {
     usage(stderr);
     return 2;
@@ -43,7 +57,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-    if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    if (!strcmp(argv[1], commands[i].name)) return finish(commands[i].fn(argc - 1, argv + 1));
   fprintf(stderr, "q35: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;

@@ -268,7 +268,7 @@ int run_main(const run_opts *o) {
   double t0 = q35_now();
   q35_model_params mp = model_args_model_params(&o->ma);
   mp.progress = o->stats;
-  q35_model *m = q35_model_load(o->ma.model, &mp, &err);
+  q35_model *m = model_args_load(&o->ma, &mp, &err);
   if (!m) {
     fprintf(stderr, "q35 run: %s\n", err.msg);
     goto early_fail;

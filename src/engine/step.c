@@ -88,7 +88,7 @@ static int32_t step_prepare(q35_context *c, const q35_row *rows, int32_t n_rows,
     const q35_row *row = &rows[r];
     const int32_t m = n_outputs(row);
     c->fwd_rows[r] = (q35_fwd_row){row->session, row->tokens, row->n_tokens, m, c->logits + (size_t)at * V,
-                                   m ? row->hidden : NULL};
+                                   m ? row->hidden : NULL, NULL, NULL};
     c->out_at[r] = at;
     for (int32_t j = 0; j < m; j++) c->item_row[at + j] = r;
     at += m;
@@ -277,7 +277,7 @@ int q35_context_eval(q35_context *c, q35_session *s, const int32_t *tokens, int3
     if (tokens[i] < 0 || tokens[i] >= V) return q35_seterr(err, "token id %d is out of range [0, %d)", tokens[i], V);
   for (int32_t i = 0; i < n; i += chunk) {
     const int32_t len = n - i < chunk ? n - i : chunk;
-    q35_fwd_row r = {s, tokens + i, len, 0, NULL, NULL};
+    q35_fwd_row r = {s, tokens + i, len, 0, NULL, NULL, NULL, NULL};
     if (logits && all) {
       r.n_out = len;
       r.logits = logits + (size_t)i * V;

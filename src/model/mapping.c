@@ -245,3 +245,33 @@ int q35_map_into_memory(gguf_file *f, const char *path, q35_err *err) {
   }
   return 0;
 }
+
+/* A pipeline stage's mapping: the tensor data of the other stages is unmapped (page-aligned holes
+ * between the kept ranges), so the stage's resident memory is its own weights, and a stray read of
+ * another stage's tensor faults instead of reading the file behind the stage's back. The header
+ * (metadata, the tokenizer's strings) stays. Kept ranges are populated, in 2 MiB pages when huge. */
+long long q35_map_keep(gguf_file *f, const size_t *off, const size_t *len, size_t n, int huge) {
+  const size_t page = sysconf(_SC_PAGESIZE) > 0 ? (size_t)sysconf(_SC_PAGESIZE) : 4096;
+  size_t from = (f->data_offset + page - 1) & ~(page - 1); /* first byte not yet kept or dropped */
+  for (size_t i = 0; i <= n; i++) {
+    const size_t lo = i < n ? off[i] & ~(page - 1) : (f->size + page - 1) & ~(page - 1);
+    if (lo > from) munmap((void *)(f->map + from), lo - from);
+    if (i == n) break;
+    const size_t hi = (off[i] + len[i] + page - 1) & ~(page - 1);
+    if (hi > from) from = hi;
+    void *p = (void *)(f->map + (off[i] & ~(page - 1)));
+    const size_t plen = hi - (off[i] & ~(page - 1));
+#ifdef MADV_HUGEPAGE
+    if (huge) madvise(p, plen, MADV_HUGEPAGE);
+#else
+    (void)huge;
+#endif
+#ifdef MADV_POPULATE_READ
+    if (madvise(p, plen, MADV_POPULATE_READ) == 0) continue;
+#endif
+    volatile unsigned char sink = 0;
+    for (size_t o = 0; o < plen; o += page) sink ^= ((const unsigned char *)p)[o];
+    (void)sink;
+  }
+  return file_pmd_mapped(f->map);
+}

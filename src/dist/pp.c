@@ -9,8 +9,11 @@
  *                failure; the last rank replies with the status (rank 0 waits for it)
  *   SESSION_FREE / SESSION_RESET  id (no reply)
  *   FORWARD      rows (id, n, n_out, hidden wanted) + the residual stream [T][n_embd] after the
- *                sender's layers; the last rank runs its layers and the output head and replies
- *                the logits of the rows' n_out positions (then their hidden states), if any
+ *                sender's layers (+ for a step, each row's sampling parameters and penalty history);
+ *                the last rank runs its layers and the output head and replies, when rows want
+ *                outputs, the logits of their n_out positions or, for a step, the samples (token,
+ *                logprob, alternatives: a few hundred bytes, not n_vocab floats), then the hidden
+ *                states asked for
  *   QUIT         every rank frees its model and exits
  * A session's id is rank 0's q35_session pointer (unique while it lives). MPI's ordering (one
  * sender, one receiver, one tag) keeps the chain's commands in order, so rank 0 sends a step on
@@ -31,6 +34,7 @@
 #include "base/util.h"
 #include "engine/context.h"
 #include "model/model.h"
+#include "sample/sampler.h"
 
 enum { TAG_HDR = 1, TAG_DATA = 2, TAG_REPLY = 3 };
 enum { OP_SESSION_NEW = 1, OP_SESSION_FREE, OP_SESSION_RESET, OP_FORWARD, OP_QUIT };
@@ -44,6 +48,7 @@ typedef struct {
   int32_t n_ctx, kv_type;
   uint64_t mem_budget;
   uint64_t payload;    /* bytes following in TAG_DATA pieces */
+  uint64_t samp_bytes; /* FORWARD: the sampling section at the payload's end (0: reply logits) */
   int32_t failed;      /* SESSION_NEW: a stage could not make its state (msg says why) */
   char msg[sizeof(((q35_err *)0)->msg)];
 } pp_hdr;
@@ -58,16 +63,28 @@ typedef struct {
   q35_session *s;
 } pp_sess;
 
+/* A step's row in the sampling section: then n_bias q35_logit_bias, then n_hist token ids (the
+ * row's history; with m > 1 outputs, followed by the m - 1 drafted tokens, as step.c assembles) */
+typedef struct {
+  q35_sampling sp; /* logit_bias NULL here */
+  int32_t m, n_bias, n_history, n_hist, n_prompt, n_top;
+} pp_samp;
+
 typedef struct {
   q35_stage_next ops; /* first: rank 0's model->next points here */
   int rank, size, open;
   int begin[MAX_RANKS], end[MAX_RANKS];
   MPI_Comm comm;
   q35_model *m;
-  char *buf, *buf2; /* message payloads, grown on demand */
-  size_t cap, cap2;
+  char *buf, *buf2, *buf3; /* message payloads, grown on demand */
+  size_t cap, cap2, cap3;
   pp_sess *sess;    /* ranks above 0: the sessions of this stage */
   size_t n_sess, cap_sess;
+  /* rank 0: the step whose forward pass comes next samples on the last rank */
+  const q35_row *step_rows;
+  int step_n_rows;
+  q35_step_out *step_out;
+  q35_sampler *sampler; /* the last rank's */
 } pp;
 
 static pp g_pp = {.rank = 0, .size = 1};
@@ -135,18 +152,60 @@ static size_t fwd_payload(int n_rows, int64_t T, int H) {
   return (size_t)n_rows * sizeof(pp_row) + (size_t)T * H * sizeof(float);
 }
 
+static int32_t row_outputs(const q35_row *row) {
+  return row->n_outputs == Q35_OUTPUTS_NONE ? 0 : row->n_outputs == 0 ? 1 : row->n_outputs;
+}
+
+/* The sampling section of a step's rows, written at b (NULL: only its size). */
+static size_t samp_write(const q35_row *rows, int n_rows, char *b) {
+  size_t at = 0;
+  for (int r = 0; r < n_rows; r++) {
+    const q35_row *row = &rows[r];
+    const int32_t m = row_outputs(row), nb = m ? row->sampling->n_logit_bias : 0;
+    const int32_t nh = m ? (row->n_history > 0 ? row->n_history : 0) : 0, nd = m > 1 ? m - 1 : 0;
+    if (b) {
+      pp_samp ps;
+      memset(&ps, 0, sizeof ps);
+      if (m) ps.sp = *row->sampling;
+      ps.sp.logit_bias = NULL;
+      ps.m = m, ps.n_bias = nb, ps.n_history = nh, ps.n_hist = nh + nd, ps.n_prompt = row->n_prompt;
+      ps.n_top = row->n_top_logprobs;
+      memcpy(b + at, &ps, sizeof ps);
+      if (nb) memcpy(b + at + sizeof ps, row->sampling->logit_bias, (size_t)nb * sizeof(q35_logit_bias));
+      int32_t *h = (int32_t *)(b + at + sizeof ps + (size_t)nb * sizeof(q35_logit_bias));
+      if (nh) memcpy(h, row->history, (size_t)nh * sizeof *h);
+      if (nd) memcpy(h + nh, row->tokens + row->n_tokens - m + 1, (size_t)nd * sizeof *h);
+    }
+    at += sizeof(pp_samp) + (size_t)nb * sizeof(q35_logit_bias) + (size_t)(nh + nd) * sizeof(int32_t);
+    at = (at + 7) & ~(size_t)7;
+  }
+  return at;
+}
+
+static int next_sample(q35_stage_next *nx, const q35_row *rows, int n_rows, q35_step_out *out) {
+  pp *p = (pp *)nx;
+  p->step_rows = rows;
+  p->step_n_rows = n_rows;
+  p->step_out = out;
+  return 0;
+}
+
 static int next_forward(q35_stage_next *nx, const q35_fwd_row *rows, int n_rows, const float *x, int64_t T,
                         q35_err *err) {
   pp *p = (pp *)nx;
-  (void)err;
   const int H = p->m->hp.n_embd, V = p->m->hp.n_vocab;
+  const q35_row *srows = p->step_rows;
+  p->step_rows = NULL;
+  if (srows && p->step_n_rows != n_rows) return q35_seterr(err, "pipeline: the step's rows do not match");
   pp_hdr h;
   memset(&h, 0, sizeof h);
   h.op = OP_FORWARD;
   h.n_rows = n_rows;
   h.T = T;
-  h.payload = fwd_payload(n_rows, T, H);
+  h.samp_bytes = srows ? samp_write(srows, n_rows, NULL) : 0;
+  h.payload = fwd_payload(n_rows, T, H) + h.samp_bytes;
   char *b = grow(&p->buf, &p->cap, h.payload);
+  if (srows) samp_write(srows, n_rows, b + fwd_payload(n_rows, T, H));
   size_t n_logits = 0, n_hidden = 0;
   for (int r = 0; r < n_rows; r++) {
     const pp_row pr = {(uint64_t)(uintptr_t)rows[r].s, rows[r].n, rows[r].n_out, rows[r].hidden != NULL, 0};
@@ -157,14 +216,15 @@ static int next_forward(q35_stage_next *nx, const q35_fwd_row *rows, int n_rows,
   memcpy(b + (size_t)n_rows * sizeof(pp_row), x, (size_t)T * H * sizeof(float));
   send_cmd(&h, b);
   if (!n_logits) return 0; /* nothing comes back: the next step may go down the chain at once */
-  const size_t lb = n_logits * V * sizeof(float), hb = n_hidden * H * sizeof(float);
+  const size_t lb = n_logits * (srows ? sizeof(q35_step_out) : V * sizeof(float)), hb = n_hidden * H * sizeof(float);
   char *rb = grow(&p->buf2, &p->cap2, lb + hb);
   recv_bytes(rb, lb + hb, p->size - 1, TAG_REPLY);
+  if (srows) memcpy(p->step_out, rb, lb);
   const float *lg = (const float *)rb, *hd = (const float *)(rb + lb);
   for (int r = 0; r < n_rows; r++) {
     const size_t k = (size_t)rows[r].n_out;
     if (!k) continue;
-    memcpy(rows[r].logits, lg, k * V * sizeof(float));
+    if (!srows) memcpy(rows[r].logits, lg, k * V * sizeof(float));
     lg += k * V;
     if (rows[r].hidden) {
       memcpy(rows[r].hidden, hd, k * H * sizeof(float));
@@ -261,10 +321,46 @@ static void serve_session_op(pp *p, const pp_hdr *h) {
   }
 }
 
+/* The last rank of a step: sample every output position as step.c would (draw index + j; the
+ * history of position j is the row's history and its first j drafted tokens) and reply the
+ * results, then the hidden states. */
+static void sample_reply(pp *p, const pp_row *pr, int n_rows, const char *samp, size_t samp_bytes,
+                         const float *logits, const float *hidden, size_t n_hidden_floats) {
+  const int V = p->m->hp.n_vocab;
+  size_t n_out = 0;
+  for (int r = 0; r < n_rows; r++) n_out += (size_t)pr[r].n_out;
+  q35_err e;
+  if (!p->sampler && !(p->sampler = q35_sampler_new(V, &e))) die_rank(e.msg);
+  q35_step_out *res = (q35_step_out *)grow(&p->buf3, &p->cap3, n_out * sizeof *res + n_hidden_floats * sizeof(float));
+  size_t at = 0, i = 0;
+  for (int r = 0; r < n_rows; r++) {
+    pp_samp ps;
+    if (at + sizeof ps > samp_bytes) die_rank("malformed sampling section");
+    memcpy(&ps, samp + at, sizeof ps);
+    const size_t len = sizeof ps + (size_t)ps.n_bias * sizeof(q35_logit_bias) + (size_t)ps.n_hist * sizeof(int32_t);
+    if (ps.m != pr[r].n_out || ps.n_bias < 0 || ps.n_hist < ps.n_history || ps.n_history < 0 || at + len > samp_bytes)
+      die_rank("malformed sampling section");
+    ps.sp.logit_bias = ps.n_bias ? (const q35_logit_bias *)(samp + at + sizeof ps) : NULL;
+    const int32_t *hist = (const int32_t *)(samp + at + sizeof ps + (size_t)ps.n_bias * sizeof(q35_logit_bias));
+    for (int32_t j = 0; j < ps.m; j++, i++) {
+      q35_sampling sp = ps.sp;
+      sp.draw_index += (uint64_t)j;
+      const int32_t nh = ps.m > 1 ? ps.n_history + j : ps.n_history;
+      memset(&res[i], 0, sizeof res[i]);
+      res[i].rc = q35_sample(p->sampler, logits + i * V, V, &sp, nh ? hist : NULL, nh, ps.n_prompt, ps.n_top,
+                             &res[i].res, &res[i].err);
+    }
+    at = (at + len + 7) & ~(size_t)7;
+  }
+  memcpy(res + n_out, hidden, n_hidden_floats * sizeof(float));
+  send_bytes(res, n_out * sizeof *res + n_hidden_floats * sizeof(float), 0, TAG_REPLY);
+}
+
 static void serve_forward(pp *p, pp_hdr *h) {
   const int H = p->m->hp.n_embd, V = p->m->hp.n_vocab, last = p->rank + 1 == p->size;
   const int n_rows = h->n_rows;
-  if (n_rows < 1 || n_rows > (1 << 16) || h->T < 1 || h->payload != fwd_payload(n_rows, h->T, H)) die_rank("malformed forward message");
+  if (n_rows < 1 || n_rows > (1 << 16) || h->T < 1 || h->payload != fwd_payload(n_rows, h->T, H) + h->samp_bytes)
+    die_rank("malformed forward message");
   char *in = grow(&p->buf, &p->cap, h->payload);
   recv_bytes(in, h->payload, p->rank - 1, TAG_DATA);
   const pp_row *pr = (const pp_row *)in;
@@ -274,9 +370,11 @@ static void serve_forward(pp *p, pp_hdr *h) {
     n_logits += (size_t)pr[r].n_out;
     n_hidden += pr[r].hidden ? (size_t)pr[r].n_out : 0;
   }
-  /* out: the next rank's message (same rows, this stage's residual stream), or the reply */
+  /* out: the next rank's message (same rows, this stage's residual stream, the same sampling
+   * section), or the logits (then the hidden states) of the reply */
   const size_t out_bytes = last ? (n_logits * V + n_hidden * H) * sizeof(float) : h->payload;
   char *out = grow(&p->buf2, &p->cap2, out_bytes);
+  const char *samp = in + fwd_payload(n_rows, h->T, H);
   q35_fwd_row rows[n_rows];
   int64_t t = 0;
   float *lg = (float *)out, *hd = (float *)out + n_logits * V;
@@ -305,7 +403,11 @@ static void serve_forward(pp *p, pp_hdr *h) {
   }
   if (!last) {
     memcpy(out, in, (size_t)n_rows * sizeof(pp_row));
+    memcpy(out + fwd_payload(n_rows, h->T, H), samp, h->samp_bytes);
     send_cmd(h, out);
+  } else if (h->samp_bytes && n_logits) {
+    sample_reply(p, pr, n_rows, samp, h->samp_bytes, (const float *)out, (const float *)out + n_logits * V,
+                 n_hidden * H);
   } else if (out_bytes) {
     send_bytes(out, out_bytes, 0, TAG_REPLY);
   }
@@ -456,7 +558,7 @@ q35_model *q35_pp_load(const char *path, const q35_model_params *mp0, const char
   if (!m) die_rank(err->msg);
   p->m = m;
   if (p->rank == 0) {
-    p->ops = (q35_stage_next){next_forward, next_session, next_close};
+    p->ops = (q35_stage_next){next_forward, next_session, next_sample, next_close};
     m->next = &p->ops;
     return m;
   }
@@ -464,6 +566,7 @@ q35_model *q35_pp_load(const char *path, const q35_model_params *mp0, const char
   fprintf(stderr, "pipeline: rank %d (layers [%d, %d)) done: peak resident memory %.1f MiB\n", p->rank,
           m->layer_begin, m->layer_end, peak_rss_kb() / 1024.0);
   for (size_t i = 0; i < p->n_sess; i++) q35_session_free(p->sess[i].s);
+  q35_sampler_free(p->sampler);
   q35_model_free(m);
   free(p->sess);
   MPI_Comm_free(&p->comm);

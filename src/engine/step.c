@@ -245,12 +245,25 @@ int q35_context_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err
   if (n_rows < 1 || !rows) return q35_seterr(err, "a step needs at least one row");
   const int32_t n_out = step_prepare(c, rows, n_rows, err);
   if (n_out < 0) return -1;
-  if (q35_forward(c->model, &c->fwd, c->fwd_rows, n_rows, err)) return -1;
+  /* a pipeline's first stage: the last stage samples (without constraints, whose masks live here)
+   * and returns the results instead of logits */
+  q35_stage_next *nx = c->model->next;
+  int remote = 0;
+  if (nx) {
+    int constrained = 0;
+    for (int32_t r = 0; r < n_rows; r++) constrained |= rows[r].constraint != NULL;
+    remote = !constrained && nx->sample_next(nx, rows, n_rows, c->out) == 0;
+  }
+  if (q35_forward(c->model, &c->fwd, c->fwd_rows, n_rows, err)) {
+    if (remote) nx->sample_next(nx, NULL, 0, NULL);
+    return -1;
+  }
   const double t0 = q35_now();
-  if (apply_masks(c, rows, n_rows, err)) return -1;
+  if (!remote && apply_masks(c, rows, n_rows, err)) return -1;
   const int nth = n_out < q35_pool_size(c->fwd.pool) ? n_out : q35_pool_size(c->fwd.pool);
   sample_task st = {c, rows, n_out};
-  if (nth > 1) q35_pool_run(c->fwd.pool, sample_run, &st);
+  if (remote) (void)0;
+  else if (nth > 1) q35_pool_run(c->fwd.pool, sample_run, &st);
   else if (nth == 1) sample_run(&st, 0, 1);
   int rc = step_results(c, rows, n_rows, err);
   if (rc == 0) rc = advance_constraints(c, rows, n_rows, err);

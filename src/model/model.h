@@ -79,12 +79,17 @@ typedef struct q35_mtp {
 enum { Q35_STAGE_SESSION_NEW, Q35_STAGE_SESSION_FREE, Q35_STAGE_SESSION_RESET };
 typedef struct q35_stage_next q35_stage_next;
 struct q35_fwd_row;
+struct q35_step_out;
 struct q35_stage_next {
   /* after this stage's layers: x = the residual stream [T][n_embd] of the rows' tokens; writes
    * each row's logits (and hidden) as the whole model would */
   int (*forward)(q35_stage_next *nx, const struct q35_fwd_row *rows, int n_rows, const float *x, int64_t T,
                  q35_err *err);
   int (*session)(q35_stage_next *nx, int op, const q35_session *s, q35_err *err);
+  /* a step (engine/step.c) about to run its forward pass: the last stage samples the rows'
+   * positions itself and the next forward writes the results to out[] (in step order) instead of
+   * logits; rows NULL withdraws the offer (the forward pass was refused). 0: it will. */
+  int (*sample_next)(q35_stage_next *nx, const q35_row *rows, int n_rows, struct q35_step_out *out);
   void (*close)(q35_stage_next *nx); /* the model is freed: the later stages stop */
 };
 

@@ -87,15 +87,11 @@
  *   q35_context_free(ctx);
  *   q35_model_free(model);
  *
- * Room for what comes next (designed, not built): a model loaded for a range of layers, as a
- * pipeline stage of a model split across machines. The plan: q35_model_params gains
- * layer_begin / layer_end (default: all layers); a session then holds the KV cache and
- * recurrent state of those layers only; a row of a stage that does not own the embedding takes
- * its input as hidden states (a `const float *embd` of n_tokens * n_embd floats in place of
- * tokens), and a stage that does not own the output head returns the residual stream of every
- * consumed position (a `float *residual` output) instead of samples. The step, the invariance
- * contract and the row's output rules stay as they are: the last stage samples exactly what a
- * whole model would.
+ * Pipeline stages: q35_model_params.layer_begin / layer_end load a range of layers (a session
+ * then holds the KV cache and recurrent state of those layers only). Such a model is driven by
+ * the MPI build's pipeline (src/dist/pp.h, docs/DESIGN.md): rank 0's steps and evals keep this
+ * API unchanged and run the later stages' layers, output head and sampler on the other ranks;
+ * the last stage samples exactly what a whole model would.
  */
 #ifndef Q35_H
 #define Q35_H

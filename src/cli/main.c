@@ -56,6 +56,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "q35: %s\n", err.msg);
     return 2;
   }
+#ifdef Q35_MPI
+  /* the commands a pipeline runs (serve: its threads, snapshots and prefix reuse are not yet) */
+  if (q35_pp_ranks() > 1 && strcmp(argv[1], "run") && strcmp(argv[1], "logits") && strcmp(argv[1], "bench")) {
+    fprintf(stderr, "q35: '%s' does not run as a pipeline of %d ranks (mpirun -np N runs q35 logits, run and bench)\n",
+            argv[1], q35_pp_ranks());
+    return finish(2);
+  }
+#endif
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (!strcmp(argv[1], commands[i].name)) return finish(commands[i].fn(argc - 1, argv + 1));
   fprintf(stderr, "q35: unknown command '%s'\n", argv[1]);

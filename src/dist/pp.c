@@ -574,12 +574,15 @@ q35_model *q35_pp_load(const char *path, const q35_model_params *mp0, const char
   exit(0);
 }
 
+int q35_pp_ranks(void) { return g_pp.size; }
+
 void q35_pp_finalize(void) {
   if (!g_inited) return;
   if (g_pp.rank == 0 && g_pp.size > 1) {
     quit_chain(&g_pp);
-    fprintf(stderr, "pipeline: rank 0 (layers [%d, %d)) done: peak resident memory %.1f MiB\n", g_pp.begin[0],
-            g_pp.end[0], peak_rss_kb() / 1024.0);
+    if (g_pp.end[0] > 0) /* a model was loaded */
+      fprintf(stderr, "pipeline: rank 0 (layers [%d, %d)) done: peak resident memory %.1f MiB\n", g_pp.begin[0],
+              g_pp.end[0], peak_rss_kb() / 1024.0);
   }
   MPI_Comm_free(&g_pp.comm);
   MPI_Finalize();

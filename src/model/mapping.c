@@ -37,6 +37,25 @@ static long long file_pmd_mapped(const void *map) {
   return kb < 0 ? -1 : kb * 1024;
 }
 
+/* The same summed over every mapping that starts in [map, map + size) (a stage's kept pieces). */
+static long long pmd_mapped_within(const uint8_t *map, size_t size) {
+  FILE *fp = fopen("/proc/self/smaps", "r");
+  if (!fp) return -1;
+  char line[512];
+  int in = 0;
+  long long kb, total = -1;
+  while (fgets(line, sizeof line, fp)) {
+    unsigned long a, b;
+    if (sscanf(line, "%lx-%lx ", &a, &b) == 2) {
+      in = a >= (unsigned long)(uintptr_t)map && a < (unsigned long)(uintptr_t)(map + size);
+      continue;
+    }
+    if (in && sscanf(line, "FilePmdMapped: %lld kB", &kb) == 1) total = (total < 0 ? 0 : total) + kb;
+  }
+  fclose(fp);
+  return total < 0 ? -1 : total * 1024;
+}
+
 #define HUGE_SZ ((size_t)2 << 20)
 
 /* PAGEMAP_SCAN (Linux 6.7+; linux/fs.h), spelled out for older headers: the kernel's ABI. */
@@ -273,5 +292,5 @@ long long q35_map_keep(gguf_file *f, const size_t *off, const size_t *len, size_
     for (size_t o = 0; o < plen; o += page) sink ^= ((const unsigned char *)p)[o];
     (void)sink;
   }
-  return file_pmd_mapped(f->map);
+  return pmd_mapped_within(f->map, f->size);
 }

@@ -83,6 +83,9 @@ done
 a=$("$Q35" run -m "$tmp/moe.gguf" -p "pipeline" -n 24 -t 1 "${samp[@]}" 2>/dev/null | od -An -tx1 | tr -d ' \n')
 b=$(mpi 3 run -m "$tmp/moe.gguf" -p "pipeline" -n 24 -t 1 "${samp[@]}" 2>/dev/null | od -An -tx1 | tr -d ' \n' || true)
 same "$a" "$b" "moe: seeded text of 3 ranks = one process"
+a=$(echo "from stdin" | "$Q35" run -m "$tmp/dense.gguf" -n 16 -t 1 "${samp[@]}" 2>/dev/null | od -An -tx1 | tr -d ' \n')
+b=$(echo "from stdin" | mpi 2 run -m "$tmp/dense.gguf" -n 16 -t 1 "${samp[@]}" 2>/dev/null | od -An -tx1 | tr -d ' \n' || true)
+same "$a" "$b" "dense: seeded text of a prompt on stdin (rank 0 reads it), 2 ranks = one process"
 a=$("$Q35" run -m "$tmp/moe.gguf" -p "x" -n 12 -t 1 --seed 3 --regex '[a-d]+' 2>/dev/null)
 b=$(mpi 2 run -m "$tmp/moe.gguf" -p "x" -n 12 -t 1 --seed 3 --regex '[a-d]+' 2>/dev/null || true)
 same "$a" "$b" "moe: constrained seeded text of 2 ranks (logits to rank 0, masks there) = one process"

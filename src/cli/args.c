@@ -232,6 +232,20 @@ q35_model *model_args_load(const model_args *a, const q35_model_params *mp, q35_
 #endif
 }
 
+int model_args_serve_stage(int argc, char **argv) {
+  model_args ma = {.takes = MODEL_ARG_CTX | MODEL_ARG_MEM_BUDGET};
+  for (int i = 1; i < argc; i++) model_arg(&ma, argc, argv, &i); /* the rest is rank 0's */
+  if (!ma.model) {
+    fprintf(stderr, "q35 %s: -m MODEL.gguf is required\n", argv[0]);
+    return 2;
+  }
+  const q35_model_params mp = model_args_model_params(&ma);
+  q35_err err;
+  model_args_load(&ma, &mp, &err); /* serves the stage and exits */
+  fprintf(stderr, "q35 %s: %s\n", argv[0], err.msg);
+  return 1;
+}
+
 q35_session_params model_args_session_params(const model_args *a) {
   q35_session_params sp = q35_session_default_params();
   sp.n_ctx = a->ctx;

@@ -5,6 +5,7 @@
 #include "base/cpu.h"
 #include "commands.h"
 #ifdef Q35_MPI
+#include "args.h"
 #include "dist/pp.h"
 #endif
 
@@ -63,6 +64,7 @@ int main(int argc, char **argv) {
             argv[1], q35_pp_ranks());
     return finish(2);
   }
+  if (q35_pp_rank() > 0) return finish(model_args_serve_stage(argc - 1, argv + 1)); /* the later stages */
 #endif
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (!strcmp(argv[1], commands[i].name)) return finish(commands[i].fn(argc - 1, argv + 1));

@@ -575,6 +575,7 @@ q35_model *q35_pp_load(const char *path, const q35_model_params *mp0, const char
 }
 
 int q35_pp_ranks(void) { return g_pp.size; }
+int q35_pp_rank(void) { return g_pp.rank; }
 
 void q35_pp_finalize(void) {
   if (!g_inited) return;

@@ -20,8 +20,9 @@ void q35_pp_init(int *argc, char ***argv);
  * last layer) or, when NULL, ranges of about equal bytes. Ranks above 0 do not return. A failure
  * on any rank ends the whole job with a message naming the rank. */
 q35_model *q35_pp_load(const char *path, const q35_model_params *mp, const char *split, q35_err *err);
-/* The job's ranks (1 outside mpirun). */
+/* The job's ranks (1 outside mpirun), and this process's rank. */
 int q35_pp_ranks(void);
+int q35_pp_rank(void);
 /* At the end of main: stops the later stages if the model was not freed, then MPI_Finalize. */
 void q35_pp_finalize(void);
 

@@ -262,9 +262,8 @@ int q35_context_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err
   if (!remote && apply_masks(c, rows, n_rows, err)) return -1;
   const int nth = n_out < q35_pool_size(c->fwd.pool) ? n_out : q35_pool_size(c->fwd.pool);
   sample_task st = {c, rows, n_out};
-  if (remote) (void)0;
-  else if (nth > 1) q35_pool_run(c->fwd.pool, sample_run, &st);
-  else if (nth == 1) sample_run(&st, 0, 1);
+  if (!remote && nth > 1) q35_pool_run(c->fwd.pool, sample_run, &st);
+  else if (!remote && nth == 1) sample_run(&st, 0, 1);
   int rc = step_results(c, rows, n_rows, err);
   if (rc == 0) rc = advance_constraints(c, rows, n_rows, err);
   c->t_sample += q35_now() - t0;

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/util.h"
 #include "engine/context.h"
@@ -119,11 +120,30 @@ static void send_bytes(const void *p, size_t n, int to, int tag) {
   } while (n);
 }
 
+/* Wait for a receive: polling, then sleeping between polls once it has not come for a while (a
+ * rank waits for the others most of a step; MPI_Recv's busy poll would take a core from the
+ * ranks that share this host). The sleep adds at most POLL_SLEEP_US to a message's latency. */
+#define POLL_SPINS 2000
+#define POLL_SLEEP_US 50
+static int wait_recv(MPI_Request *rq) {
+  for (long i = 0;; i++) {
+    int done = 0;
+    const int rc = MPI_Test(rq, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || done) return rc;
+    if (i >= POLL_SPINS) {
+      const struct timespec ts = {0, POLL_SLEEP_US * 1000L};
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
 static void recv_bytes(void *p, size_t n, int from, int tag) {
   char *c = p;
   do {
     const size_t k = n < PIECE ? n : PIECE;
-    const int rc = MPI_Recv(c, (int)k, MPI_BYTE, from, tag, g_pp.comm, MPI_STATUS_IGNORE);
+    MPI_Request rq;
+    int rc = MPI_Irecv(c, (int)k, MPI_BYTE, from, tag, g_pp.comm, &rq);
+    if (rc == MPI_SUCCESS) rc = wait_recv(&rq);
     if (rc != MPI_SUCCESS) die_mpi(rc, "receiving from", from);
     c += k;
     n -= k;

@@ -87,15 +87,11 @@
  *   q35_context_free(ctx);
  *   q35_model_free(model);
  *
- * Room for what comes next (designed, not built): a model loaded for a range of layers, as a
- * pipeline stage of a model split across machines. The plan: q35_model_params gains
- * layer_begin / layer_end (default: all layers); a session then holds the KV cache and
- * recurrent state of those layers only; a row of a stage that does not own the embedding takes
- * its input as hidden states (a `const float *embd` of n_tokens * n_embd floats in place of
- * tokens), and a stage that does not own the output head returns the residual stream of every
- * consumed position (a `float *residual` output) instead of samples. The step, the invariance
- * contract and the row's output rules stay as they are: the last stage samples exactly what a
- * whole model would.
+ * Pipeline stages: q35_model_params.layer_begin / layer_end load a range of layers (a session
+ * then holds the KV cache and recurrent state of those layers only). Such a model is driven by
+ * the MPI build's pipeline (src/dist/pp.h, docs/DESIGN.md): rank 0's steps and evals keep this
+ * API unchanged and run the later stages' layers, output head and sampler on the other ranks;
+ * the last stage samples exactly what a whole model would.
  */
 #ifndef Q35_H
 #define Q35_H
@@ -129,6 +125,10 @@ typedef struct q35_model_params {
                       * keeps them for later loads), after a one-range trial shows the kernel
                       * can map the file that way. Decode streams the weights every token, and
                       * 2 MiB pages spare it a TLB fill every 4 KiB. */
+  int32_t layer_begin, layer_end; /* a pipeline stage: load trunk layers [layer_begin, layer_end)
+                      * only (the embedding only when layer_begin is 0, the output head only when
+                      * layer_end is the last layer); the file's other tensors are unmapped. 0, 0:
+                      * the whole model. Such a model's steps run through dist/pp.c. */
 } q35_model_params;
 
 q35_model_params q35_model_default_params(void);

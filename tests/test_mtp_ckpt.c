@@ -140,7 +140,7 @@ static int dump(const char *model, const char *out) {
   float *used = malloc(sizeof(float) * (size_t)H * NP), *g = malloc(sizeof(float) * H);
   float *calls = malloc(sizeof(float) * (size_t)V * NP);
   int32_t ends[8], n_calls = 0;
-  q35_fwd_row row = {s, tok, N, N, lg, hid};
+  q35_fwd_row row = {s, tok, N, N, lg, hid, NULL, NULL};
   if (!s || q35_forward(m, &m->ctx->fwd, &row, 1, &err)) return fprintf(stderr, "trunk: %s\n", err.msg), 1;
   memcpy(used, hid, sizeof(float) * (size_t)H * (NP - 1));
   memcpy(used + (size_t)(NP - 1) * H, hid + (size_t)(NP - 1) * H, sizeof(float) * H);

@@ -4,7 +4,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-pkgs="build-essential cmake pkg-config libjansson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev python3 python3-numpy clang libclang-rt-14-dev curl json-schema-test-suite haproxy"
+pkgs="build-essential cmake pkg-config libjansson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev python3 python3-numpy clang libclang-rt-14-dev curl json-schema-test-suite haproxy openmpi-bin libopenmpi-dev"
 bash tools/install-deps.sh $pkgs
 # the browser the server's CORS test drives (through npm playwright-core), and openssl for its TLS test
 bash tools/install-deps.sh chromium openssl

@@ -9,6 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
+#ifdef Q35_MPI
+#include "dist/pp.h"
+#endif
+
 static const char *pending_value; /* value of a --flag=value argument (CLI parsing only) */
 
 int arg_is(int argc, char **argv, int *i, const char *name) {
@@ -168,6 +173,8 @@ int model_arg(model_args *a, int argc, char **argv, int *i) {
     a->no_mmap = 1;
   } else if (arg_is(argc, argv, i, "--no_huge_pages")) {
     a->no_huge = 1;
+  } else if (arg_is(argc, argv, i, "--pp_split")) {
+    a->pp_split = arg_value(argc, argv, i);
   } else if ((a->takes & MODEL_ARG_MEM_BUDGET) && arg_is(argc, argv, i, "--mem_budget")) {
     a->mem_budget = arg_size("--mem-budget", arg_value(argc, argv, i));
     a->mem_budget_set = 1;
@@ -198,7 +205,9 @@ void model_args_help(FILE *f, const model_args *a) {
           "  --kv f16|f32|q8_0                KV cache type (default %s)\n"
           "  --chunk N                        %s\n"
           "  --no-mmap                        read the weights into memory instead of mapping the file\n"
-          "  --no-huge-pages                  map the file in the kernel's default pages (default: 2 MiB pages)\n",
+          "  --no-huge-pages                  map the file in the kernel's default pages (default: 2 MiB pages)\n"
+          "  --pp-split B:E,B:E,...           under mpirun (a -DQ35_MPI=ON build): each rank's layers\n"
+          "                                   (default: ranges of about equal bytes)\n",
           kv_name(a->kv), a->chunk_help);
   if (a->takes & MODEL_ARG_MEM_BUDGET) fprintf(f, "  --mem-budget SIZE                %s\n", a->mem_budget_help);
 }
@@ -209,6 +218,32 @@ q35_model_params model_args_model_params(const model_args *a) {
   mp.no_mmap = a->no_mmap;
   mp.no_huge = a->no_huge;
   return mp;
+}
+
+q35_model *model_args_load(const model_args *a, const q35_model_params *mp, q35_err *err) {
+#ifdef Q35_MPI
+  return q35_pp_load(a->model, mp, a->pp_split, err);
+#else
+  if (a->pp_split) {
+    q35_seterr(err, "--pp-split needs a build with MPI (cmake -DQ35_MPI=ON) run under mpirun");
+    return NULL;
+  }
+  return q35_model_load(a->model, mp, err);
+#endif
+}
+
+int model_args_serve_stage(int argc, char **argv) {
+  model_args ma = {.takes = MODEL_ARG_CTX | MODEL_ARG_MEM_BUDGET};
+  for (int i = 1; i < argc; i++) model_arg(&ma, argc, argv, &i); /* the rest is rank 0's */
+  if (!ma.model) {
+    fprintf(stderr, "q35 %s: -m MODEL.gguf is required\n", argv[0]);
+    return 2;
+  }
+  const q35_model_params mp = model_args_model_params(&ma);
+  q35_err err;
+  model_args_load(&ma, &mp, &err); /* serves the stage and exits */
+  fprintf(stderr, "q35 %s: %s\n", argv[0], err.msg);
+  return 1;
 }
 
 q35_session_params model_args_session_params(const model_args *a) {

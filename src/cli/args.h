@@ -53,6 +53,7 @@ typedef struct model_args {
   uint64_t mem_budget;      /* --mem-budget: KV/state bytes allowed (0: no limit) */
   int mem_budget_set;       /* --mem-budget was given (else model_args_done sets the default) */
   unsigned takes;           /* MODEL_ARG_* */
+  const char *pp_split;     /* --pp-split: pipeline stages' layer ranges (the MPI build) */
   /* help text: what --ctx, --chunk and --mem-budget mean for this command, with their defaults */
   const char *ctx_help, *chunk_help, *mem_budget_help;
 } model_args;
@@ -67,6 +68,12 @@ void model_args_done(model_args *a, const char *cmd);
 void model_args_help(FILE *f, const model_args *a);
 q35_model_params model_args_model_params(const model_args *a);
 q35_session_params model_args_session_params(const model_args *a);
+/* q35_model_load with the flags; in the MPI build under mpirun, this rank's pipeline stage
+ * (dist/pp.h: ranks above 0 serve their stage inside and never return). */
+q35_model *model_args_load(const model_args *a, const q35_model_params *mp, q35_err *err);
+/* A pipeline rank above 0 (the MPI build): only the model flags of the command line matter (the
+ * prompt, output and sampling flags are rank 0's); serves its stage, never returns. */
+int model_args_serve_stage(int argc, char **argv);
 /* A hint naming this command's flags for why a session could not be created (the library's
  * message names its parameters, not flags): "" when neither limit explains it. */
 const char *model_args_session_hint(const model_args *a, q35_model *m, char *buf, size_t n);

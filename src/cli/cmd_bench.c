@@ -63,7 +63,7 @@ int cmd_bench(int argc, char **argv) {
   q35_err err = {{0}};
   const q35_model_params mp = model_args_model_params(&ma);
   double t0 = q35_now();
-  q35_model *m = q35_model_load(ma.model, &mp, &err);
+  q35_model *m = model_args_load(&ma, &mp, &err);
   if (!m) {
     fprintf(stderr, "q35 bench: %s\n", err.msg);
     return 1;

@@ -50,7 +50,7 @@ int cmd_logits(int argc, char **argv) {
   int32_t *tokens = arg_ids("--tokens", tokens_s, &n);
   q35_err err = {{0}};
   const q35_model_params mp = model_args_model_params(&ma);
-  q35_model *m = q35_model_load(ma.model, &mp, &err);
+  q35_model *m = model_args_load(&ma, &mp, &err);
   if (!m) {
     fprintf(stderr, "q35 logits: %s\n", err.msg);
     free(tokens);

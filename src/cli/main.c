@@ -4,6 +4,18 @@
 
 #include "base/cpu.h"
 #include "commands.h"
+#ifdef Q35_MPI
+#include "args.h"
+#include "dist/pp.h"
+#endif
+
+/* The command's exit status, after the MPI build's pipeline has stopped. */
+static int finish(int rc) {
+#ifdef Q35_MPI
+  q35_pp_finalize();
+#endif
+  return rc;
+}
 
 static const struct {
   const char *name;
@@ -31,6 +43,9 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+#ifdef Q35_MPI
+  q35_pp_init(&argc, &argv);
+#endif
   if (argc < 2) {
     usage(stderr);
     return 2;
@@ -44,8 +59,17 @@ int main(int argc, char **argv) {
     fprintf(stderr, "q35: %s\n", err.msg);
     return 2;
   }
+#ifdef Q35_MPI
+  /* the commands a pipeline runs (serve: its threads, snapshots and prefix reuse are not yet) */
+  if (q35_pp_ranks() > 1 && strcmp(argv[1], "run") && strcmp(argv[1], "logits") && strcmp(argv[1], "bench")) {
+    fprintf(stderr, "q35: '%s' does not run as a pipeline of %d ranks (mpirun -np N runs q35 logits, run and bench)\n",
+            argv[1], q35_pp_ranks());
+    return finish(2);
+  }
+  if (q35_pp_rank() > 0) return finish(model_args_serve_stage(argc - 1, argv + 1)); /* the later stages */
+#endif
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-    if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    if (!strcmp(argv[1], commands[i].name)) return finish(commands[i].fn(argc - 1, argv + 1));
   fprintf(stderr, "q35: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;

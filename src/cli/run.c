@@ -221,7 +221,7 @@ static int32_t prefill_draft(q35_model *m, q35_session *s, draft_state *d, const
   if (!hid) return q35_seterr(err, "out of memory (prompt hidden states)");
   while (done < n_prompt - 1) {
     const int32_t n = n_prompt - 1 - done < chunk ? n_prompt - 1 - done : chunk;
-    q35_fwd_row r = {s, prompt + done, n, 0, NULL, NULL};
+    q35_fwd_row r = {s, prompt + done, n, 0, NULL, NULL, NULL, NULL};
     s->hidden_all = hid;
     const int frc = q35_forward(m, &m->ctx->fwd, &r, 1, err);
     s->hidden_all = NULL;
@@ -459,7 +459,7 @@ int run_main(const run_opts *o) {
   double t0 = q35_now();
   q35_model_params mp = model_args_model_params(&o->ma);
   mp.progress = o->stats;
-  q35_model *m = q35_model_load(o->ma.model, &mp, &err);
+  q35_model *m = model_args_load(&o->ma, &mp, &err);
   if (!m) {
     fprintf(stderr, "q35 run: %s\n", err.msg);
     goto early_fail;

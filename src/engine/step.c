@@ -91,7 +91,7 @@ static int32_t step_prepare(q35_context *c, const q35_row *rows, int32_t n_rows,
     const q35_row *row = &rows[r];
     const int32_t m = n_outputs(row);
     c->fwd_rows[r] = (q35_fwd_row){row->session, row->tokens, row->n_tokens, m, c->logits + (size_t)at * V,
-                                   m ? row->hidden : NULL};
+                                   m ? row->hidden : NULL, NULL, NULL};
     c->out_at[r] = at;
     for (int32_t j = 0; j < m; j++) c->item_row[at + j] = r;
     at += m;
@@ -304,11 +304,21 @@ int q35_context_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err
   if (n_rows < 1 || !rows) return q35_seterr(err, "a step needs at least one row");
   const int32_t n_out = step_prepare(c, rows, n_rows, err);
   if (n_out < 0) return -1;
+  /* a pipeline's first stage: the last stage samples (without constraints, whose masks live here)
+   * and returns the results instead of logits */
+  q35_stage_next *nx = c->model->next;
+  int remote = 0;
+  if (nx) {
+    int constrained = 0;
+    for (int32_t r = 0; r < n_rows; r++) constrained |= rows[r].constraint != NULL;
+    remote = !constrained && nx->sample_next(nx, rows, n_rows, c->out) == 0;
+  }
   mask_task mt;
   pthread_t mth;
-  const int overlap = masks_start(c, rows, n_rows, n_out, &mt, &mth, err);
+  const int overlap = remote ? 0 : masks_start(c, rows, n_rows, n_out, &mt, &mth, err);
   if (overlap < 0) return -1;
   const int frc = q35_forward(c->model, &c->fwd, c->fwd_rows, n_rows, err);
+  if (frc && remote) nx->sample_next(nx, NULL, 0, NULL);
   const double t0 = q35_now();
   if (overlap) {
     q35_err merr;
@@ -318,13 +328,13 @@ int q35_context_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err
       *err = merr;
       return -1;
     }
-  } else if (frc || apply_masks(c, rows, n_rows, err)) {
+  } else if (frc || (!remote && apply_masks(c, rows, n_rows, err))) {
     return -1;
   }
   const int nth = n_out < q35_pool_size(c->fwd.pool) ? n_out : q35_pool_size(c->fwd.pool);
   sample_task st = {c, rows, n_out};
-  if (nth > 1) q35_pool_run(c->fwd.pool, sample_run, &st);
-  else if (nth == 1) sample_run(&st, 0, 1);
+  if (!remote && nth > 1) q35_pool_run(c->fwd.pool, sample_run, &st);
+  else if (!remote && nth == 1) sample_run(&st, 0, 1);
   int rc = step_results(c, rows, n_rows, err);
   if (rc == 0) rc = advance_constraints(c, rows, n_rows, err);
   c->t_sample += q35_now() - t0;
@@ -350,7 +360,7 @@ int q35_context_eval(q35_context *c, q35_session *s, const int32_t *tokens, int3
     if (tokens[i] < 0 || tokens[i] >= V) return q35_seterr(err, "token id %d is out of range [0, %d)", tokens[i], V);
   for (int32_t i = 0; i < n; i += chunk) {
     const int32_t len = n - i < chunk ? n - i : chunk;
-    q35_fwd_row r = {s, tokens + i, len, 0, NULL, NULL};
+    q35_fwd_row r = {s, tokens + i, len, 0, NULL, NULL, NULL, NULL};
     if (logits && all) {
       r.n_out = len;
       r.logits = logits + (size_t)i * V;

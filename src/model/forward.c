@@ -150,12 +150,19 @@ static int check_rows(const q35_model *m, const q35_fwd_row *rows, int n_rows, i
     for (int q = 0; q < r; q++)
       if (rows[q].s == s) return q35_seterr(err, "rows %d and %d name the same session", q, r);
     if (rows[r].n < 1) return q35_seterr(err, "row %d has no tokens", r);
+    if (!rows[r].x_in != (m->layer_begin == 0) || (r && !rows[r].x_out != !rows[0].x_out))
+      return q35_seterr(err, "row %d: a pipeline stage of layers [%d, %d) takes %s and all rows or none return "
+                        "the residual stream", r, m->layer_begin, m->layer_end,
+                        m->layer_begin ? "hidden states (x_in), not tokens" : "tokens");
+    if (!rows[r].x_out && rows[r].n_out && !m->output.data && !m->next)
+      return q35_seterr(err, "row %d: this pipeline stage (layers [%d, %d)) has no output head", r, m->layer_begin,
+                        m->layer_end);
     if (rows[r].n_out < 0 || rows[r].n_out > rows[r].n)
       return q35_seterr(err, "row %d: %d outputs for %d tokens", r, rows[r].n_out, rows[r].n);
     if ((int64_t)s->pos + rows[r].n > s->params.n_ctx)
       return q35_seterr(err, "%d tokens at position %d exceed the context limit of %d tokens (the session's n_ctx)",
                         rows[r].n, s->pos, s->params.n_ctx);
-    for (int32_t i = 0; i < rows[r].n; i++)
+    for (int32_t i = 0; !rows[r].x_in && i < rows[r].n; i++)
       if (rows[r].tokens[i] < 0 || rows[r].tokens[i] >= V)
         return q35_seterr(err, "token id %d is out of range [0, %d)", rows[r].tokens[i], V);
     row_start[r] = (int32_t)T;
@@ -166,7 +173,8 @@ static int check_rows(const q35_model *m, const q35_fwd_row *rows, int n_rows, i
   return 0;
 }
 
-/* b->x = the rows' token embeddings; token positions and rows for the layers. */
+/* b->x = the rows' token embeddings (or the residual stream a pipeline stage receives, x_in);
+ * token positions and rows for the layers. */
 static void embed(const q35_fwd *f) {
   const q35_model *m = f->m;
   const int H = m->hp.n_embd;
@@ -175,6 +183,10 @@ static void embed(const q35_fwd *f) {
       const int64_t t = f->row_start[r] + i;
       f->b->row_of[t] = r;
       f->b->pos_of[t] = f->rows[r].s->pos + i;
+      if (f->rows[r].x_in) {
+        memcpy(f->b->x + t * H, f->rows[r].x_in + (int64_t)i * H, sizeof(float) * H);
+        continue;
+      }
       q35_dequantize_row(m->tok_embd.type,
                          (const char *)m->tok_embd.data + (size_t)f->rows[r].tokens[i] * m->tok_embd.nb1,
                          f->b->x + t * H, H);
@@ -201,12 +213,12 @@ static void add_into(float *x, const float *y, int64_t n) {
   for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-/* The layer loop: the residual stream b->x through every layer. */
+/* The layer loop: the residual stream b->x through every layer (of a pipeline stage: its own). */
 static void layers(const q35_fwd *f) {
   const q35_hparams *hp = &f->m->hp;
   q35_bufs *b = f->b;
   const int64_t T = b->T, H = hp->n_embd;
-  for (int il = 0; il < hp->n_layer; il++) {
+  for (int il = f->m->layer_begin; il < f->m->layer_end; il++) {
     const q35_layer *L = &f->m->layers[il];
     norm_task nt = {b, b->h, b->x, L->attn_norm.data, (int)H, hp->eps};
     pool_or_inline(f->pool, norm_run, &nt, T <= INLINE_ROWS);
@@ -284,6 +296,12 @@ int q35_forward(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, int n_row
   embed(&f);
   layers(&f);
   for (int r = 0; r < n_rows; r++) rows[r].s->pos += rows[r].n;
+  if (rows[0].x_out) { /* a pipeline stage before the last: the residual stream goes on */
+    for (int r = 0; r < n_rows; r++)
+      memcpy(rows[r].x_out, b.x + (int64_t)row_start[r] * m->hp.n_embd, sizeof(float) * rows[r].n * m->hp.n_embd);
+    return 0;
+  }
+  if (m->next) return m->next->forward(m->next, rows, n_rows, b.x, T, err); /* the later stages' layers and head */
   output_head(&f, joint);
   return 0;
 }

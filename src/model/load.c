@@ -26,7 +26,7 @@
 #include "kernels/quant.h"
 
 q35_model_params q35_model_default_params(void) {
-  q35_model_params p = {0, 0, 0, 0};
+  q35_model_params p = {0, 0, 0, 0, 0, 0};
   return p;
 }
 
@@ -203,13 +203,28 @@ static int load_mtp(q35_model *m, q35_err *err) {
   return 0;
 }
 
-static int load_tensors(q35_model *m, q35_err *err) {
+/* A pipeline stage binds the embedding when it runs layer 0 (or the output is tied to it), and the
+ * output head when it runs the last layer. */
+static int load_ends(q35_model *m, q35_err *err) {
   const q35_hparams *hp = &m->hp;
   const int H = hp->n_embd, V = hp->n_vocab;
-  if (bind(m, &m->tok_embd, q35_gguf_tensor(Q35_TENSOR_TOKEN_EMBD, 0).s, 2, H, V, 1, 0, 0, err)) return -1;
+  const int first = m->layer_begin == 0, last = m->layer_end == hp->n_layer;
+  const int tied = !gguf_find_tensor(m->gguf, q35_gguf_tensor(Q35_TENSOR_OUTPUT, 0).s);
+  if ((first || (last && tied)) &&
+      bind(m, &m->tok_embd, q35_gguf_tensor(Q35_TENSOR_TOKEN_EMBD, 0).s, 2, H, V, 1, 0, 0, err))
+    return -1;
+  if (!last) return 0;
   if (bind(m, &m->output_norm, q35_gguf_tensor(Q35_TENSOR_OUTPUT_NORM, 0).s, 1, H, 1, 1, 0, 1, err)) return -1;
   if (bind(m, &m->output, q35_gguf_tensor(Q35_TENSOR_OUTPUT, 0).s, 2, H, V, 1, 1, 0, err)) return -1;
   if (!m->output.data) m->output = m->tok_embd; /* tied */
+  return 0;
+}
+
+static int load_tensors(q35_model *m, q35_err *err) {
+  const q35_hparams *hp = &m->hp;
+  const int H = hp->n_embd;
+  if (load_ends(m, err)) return -1;
+  const int whole = m->layer_begin == 0 && m->layer_end == hp->n_layer;
   const int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
   const int Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, dv = hp->ssm_d_state;
   const int C = 2 * Hk * dk + Hv * dv;
@@ -220,8 +235,9 @@ static int load_tensors(q35_model *m, q35_err *err) {
   do {                                                                                                  \
     if (bind(m, &L->field, q35_gguf_tensor(Q35_TENSOR_##id, il).s, nd, a, b, c, opt, f32, err)) return -1; \
   } while (0)
-  for (int il = 0; il < hp->n_layer + (hp->n_layer_all > hp->n_layer); il++) {
+  for (int il = 0; il < hp->n_layer + (whole && hp->n_layer_all > hp->n_layer); il++) {
     const int is_mtp = il == hp->n_layer; /* the first MTP block: attention + FFN (+ nextn below) */
+    if (!is_mtp && (il < m->layer_begin || il >= m->layer_end)) continue; /* another stage's layer */
     q35_layer *L = is_mtp ? &m->mtp.layer : &m->layers[il];
     L->is_attn = is_mtp || (il + 1) % hp->interval == 0;
     L->attn_index = is_mtp ? 0 : L->is_attn ? m->n_attn_layers++ : m->n_gdn_layers++;
@@ -270,7 +286,89 @@ static int load_tensors(q35_model *m, q35_err *err) {
     }
   }
 #undef B
-  return hp->n_layer_all > hp->n_layer ? load_mtp(m, err) : 0;
+  return whole && hp->n_layer_all > hp->n_layer ? load_mtp(m, err) : 0;
+}
+
+/* The trunk layer a tensor name belongs to ("blk.N."), or -1. */
+static int tensor_layer(gguf_str name) {
+  if (name.len < 5 || memcmp(name.ptr, "blk.", 4)) return -1;
+  int l = 0;
+  size_t i = 4;
+  for (; i < name.len && name.ptr[i] >= '0' && name.ptr[i] <= '9' && l < MAX_LAYERS * 16; i++)
+    l = l * 10 + (name.ptr[i] - '0');
+  return i > 4 && i < name.len && name.ptr[i] == '.' ? l : -1;
+}
+
+static int cmp_size(const void *a, const void *b) {
+  const size_t x = *(const size_t *)a, y = *(const size_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* A stage keeps the data of its own tensors mapped: its layers', the embedding and output head it
+ * bound, and any tensor outside the blocks that q35 does not know (kept, to be safe). */
+static long long map_stage(q35_model *m, int huge, q35_err *err) {
+  const gguf_file *f = m->gguf;
+  const uint8_t *embd = m->tok_embd.data, *out = m->output.data, *onorm = m->output_norm.data;
+  size_t *rng = malloc(2 * (f->n_tensors + 1) * sizeof *rng), n = 0;
+  if (!rng) return q35_seterr(err, "out of memory"), -2;
+  for (uint64_t i = 0; i < f->n_tensors; i++) {
+    const gguf_tensor *t = &f->tensors[i];
+    const int l = tensor_layer(t->name);
+    int keep = l >= 0 ? l >= m->layer_begin && l < m->layer_end : 1;
+    if (gguf_str_eq(t->name, "token_embd.weight")) keep = t->data == (const void *)embd;
+    else if (gguf_str_eq(t->name, "output.weight")) keep = t->data == (const void *)out;
+    else if (gguf_str_eq(t->name, "output_norm.weight")) keep = t->data == (const void *)onorm;
+    if (!keep || !t->nbytes) continue;
+    rng[2 * n] = (size_t)((const uint8_t *)t->data - f->map);
+    rng[2 * n + 1] = t->nbytes;
+    n++;
+  }
+  qsort(rng, n, 2 * sizeof *rng, cmp_size); /* pairs, by offset */
+  size_t *off = malloc((n + 1) * sizeof *off), *len = malloc((n + 1) * sizeof *len), k = 0;
+  if (!off || !len) {
+    free(rng), free(off), free(len);
+    return q35_seterr(err, "out of memory"), -2;
+  }
+  for (size_t i = 0; i < n; i++) { /* merge touching ranges */
+    if (k && off[k - 1] + len[k - 1] >= rng[2 * i]) {
+      const size_t e = rng[2 * i] + rng[2 * i + 1];
+      if (e > off[k - 1] + len[k - 1]) len[k - 1] = e - off[k - 1];
+      continue;
+    }
+    off[k] = rng[2 * i];
+    len[k++] = rng[2 * i + 1];
+  }
+  const long long pmd = q35_map_keep(m->gguf, off, len, k, huge);
+  free(rng), free(off), free(len);
+  return pmd;
+}
+
+int q35_model_plan(const char *path, int *n_layer, uint64_t **layer_bytes, uint64_t *embd_bytes,
+                   uint64_t *out_bytes, q35_err *err) {
+  q35_model m;
+  memset(&m, 0, sizeof m);
+  m.gguf = gguf_open(path, err);
+  if (!m.gguf) return -1;
+  int rc = load_hparams(&m, err);
+  uint64_t *lb = rc ? NULL : calloc((size_t)m.hp.n_layer, sizeof *lb);
+  if (!rc && !lb) rc = q35_seterr(err, "out of memory");
+  *embd_bytes = *out_bytes = 0;
+  for (uint64_t i = 0; !rc && i < m.gguf->n_tensors; i++) {
+    const gguf_tensor *t = &m.gguf->tensors[i];
+    const int l = tensor_layer(t->name);
+    if (l >= 0 && l < m.hp.n_layer) lb[l] += t->nbytes;
+    else if (gguf_str_eq(t->name, "token_embd.weight")) *embd_bytes += t->nbytes;
+    else if (gguf_str_eq(t->name, "output.weight") || gguf_str_eq(t->name, "output_norm.weight"))
+      *out_bytes += t->nbytes;
+  }
+  gguf_close(m.gguf);
+  if (rc) {
+    free(lb);
+    return -1;
+  }
+  *n_layer = m.hp.n_layer;
+  *layer_bytes = lb;
+  return 0;
 }
 
 q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_err *err) {
@@ -292,6 +390,14 @@ q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_
     if (q35_map_into_memory(s, s->path, err)) goto fail;
   }
   if (load_hparams(m, err)) goto fail;
+  m->layer_begin = params->layer_begin;
+  m->layer_end = params->layer_end;
+  if (m->layer_begin == 0 && m->layer_end == 0) m->layer_end = m->hp.n_layer;
+  if (m->layer_begin < 0 || m->layer_begin >= m->layer_end || m->layer_end > m->hp.n_layer) {
+    q35_seterr(err, "%s: layer range [%d, %d) is not within the model's %d layers", path, params->layer_begin,
+               params->layer_end, m->hp.n_layer);
+    goto fail;
+  }
   {
     const gguf_tensor *te = gguf_find_tensor(m->gguf, "token_embd.weight");
     if (!te) {
@@ -307,18 +413,34 @@ q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_
     }
   }
   if (load_tensors(m, err)) goto fail;
-  for (uint32_t k = 0; !params->no_mmap && k < gguf_n_shards(m->gguf); k++) {
-    const long long pmd = q35_map_prefault(gguf_shard(m->gguf, k), !params->no_huge, params->progress);
-    m->huge_bytes = k == 0 ? pmd : m->huge_bytes < 0 || pmd < 0 ? -1 : m->huge_bytes + pmd; /* -1: unknown */
+  if (m->layer_begin > 0 || m->layer_end < m->hp.n_layer) { /* a pipeline stage */
+    if (gguf_n_shards(m->gguf) > 1) {
+      q35_seterr(err, "%s: a pipeline stage of a split GGUF (%u shards) is not supported yet (merge the shards "
+                      "into one file)", path, (unsigned)gguf_n_shards(m->gguf));
+      goto fail;
+    }
+    m->huge_bytes = map_stage(m, !params->no_mmap && !params->no_huge, err);
+    if (m->huge_bytes == -2) goto fail;
+  } else {
+    for (uint32_t k = 0; !params->no_mmap && k < gguf_n_shards(m->gguf); k++) {
+      const long long pmd = q35_map_prefault(gguf_shard(m->gguf, k), !params->no_huge, params->progress);
+      m->huge_bytes = k == 0 ? pmd : m->huge_bytes < 0 || pmd < 0 ? -1 : m->huge_bytes + pmd; /* -1: unknown */
+    }
   }
   const q35_context_params cp = {params->n_threads};
   m->ctx = q35_context_new(m, &cp, err); /* the default context: its threads start now */
   if (!m->ctx) goto fail;
+  const q35_layer *L0 = &m->layers[m->layer_begin];
   snprintf(m->desc, sizeof m->desc, "%s: %d layers (%d attention, %d DeltaNet)%s, embd %d, vocab %d%s, %s FFN weights",
-           m->hp.is_moe ? "qwen35moe" : "qwen35", m->hp.n_layer, m->n_attn_layers, m->n_gdn_layers,
+           m->hp.is_moe ? "qwen35moe" : "qwen35", m->layer_end - m->layer_begin, m->n_attn_layers, m->n_gdn_layers,
            m->has_mtp ? " + MTP head" : "", m->hp.n_embd,
-           m->hp.n_vocab, m->output.data == m->tok_embd.data ? ", tied output" : "",
-           q35_type_name(m->hp.is_moe ? m->layers[0].down_exps.type : m->layers[0].ffn_down.type));
+           m->hp.n_vocab, m->output.data && m->output.data == m->tok_embd.data ? ", tied output" : "",
+           q35_type_name(m->hp.is_moe ? L0->down_exps.type : L0->ffn_down.type));
+  if (m->layer_end - m->layer_begin < m->hp.n_layer) {
+    const size_t l = strlen(m->desc);
+    snprintf(m->desc + l, sizeof m->desc - l, ", pipeline stage: layers [%d, %d) of %d", m->layer_begin,
+             m->layer_end, m->hp.n_layer);
+  }
   if (params->progress) fprintf(stderr, "loaded %s in %.2f s\n", m->desc, q35_now() - t0);
   return m;
 fail:
@@ -328,6 +450,7 @@ fail:
 
 void q35_model_free(q35_model *m) {
   if (!m) return;
+  if (m->next) m->next->close(m->next);
   q35_context_free(m->ctx);
   free(m->layers);
   gguf_close(m->gguf);

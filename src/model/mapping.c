@@ -37,6 +37,25 @@ static long long file_pmd_mapped(const void *map) {
   return kb < 0 ? -1 : kb * 1024;
 }
 
+/* The same summed over every mapping that starts in [map, map + size) (a stage's kept pieces). */
+static long long pmd_mapped_within(const uint8_t *map, size_t size) {
+  FILE *fp = fopen("/proc/self/smaps", "r");
+  if (!fp) return -1;
+  char line[512];
+  int in = 0;
+  long long kb, total = -1;
+  while (fgets(line, sizeof line, fp)) {
+    unsigned long a, b;
+    if (sscanf(line, "%lx-%lx ", &a, &b) == 2) {
+      in = a >= (unsigned long)(uintptr_t)map && a < (unsigned long)(uintptr_t)(map + size);
+      continue;
+    }
+    if (in && sscanf(line, "FilePmdMapped: %lld kB", &kb) == 1) total = (total < 0 ? 0 : total) + kb;
+  }
+  fclose(fp);
+  return total < 0 ? -1 : total * 1024;
+}
+
 #define HUGE_SZ ((size_t)2 << 20)
 
 /* PAGEMAP_SCAN (Linux 6.7+; linux/fs.h), spelled out for older headers: the kernel's ABI. */
@@ -244,4 +263,34 @@ int q35_map_into_memory(gguf_file *f, const char *path, q35_err *err) {
     return -1;
   }
   return 0;
+}
+
+/* A pipeline stage's mapping: the tensor data of the other stages is unmapped (page-aligned holes
+ * between the kept ranges), so the stage's resident memory is its own weights, and a stray read of
+ * another stage's tensor faults instead of reading the file behind the stage's back. The header
+ * (metadata, the tokenizer's strings) stays. Kept ranges are populated, in 2 MiB pages when huge. */
+long long q35_map_keep(gguf_file *f, const size_t *off, const size_t *len, size_t n, int huge) {
+  const size_t page = sysconf(_SC_PAGESIZE) > 0 ? (size_t)sysconf(_SC_PAGESIZE) : 4096;
+  size_t from = (f->data_offset + page - 1) & ~(page - 1); /* first byte not yet kept or dropped */
+  for (size_t i = 0; i <= n; i++) {
+    const size_t lo = i < n ? off[i] & ~(page - 1) : (f->size + page - 1) & ~(page - 1);
+    if (lo > from) munmap((void *)(f->map + from), lo - from);
+    if (i == n) break;
+    const size_t hi = (off[i] + len[i] + page - 1) & ~(page - 1);
+    if (hi > from) from = hi;
+    void *p = (void *)(f->map + (off[i] & ~(page - 1)));
+    const size_t plen = hi - (off[i] & ~(page - 1));
+#ifdef MADV_HUGEPAGE
+    if (huge) madvise(p, plen, MADV_HUGEPAGE);
+#else
+    (void)huge;
+#endif
+#ifdef MADV_POPULATE_READ
+    if (madvise(p, plen, MADV_POPULATE_READ) == 0) continue;
+#endif
+    volatile unsigned char sink = 0;
+    for (size_t o = 0; o < plen; o += page) sink ^= ((const unsigned char *)p)[o];
+    (void)sink;
+  }
+  return pmd_mapped_within(f->map, f->size);
 }

@@ -73,6 +73,26 @@ typedef struct q35_mtp {
   q35_tensor head;            /* nextn.shared_head_head, or the model's output */
 } q35_mtp;
 
+/* The later stages of a pipeline (dist/pp.c, built with -DQ35_MPI=ON): a model that holds the first
+ * layers only hands the residual stream of each step's tokens on through these, and its sessions'
+ * lifetimes are mirrored there. NULL in a process that holds the whole model. */
+enum { Q35_STAGE_SESSION_NEW, Q35_STAGE_SESSION_FREE, Q35_STAGE_SESSION_RESET };
+typedef struct q35_stage_next q35_stage_next;
+struct q35_fwd_row;
+struct q35_step_out;
+struct q35_stage_next {
+  /* after this stage's layers: x = the residual stream [T][n_embd] of the rows' tokens; writes
+   * each row's logits (and hidden) as the whole model would */
+  int (*forward)(q35_stage_next *nx, const struct q35_fwd_row *rows, int n_rows, const float *x, int64_t T,
+                 q35_err *err);
+  int (*session)(q35_stage_next *nx, int op, const q35_session *s, q35_err *err);
+  /* a step (engine/step.c) about to run its forward pass: the last stage samples the rows'
+   * positions itself and the next forward writes the results to out[] (in step order) instead of
+   * logits; rows NULL withdraws the offer (the forward pass was refused). 0: it will. */
+  int (*sample_next)(q35_stage_next *nx, const q35_row *rows, int n_rows, struct q35_step_out *out);
+  void (*close)(q35_stage_next *nx); /* the model is freed: the later stages stop */
+};
+
 struct q35_model {
   gguf_file *gguf;
   q35_hparams hp;
@@ -84,6 +104,11 @@ struct q35_model {
   char desc[256];
   long long huge_bytes;         /* bytes of the file mapping mapped with 2 MiB entries; -1 unknown */
   q35_context *ctx;             /* the default context (q35_step, q35_session_eval), made at load */
+  /* A pipeline stage holds layers [layer_begin, layer_end) only (all: 0, n_layer), the embedding
+   * when it begins at 0 and the output head when it ends at n_layer; n_attn_layers / n_gdn_layers
+   * and attn_index count its own layers, so its sessions hold their state only. */
+  int layer_begin, layer_end;
+  q35_stage_next *next;         /* NULL, or the later stages (set by dist/pp.c) */
 };
 
 struct q35_session {
@@ -116,6 +141,11 @@ typedef struct q35_fwd_row {
   int32_t n_out;
   float *logits; /* n_out * n_vocab floats, position major (unused when n_out is 0) */
   float *hidden; /* NULL, or n_out * n_embd floats: output_norm(x) of those positions */
+  /* pipeline stages: */
+  const float *x_in; /* NULL, or n * n_embd floats: the residual stream entering the model's first
+                        layer, in place of the tokens' embeddings (tokens may then be NULL) */
+  float *x_out;      /* NULL, or n * n_embd floats: the residual stream after the model's last layer
+                        (no output head runs; n_out is ignored). All rows or none set it. */
 } q35_fwd_row;
 
 /* What a forward pass runs on: the threads, and the scratch block it grows on demand (never per
@@ -135,6 +165,16 @@ int q35_forward(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, int n_row
 long long q35_map_prefault(const gguf_file *f, int huge, int progress);
 /* mapping.c: the file's bytes into anonymous memory at the mapping's address (no_mmap). */
 int q35_map_into_memory(gguf_file *f, const char *path, q35_err *err);
+
+/* load.c: the bytes of the file's tensors of each trunk layer (layer_bytes[n_layer], malloc'd), of
+ * the embedding and of the output head (output_norm + output; 0 when tied), for splitting a model
+ * into pipeline stages. */
+int q35_model_plan(const char *path, int *n_layer, uint64_t **layer_bytes, uint64_t *embd_bytes,
+                   uint64_t *out_bytes, q35_err *err);
+/* mapping.c: keep only [off[i], off[i] + len[i]) (file offsets, sorted, disjoint) of the tensor data
+ * mapped, unmapping the rest (a pipeline stage), and populate those ranges; returns the bytes
+ * mapped with 2 MiB entries, -1 where the kernel does not say. */
+long long q35_map_keep(gguf_file *f, const size_t *off, const size_t *len, size_t n, int huge);
 
 /* The scalar path of a full forward pass runs with Q35_SIMD=scalar; see quant.h. */
 

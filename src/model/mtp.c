@@ -111,7 +111,7 @@ int q35_mtp_forward(const q35_model *m, q35_fwd_ws *ws, q35_mtp_cache *c, const 
     if (tokens[i] < 0 || tokens[i] >= V) return q35_seterr(err, "MTP: token id %d is out of range [0, %d)", tokens[i], V);
   q35_bufs b;
   if (cat_reserve(c, n, H, err) || q35_fwd_bufs_reserve(m, ws, &b, n, c->s.params.n_ctx, err)) return -1;
-  q35_fwd_row row = {&c->s, tokens, n, 1, logits, NULL};
+  q35_fwd_row row = {&c->s, tokens, n, 1, logits, NULL, NULL, NULL};
   const int32_t row_start = 0;
   const q35_fwd f = {m, ws->pool, &b, &row, &row_start, 1};
   for (int32_t t = 0; t < n; t++) {

@@ -90,6 +90,10 @@ q35_session *q35_session_new(q35_model *m, const q35_session_params *params, q35
     if (!s->conv_state[i] || !s->ssm_state[i]) goto oom;
     s->bytes += (conv_n + ssm_n) * sizeof(float);
   }
+  if (m->next && m->next->session(m->next, Q35_STAGE_SESSION_NEW, s, err)) { /* the later stages' state */
+    q35_session_free(s); /* frees what the later stages made (a stage without it ignores the free) */
+    return NULL;
+  }
   return s;
 oom:
   q35_session_free(s);
@@ -105,11 +109,13 @@ void q35_session_reset(q35_session *s) {
     memset(s->ssm_state[i], 0, (size_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state * sizeof(float));
   }
   s->pos = 0;
+  if (s->model->next) s->model->next->session(s->model->next, Q35_STAGE_SESSION_RESET, s, NULL);
 }
 
 void q35_session_free(q35_session *s) {
   if (!s) return;
   q35_model *m = s->model;
+  if (m && m->next) m->next->session(m->next, Q35_STAGE_SESSION_FREE, s, NULL);
   for (int i = 0; m && i < m->n_attn_layers; i++) {
     if (s->k_cache) free(s->k_cache[i]);
     if (s->v_cache) free(s->v_cache[i]);
@@ -142,6 +148,10 @@ struct q35_snapshot {
 q35_snapshot *q35_session_snapshot(const q35_session *s, q35_err *err) {
   const q35_hparams *hp = &s->model->hp;
   const int C = 2 * hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner;
+  if (s->model->next) { /* the later stages' state is theirs: not copied here (yet) */
+    q35_seterr(err, "snapshots of a pipeline's sessions are not supported (yet)");
+    return NULL;
+  }
   q35_snapshot *p = calloc(1, sizeof *p);
   if (!p) goto oom;
   p->model = s->model;

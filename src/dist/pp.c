@@ -1,0 +1,611 @@
+/*
+ * pp.c - pipeline parallelism over MPI: a model split into N stages of contiguous layers, one per
+ * rank (pp.h; docs/DESIGN.md "Pipeline parallelism").
+ *
+ * Messages go down the chain, rank r to r + 1, each as a fixed header (TAG_HDR) and, when it has
+ * one, a payload (TAG_DATA, in pieces of at most PIECE bytes: MPI counts are ints). The last rank
+ * answers rank 0 directly (TAG_REPLY):
+ *   SESSION_NEW  id, n_ctx, kv_type, mem_budget; each stage makes its state, or forwards the first
+ *                failure; the last rank replies with the status (rank 0 waits for it)
+ *   SESSION_FREE / SESSION_RESET  id (no reply)
+ *   FORWARD      rows (id, n, n_out, hidden wanted) + the residual stream [T][n_embd] after the
+ *                sender's layers (+ for a step, each row's sampling parameters and penalty history);
+ *                the last rank runs its layers and the output head and replies, when rows want
+ *                outputs, the logits of their n_out positions or, for a step, the samples (token,
+ *                logprob, alternatives: a few hundred bytes, not n_vocab floats), then the hidden
+ *                states asked for
+ *   QUIT         every rank frees its model and exits
+ * A session's id is rank 0's q35_session pointer (unique while it lives). MPI's ordering (one
+ * sender, one receiver, one tag) keeps the chain's commands in order, so rank 0 sends a step on
+ * without waiting when it wants no outputs (prefill chunks overlap across stages).
+ *
+ * Errors: the communicator returns errors instead of aborting inside MPI; a failed call prints
+ * what failed with MPI's message and aborts the job (mpirun then stops every rank), and a rank
+ * killed outright makes mpirun end the job too. Either way the job ends, never hangs.
+ */
+#include "dist/pp.h"
+
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/util.h"
+#include "engine/context.h"
+#include "model/model.h"
+#include "sample/sampler.h"
+
+enum { TAG_HDR = 1, TAG_DATA = 2, TAG_REPLY = 3 };
+enum { OP_SESSION_NEW = 1, OP_SESSION_FREE, OP_SESSION_RESET, OP_FORWARD, OP_QUIT };
+#define PIECE ((size_t)1 << 30)
+#define MAX_RANKS 1024
+
+typedef struct {
+  int32_t op, n_rows;
+  int64_t T;           /* FORWARD: tokens of the step */
+  uint64_t id;         /* SESSION_*: the session */
+  int32_t n_ctx, kv_type;
+  uint64_t mem_budget;
+  uint64_t payload;    /* bytes following in TAG_DATA pieces */
+  uint64_t samp_bytes; /* FORWARD: the sampling section at the payload's end (0: reply logits) */
+  int32_t failed;      /* SESSION_NEW: a stage could not make its state (msg says why) */
+  char msg[sizeof(((q35_err *)0)->msg)];
+} pp_hdr;
+
+typedef struct {
+  uint64_t id;
+  int32_t n, n_out, hidden, pad;
+} pp_row;
+
+typedef struct {
+  uint64_t id;
+  q35_session *s;
+} pp_sess;
+
+/* A step's row in the sampling section: then n_bias q35_logit_bias, then n_hist token ids (the
+ * row's history; with m > 1 outputs, followed by the m - 1 drafted tokens, as step.c assembles) */
+typedef struct {
+  q35_sampling sp; /* logit_bias NULL here */
+  int32_t m, n_bias, n_history, n_hist, n_prompt, n_top;
+} pp_samp;
+
+typedef struct {
+  q35_stage_next ops; /* first: rank 0's model->next points here */
+  int rank, size, open;
+  int begin[MAX_RANKS], end[MAX_RANKS];
+  MPI_Comm comm;
+  q35_model *m;
+  char *buf, *buf2, *buf3; /* message payloads, grown on demand */
+  size_t cap, cap2, cap3;
+  pp_sess *sess;    /* ranks above 0: the sessions of this stage */
+  size_t n_sess, cap_sess;
+  /* rank 0: the step whose forward pass comes next samples on the last rank */
+  const q35_row *step_rows;
+  int step_n_rows;
+  q35_step_out *step_out;
+  q35_sampler *sampler; /* the last rank's */
+} pp;
+
+static pp g_pp = {.rank = 0, .size = 1};
+static int g_inited;
+
+/* ---- MPI calls, checked ---- */
+
+static void die_mpi(int rc, const char *what, int peer) {
+  char s[MPI_MAX_ERROR_STRING];
+  int n = 0;
+  if (MPI_Error_string(rc, s, &n) != MPI_SUCCESS) snprintf(s, sizeof s, "error %d", rc);
+  fprintf(stderr, "q35 pipeline: rank %d: %s rank %d failed: %s (a rank died or the network failed); ending the job\n",
+          g_pp.rank, what, peer, s);
+  MPI_Abort(MPI_COMM_WORLD, 3);
+  exit(3);
+}
+
+static void die_rank(const char *msg) {
+  fprintf(stderr, "q35 pipeline: rank %d: %s; ending the job\n", g_pp.rank, msg);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);
+}
+
+static void send_bytes(const void *p, size_t n, int to, int tag) {
+  const char *c = p;
+  do {
+    const size_t k = n < PIECE ? n : PIECE;
+    const int rc = MPI_Send(c, (int)k, MPI_BYTE, to, tag, g_pp.comm);
+    if (rc != MPI_SUCCESS) die_mpi(rc, "sending to", to);
+    c += k;
+    n -= k;
+  } while (n);
+}
+
+/* Wait for a receive: polling, then sleeping between polls once it has not come for a while (a
+ * rank waits for the others most of a step; MPI_Recv's busy poll would take a core from the
+ * ranks that share this host). The sleep adds at most POLL_SLEEP_US to a message's latency. */
+#define POLL_SPINS 2000
+#define POLL_SLEEP_US 50
+static int wait_recv(MPI_Request *rq) {
+  for (long i = 0;; i++) {
+    int done = 0;
+    const int rc = MPI_Test(rq, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || done) return rc;
+    if (i >= POLL_SPINS) {
+      const struct timespec ts = {0, POLL_SLEEP_US * 1000L};
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
+static void recv_bytes(void *p, size_t n, int from, int tag) {
+  char *c = p;
+  do {
+    const size_t k = n < PIECE ? n : PIECE;
+    MPI_Request rq;
+    int rc = MPI_Irecv(c, (int)k, MPI_BYTE, from, tag, g_pp.comm, &rq);
+    if (rc == MPI_SUCCESS) rc = wait_recv(&rq);
+    if (rc != MPI_SUCCESS) die_mpi(rc, "receiving from", from);
+    c += k;
+    n -= k;
+  } while (n);
+}
+
+static char *grow(char **b, size_t *cap, size_t n) {
+  if (n > *cap) {
+    free(*b);
+    *b = q35_alloc64(n ? n : 1, 0);
+    *cap = *b ? n : 0;
+    if (!*b) die_rank("out of memory for a pipeline message");
+  }
+  return *b;
+}
+
+/* A header, then its payload (if any), to the next rank. */
+static void send_cmd(pp_hdr *h, const void *payload) {
+  send_bytes(h, sizeof *h, g_pp.rank + 1, TAG_HDR);
+  if (h->payload) send_bytes(payload, h->payload, g_pp.rank + 1, TAG_DATA);
+}
+
+/* ---- rank 0: the later stages behind q35_model.next ---- */
+
+static size_t fwd_payload(int n_rows, int64_t T, int H) {
+  return (size_t)n_rows * sizeof(pp_row) + (size_t)T * H * sizeof(float);
+}
+
+static int32_t row_outputs(const q35_row *row) {
+  return row->n_outputs == Q35_OUTPUTS_NONE ? 0 : row->n_outputs == 0 ? 1 : row->n_outputs;
+}
+
+/* The sampling section of a step's rows, written at b (NULL: only its size). */
+static size_t samp_write(const q35_row *rows, int n_rows, char *b) {
+  size_t at = 0;
+  for (int r = 0; r < n_rows; r++) {
+    const q35_row *row = &rows[r];
+    const int32_t m = row_outputs(row), nb = m ? row->sampling->n_logit_bias : 0;
+    const int32_t nh = m ? (row->n_history > 0 ? row->n_history : 0) : 0, nd = m > 1 ? m - 1 : 0;
+    if (b) {
+      pp_samp ps;
+      memset(&ps, 0, sizeof ps);
+      if (m) ps.sp = *row->sampling;
+      ps.sp.logit_bias = NULL;
+      ps.m = m, ps.n_bias = nb, ps.n_history = nh, ps.n_hist = nh + nd, ps.n_prompt = row->n_prompt;
+      ps.n_top = row->n_top_logprobs;
+      memcpy(b + at, &ps, sizeof ps);
+      if (nb) memcpy(b + at + sizeof ps, row->sampling->logit_bias, (size_t)nb * sizeof(q35_logit_bias));
+      int32_t *h = (int32_t *)(b + at + sizeof ps + (size_t)nb * sizeof(q35_logit_bias));
+      if (nh) memcpy(h, row->history, (size_t)nh * sizeof *h);
+      if (nd) memcpy(h + nh, row->tokens + row->n_tokens - m + 1, (size_t)nd * sizeof *h);
+    }
+    at += sizeof(pp_samp) + (size_t)nb * sizeof(q35_logit_bias) + (size_t)(nh + nd) * sizeof(int32_t);
+    at = (at + 7) & ~(size_t)7;
+  }
+  return at;
+}
+
+static int next_sample(q35_stage_next *nx, const q35_row *rows, int n_rows, q35_step_out *out) {
+  pp *p = (pp *)nx;
+  p->step_rows = rows;
+  p->step_n_rows = n_rows;
+  p->step_out = out;
+  return 0;
+}
+
+static int next_forward(q35_stage_next *nx, const q35_fwd_row *rows, int n_rows, const float *x, int64_t T,
+                        q35_err *err) {
+  pp *p = (pp *)nx;
+  const int H = p->m->hp.n_embd, V = p->m->hp.n_vocab;
+  const q35_row *srows = p->step_rows;
+  p->step_rows = NULL;
+  if (srows && p->step_n_rows != n_rows) return q35_seterr(err, "pipeline: the step's rows do not match");
+  pp_hdr h;
+  memset(&h, 0, sizeof h);
+  h.op = OP_FORWARD;
+  h.n_rows = n_rows;
+  h.T = T;
+  h.samp_bytes = srows ? samp_write(srows, n_rows, NULL) : 0;
+  h.payload = fwd_payload(n_rows, T, H) + h.samp_bytes;
+  char *b = grow(&p->buf, &p->cap, h.payload);
+  if (srows) samp_write(srows, n_rows, b + fwd_payload(n_rows, T, H));
+  size_t n_logits = 0, n_hidden = 0;
+  for (int r = 0; r < n_rows; r++) {
+    const pp_row pr = {(uint64_t)(uintptr_t)rows[r].s, rows[r].n, rows[r].n_out, rows[r].hidden != NULL, 0};
+    memcpy(b + r * sizeof pr, &pr, sizeof pr);
+    n_logits += (size_t)rows[r].n_out;
+    n_hidden += rows[r].hidden ? (size_t)rows[r].n_out : 0;
+  }
+  memcpy(b + (size_t)n_rows * sizeof(pp_row), x, (size_t)T * H * sizeof(float));
+  send_cmd(&h, b);
+  if (!n_logits) return 0; /* nothing comes back: the next step may go down the chain at once */
+  const size_t lb = n_logits * (srows ? sizeof(q35_step_out) : V * sizeof(float)), hb = n_hidden * H * sizeof(float);
+  char *rb = grow(&p->buf2, &p->cap2, lb + hb);
+  recv_bytes(rb, lb + hb, p->size - 1, TAG_REPLY);
+  if (srows) memcpy(p->step_out, rb, lb);
+  const float *lg = (const float *)rb, *hd = (const float *)(rb + lb);
+  for (int r = 0; r < n_rows; r++) {
+    const size_t k = (size_t)rows[r].n_out;
+    if (!k) continue;
+    if (!srows) memcpy(rows[r].logits, lg, k * V * sizeof(float));
+    lg += k * V;
+    if (rows[r].hidden) {
+      memcpy(rows[r].hidden, hd, k * H * sizeof(float));
+      hd += k * H;
+    }
+  }
+  return 0;
+}
+
+static int next_session(q35_stage_next *nx, int op, const q35_session *s, q35_err *err) {
+  pp *p = (pp *)nx;
+  if (!p->open) return 0;
+  pp_hdr h;
+  memset(&h, 0, sizeof h);
+  h.op = op == Q35_STAGE_SESSION_NEW ? OP_SESSION_NEW : op == Q35_STAGE_SESSION_FREE ? OP_SESSION_FREE
+                                                                                     : OP_SESSION_RESET;
+  h.id = (uint64_t)(uintptr_t)s;
+  h.n_ctx = s->params.n_ctx;
+  h.kv_type = (int32_t)s->params.kv_type;
+  h.mem_budget = s->params.mem_budget;
+  send_cmd(&h, NULL);
+  if (h.op != OP_SESSION_NEW) return 0;
+  recv_bytes(&h, sizeof h, p->size - 1, TAG_REPLY);
+  if (h.failed) return q35_seterr(err, "%s", h.msg);
+  return 0;
+}
+
+static void quit_chain(pp *p) {
+  if (!p->open) return;
+  pp_hdr h;
+  memset(&h, 0, sizeof h);
+  h.op = OP_QUIT;
+  send_cmd(&h, NULL);
+  p->open = 0;
+}
+
+static void next_close(q35_stage_next *nx) {
+  pp *p = (pp *)nx;
+  quit_chain(p);
+  p->m = NULL;
+}
+
+/* ---- ranks above 0: serving a stage ---- */
+
+static q35_session *find_session(pp *p, uint64_t id, size_t *at) {
+  for (size_t i = 0; i < p->n_sess; i++)
+    if (p->sess[i].id == id) {
+      if (at) *at = i;
+      return p->sess[i].s;
+    }
+  return NULL;
+}
+
+static void serve_session_new(pp *p, pp_hdr *h) {
+  if (!h->failed) {
+    q35_session_params sp = q35_session_default_params();
+    sp.n_ctx = h->n_ctx;
+    sp.kv_type = (q35_kv_type)h->kv_type;
+    sp.mem_budget = h->mem_budget;
+    q35_err e;
+    q35_session *s = q35_session_new(p->m, &sp, &e);
+    if (s && p->n_sess == p->cap_sess) {
+      const size_t c = p->cap_sess ? 2 * p->cap_sess : 16;
+      pp_sess *ns = realloc(p->sess, c * sizeof *ns);
+      if (!ns) {
+        q35_session_free(s);
+        s = NULL;
+        snprintf(e.msg, sizeof e.msg, "out of memory");
+      } else {
+        p->sess = ns;
+        p->cap_sess = c;
+      }
+    }
+    if (s) {
+      p->sess[p->n_sess++] = (pp_sess){h->id, s};
+    } else {
+      h->failed = 1;
+      snprintf(h->msg, sizeof h->msg, "pipeline rank %d (layers [%d, %d)): %.400s", p->rank, p->m->layer_begin,
+               p->m->layer_end, e.msg);
+    }
+  }
+  if (p->rank + 1 < p->size) send_cmd(h, NULL);
+  else send_bytes(h, sizeof *h, 0, TAG_REPLY);
+}
+
+static void serve_session_op(pp *p, const pp_hdr *h) {
+  size_t at;
+  q35_session *s = find_session(p, h->id, &at);
+  if (s && h->op == OP_SESSION_FREE) {
+    q35_session_free(s);
+    p->sess[at] = p->sess[--p->n_sess];
+  } else if (s) {
+    q35_session_reset(s);
+  }
+}
+
+/* The last rank of a step: sample every output position as step.c would (draw index + j; the
+ * history of position j is the row's history and its first j drafted tokens) and reply the
+ * results, then the hidden states. */
+static void sample_reply(pp *p, const pp_row *pr, int n_rows, const char *samp, size_t samp_bytes,
+                         const float *logits, const float *hidden, size_t n_hidden_floats) {
+  const int V = p->m->hp.n_vocab;
+  size_t n_out = 0;
+  for (int r = 0; r < n_rows; r++) n_out += (size_t)pr[r].n_out;
+  q35_err e;
+  if (!p->sampler && !(p->sampler = q35_sampler_new(V, &e))) die_rank(e.msg);
+  q35_step_out *res = (q35_step_out *)grow(&p->buf3, &p->cap3, n_out * sizeof *res + n_hidden_floats * sizeof(float));
+  size_t at = 0, i = 0;
+  for (int r = 0; r < n_rows; r++) {
+    pp_samp ps;
+    if (at + sizeof ps > samp_bytes) die_rank("malformed sampling section");
+    memcpy(&ps, samp + at, sizeof ps);
+    const size_t len = sizeof ps + (size_t)ps.n_bias * sizeof(q35_logit_bias) + (size_t)ps.n_hist * sizeof(int32_t);
+    if (ps.m != pr[r].n_out || ps.n_bias < 0 || ps.n_hist < ps.n_history || ps.n_history < 0 || at + len > samp_bytes)
+      die_rank("malformed sampling section");
+    ps.sp.logit_bias = ps.n_bias ? (const q35_logit_bias *)(samp + at + sizeof ps) : NULL;
+    const int32_t *hist = (const int32_t *)(samp + at + sizeof ps + (size_t)ps.n_bias * sizeof(q35_logit_bias));
+    for (int32_t j = 0; j < ps.m; j++, i++) {
+      q35_sampling sp = ps.sp;
+      sp.draw_index += (uint64_t)j;
+      const int32_t nh = ps.m > 1 ? ps.n_history + j : ps.n_history;
+      memset(&res[i], 0, sizeof res[i]);
+      res[i].rc = q35_sample(p->sampler, logits + i * V, V, &sp, nh ? hist : NULL, nh, ps.n_prompt, ps.n_top,
+                             &res[i].res, &res[i].err);
+    }
+    at = (at + len + 7) & ~(size_t)7;
+  }
+  memcpy(res + n_out, hidden, n_hidden_floats * sizeof(float));
+  send_bytes(res, n_out * sizeof *res + n_hidden_floats * sizeof(float), 0, TAG_REPLY);
+}
+
+static void serve_forward(pp *p, pp_hdr *h) {
+  const int H = p->m->hp.n_embd, V = p->m->hp.n_vocab, last = p->rank + 1 == p->size;
+  const int n_rows = h->n_rows;
+  if (n_rows < 1 || n_rows > (1 << 16) || h->T < 1 || h->payload != fwd_payload(n_rows, h->T, H) + h->samp_bytes)
+    die_rank("malformed forward message");
+  char *in = grow(&p->buf, &p->cap, h->payload);
+  recv_bytes(in, h->payload, p->rank - 1, TAG_DATA);
+  const pp_row *pr = (const pp_row *)in;
+  const float *x = (const float *)(in + (size_t)n_rows * sizeof(pp_row));
+  size_t n_logits = 0, n_hidden = 0;
+  for (int r = 0; r < n_rows; r++) {
+    n_logits += (size_t)pr[r].n_out;
+    n_hidden += pr[r].hidden ? (size_t)pr[r].n_out : 0;
+  }
+  /* out: the next rank's message (same rows, this stage's residual stream, the same sampling
+   * section), or the logits (then the hidden states) of the reply */
+  const size_t out_bytes = last ? (n_logits * V + n_hidden * H) * sizeof(float) : h->payload;
+  char *out = grow(&p->buf2, &p->cap2, out_bytes);
+  const char *samp = in + fwd_payload(n_rows, h->T, H);
+  q35_fwd_row rows[n_rows];
+  int64_t t = 0;
+  float *lg = (float *)out, *hd = (float *)out + n_logits * V;
+  for (int r = 0; r < n_rows; r++) {
+    q35_session *s = find_session(p, pr[r].id, NULL);
+    if (!s) die_rank("a forward message names a session this stage does not hold");
+    rows[r] = (q35_fwd_row){s, NULL, pr[r].n, pr[r].n_out, NULL, NULL, x + t * H, NULL};
+    if (last && pr[r].n_out) {
+      rows[r].logits = lg;
+      lg += (size_t)pr[r].n_out * V;
+      if (pr[r].hidden) {
+        rows[r].hidden = hd;
+        hd += (size_t)pr[r].n_out * H;
+      }
+    } else if (!last) {
+      rows[r].x_out = (float *)(out + (size_t)n_rows * sizeof(pp_row)) + t * H;
+    }
+    t += pr[r].n;
+  }
+  if (t != h->T) die_rank("malformed forward message (row lengths)");
+  q35_err e;
+  if (q35_forward(p->m, &p->m->ctx->fwd, rows, n_rows, &e)) {
+    char msg[sizeof e.msg + 32];
+    snprintf(msg, sizeof msg, "forward pass failed: %s", e.msg);
+    die_rank(msg);
+  }
+  if (!last) {
+    memcpy(out, in, (size_t)n_rows * sizeof(pp_row));
+    memcpy(out + fwd_payload(n_rows, h->T, H), samp, h->samp_bytes);
+    send_cmd(h, out);
+  } else if (h->samp_bytes && n_logits) {
+    sample_reply(p, pr, n_rows, samp, h->samp_bytes, (const float *)out, (const float *)out + n_logits * V,
+                 n_hidden * H);
+  } else if (out_bytes) {
+    send_bytes(out, out_bytes, 0, TAG_REPLY);
+  }
+}
+
+/* Commands from rank - 1 until QUIT. */
+static void serve_stage(pp *p) {
+  for (;;) {
+    pp_hdr h;
+    recv_bytes(&h, sizeof h, p->rank - 1, TAG_HDR);
+    if (h.op == OP_QUIT) {
+      if (p->rank + 1 < p->size) send_cmd(&h, NULL);
+      return;
+    } else if (h.op == OP_SESSION_NEW) {
+      serve_session_new(p, &h);
+    } else if (h.op == OP_SESSION_FREE || h.op == OP_SESSION_RESET) {
+      if (p->rank + 1 < p->size) send_cmd(&h, NULL);
+      serve_session_op(p, &h);
+    } else if (h.op == OP_FORWARD) {
+      serve_forward(p, &h);
+    } else {
+      die_rank("unknown pipeline message");
+    }
+  }
+}
+
+/* ---- the split ---- */
+
+/* "0:2,2:4": one range per rank, contiguous, from 0 to n_layer. */
+static int parse_split(pp *p, const char *s, int n_layer, q35_err *err) {
+  int k = 0, at = 0;
+  const char *c = s;
+  while (*c) {
+    char *e1, *e2;
+    const long a = strtol(c, &e1, 10);
+    if (e1 == c || *e1 != ':') break;
+    const long b = strtol(e1 + 1, &e2, 10);
+    if (e2 == e1 + 1 || (*e2 && *e2 != ',')) break;
+    if (k == p->size)
+      return q35_seterr(err, "--pp-split '%s' has more ranges than the %d ranks of the job", s, p->size);
+    if (a != at || b <= a || b > n_layer)
+      return q35_seterr(err, "--pp-split '%s': range %d must be %d:E with %d < E <= %d (the ranges are contiguous "
+                        "and cover layers 0 to %d)", s, k, at, at, n_layer, n_layer);
+    p->begin[k] = (int)a;
+    p->end[k++] = (int)b;
+    at = (int)b;
+    c = *e2 ? e2 + 1 : e2;
+    if (!*c) {
+      if (k != p->size)
+        return q35_seterr(err, "--pp-split '%s' has %d ranges for the %d ranks of the job", s, k, p->size);
+      if (at != n_layer) return q35_seterr(err, "--pp-split '%s' ends at layer %d, the model has %d", s, at, n_layer);
+      return 0;
+    }
+  }
+  return q35_seterr(err, "--pp-split '%s': expected ranges BEGIN:END separated by commas, e.g. 0:2,2:4", s);
+}
+
+/* Ranges of about equal bytes: rank 0's cost includes the embedding, the last rank's the output
+ * head; boundary k goes where the running total comes closest to k/N of the whole, each rank
+ * keeping at least one layer. */
+static void split_by_bytes(pp *p, int n_layer, const uint64_t *lb, uint64_t embd, uint64_t out) {
+  double total = (double)embd + (double)out, run = (double)embd;
+  for (int l = 0; l < n_layer; l++) total += (double)lb[l];
+  int at = 0;
+  for (int k = 0; k < p->size; k++) {
+    p->begin[k] = at;
+    if (k == p->size - 1) {
+      p->end[k] = n_layer;
+      break;
+    }
+    const double goal = total * (k + 1) / p->size;
+    int e = at + 1;
+    run += (double)lb[at];
+    while (e < n_layer - (p->size - 1 - k) && run + (double)lb[e] / 2 < goal) run += (double)lb[e++];
+    p->end[k] = e;
+    at = e;
+  }
+}
+
+static void print_split(const pp *p, const uint64_t *lb, uint64_t embd, uint64_t out) {
+  fprintf(stderr, "pipeline: %d ranks:", p->size);
+  for (int k = 0; k < p->size; k++) {
+    uint64_t b = (k == 0 ? embd : 0) + (k == p->size - 1 ? out : 0);
+    for (int l = p->begin[k]; l < p->end[k]; l++) b += lb[l];
+    fprintf(stderr, " rank %d layers [%d, %d) %.1f MiB%s", k, p->begin[k], p->end[k], b / 1048576.0,
+            k + 1 < p->size ? ";" : "\n");
+  }
+}
+
+/* ---- the entry points ---- */
+
+void q35_pp_init(int *argc, char ***argv) {
+  int provided = 0;
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    fprintf(stderr, "q35: MPI_Init_thread failed\n");
+    exit(1);
+  }
+  g_inited = 1;
+  MPI_Comm_dup(MPI_COMM_WORLD, &g_pp.comm);
+  MPI_Comm_set_errhandler(g_pp.comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(g_pp.comm, &g_pp.rank);
+  MPI_Comm_size(g_pp.comm, &g_pp.size);
+  if (provided < MPI_THREAD_FUNNELED) die_rank("the MPI library does not provide MPI_THREAD_FUNNELED");
+  if (g_pp.size > MAX_RANKS) die_rank("too many ranks");
+  g_pp.open = g_pp.rank == 0 && g_pp.size > 1; /* rank 0 sends QUIT once, whatever happens */
+}
+
+static long peak_rss_kb(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kb = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+  if (f) fclose(f);
+  return kb;
+}
+
+q35_model *q35_pp_load(const char *path, const q35_model_params *mp0, const char *split, q35_err *err) {
+  pp *p = &g_pp;
+  int n_layer = 0;
+  uint64_t *lb = NULL, embd = 0, out = 0;
+  if (q35_model_plan(path, &n_layer, &lb, &embd, &out, err)) {
+    if (p->size == 1) return NULL;
+    die_rank(err->msg);
+  }
+  if (split ? parse_split(p, split, n_layer, err) : 0) {
+    free(lb);
+    if (p->size == 1) return NULL;
+    die_rank(err->msg);
+  }
+  if (p->size > n_layer) {
+    free(lb);
+    q35_seterr(err, "%d ranks for a model of %d layers: at most one rank per layer", p->size, n_layer);
+    die_rank(err->msg);
+  }
+  if (p->size == 1) {
+    free(lb);
+    return q35_model_load(path, mp0, err);
+  }
+  if (!split) split_by_bytes(p, n_layer, lb, embd, out);
+  if (p->rank == 0) print_split(p, lb, embd, out);
+  free(lb);
+  q35_model_params mp = *mp0;
+  mp.layer_begin = p->begin[p->rank];
+  mp.layer_end = p->end[p->rank];
+  if (p->rank) mp.progress = 0;
+  q35_model *m = q35_model_load(path, &mp, err);
+  if (!m) die_rank(err->msg);
+  p->m = m;
+  if (p->rank == 0) {
+    p->ops = (q35_stage_next){next_forward, next_session, next_sample, next_close};
+    m->next = &p->ops;
+    return m;
+  }
+  serve_stage(p);
+  fprintf(stderr, "pipeline: rank %d (layers [%d, %d)) done: peak resident memory %.1f MiB\n", p->rank,
+          m->layer_begin, m->layer_end, peak_rss_kb() / 1024.0);
+  for (size_t i = 0; i < p->n_sess; i++) q35_session_free(p->sess[i].s);
+  q35_sampler_free(p->sampler);
+  q35_model_free(m);
+  free(p->sess);
+  MPI_Comm_free(&p->comm);
+  MPI_Finalize();
+  exit(0);
+}
+
+int q35_pp_ranks(void) { return g_pp.size; }
+int q35_pp_rank(void) { return g_pp.rank; }
+
+void q35_pp_finalize(void) {
+  if (!g_inited) return;
+  if (g_pp.rank == 0 && g_pp.size > 1) {
+    quit_chain(&g_pp);
+    if (g_pp.end[0] > 0) /* a model was loaded */
+      fprintf(stderr, "pipeline: rank 0 (layers [%d, %d)) done: peak resident memory %.1f MiB\n", g_pp.begin[0],
+              g_pp.end[0], peak_rss_kb() / 1024.0);
+  }
+  MPI_Comm_free(&g_pp.comm);
+  MPI_Finalize();
+  g_inited = 0;
+}

@@ -1,0 +1,172 @@
+/*
+ * lowbit_bench.c - the lowbit types' kernels (Q3_K, Q2_K, MXFP4, IQ4_NL, Q4_1, Q5_1, with Q4_0
+ * and Q4_K as yardsticks) at each SIMD level this CPU has, the paths the forward pass takes:
+ *   decode   one activation column times a weight matrix far bigger than the caches
+ *            (q35_tile_run with nc = 1: the level's gemv), GB/s of weights streamed, THREADS
+ *            threads each on its own slice of rows
+ *   prefill  an expert-shaped 512 x 2048 matrix (in cache) times C = 16 and 64 activation
+ *            columns through the level's tile kernel, GMAC/s, one thread
+ * Compare decode with bench/membw at the same thread count (the roofline). Times are CPU seconds
+ * (of the slowest thread), as membw's "per CPU-second" figure: on a shared, oversubscribed machine
+ * wall time also counts the time the threads were not running. Not part of ctest.
+ *
+ * Build (after cmake --build build):
+ *   cc -O2 -Iinclude -Isrc bench/lowbit_bench.c build/libq35.a -o build/lowbit_bench \
+ *      $(pkg-config --libs jansson libpcre2-8 libutf8proc) -lm -pthread
+ * Run: build/lowbit_bench [MiB of weights per matrix, default 512] [THREADS, default 1]
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/cpu.h"
+#include "kernels/quant.h"
+#include "kernels/quant_internal.h"
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+typedef struct {
+  const q35_kernels *k;
+  int type;
+  int64_t n;
+  const uint8_t *w;
+  size_t ws;
+  int r0, r1;
+  const uint8_t *x;
+  float *o;
+  double cpu;
+} job;
+
+static void *run_job(void *p) {
+  job *j = p;
+  const double t0 = now();
+  for (int r = j->r0; r < j->r1; r += 64) {
+    const int nr = j->r1 - r < 64 ? j->r1 - r : 64;
+    q35_tile_run(j->k, j->type, j->n, j->w + (size_t)r * j->ws, j->ws, nr, j->x, 0, 1, j->o + r, 1, 0);
+  }
+  j->cpu = now() - t0;
+  return NULL;
+}
+
+static const int types[] = {Q35_TYPE_Q3_K, Q35_TYPE_Q2_K, Q35_TYPE_MXFP4, Q35_TYPE_IQ4_NL, Q35_TYPE_Q4_1,
+                            Q35_TYPE_Q5_1, Q35_TYPE_Q4_0, Q35_TYPE_Q4_K};
+#define NT (int)(sizeof types / sizeof types[0])
+
+static void bench_decode(size_t mib, int nth) {
+  const int64_t n = 2048;
+  const size_t total = mib << 20;
+  uint8_t *src = malloc(total);
+  float *xf = malloc(sizeof(float) * n), *wf = malloc(sizeof(float) * n);
+  for (int64_t i = 0; i < n; i++) {
+    xf[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
+    wf[i] = (float)((i * 104729) % 1000) / 50000.0f - 0.01f;
+  }
+  printf("decode: GB/s of weights, %zu MiB matrix, n = %lld, %d thread(s)\n%-7s", mib, (long long)n, nth, "type");
+  for (int l = 0; l <= Q35_SIMD_AVX512; l++) printf(" %8s", q35_simd_name(l));
+  printf("\n");
+  for (int t = 0; t < NT; t++) {
+    const int type = types[t];
+    const size_t rb = q35_row_size(type, n);
+    const int rows = (int)(total / rb);
+    q35_quantize_row_ref(type, wf, src, n); /* one real row, replicated */
+    for (int r = 1; r < rows; r++) memcpy(src + (size_t)r * rb, src, rb);
+    float *o = malloc(sizeof(float) * (size_t)rows);
+    printf("%-7s", q35_type_name(type));
+    for (int l = 0; l <= Q35_SIMD_AVX512; l++) {
+      q35_kernels k;
+      if (q35_kernels_get(l, &k)) {
+        printf(" %8s", "-");
+        continue;
+      }
+      uint8_t *x = malloc(q35_row_size(Q35_TYPE_Q8_0X, n) + q35_row_size(Q35_TYPE_Q8_K, n));
+      q35_quantize_row_ref(q35_kernels_vec_dot_type(&k, type), xf, x, n);
+      double best = 1e30;
+      for (int rep = 0; rep < (l == 0 ? 1 : 5); rep++) {
+        job jobs[64];
+        pthread_t th[64];
+        for (int i = 0; i < nth && i < 64; i++) {
+          jobs[i] = (job){&k, type, n, src, rb, rows * i / nth, rows * (i + 1) / nth, x, o, 0};
+          pthread_create(&th[i], NULL, run_job, &jobs[i]);
+        }
+        double dt = 0;
+        for (int i = 0; i < nth && i < 64; i++) {
+          pthread_join(th[i], NULL);
+          if (jobs[i].cpu > dt) dt = jobs[i].cpu;
+        }
+        if (dt < best) best = dt;
+      }
+      printf(" %8.2f", (double)(rb * (size_t)rows) / best / 1e9);
+      free(x);
+    }
+    printf("\n");
+    free(o);
+  }
+  free(src);
+  free(xf);
+  free(wf);
+}
+
+static void bench_prefill(void) {
+  const int64_t n = 2048;
+  const int rows = 512, cmax = 64;
+  float *f = malloc(sizeof(float) * (size_t)n);
+  float *out = malloc(sizeof(float) * (size_t)rows * cmax);
+  printf("\nprefill: GMAC/s, %d x %lld weights (in cache) times C columns, 1 thread\n%-7s", rows, (long long)n, "type");
+  for (int l = 0; l <= Q35_SIMD_AVX512; l++) printf("  %8s C=16 %5s C=64", q35_simd_name(l), "");
+  printf("\n");
+  for (int t = 0; t < NT; t++) {
+    const int type = types[t];
+    const size_t wrs = q35_row_size(type, n);
+    uint8_t *w = malloc(wrs * (size_t)rows);
+    for (int r = 0; r < rows; r++) {
+      for (int64_t i = 0; i < n; i++) f[i] = (float)((i * 131 + r * 7) % 1000) / 50000.0f - 0.01f;
+      q35_quantize_row_ref(type, f, w + (size_t)r * wrs, n);
+    }
+    printf("%-7s", q35_type_name(type));
+    for (int l = 0; l <= Q35_SIMD_AVX512; l++) {
+      q35_kernels k;
+      if (q35_kernels_get(l, &k)) {
+        printf("  %13s %10s", "-", "-");
+        continue;
+      }
+      const int vt = q35_kernels_vec_dot_type(&k, type);
+      const size_t xrs = q35_row_size(vt, n) > q35_row_size(Q35_TYPE_Q8_0X, n) ? q35_row_size(vt, n)
+                                                                             : q35_row_size(Q35_TYPE_Q8_0X, n);
+      uint8_t *x = malloc(xrs * cmax);
+      for (int c = 0; c < cmax; c++) {
+        for (int64_t i = 0; i < n; i++) f[i] = (float)((i * 7919 + c * 31) % 1000) / 500.0f - 1.0f;
+        q35_quantize_row_ref(vt, f, x + (size_t)c * xrs, n);
+      }
+      for (int ci = 0; ci < 2; ci++) {
+        const int C = ci ? 64 : 16;
+        double best = 1e30;
+        for (int rep = 0; rep < (l == 0 ? 1 : 7); rep++) {
+          const double t0 = now();
+          q35_tile_run(&k, type, n, w, wrs, rows, x, xrs, C, out, (size_t)C, 1);
+          const double dt = now() - t0;
+          if (dt < best) best = dt;
+        }
+        printf(ci ? " %10.2f" : "  %13.2f", (double)rows * (double)n * C / best / 1e9);
+      }
+      free(x);
+    }
+    printf("\n");
+    free(w);
+  }
+  free(f);
+  free(out);
+}
+
+int main(int argc, char **argv) {
+  const size_t mib = argc > 1 ? (size_t)atoi(argv[1]) : 512;
+  const int nth = argc > 2 ? atoi(argv[2]) : 1;
+  bench_decode(mib, nth);
+  bench_prefill();
+  return 0;
+}

@@ -4,7 +4,7 @@
 #   cortex-a53   base NEON          (the kernels' vmull / vpadal variants)
 #   neoverse-n1  NEON + dotprod     (SDOT)
 #   max          + i8mm             (SMMLA tiles)
-# the weight-kernel twins (test_quant, test_quant_tile, test_deltanet, test_quant_lowbit: the NEON level against the
+# the weight-kernel twins (test_quant, test_quant_tile, test_deltanet, test_quant_lowbit, test_quant_iq: the NEON level against the
 # reference), checking that each model got the variant it should ("simd" of the dispatch), and
 # tiny-model logits (f32, q8_0, q4_0, q4_k_m weights) against the x86 llama.cpp peer's logits of
 # the same file computed natively (tests/peer/llama_peer, tolerances of test_parity_llama.sh).
@@ -37,7 +37,7 @@ trap 'rm -rf "$W"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
-if ! Q35_AARCH64_BUILD=$A Q35_AARCH64_TARGETS="q35 test_quant test_quant_tile test_deltanet test_attn test_sampler test_quant_lowbit" \
+if ! Q35_AARCH64_BUILD=$A Q35_AARCH64_TARGETS="q35 test_quant test_quant_tile test_deltanet test_attn test_sampler test_quant_lowbit test_quant_iq" \
   bash "$SRC/tools/build-aarch64.sh" >"$W/build.log" 2>&1; then
   tail -30 "$W/build.log"
   echo "FAIL: the aarch64 build failed"
@@ -114,7 +114,7 @@ per_cpu() {
   local out=$W/$cpu.out
   export Q35_QEMU_CPU=$cpu
   local s=$(date +%s)
-  for t in test_quant test_quant_tile test_deltanet test_quant_lowbit; do
+  for t in test_quant test_quant_tile test_deltanet test_quant_lowbit test_quant_iq; do
     if Q35_QEMU_CPU=$cpu bash "$QEMU" "$A/tests/$t" >"$W/$cpu.$t.log" 2>&1; then
       echo "$cpu $t: $(tail -1 "$W/$cpu.$t.log")" >>"$out"
     else

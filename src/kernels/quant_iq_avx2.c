@@ -1,6 +1,29 @@
 /*
- * quant_iq_avx2.c - kernels of the IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M weight types: AVX2 + FMA + F16C.
+ * quant_iq_avx2.c - kernels of the IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M weight
+ * types: AVX2 + FMA + F16C, the 256-bit templates of quant_iq_256.inc with maddubs + madd.
+ * Bit-identical to the reference (see quant_iq_256.inc); no float contraction in this file.
  */
-#include "kernels/quant_internal.h"
+#pragma GCC optimize("fp-contract=off")
+#define QS_TARGET __attribute__((target("avx2,fma,f16c")))
+#define QS_VNNI 0
+#include "kernels/quant_256.inc"
+#include "kernels/quant_iq_256.inc"
 
-void q35_kernels_iq_avx2(q35_kernels *k) { (void)k; }
+/* Micro-tile shapes R x C (16 vector registers) */
+QS_TILE(t_iq2_xxs, 2, 2)
+QS_TILE(t_iq2_xs, 2, 2)
+QS_TILE(t_iq2_s, 2, 2)
+QS_TILE(t_iq3_xxs, 2, 2)
+QS_TILE(t_iq3_s, 2, 2)
+QS_TILE(t_iq1_s, 2, 2)
+QS_TILE(t_iq1_m, 2, 2)
+
+void q35_kernels_iq_avx2(q35_kernels *k) {
+  QS_SET(k, Q35_TYPE_IQ2_XXS, t_iq2_xxs);
+  QS_SET(k, Q35_TYPE_IQ2_XS, t_iq2_xs);
+  QS_SET(k, Q35_TYPE_IQ2_S, t_iq2_s);
+  QS_SET(k, Q35_TYPE_IQ3_XXS, t_iq3_xxs);
+  QS_SET(k, Q35_TYPE_IQ3_S, t_iq3_s);
+  QS_SET(k, Q35_TYPE_IQ1_S, t_iq1_s);
+  QS_SET(k, Q35_TYPE_IQ1_M, t_iq1_m);
+}

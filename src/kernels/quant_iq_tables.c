@@ -20,3 +20,9 @@ const uint8_t q35_ksigns_iq2xs[128] = {S16(0), S16(16), S16(32), S16(48), S16(64
 #define K4(i) K8(i), K8((i) + 1), K8((i) + 2), K8((i) + 3)
 #define K16(i) K4(i), K4((i) + 4), K4((i) + 8), K4((i) + 12)
 const uint64_t q35_ksigns64[128] = {K16(0), K16(16), K16(32), K16(48), K16(64), K16(80), K16(96), K16(112)};
+
+/* the same as sign operands of _mm256_sign_epi8: 0xFF (-1) where negative, 0x01 elsewhere */
+#define P8(i) (K8(i) | 0x0101010101010101ull)
+#define P4(i) P8(i), P8((i) + 1), P8((i) + 2), P8((i) + 3)
+#define P16(i) P4(i), P4((i) + 4), P4((i) + 8), P4((i) + 12)
+const uint64_t q35_ksigns_pm1[128] = {P16(0), P16(16), P16(32), P16(48), P16(64), P16(80), P16(96), P16(112)};

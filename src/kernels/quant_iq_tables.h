@@ -92,6 +92,8 @@ extern const uint64_t q35_iq1s_grid[2048];
 extern const uint8_t q35_ksigns_iq2xs[128];
 /* the same as 8 bytes each, 0xFF where the element is negative (SIMD sign masks) */
 extern const uint64_t q35_ksigns64[128];
+/* and as sign operands (0xFF where negative, 0x01 elsewhere: _mm256_sign_epi8's -1 / +1) */
+extern const uint64_t q35_ksigns_pm1[128];
 
 #define Q35_IQ1S_DELTA 0.125f
 #define Q35_IQ1M_DELTA 0.125f

@@ -2,7 +2,7 @@
 # fuzz/build.sh [BUILD_DIR] - builds every libFuzzer target fuzz/*_fuzz.c into BUILD_DIR
 # (default build-fuzz/) with clang, -fsanitize=fuzzer,address,undefined.
 #
-# The library sources (src/**/*.c except the CLI) are compiled once into BUILD_DIR/obj and
+# The library sources (src/**/*.c except the CLI and src/dist, the MPI build's) are compiled once into BUILD_DIR/obj and
 # archived; a target links only the objects it needs. Targets that test static functions of a
 # source file (hfconfig_fuzz: config.json) #include that file.
 # A target whose sources are missing from this checkout is skipped with a note.
@@ -29,7 +29,7 @@ LIBS="$(pkg-config --libs $PKGS) -lm -pthread"
 SAN="-fsanitize=address,undefined"
 
 # library objects
-mapfile -t srcs < <(cd "$root" && find src -name '*.c' ! -path 'src/cli/*' | sort)
+mapfile -t srcs < <(cd "$root" && find src -name '*.c' ! -path 'src/cli/*' ! -path 'src/dist/*' | sort)
 # objects whose source is gone (a file renamed or split) leave the archive
 declare -A want=()
 for s in "${srcs[@]}"; do want["$B/obj/$(echo "${s%.c}" | tr / _).o"]=1; done

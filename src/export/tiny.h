@@ -32,6 +32,11 @@ typedef struct q35_tiny_opts {
   int merged_gate_up;      /* write ffn_gate_up_exps instead of separate gate/up */
   int mtp;                 /* 1: append one MTP block blk.{n_layer} (attention + FFN + nextn.*), as
                               llama.cpp's converter writes a Qwen3.5 checkpoint's mtp.* */
+  int recipe;              /* -1, or a recipe (export/recipe.h) choosing every weight's type; the
+                              types given explicitly (type_set, type_down, type_output, type_embd)
+                              override it for their tensors */
+  int type_set;            /* 1: `type` was given (it overrides the recipe for the linear weights) */
+  const struct q35_imatrix *imatrix; /* importance weights for the quantizers, or NULL */
 } q35_tiny_opts;
 
 /* A small MoE default: 4 layers (interval 4), embd 256, 4/2 heads of 64, DeltaNet 4 key

@@ -131,6 +131,7 @@ int cmd_export_hf(int argc, char **argv) {
     fprintf(stderr, "q35 export: --imatrix: %s\n", err.msg);
     return 1;
   }
+  if (im) q35_imatrix_report(im, imatrix_path);
   o.imatrix = im;
   const int rc = q35_export_hf(&o, &st, &err);
   q35_imatrix_free(im);

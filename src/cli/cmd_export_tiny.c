@@ -173,6 +173,7 @@ int cmd_export_tiny(int argc, char **argv) {
     fprintf(stderr, "q35 export: --imatrix: %s\n", err.msg);
     return 1;
   }
+  if (im) q35_imatrix_report(im, imatrix_path);
   o.imatrix = im;
   const int rc = q35_tiny_write(&o, out, &err);
   q35_imatrix_free(im);

@@ -71,6 +71,14 @@ static int add_entry(q35_imatrix *im, const gguf_file *f, const gguf_tensor *t, 
   return 0;
 }
 
+int q35_imatrix_count(const q35_imatrix *im) { return im ? (int)im->n : 0; }
+
+void q35_imatrix_report(const q35_imatrix *im, const char *path) {
+  fprintf(stderr, "q35 export: --imatrix %s: %d weights; used by the q2_K, q3_K, iq4_nl, q4_1 and q5_1 quantizers "
+                  "(q35's others have no importance-weighted form and quantize unweighted)\n",
+          path, q35_imatrix_count(im));
+}
+
 q35_imatrix *q35_imatrix_load(const char *path, q35_err *err) {
   gguf_file *f = gguf_open_ex(path, GGUF_OPEN_ANY_LAYOUT, err);
   if (!f) return NULL;

@@ -21,6 +21,10 @@ typedef struct q35_imatrix q35_imatrix;
 
 q35_imatrix *q35_imatrix_load(const char *path, q35_err *err);
 void q35_imatrix_free(q35_imatrix *im);
+/* How many weights (NAME entries) it has. */
+int q35_imatrix_count(const q35_imatrix *im);
+/* One line on stderr: what was read, and which quantizers take the weights. */
+void q35_imatrix_report(const q35_imatrix *im, const char *path);
 /* Weights of matrix `mat` of tensor `name` (n_per_row of them), or NULL when the imatrix has no
  * entry for it. *bad = 1 (and a message in err) when it has one of another row length. */
 const float *q35_imatrix_weights(const q35_imatrix *im, const char *name, int64_t n_per_row, int64_t mat,

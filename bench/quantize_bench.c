@@ -2,7 +2,8 @@
  * quantize_bench.c - weight quantizer speed, one thread: q35's quantizers (q35_quantize_row, and
  * the importance-weighted forms where q35 has them) against ggml's ggml_quantize_chunk from the
  * prebuilt libggml-base.so (dlopen), same rows, same importance vector, same run. MiB/s of f32
- * input. Not part of ctest.
+ * input per second of this thread's CPU time (so a shared machine does not skew it). Not part of
+ * ctest.
  *
  * Build (from the repository root, after cmake --build build):
  *   gcc -O2 -std=gnu11 -pthread -Iinclude -Isrc bench/quantize_bench.c build/libq35.a \
@@ -28,7 +29,7 @@ typedef void (*quantize_init_fn)(int);
 
 static double now(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); /* CPU time: the machine may be shared */
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -78,7 +79,7 @@ int main(int argc, char **argv) {
   for (int64_t i = 0; i < rows * N_PER_ROW; i++) x[i] = frand(&s) + 0.1f * frand(&s) * frand(&s);
   for (int j = 0; j < N_PER_ROW; j++) qw[j] = 0.25f * expf(2.8f * (frand(&s) + 1.0f) / 2.0f);
   static const int types[] = {Q35_TYPE_Q4_K, Q35_TYPE_Q3_K, Q35_TYPE_Q2_K, Q35_TYPE_IQ4_XS};
-  printf("rows %lld x %d floats, 1 thread, MiB/s of f32 input (best of 3)\n", (long long)rows, N_PER_ROW);
+  printf("rows %lld x %d floats, 1 thread, MiB/s of f32 input per CPU second (best of 3)\n", (long long)rows, N_PER_ROW);
   printf("%-8s %10s %10s %7s | %14s %14s %7s\n", "type", "q35", "ggml", "ratio", "q35 imatrix", "ggml imatrix",
          "ratio");
   for (size_t i = 0; i < sizeof types / sizeof *types; i++) {

@@ -9,6 +9,8 @@
 #     weighted squared error (each expert with its own weights; dequantized by ggml's
 #     dequantize_row_*) is lower with --imatrix than without, and a q6_K tensor (no weighted
 #     form in q35) is byte-identical;
+#   - q35 imatrix's file matches a float64 recomputation of layer 0's input activations, and
+#     llama.cpp's quantizer reads it;
 #   - bad files are refused with a message (not an imatrix; wrong row length).
 # Skips (exit 0) only when the llama.cpp peer is not installed.
 set -u
@@ -78,6 +80,27 @@ def blob(p):
         f.seek(t["offset"]); return f.read(210 * t["ne"][0] // 256 * t["ne"][1])
 sys.exit(0 if blob(sys.argv[1]) == blob(sys.argv[2]) else 1)
 PYEOF
+
+# q35 imatrix: computed over token ids on an f32 model, checked against a float64 recomputation of
+# layer 0's input (tests/tools/imatrix_tool.py check), then read by llama.cpp (its quantizer takes
+# it) and by q35 export
+TOKS=$("$PY" -c "import numpy as np; r=np.random.default_rng(1); print(','.join(map(str, r.integers(0, 512, 52))))")
+# shellcheck disable=SC2086
+"$Q35" export --tiny-test -o "$W/f32.gguf" $SHAPE 2>"$W/e.log" || fail "export f32: $(tail -2 "$W/e.log")"
+if "$Q35" imatrix -m "$W/f32.gguf" --tokens "$TOKS" --chunk 16 -o "$W/qim.gguf" -t 2 2>"$W/i.log"; then
+  "$PY" "$TOOLS/imatrix_tool.py" check "$W/f32.gguf" "$W/qim.gguf" "$TOKS" 16 >"$W/c.log" 2>&1 ||
+    fail "q35 imatrix: $(tail -2 "$W/c.log")"
+  "$LQ" "$W/src.gguf" "$W/l.gguf" 30 --imatrix "$W/qim.gguf" >"$W/l.log" 2>&1 ||
+    fail "llama_model_quantize with q35's imatrix: $(grep -i error "$W/l.log" | tail -2)"
+  # shellcheck disable=SC2086
+  "$Q35" export --tiny-test -o "$W/q.gguf" $SHAPE --qtype iq4_xs --imatrix "$W/qim.gguf" 2>"$W/q.log" ||
+    fail "q35 export with q35's imatrix: $(tail -2 "$W/q.log")"
+  diff <(types "$W/l.gguf") <(types "$W/q.gguf") >/dev/null || fail "types differ with q35's imatrix"
+else
+  fail "q35 imatrix: $(tail -2 "$W/i.log")"
+fi
+"$Q35" imatrix -m "$W/f32.gguf" --tokens 1,2,3 --chunk 16 -o "$W/x.gguf" 2>"$W/x.log" && fail "imatrix: short text"
+grep -q "fewer than one chunk of 16" "$W/x.log" || fail "imatrix short text: $(cat "$W/x.log")"
 
 # refusals
 "$Q35" export --tiny-test -o "$W/x.gguf" --qtype q2_k --imatrix "$W/src.gguf" 2>"$W/x.log" &&

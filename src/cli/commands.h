@@ -12,5 +12,6 @@ int cmd_export(int argc, char **argv);        /* HF checkpoint -> GGUF; --tiny-t
 int cmd_serve(int argc, char **argv);         /* OpenAI-compatible HTTP server */
 int cmd_bench(int argc, char **argv);
 int cmd_schema_check(int argc, char **argv); /* token masks of a constraint over lines of a file */
+int cmd_imatrix(int argc, char **argv);      /* importance matrix of a model over a text */
 
 #endif

@@ -20,6 +20,7 @@ static const struct {
     {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
     {"bench", cmd_bench, "prefill and decode speed"},
     {"schema-check", cmd_schema_check, "check JSON values or strings against a constraint's token masks"},
+    {"imatrix", cmd_imatrix, "importance matrix of a model over a text (llama.cpp's imatrix GGUF)"},
 };
 
 static void usage(FILE *f) {

@@ -11,6 +11,13 @@
       the importance-weighted squared error sum_j w_j (x_j - q_j)^2 of TENSOR in A and in B
       against SRC (bf16/f32), each expert with its own weights, dequantized with ggml's own
       dequantize_row_* (libggml-base.so); prints "A_err B_err" (summed over experts)
+  imatrix_tool.py check MODEL.gguf IMATRIX.gguf TOKENS CHUNK
+      checks an imatrix computed over TOKENS (comma-separated ids) in chunks of CHUNK of an f32
+      MoE MODEL whose layer 0 is a DeltaNet layer against a float64 recomputation: the input of
+      blk.0's attn_qkv / attn_gate / ssm_alpha / ssm_beta is rmsnorm(token_embd[token]) *
+      blk.0.attn_norm, so their in_sum2 must be the sum of its squares over the tokens and their
+      counts the number of tokens; every expert tensor has one count per expert, summing to
+      tokens x experts_used; the keys are llama.cpp's
 """
 import ctypes
 import json
@@ -114,10 +121,47 @@ def werr(libdir, src, a, b, name, imatrix):
     print("%.9g %.9g" % tuple(errs))
 
 
+def check(model, imatrix, tokens, chunk):
+    dm, di = info(model), info(imatrix)
+    toks = [int(t) for t in tokens.split(",")]
+    n = len(toks) // int(chunk) * int(chunk)
+    toks = toks[:n]
+    kv = di["kv"]
+    assert kv.get("imatrix.chunk_count") == n // int(chunk), kv
+    assert kv.get("imatrix.chunk_size") == int(chunk), kv
+    assert isinstance(kv.get("imatrix.datasets"), list), kv
+    arch = dm["kv"]["general.architecture"]
+    eps = dm["kv"][arch + ".attention.layer_norm_rms_epsilon"]
+    k_used = dm["kv"][arch + ".expert_used_count"]
+    lib = None
+    emb = tensor_f32(lib, model, dm, "token_embd.weight").astype(np.float64)
+    wn = tensor_f32(lib, model, dm, "blk.0.attn_norm.weight").astype(np.float64)
+    x = emb[toks]
+    h = x / np.sqrt((x * x).mean(axis=1, keepdims=True) + eps) * wn
+    ref = (h * h).sum(axis=0)
+    for name in ("attn_qkv", "attn_gate", "ssm_alpha", "ssm_beta"):
+        s = tensor_f32(lib, imatrix, di, "blk.0.%s.weight.in_sum2" % name).reshape(-1)
+        c = tensor_f32(lib, imatrix, di, "blk.0.%s.weight.counts" % name).reshape(-1)
+        assert c.tolist() == [n], (name, c)
+        err = np.abs(s - ref).max() / ref.max()
+        assert err < 1e-5, (name, err)
+    experts = [t for t in di["tensors"] if "_exps.weight.counts" in t]
+    assert experts, "no expert tensors"
+    for t in experts:
+        c = tensor_f32(lib, imatrix, di, t).reshape(-1)
+        e = dm["tensors"][t[:-len(".counts")]]["ne"][2]
+        assert len(c) == e and c.sum() == n * k_used, (t, c.tolist(), e)
+        s = tensor_f32(lib, imatrix, di, t[:-len(".counts")] + ".in_sum2")
+        assert s.shape[0] == e and np.all(s >= 0) and np.all((s.sum(axis=1) > 0) == (c > 0)), t
+    print("ok: %d tokens, %d tensors" % (n, len(di["tensors"]) // 2))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "write":
         write(*sys.argv[2:5])
     elif sys.argv[1] == "werr":
         werr(*sys.argv[2:8])
+    elif sys.argv[1] == "check":
+        check(*sys.argv[2:6])
     else:
         sys.exit(__doc__)

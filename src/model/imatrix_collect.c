@@ -100,13 +100,15 @@ int q35_imatrix_compute(q35_model *model, const int32_t *tokens, int64_t n, int3
   q35_session_params sp = q35_session_default_params();
   sp.n_ctx = chunk;
   q35_session *s = a.e ? q35_session_new(model, &sp, err) : NULL;
+  /* every position's logits, so the output matrix sees every token (as in llama-imatrix) */
+  float *logits = malloc((size_t)chunk * (size_t)q35_model_n_vocab(model) * sizeof(float));
   int rc = s ? 0 : -1;
-  if (!a.e) rc = q35_seterr(err, "out of memory");
+  if (!a.e || !logits) rc = q35_seterr(err, "out of memory (%d x %d logits)", chunk, q35_model_n_vocab(model));
   q35_mm_observer_ctx = &a;
   q35_mm_observer = observe;
   for (int64_t c = 0; !rc && c < n_chunks; c++) {
     q35_session_reset(s);
-    rc = q35_session_eval(s, tokens + c * chunk, chunk, chunk, NULL, 0, err);
+    rc = q35_session_eval(s, tokens + c * chunk, chunk, chunk, logits, 1, err);
     if (!rc && a.failed) rc = q35_seterr(err, "out of memory");
     fprintf(stderr, "q35 imatrix: chunk %lld/%lld\n", (long long)c + 1, (long long)n_chunks);
   }
@@ -117,6 +119,7 @@ int q35_imatrix_compute(q35_model *model, const int32_t *tokens, int64_t n, int3
                     "recorded\n", a.unmatched);
   if (!rc) rc = write_imatrix(&a, (int)n_chunks, chunk, dataset, out, err);
   q35_session_free(s);
+  free(logits);
   for (uint64_t i = 0; a.e && i < model->gguf->n_tensors; i++) {
     free(a.e[i].sum);
     free(a.e[i].count);

@@ -16,7 +16,7 @@
       MoE MODEL whose layer 0 is a DeltaNet layer against a float64 recomputation: the input of
       blk.0's attn_qkv / attn_gate / ssm_alpha / ssm_beta is rmsnorm(token_embd[token]) *
       blk.0.attn_norm, so their in_sum2 must be the sum of its squares over the tokens and their
-      counts the number of tokens; every expert tensor has one count per expert, summing to
+      counts the number of tokens (output.weight too); every expert tensor: one count per expert, summing to
       tokens x experts_used; the keys are llama.cpp's
 """
 import ctypes
@@ -145,6 +145,8 @@ def check(model, imatrix, tokens, chunk):
         assert c.tolist() == [n], (name, c)
         err = np.abs(s - ref).max() / ref.max()
         assert err < 1e-5, (name, err)
+    c = tensor_f32(lib, imatrix, di, "output.weight.counts").reshape(-1)
+    assert c.tolist() == [n], ("output.weight", c)
     experts = [t for t in di["tensors"] if "_exps.weight.counts" in t]
     assert experts, "no expert tensors"
     for t in experts:

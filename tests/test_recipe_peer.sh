@@ -74,11 +74,14 @@ A3B="--layers 8 --interval 4 --embd 256 --heads 8 --kv-heads 1 --head-dim 64 --f
 # shellcheck disable=SC2086
 sweep a3b "$RECIPES" $A3B
 # the other shapes: the recipes whose rules they reach
-sweep e8-tied "q2_k:10 q4_k_m:15 iq4_xs:30 mxfp4_moe:38" --layers 4 --interval 2 --embd 256 --heads 4 --kv-heads 2 --head-dim 64 --ff 64 --shexp-ff 64 \
+sweep e8-tied "q2_k:10 q4_k_m:15 iq4_xs:30 mxfp4_moe:38" \
+  --layers 4 --interval 2 --embd 256 --heads 4 --kv-heads 2 --head-dim 64 --ff 64 --shexp-ff 64 \
   --experts 8 --experts-used 2 --vocab 512 --tied
-sweep odd-rows "q4_k_m:15 q8_0:7 iq4_xs:30" --layers 2 --interval 2 --embd 80 --heads 2 --kv-heads 1 --head-dim 40 --rot 16 --ff 48 \
+sweep odd-rows "q4_k_m:15 q8_0:7 iq4_xs:30" \
+  --layers 2 --interval 2 --embd 80 --heads 2 --kv-heads 1 --head-dim 40 --rot 16 --ff 48 \
   --shexp-ff 48 --ssm-k-heads 2 --ssm-v-heads 2 --ssm-head-dim 40 --experts 4 --experts-used 2 --vocab 512
-sweep dense17 "q3_k_m:12 q4_k_m:15 q4_k_s:14" --arch qwen35 --layers 17 --interval 4 --embd 256 --heads 4 --kv-heads 1 --head-dim 64 --ff 256 \
+sweep dense17 "q3_k_m:12 q4_k_m:15 q4_k_s:14" \
+  --arch qwen35 --layers 17 --interval 4 --embd 256 --heads 4 --kv-heads 1 --head-dim 64 --ff 256 \
   --vocab 512
 
 # Hugging Face checkpoint: q35's BF16 export quantized by llama vs q35 export --qtype

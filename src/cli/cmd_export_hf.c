@@ -6,6 +6,8 @@
 #include "commands.h"
 #include "export_split.h"
 #include "export/hf.h"
+#include "export/imatrix.h"
+#include "export/recipe.h"
 #include "kernels/quant.h"
 
 int cmd_export_hf(int argc, char **argv);
@@ -19,6 +21,12 @@ static void usage(void) {
       "model.safetensors or sharded model-*.safetensors + model.safetensors.index.json, tokenizer.json,\n"
       "tokenizer_config.json) into a GGUF that q35 and llama.cpp run (llama.cpp's conventions).\n"
       "Everything is validated before OUT.gguf is written; it appears only when complete.\n"
+      "  --qtype NAME       a llama-quantize recipe: each weight's type chosen as llama-quantize's NAME\n"
+      "                     chooses it (README.md, \"Export recipes\"); NAME, any case: q4_0 q4_1 q5_0 q5_1 q8_0\n"
+      "                     q2_k q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k iq4_nl iq4_xs mxfp4_moe\n"
+      "                     bf16 f16 f32. --qlinear / --qembedding / --qoutput override it for their tensors\n"
+      "  --imatrix FILE     importance weights (llama.cpp's imatrix GGUF, e.g. from q35 imatrix) for the\n"
+      "                     quantizers that take them (q2_k q3_k iq4_nl q4_1 q5_1; others quantize unweighted)\n"
       "  --qlinear TYPE     linear weights (attention, DeltaNet, experts, shared expert)  default bf16\n"
       "  --qembedding TYPE  token_embd                                                    default bf16\n"
       "  --qoutput TYPE     output.weight (untied models)     default: q6_k if --qlinear q4_k, else --qlinear\n"
@@ -50,6 +58,7 @@ static int parse_type(const char *flag, const char *v) {
 
 int cmd_export_hf(int argc, char **argv) {
   q35_export_opts o = q35_export_default_opts();
+  const char *imatrix_path = NULL;
   for (int i = 1; i < argc; i++) {
     if (arg_is(argc, argv, &i, "--help") || arg_is(argc, argv, &i, "-h")) {
       usage();
@@ -65,14 +74,26 @@ int cmd_export_hf(int argc, char **argv) {
     }
     if (arg_is(argc, argv, &i, "--qlinear")) {
       o.qlinear = parse_type("--qlinear", arg_value(argc, argv, &i));
+      o.given |= Q35_EXPORT_GIVEN_LINEAR;
       continue;
     }
     if (arg_is(argc, argv, &i, "--qembedding")) {
       o.qembedding = parse_type("--qembedding", arg_value(argc, argv, &i));
+      o.given |= Q35_EXPORT_GIVEN_EMBEDDING;
       continue;
     }
     if (arg_is(argc, argv, &i, "--qoutput")) {
       o.qoutput = parse_type("--qoutput", arg_value(argc, argv, &i));
+      o.given |= Q35_EXPORT_GIVEN_OUTPUT;
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--qtype")) {
+      q35_err e;
+      if ((o.recipe = q35_recipe_from_name(arg_value(argc, argv, &i), &e)) < 0) die("%s", e.msg);
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--imatrix")) {
+      imatrix_path = arg_value(argc, argv, &i);
       continue;
     }
     if (arg_is(argc, argv, &i, "--fallback")) {
@@ -110,7 +131,16 @@ int cmd_export_hf(int argc, char **argv) {
   q35_export_stats st;
   uint32_t n_shards = 0;
   o.split.n_shards_out = &n_shards;
-  if (q35_export_hf(&o, &st, &err)) {
+  q35_imatrix *im = NULL;
+  if (imatrix_path && !(im = q35_imatrix_load(imatrix_path, &err))) {
+    fprintf(stderr, "q35 export: --imatrix: %s\n", err.msg);
+    return 1;
+  }
+  if (im) q35_imatrix_report(im, imatrix_path);
+  o.imatrix = im;
+  const int rc = q35_export_hf(&o, &st, &err);
+  q35_imatrix_free(im);
+  if (rc) {
     fprintf(stderr, "q35 export: %s\n", err.msg);
     return 1;
   }

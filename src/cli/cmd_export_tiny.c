@@ -6,6 +6,8 @@
 #include "args.h"
 #include "commands.h"
 #include "export_split.h"
+#include "export/imatrix.h"
+#include "export/recipe.h"
 #include "export/tiny.h"
 #include "format/gguf_names.h"
 #include "kernels/quant.h"
@@ -38,6 +40,9 @@ static void tiny_usage(void) {
       "                    | mxfp4 | iq4_nl | q4_1 | q5_1, or the\n"
       "                    presets q4_k_m (q4_k + q6_k for ffn_down/attn_v/output)  (default f32)\n"
       "  --down-type T, --output-type T, --embd-type T   per-tensor overrides\n"
+      "  --qtype NAME      a llama-quantize recipe (q4_k_m, q8_0, ...: see q35 export --help); --type and the\n"
+      "                    per-tensor flags override it for their tensors\n"
+      "  --imatrix FILE    importance weights (llama.cpp's imatrix GGUF) for the quantizers\n"
       "  --rope-theta F    1e7         --seed N   %llu\n"
       "Split output (OUT-00001-of-0000N.gguf ...):\n",
       d.n_layer, d.interval, d.n_embd, d.n_vocab, d.n_head, d.n_head_kv, d.head_dim, d.n_rot, d.ssm_k_heads,
@@ -54,7 +59,7 @@ static int parse_type(const char *flag, const char *v) {
 
 int cmd_export_tiny(int argc, char **argv) {
   q35_tiny_opts o = q35_tiny_default();
-  const char *out = NULL;
+  const char *out = NULL, *imatrix_path = NULL;
   int dense_ff_set = 0, ff_set = 0, ff = 0, vocab_set = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -147,6 +152,17 @@ int cmd_export_tiny(int argc, char **argv) {
       } else {
         o.type = parse_type("--type", v);
       }
+      o.type_set = 1;
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--qtype")) {
+      q35_err e;
+      const char *v = arg_value(argc, argv, &i);
+      if ((o.recipe = q35_recipe_from_name(v, &e)) < 0) die("%s", e.msg);
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--imatrix")) {
+      imatrix_path = arg_value(argc, argv, &i);
       continue;
     }
     if (arg_is(argc, argv, &i, "--down_type")) { o.type_down = parse_type("--down-type", arg_value(argc, argv, &i)); continue; }
@@ -165,7 +181,16 @@ int cmd_export_tiny(int argc, char **argv) {
   q35_err err = {{0}};
   uint32_t n_shards = 0;
   o.split.n_shards_out = &n_shards;
-  if (q35_tiny_write(&o, out, &err)) {
+  q35_imatrix *im = NULL;
+  if (imatrix_path && !(im = q35_imatrix_load(imatrix_path, &err))) {
+    fprintf(stderr, "q35 export: --imatrix: %s\n", err.msg);
+    return 1;
+  }
+  if (im) q35_imatrix_report(im, imatrix_path);
+  o.imatrix = im;
+  const int rc = q35_tiny_write(&o, out, &err);
+  q35_imatrix_free(im);
+  if (rc) {
     fprintf(stderr, "q35 export: %s\n", err.msg);
     return 1;
   }

@@ -14,5 +14,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_schema_check(int argc, char **argv); /* token masks of a constraint over lines of a file */
 int cmd_perplexity(int argc, char **argv);    /* llama-perplexity's perplexity */
 int cmd_kld(int argc, char **argv);           /* KL divergence of a quantization from its base */
+int cmd_imatrix(int argc, char **argv);      /* importance matrix of a model over a text */
 
 #endif

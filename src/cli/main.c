@@ -34,6 +34,7 @@ static const struct {
     {"schema-check", cmd_schema_check, "check JSON values or strings against a constraint's token masks"},
     {"perplexity", cmd_perplexity, "perplexity over chunks of a text, as llama-perplexity"},
     {"kld", cmd_kld, "KL divergence of a quantized model from its base, as llama-perplexity"},
+    {"imatrix", cmd_imatrix, "importance matrix of a model over a text (llama.cpp's imatrix GGUF)"},
 };
 
 static void usage(FILE *f) {

@@ -21,6 +21,7 @@
 #include "base/buf.h"
 #include "base/util.h"
 #include "export/hf_internal.h"
+#include "export/recipe.h"
 #include "export/qwen35_gguf.h"
 #include "format/gguf.h"
 #include "format/gguf_names.h"
@@ -39,6 +40,7 @@ q35_export_opts q35_export_default_opts(void) {
   o.qembedding = Q35_TYPE_BF16;
   o.qoutput = -1;
   o.progress = 1;
+  o.recipe = -1;
   return o;
 }
 
@@ -152,7 +154,8 @@ static int write_metadata(gguf_writer *w, const plan *p, const q35_tokenizer *to
   gguf_set_str(w, q35_gguf_key(Q35_KEY_GENERAL_NAME, NULL).s, base);
   /* a k-quant export is labelled the _M mix (q6_k output by default) */
   const int file_type = q35_gguf_file_type(p->t_lin, Q35_TYPE_Q6_K);
-  gguf_set_u32(w, q35_gguf_key(Q35_KEY_GENERAL_FILE_TYPE, NULL).s, (uint32_t)file_type);
+  gguf_set_u32(w, q35_gguf_key(Q35_KEY_GENERAL_FILE_TYPE, NULL).s,
+               (uint32_t)(p->o->recipe >= 0 ? q35_recipe_ftype(p->o->recipe) : file_type));
   gguf_set_u32(w, q35_gguf_key(Q35_KEY_GENERAL_QUANT_VERSION, NULL).s, Q35_GGUF_QUANT_VERSION);
   q35_export_hparams h = {
       .moe = c->moe, .n_layer = c->L, .n_ctx_train = c->ctx, .n_embd = c->H, .n_ff = c->F,
@@ -176,6 +179,7 @@ static int declare_tensors(gguf_writer *w, plan *p, const char *out, q35_export_
   *maxrow = 1;
   for (int i = 0; i < p->n; i++) {
     otensor *t = &p->t[i];
+    if (hf_check_imatrix(p, t, err)) return -1;
     int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], 1};
     t->index = gguf_add_tensor(w, t->name, t->type, (uint32_t)t->n_dims, ne, NULL);
     if (t->index < 0) return q35_seterr(err, "%s: cannot declare tensor '%s'", out, t->name);

@@ -35,7 +35,15 @@ typedef struct q35_export_opts {
   int threads;     /* conversion threads; 0: one per online CPU (at most Q35_EXPORT_MAX_THREADS) */
   int no_mtp;      /* 1: drop the MTP head (mtp.*); 0: keep it as llama.cpp's converter writes it */
   gguf_split_opts split; /* zero: one file; else shards as gguf_writer_set_split writes them */
+  int recipe;      /* -1, or a llama-quantize recipe (export/recipe.h) choosing each weight's type; a type
+                      given explicitly (bits of `given`) overrides it for its tensors */
+  unsigned given;  /* Q35_EXPORT_GIVEN_*: which of qlinear / qembedding / qoutput were given */
+  const struct q35_imatrix *imatrix; /* importance weights for the quantizers (export/imatrix.h), or NULL */
 } q35_export_opts;
+
+#define Q35_EXPORT_GIVEN_LINEAR 1u
+#define Q35_EXPORT_GIVEN_EMBEDDING 2u
+#define Q35_EXPORT_GIVEN_OUTPUT 4u
 
 #define Q35_EXPORT_MAX_THREADS 16
 

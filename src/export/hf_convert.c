@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "export/hf_internal.h"
+#include "export/imatrix.h"
 #include "format/tensor_types.h"
 #include "kernels/quant.h"
 
@@ -75,9 +76,18 @@ static void *conv_worker(void *arg) {
         j->bad_row = r;
         return NULL;
       }
-    q35_quantize_row(t->type, j->row, (char *)j->buf + (size_t)r * rb, t->ne[0]);
+    int bad; /* sizes were checked when the tensor was declared (hf_check_imatrix) */
+    q35_err ignored;
+    const float *qw = q35_imatrix_weights(j->p->o->imatrix, t->name, t->ne[0], r / t->ne[1], &bad, &ignored);
+    q35_quantize_row_imatrix(t->type, j->row, (char *)j->buf + (size_t)r * rb, t->ne[0], qw);
   }
   return NULL;
+}
+
+int hf_check_imatrix(const plan *p, const otensor *t, q35_err *err) {
+  int bad = 0;
+  if (t->type != Q35_TYPE_F32) q35_imatrix_weights(p->o->imatrix, t->name, t->ne[0], t->ne[2] - 1, &bad, err);
+  return bad ? -1 : 0;
 }
 
 int hf_convert_tensor(const plan *p, const otensor *t, void *buf, float *scratch, int64_t maxrow,

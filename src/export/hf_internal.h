@@ -94,6 +94,8 @@ void hf_plan_free(plan *p);
 /* Convert every row of t into buf (q35_row_size(t->type, t->ne[0]) bytes per row) with
  * nthreads threads (1..HF_MAX_THREADS); scratch holds 2 * nthreads * maxrow floats, maxrow >=
  * t->ne[0]. Returns -1 and the first row holding a non-finite value in *bad_row, else 0. */
+/* -1 (message in err) when the importance matrix has an entry for t of the wrong size. */
+int hf_check_imatrix(const plan *p, const otensor *t, q35_err *err);
 int hf_convert_tensor(const plan *p, const otensor *t, void *buf, float *scratch, int64_t maxrow,
                       int nthreads, int64_t *bad_row);
 

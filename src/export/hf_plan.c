@@ -14,6 +14,7 @@
 #include "base/util.h"
 #include "export/hf_internal.h"
 #include "export/qwen35_gguf.h"
+#include "export/recipe.h"
 #include "format/gguf_names.h"
 #include "format/tensor_types.h"
 
@@ -73,6 +74,28 @@ static int pick_type(plan *p, const char *name, int type, int64_t ne0, int *out)
 }
 
 
+/* Was tensor id's type given explicitly (so that it overrides the recipe)? */
+static int type_given(const plan *p, q35_gguf_tensor_id id) {
+  const unsigned g = p->o->given;
+  if (id == Q35_TENSOR_TOKEN_EMBD) return (g & Q35_EXPORT_GIVEN_EMBEDDING) != 0;
+  if (id == Q35_TENSOR_OUTPUT) return (g & (Q35_EXPORT_GIVEN_OUTPUT | Q35_EXPORT_GIVEN_LINEAR)) != 0;
+  return (g & Q35_EXPORT_GIVEN_LINEAR) != 0;
+}
+
+/* With a recipe: the type it gives a tensor llama-quantize quantizes, unless given explicitly. */
+static int recipe_type(plan *p, q35_gguf_tensor_id id, const char *name, int n_dims, int64_t ne0, int64_t ne2,
+                       int *type) {
+  if (p->o->recipe < 0 || type_given(p, id) || !q35_recipe_quantizes(name, n_dims)) return 0;
+  const hfcfg *c = &p->cfg;
+  const q35_recipe_model m = {.n_layer_all = (int)c->L + (p->mtp_pfx ? 1 : 0), .n_expert = c->moe ? (int)c->E : 0,
+                              .n_head = (int)c->nh, .n_head_kv = (int)c->nkv, .tied = c->tied,
+                              .has_imatrix = p->o->imatrix != NULL};
+  const int t = q35_recipe_tensor_type(p->o->recipe, &m, name, n_dims, ne0, ne2, Q35_TYPE_F32, p->err);
+  if (t < 0) return -1;
+  *type = t;
+  return 0;
+}
+
 /* Add an output tensor with a plain gather from one source. */
 static otensor *out_plain(plan *p, q35_gguf_tensor_id id, int il, int type, const st_tensor *src, int n_dims,
                           int64_t ne0, int64_t ne1, int64_t ne2, int op) {
@@ -82,6 +105,7 @@ static otensor *out_plain(plan *p, q35_gguf_tensor_id id, int il, int type, cons
     return NULL;
   }
   snprintf(t->name, sizeof t->name, "%s", q35_gguf_tensor(id, il).s);
+  if (recipe_type(p, id, t->name, n_dims, ne0, ne2, &type)) return NULL;
   t->n_dims = n_dims;
   t->ne[0] = ne0;
   t->ne[1] = ne1;
@@ -379,10 +403,8 @@ static int plan_check_unused(plan *p) {
 }
 
 int hf_build_plan(plan *p) {
-  if (plan_model_tensors(p)) return -1;
-  for (int64_t il = 0; il < p->cfg.L; il++)
-    if (plan_layer(p, (int)il, 0)) return -1;
-  /* the MTP head: when config.json declares one, its tensors are there, and --no-mtp is not given */
+  /* the MTP head: when config.json declares one, its tensors are there, and --no-mtp is not given
+   * (known before the trunk is planned: the recipes count its layer) */
   p->mtp_pfx = NULL;
   if (p->cfg.n_mtp > 0 && !p->o->no_mtp) {
     if (st_find(p->st, "mtp.fc.weight")) p->mtp_pfx = "mtp.";
@@ -390,8 +412,11 @@ int hf_build_plan(plan *p) {
     if (p->mtp_pfx && p->cfg.n_mtp > 1)
       return q35_seterr(p->err, "%s/config.json: mtp_num_hidden_layers = %lld; only one MTP block is supported (as "
                                 "in llama.cpp); pass --no-mtp to drop it", p->dir, (long long)p->cfg.n_mtp);
-    if (p->mtp_pfx && plan_mtp(p)) return -1;
   }
+  if (plan_model_tensors(p)) return -1;
+  for (int64_t il = 0; il < p->cfg.L; il++)
+    if (plan_layer(p, (int)il, 0)) return -1;
+  if (p->mtp_pfx && plan_mtp(p)) return -1;
   return plan_check_unused(p);
 }
 

@@ -21,7 +21,9 @@
 #include "base/buf.h"
 #include "base/util.h"
 #include "engine/threadpool.h"
+#include "export/imatrix.h"
 #include "export/qwen35_gguf.h"
+#include "export/recipe.h"
 #include "format/gguf.h"
 #include "format/gguf_names.h"
 #include "kernels/quant.h"
@@ -57,6 +59,7 @@ q35_tiny_opts q35_tiny_default(void) {
   o.type_embd = -1;
   o.seed = 1;
   o.mtp_agree = -1;
+  o.recipe = -1;
   return o;
 }
 
@@ -113,6 +116,7 @@ typedef struct {
   void **bufs;
   size_t n, cap;
   q35_pool *pool; /* generates the rows of a tensor in parallel */
+  const q35_imatrix *im; /* importance weights for the quantizers, or NULL */
 } keep;
 
 /* A zeroed buffer kept until the file is written; NULL when out of memory. */
@@ -130,6 +134,9 @@ typedef struct {
   init_kind kind;
   char *data;
   const tiny_agree *ag;
+  const char *name;      /* for the importance weights */
+  int64_t ne1;           /* rows per matrix (expert) */
+  const q35_imatrix *im;
 } gen_task;
 
 /* Row u of token_embd (INIT_EMBD with key), regenerated. */
@@ -180,8 +187,11 @@ static void gen_rows(void *ctx, int ith, int nth) {
       }
       row[j] = v;
     }
+    int bad;
+    q35_err ignored;
+    const float *qw = q35_imatrix_weights(g->im, g->name, g->ne0, i / g->ne1, &bad, &ignored); /* checked in add */
     if (g->type == Q35_TYPE_F32) memcpy(g->data + (size_t)i * rb, row, rb);
-    else q35_quantize_row(g->type, row, g->data + (size_t)i * rb, g->ne0);
+    else q35_quantize_row_imatrix(g->type, row, g->data + (size_t)i * rb, g->ne0, qw);
   }
   free(row);
 }
@@ -190,7 +200,14 @@ static int add(gguf_writer *w, keep *k, rng *r, const char *name, int type, int 
                int64_t ne2, init_kind kind, tiny_agree *ag) {
   int64_t ne[4] = {ne0, ne1, ne2, 1};
   if (type != Q35_TYPE_F32) type = q35_export_fallback_type(type, ne0, 0);
-  gen_task g = {rng_next(r), type, ne0, ne1 * ne2, kind, NULL, ag};
+  gen_task g = {rng_next(r), type, ne0, ne1 * ne2, kind, NULL, ag, name, ne1, type == Q35_TYPE_F32 ? NULL : k->im};
+  int bad;
+  q35_err e;
+  q35_imatrix_weights(g.im, name, ne0, ne2 - 1, &bad, &e);
+  if (bad) {
+    fprintf(stderr, "q35 export: %s\n", e.msg);
+    return -1;
+  }
   if (kind == INIT_EMBD) ag->embd_key = g.key;
   g.data = keep_add(k, q35_row_size(type, ne0) * (size_t)g.rows);
   if (!g.data) return -1;
@@ -355,12 +372,35 @@ typedef struct tiny_ctx {
   int V, t_lin, t_down, t_out, t_embd;
   q35_gguf_name name; /* the tensor being added (for the error message) */
   tiny_agree ag;
+  q35_recipe_model rm; /* what the recipe's rules look at (o->recipe >= 0) */
 } tiny_ctx;
+
+/* Was tensor id's type given explicitly (so that it overrides the recipe)? */
+static int type_given(const tiny_ctx *c, q35_gguf_tensor_id id) {
+  const q35_tiny_opts *o = c->o;
+  switch (id) {
+    case Q35_TENSOR_TOKEN_EMBD: return o->type_embd >= 0;
+    case Q35_TENSOR_OUTPUT: return o->type_output >= 0;
+    case Q35_TENSOR_FFN_DOWN_EXPS:
+    case Q35_TENSOR_FFN_DOWN_SHEXP:
+    case Q35_TENSOR_FFN_DOWN:
+    case Q35_TENSOR_ATTN_V: return o->type_down >= 0;
+    default: return o->type_set;
+  }
+}
 
 /* Add tensor id of layer il (ignored for whole-model tensors), random rows of `kind`. */
 static int tensor(tiny_ctx *c, q35_gguf_tensor_id id, int il, int type, int n_dims, int64_t ne0, int64_t ne1,
                   int64_t ne2, init_kind kind) {
   c->name = q35_gguf_tensor(id, il);
+  if (c->o->recipe >= 0 && !type_given(c, id) && q35_recipe_quantizes(c->name.s, n_dims)) {
+    q35_err e;
+    type = q35_recipe_tensor_type(c->o->recipe, &c->rm, c->name.s, n_dims, ne0, ne2, type, &e);
+    if (type < 0) {
+      fprintf(stderr, "q35 export: %s\n", e.msg);
+      return -1;
+    }
+  }
   return add(c->w, &c->k, &c->r, c->name.s, type, n_dims, ne0, ne1, ne2, kind, &c->ag);
 }
 
@@ -485,11 +525,17 @@ int q35_tiny_write(const q35_tiny_opts *o, const char *path, q35_err *err) {
   c.t_down = o->type_down >= 0 ? o->type_down : o->type;
   c.t_out = o->type_output >= 0 ? o->type_output : o->type;
   c.t_embd = o->type_embd >= 0 ? o->type_embd : o->type;
+  c.k.im = o->imatrix;
+  c.rm = (q35_recipe_model){.n_layer_all = o->n_layer + (o->mtp ? 1 : 0), .n_expert = o->moe ? o->n_expert : 0,
+                            .n_head = o->n_head, .n_head_kv = o->n_head_kv, .tied = o->tied,
+                            .has_imatrix = o->imatrix != NULL};
   int rc = -1;
   if (!c.w || !c.k.pool) {
     rc = q35_seterr(err, "tiny model: out of memory");
   } else {
     write_hparams(c.w, o, c.t_lin, c.t_down);
+    if (o->recipe >= 0)
+      gguf_set_u32(c.w, q35_gguf_key(Q35_KEY_GENERAL_FILE_TYPE, NULL).s, (uint32_t)q35_recipe_ftype(o->recipe));
     if (write_vocab(c.w, o, &c.V, err) == 0) {
       if (o->mtp_agree >= 0 && agree_init(&c)) rc = q35_seterr(err, "tiny model: out of memory");
       else if (add_tensors(&c)) rc = q35_seterr(err, "tiny model: could not add tensor '%s'", c.name.s);

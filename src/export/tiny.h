@@ -37,6 +37,11 @@ typedef struct q35_tiny_opts {
   float mtp_agree;         /* >= 0 (with mtp): a trunk that predicts a fixed permutation of the
                               vocabulary and a head agreeing with it on about this fraction of
                               tokens (tiny.c); -1: random weights */
+  int recipe;              /* -1, or a recipe (export/recipe.h) choosing every weight's type; the
+                              types given explicitly (type_set, type_down, type_output, type_embd)
+                              override it for their tensors */
+  int type_set;            /* 1: `type` was given (it overrides the recipe for the linear weights) */
+  const struct q35_imatrix *imatrix; /* importance weights for the quantizers, or NULL */
 } q35_tiny_opts;
 
 /* A small MoE default: 4 layers (interval 4), embd 256, 4/2 heads of 64, DeltaNet 4 key

@@ -222,6 +222,30 @@ static void swiglu_ffn(const q35_fwd *f, const q35_tensor *gate, const q35_tenso
 
 /* ---- the MoE layer ---- */
 
+/* The observer (forward_internal.h) sees each active expert's rows: gate/up on the tokens routed
+ * to it (b->h), down on its slots' SwiGLU outputs (b->act, in expert order, filled later: the
+ * down call is made by observe_down after SwiGLU). */
+static void observe_experts(const q35_layer *L, const q35_bufs *b, int n_active, int64_t H, int64_t I, int64_t k) {
+  (void)I;
+  for (int a = 0; a < n_active; a++) {
+    const int e = b->active[a];
+    const int32_t *rows = b->elist + b->estart[e];
+    if (L->gate_up_exps.data) {
+      q35_mm_observe(&L->gate_up_exps, e, b->h, H, H, b->ecount[e], rows, k);
+    } else {
+      q35_mm_observe(&L->gate_exps, e, b->h, H, H, b->ecount[e], rows, k);
+      q35_mm_observe(&L->up_exps, e, b->h, H, H, b->ecount[e], rows, k);
+    }
+  }
+}
+
+static void observe_down(const q35_layer *L, const q35_bufs *b, int n_active, int64_t I) {
+  for (int a = 0; a < n_active; a++) {
+    const int e = b->active[a];
+    q35_mm_observe(&L->down_exps, e, b->act + (int64_t)b->estart[e] * I, I, I, b->ecount[e], NULL, 1);
+  }
+}
+
 /* The routed experts: gate + up for every (token, slot) on the activations gathered in expert
  * order, SwiGLU, down. xa receives the conversion of h (the shared expert reuses it). */
 static void moe_experts(const q35_fwd *f, const q35_layer *L, int n_active, q35_act *xa) {
@@ -229,6 +253,7 @@ static void moe_experts(const q35_fwd *f, const q35_layer *L, int n_active, q35_
   q35_bufs *b = f->b;
   const int64_t T = b->T, H = hp->n_embd, k = hp->n_expert_used, I = hp->n_ff_exp;
   const int gtype = L->gate_up_exps.data ? L->gate_up_exps.type : L->gate_exps.type;
+  if (q35_mm_observer) observe_experts(L, b, n_active, H, I, k);
   q35_act_prepare(f->pool, xa, q35_vec_dot_type(gtype), b->h, H, H, T, b->xq);
   gather_task ga = {b, T * k, k, xa->ld};
   pool_or_inline(f->pool, gather_run, &ga, T <= INLINE_ROWS);
@@ -237,6 +262,7 @@ static void moe_experts(const q35_fwd *f, const q35_layer *L, int n_active, q35_
   q35_pool_run(f->pool, moe_mm, &c);
   swiglu_task sw = {T * k, I, b->gu, b->act};
   pool_or_inline(f->pool, swiglu_run, &sw, T * k * I <= INLINE_ELEMS);
+  if (q35_mm_observer) observe_down(L, b, n_active, I);
   q35_act aa = Q35_ACT_NONE;
   q35_act_prepare(f->pool, &aa, q35_vec_dot_type(L->down_exps.type), b->act, I, I, T * k, b->xq3);
   c.phase = 1;

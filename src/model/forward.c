@@ -254,6 +254,7 @@ static void output_head(const q35_fwd *f, int joint) {
         memcpy(rows[r].hidden + (size_t)(i - (rows[r].n - rows[r].n_out)) * H, b->h + G * H, sizeof(float) * H);
     }
   if (G == 0) return;
+  q35_mm_observe(&m->output, 0, b->h, H, H, G, NULL, 1);
   q35_act xa = Q35_ACT_NONE;
   q35_act_prepare(f->pool, &xa, q35_vec_dot_type(m->output.type), b->h, H, H, G, b->xq);
   if (!joint) {

@@ -117,6 +117,19 @@ void q35_act_prepare(q35_pool *pool, q35_act *q, int vtype, const float *x, int6
 /* Y[t][n] (row stride ldy) = W_n . X_t for the T converted rows of xa. */
 void q35_matmul(q35_pool *pool, const q35_tensor *w, const q35_act *xa, int64_t T, float *y, int64_t ldy);
 /* y = W x for float activations x (T rows, stride ldx), converting them first into buf. */
+/* An observer of the matrix products (q35 imatrix): called on the stepping thread, before the
+ * product, with the float activations weight w multiplies -- row t (t < T) is
+ * x + (rows ? rows[t] / rdiv : t) * ldx, K floats -- and the expert (the matrix of a 3-D expert
+ * tensor, else 0). Off (NULL, the default): one pointer test per product. */
+typedef void (*q35_mm_observer_fn)(void *ctx, const q35_tensor *w, int64_t expert, const float *x, int64_t ldx,
+                                   int64_t K, int64_t T, const int32_t *rows, int64_t rdiv);
+extern q35_mm_observer_fn q35_mm_observer;
+extern void *q35_mm_observer_ctx;
+static inline void q35_mm_observe(const q35_tensor *w, int64_t expert, const float *x, int64_t ldx, int64_t K,
+                                  int64_t T, const int32_t *rows, int64_t rdiv) {
+  if (q35_mm_observer) q35_mm_observer(q35_mm_observer_ctx, w, expert, x, ldx, K, T, rows, rdiv);
+}
+
 void q35_matmul_f(q35_pool *pool, const q35_tensor *w, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy,
                   char *buf);
 /* y_i = W_i x for n (<= 4) weights on the same float activations x (T rows of K = W_i->ne[0],

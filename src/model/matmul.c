@@ -121,8 +121,12 @@ void q35_matmul(q35_pool *pool, const q35_tensor *w, const q35_act *xa, int64_t 
   q35_pool_run(pool, mm_run, &t);
 }
 
+q35_mm_observer_fn q35_mm_observer;
+void *q35_mm_observer_ctx;
+
 void q35_matmul_f(q35_pool *pool, const q35_tensor *w, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy,
                   char *buf) {
+  q35_mm_observe(w, 0, x, ldx, w->ne[0], T, NULL, 1);
   q35_act q = Q35_ACT_NONE;
   q35_act_prepare(pool, &q, q35_vec_dot_type(w->type), x, ldx, w->ne[0], T, buf);
   q35_matmul(pool, w, &q, T, y, ldy);
@@ -130,6 +134,7 @@ void q35_matmul_f(q35_pool *pool, const q35_tensor *w, const float *x, int64_t l
 
 void q35_matmul_same(q35_pool *pool, const q35_tensor *const *ws, float *const *ys, const int64_t *ldy, int n,
                      q35_act *xa, const float *x, int64_t ldx, int64_t T, char *buf) {
+  for (int i = 0; i < n; i++) q35_mm_observe(ws[i], 0, x, ldx, ws[i]->ne[0], T, NULL, 1);
   int same = n <= MM_MULTI_MAX;
   for (int i = 1; i < n; i++) same &= q35_vec_dot_type(ws[i]->type) == q35_vec_dot_type(ws[0]->type);
   if (!same) {

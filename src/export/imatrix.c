@@ -1,0 +1,129 @@
+/* imatrix.c - llama.cpp's imatrix GGUF files, read (see imatrix.h). */
+#include "export/imatrix.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/buf.h"
+#include "base/util.h"
+#include "format/gguf.h"
+#include "kernels/quant.h"
+#include "kernels/quant_lowbit.h"
+
+#define SUM_SFX ".in_sum2"
+#define CNT_SFX ".counts"
+
+typedef struct {
+  char *name;       /* the weight's name */
+  int64_t n_per_row, n_mat;
+  float *w;         /* n_per_row * n_mat weights */
+} im_entry;
+
+struct q35_imatrix {
+  im_entry *e;
+  size_t n, cap;
+};
+
+void q35_imatrix_free(q35_imatrix *im) {
+  if (!im) return;
+  for (size_t i = 0; i < im->n; i++) {
+    free(im->e[i].name);
+    free(im->e[i].w);
+  }
+  free(im->e);
+  free(im);
+}
+
+/* entry NAME from NAME.in_sum2 (t) and NAME.counts */
+static int add_entry(q35_imatrix *im, const gguf_file *f, const gguf_tensor *t, q35_err *err) {
+  const size_t L = (size_t)t->name.len - strlen(SUM_SFX);
+  char cname[512];
+  snprintf(cname, sizeof cname, "%.*s%s", (int)L, t->name.ptr, CNT_SFX);
+  const gguf_tensor *c = gguf_find_tensor(f, cname);
+  if (!c) return q35_seterr(err, "%s: '%.*s' has no '%s'", f->path, (int)t->name.len, t->name.ptr, cname);
+  const int64_t n_per_row = t->ne[0], n_mat = t->ne[1] * t->ne[2] * t->ne[3];
+  if (t->type != Q35_TYPE_F32 || c->type != Q35_TYPE_F32 || t->n_dims > 2 || c->ne[0] * c->ne[1] != n_mat)
+    return q35_seterr(err, "%s: '%s' must be f32 {%lld} for '%.*s' {%lld, %lld} (f32)", f->path, cname,
+                      (long long)n_mat, (int)t->name.len, t->name.ptr, (long long)n_per_row, (long long)n_mat);
+  if (q35_grow((void **)&im->e, &im->cap, im->n + 1, sizeof *im->e)) return q35_seterr(err, "out of memory");
+  im_entry *e = &im->e[im->n];
+  e->name = malloc(L + 1);
+  e->w = malloc((size_t)(n_per_row * n_mat) * sizeof(float));
+  if (!e->name || !e->w) {
+    free(e->name), free(e->w);
+    return q35_seterr(err, "out of memory");
+  }
+  memcpy(e->name, t->name.ptr, L);
+  e->name[L] = 0;
+  e->n_per_row = n_per_row, e->n_mat = n_mat;
+  const float *sum = t->data, *cnt = c->data;
+  for (int64_t m = 0; m < n_mat; m++)
+    for (int64_t j = 0; j < n_per_row; j++) {
+      const float s = sum[m * n_per_row + j];
+      e->w[m * n_per_row + j] = cnt[m] > 0 ? s / cnt[m] : 1.0f;
+      if (!(s >= 0 && s < 1e38f))
+        return free(e->name), free(e->w),
+               q35_seterr(err, "%s: '%s' holds %g at column %lld (sums of squares are finite and >= 0)", f->path,
+                          e->name, (double)s, (long long)j);
+    }
+  im->n++;
+  return 0;
+}
+
+int q35_imatrix_count(const q35_imatrix *im) { return im ? (int)im->n : 0; }
+
+void q35_imatrix_report(const q35_imatrix *im, const char *path) {
+  fprintf(stderr, "q35 export: --imatrix %s: %d weights; used by the q2_K, q3_K, iq4_nl, q4_1 and q5_1 quantizers "
+                  "(q35's others have no importance-weighted form and quantize unweighted)\n",
+          path, q35_imatrix_count(im));
+}
+
+q35_imatrix *q35_imatrix_load(const char *path, q35_err *err) {
+  gguf_file *f = gguf_open_ex(path, GGUF_OPEN_ANY_LAYOUT, err);
+  if (!f) return NULL;
+  q35_imatrix *im = calloc(1, sizeof *im);
+  int rc = im ? 0 : q35_seterr(err, "out of memory");
+  const size_t ls = strlen(SUM_SFX);
+  for (uint64_t i = 0; !rc && i < f->n_tensors; i++) {
+    const gguf_tensor *t = &f->tensors[i];
+    if (t->name.len > ls && !memcmp(t->name.ptr + t->name.len - ls, SUM_SFX, ls)) rc = add_entry(im, f, t, err);
+  }
+  if (!rc && im->n == 0)
+    rc = q35_seterr(err, "%s: not an imatrix file (no NAME%s tensors; the legacy .dat format is not read)", path,
+                    SUM_SFX);
+  gguf_close(f);
+  if (rc) {
+    q35_imatrix_free(im);
+    return NULL;
+  }
+  return im;
+}
+
+const float *q35_imatrix_weights(const q35_imatrix *im, const char *name, int64_t n_per_row, int64_t mat,
+                                 int *bad, q35_err *err) {
+  *bad = 0;
+  if (!im) return NULL;
+  for (size_t i = 0; i < im->n; i++) {
+    const im_entry *e = &im->e[i];
+    if (strcmp(e->name, name)) continue;
+    if (e->n_per_row != n_per_row || (e->n_mat != 1 && mat >= e->n_mat)) {
+      *bad = 1;
+      q35_seterr(err, "imatrix: '%s' has %lld x %lld weights; the tensor has rows of %lld and matrix %lld", name,
+                 (long long)e->n_per_row, (long long)e->n_mat, (long long)n_per_row, (long long)mat);
+      return NULL;
+    }
+    return e->w + (e->n_mat == 1 ? 0 : mat) * n_per_row;
+  }
+  return NULL;
+}
+
+int q35_imatrix_type_weighted(int type) {
+  return type == Q35_TYPE_Q2_K || type == Q35_TYPE_Q3_K || type == Q35_TYPE_IQ4_NL || type == Q35_TYPE_Q4_1 ||
+         type == Q35_TYPE_Q5_1;
+}
+
+void q35_quantize_row_imatrix(int type, const float *src, void *dst, int64_t n, const float *qw) {
+  if (qw && q35_imatrix_type_weighted(type) && !q35_lowbit_quantize_weighted(type, src, dst, n, qw)) return;
+  q35_quantize_row(type, src, dst, n);
+}

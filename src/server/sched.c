@@ -353,7 +353,20 @@ static void job_fail(srv_job *j, int status, const char *msg) {
   pthread_cond_broadcast(&j->cv);
 }
 
-static int hold_append(seq *q, const char *t, size_t n) { return q35_buf_add(&q->hold, t, n); }
+/* Append generated text to the hold-back buffer; a NUL byte (a token of the byte 0x00) becomes
+ * U+FFFD, since the responses carry text as C strings (README "Server API": generated text).
+ * Returns the bytes appended. */
+static size_t hold_append(seq *q, const char *t, size_t n) {
+  size_t out = 0;
+  for (size_t i = 0; i < n;) {
+    size_t k = i;
+    while (k < n && t[k]) k++;
+    if (k > i && q35_buf_add(&q->hold, t + i, k - i) == 0) out += k - i;
+    if (k < n && q35_buf_add(&q->hold, "\xEF\xBF\xBD", 3) == 0) out += 3;
+    i = k + 1;
+  }
+  return out;
+}
 
 /* Release the held text that can no longer start a stop string (stop.h). */
 static int hold_release(seq *q, int final, char **out, size_t *out_len) {
@@ -448,10 +461,7 @@ static int seq_on_token(srv_sched *s, seq *q, const q35_row *r) {
     }
     e->tok_start = q->decoded;
     q35_err err;
-    if (q35_detok_feed(q->dt, r->token, &piece, &plen, &err) == 0 && plen) {
-      hold_append(q, piece, plen);
-      q->decoded += plen;
-    }
+    if (q35_detok_feed(q->dt, r->token, &piece, &plen, &err) == 0 && plen) q->decoded += hold_append(q, piece, plen);
     if (q->n_gen >= q->limit) {
       finish = "length";
       flush = 1;
@@ -459,8 +469,7 @@ static int seq_on_token(srv_sched *s, seq *q, const q35_row *r) {
   }
   if (flush) {
     q35_detok_flush(q->dt, &piece, &plen);
-    if (plen) hold_append(q, piece, plen);
-    q->decoded += plen;
+    if (plen) q->decoded += hold_append(q, piece, plen);
   }
   if (hold_release(q, flush, &e->text, &e->len)) finish = "stop";
   q->released += e->len;

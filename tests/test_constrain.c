@@ -214,6 +214,8 @@ static void test_schema(void) {
   CHECK(schema_match(all, "{\"a\":1}") == 0 && schema_match(all, "{\"a\":\"1\",\"b\":\"x\"}") == 0);
   const char *anyall = "{\"allOf\":[{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}]},{\"minimum\":10}]}";
   CHECK(schema_match(anyall, "12") == 1 && schema_match(anyall, "9") == 0 && schema_match(anyall, "\"s\"") == 1);
+  const char *disj = "{\"allOf\":[{\"type\":\"string\"},{\"type\":[\"integer\",\"null\"]}]}";
+  CHECK(schema_match(disj, "\"a\"") == 0 && schema_match(disj, "1") == 0 && schema_match(disj, "null") == 0);
   const char *con = "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"contains\":{\"minimum\":5}}";
   CHECK(schema_match(con, "[1,6]") == 1 && schema_match(con, "[6]") == 1);
   CHECK(schema_match(con, "[1,2]") == 0 && schema_match(con, "[]") == 0 && schema_match(con, "[\"x\",6]") == 0);

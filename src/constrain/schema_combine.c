@@ -159,7 +159,13 @@ static int merge_key(sc *c, json_t *out, const char *k, json_t *a, json_t *b) {
     return 0;
   }
   if (!strcmp(k, "type")) {
-    json_object_set_new(out, k, type_value(type_mask(a) & type_mask(b)));
+    const unsigned m = type_mask(a) & type_mask(b);
+    if (!m) { /* no type both allow: no value passes */
+      json_object_del(out, "const");
+      json_object_set_new(out, "enum", json_array());
+      return 0;
+    }
+    json_object_set_new(out, k, type_value(m));
     return 0;
   }
   if (!strcmp(k, "required")) {

@@ -29,12 +29,12 @@ lb=$((base + 3))
 bash "$Q35_SRC/tools/cluster.sh" 3 --detach --dir "$tmp" -m "$tmp/tiny.gguf" --q35 "$Q35" --port "$lb" \
   --base-port "$base" -t 1 -- --no-think --ctx 2048 --parallel 4 --max-sessions 64 --drain-timeout 20 >"$tmp/cluster.out"
 cat "$tmp/cluster.out"
-if [ "${Q35_SANITIZE_RUN:-0}" = 1 ]; then CLIENTS=12 RUN_S=24 KILL=8 DRAIN=14 BMAX=8; else CLIENTS=24 RUN_S=30 KILL=10 DRAIN=18 BMAX=6; fi
+if [ "${Q35_SANITIZE_RUN:-0}" = 1 ]; then CLIENTS=12 RUN_S=24 KILL=8 DRAIN=14 BMAX=8 AFF=0.85; else CLIENTS=24 RUN_S=30 KILL=10 DRAIN=18 BMAX=6 AFF=0.95; fi
 rc=0
 Q35_URL="http://127.0.0.1:$lb" \
 Q35_REPLICAS="r1=http://127.0.0.1:$base,r2=http://127.0.0.1:$((base + 1)),r3=http://127.0.0.1:$((base + 2))" \
 Q35_PIDS="r1=$(cat "$tmp/r1.pid"),r2=$(cat "$tmp/r2.pid"),r3=$(cat "$tmp/r3.pid")" \
-Q35_BOUNDED_MAX=$BMAX Q35_CLIENTS=$CLIENTS Q35_RUN_S=$RUN_S Q35_KILL=r1 Q35_KILL_AT_S=$KILL Q35_DRAIN=r2 Q35_DRAIN_AT_S=$DRAIN \
+Q35_BOUNDED_MAX=$BMAX Q35_AFFINITY_MIN=$AFF Q35_CLIENTS=$CLIENTS Q35_RUN_S=$RUN_S Q35_KILL=r1 Q35_KILL_AT_S=$KILL Q35_DRAIN=r2 Q35_DRAIN_AT_S=$DRAIN \
   timeout 400 node "$Q35_SRC/tests/tools/cluster_load.mjs" || rc=$?
 # the drained replica exits 0 by itself
 r2=$(cat "$tmp/r2.pid")

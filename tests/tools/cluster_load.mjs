@@ -177,7 +177,9 @@ console.error(`cluster_load: ${turns.length} turns, ${turns.filter((t) => t.ok).
   `${lost} lost; affinity ${affine}/${follow} = ${(100 * ratio).toFixed(1)}% ` +
   `(${moved} went elsewhere, ${uncached} on their replica without cached tokens)`);
 if (follow < nClients) fail(`only ${follow} follow-up turns on live replicas (the run is too short)`);
-if (ratio < 0.95) fail(`affinity ${(100 * ratio).toFixed(1)}% < 95%`);
+// Q35_AFFINITY_MIN: 0.95 (the issue's bar); the sanitizer run, with few slow turns, asks 0.85
+const affMin = Number(process.env.Q35_AFFINITY_MIN || 0.95);
+if (ratio < affMin) fail(`affinity ${(100 * ratio).toFixed(1)}% < ${(100 * affMin).toFixed(0)}%`);
 const served = new Set(turns.filter((t) => t.ok).map((t) => t.served));
 for (const name of Object.keys(replicas)) if (!served.has(name)) fail(`replica ${name} served nothing`);
 

@@ -2,7 +2,9 @@
 # test_server_surface.sh - q35 serve's request surface with the official OpenAI client
 # (tests/tools/server_surface.mjs): unknown and unsupported fields refused by name, tool_choice,
 # legacy functions, logit_bias, echo/suffix/best_of, models/{id}, context_length_exceeded, a 413
-# the client receives, distinct legacy logprobs, logprobs cut at a stop; then the -v log lines.
+# the client receives, distinct legacy logprobs, logprobs cut at a stop; every top-level field of
+# the pinned client packages' request types documented and checked (server_fields.mjs); then the
+# -v log lines.
 set -euo pipefail
 : "${Q35:?}" "${Q35_SRC:?}"
 if ! command -v node >/dev/null || [ ! -d "$Q35_SRC/tests/node_modules/openai" ]; then
@@ -30,6 +32,10 @@ done
 rc=0
 Q35_URL="http://127.0.0.1:$port" Q35_MODEL="$tmp/tiny.gguf" Q35_CTX=$CTX Q35_MAX_BODY=$MAX_BODY \
   NODE_PATH="$Q35_SRC/tests/node_modules" node "$Q35_SRC/tests/tools/server_surface.mjs" || rc=$?
+# every top-level field of the pinned openai / @anthropic-ai/sdk request types: documented in the
+# README and refused by name when given a value no field takes (tests/tools/server_fields.mjs)
+[ $rc != 0 ] || Q35_URL="http://127.0.0.1:$port" Q35_MODEL="$tmp/tiny.gguf" Q35_SRC="$Q35_SRC" \
+  node "$Q35_SRC/tests/tools/server_fields.mjs" || rc=$?
 kill -0 "$pid" 2>/dev/null || { echo "FAIL: the server died"; cat "$tmp/server.log"; exit 1; }
 [ $rc = 0 ] || { tail -n 30 "$tmp/server.log"; exit 1; }
 # a body over --max-body sent whole before the answer is read (as Python's http.client, requests

@@ -82,8 +82,9 @@ static int result_text(const json_t *ct, const char *where, q35_buf *out, oai_er
     const char *t = json_string_value(json_object_get(b, "type"));
     if (t && !strcmp(t, "image"))
       return api_bad(e, "messages", "'%s.content[%zu]' is an image: this model file has no vision encoder", where, k);
-    if (!t || strcmp(t, "text") || !json_is_string(json_object_get(b, "text")))
-      return api_bad(e, "messages", "'%s.content[%zu]' must be a text block", where, k);
+    static const char *const keys[] = {"type", "text", "cache_control", "citations", NULL};
+    if (!t || strcmp(t, "text") || !json_is_string(json_object_get(b, "text")) || api_unknown_key(b, keys))
+      return api_bad(e, "messages", "'%s.content[%zu]' must be a text block {type, text}", where, k);
     q35_buf_str(out, json_string_value(json_object_get(b, "text")));
   }
   return 0;
@@ -94,6 +95,21 @@ static int add_block(json_t *msgs, json_t *asst, const json_t *b, const char *wh
                      q35_buf *reasoning, oai_error *e) {
   const char *t = json_string_value(json_object_get(b, "type"));
   if (!t) return api_bad(e, "messages", "'%s.type' must be a string", where);
+  /* the fields each block may carry; cache_control and a text's citations (of an earlier
+   * answer) are metadata: prefix reuse is automatic, citations do not enter the prompt */
+  static const char *const k_text[] = {"type", "text", "cache_control", "citations", NULL};
+  static const char *const k_result[] = {"type", "tool_use_id", "content", "is_error", "cache_control", NULL};
+  static const char *const k_use[] = {"type", "id", "name", "input", "cache_control", "caller", NULL};
+  static const char *const k_think[] = {"type", "thinking", "signature", NULL};
+  const char *const *keys = !strcmp(t, "text") ? k_text : !strcmp(t, "tool_result") ? k_result
+                            : !strcmp(t, "tool_use") ? k_use : !strcmp(t, "thinking") ? k_think : NULL;
+  const char *u = keys ? api_unknown_key(b, keys) : NULL;
+  if (u) return api_bad(e, "messages", "'%s' (a %s block) has an unknown or unsupported field '%s'", where, t, u);
+  const json_t *caller = json_object_get(b, "caller");
+  const char *ct = json_string_value(json_object_get(caller, "type"));
+  if (caller && !json_is_null(caller) && (!ct || strcmp(ct, "direct")))
+    return api_bad(e, "messages", "'%s.caller' must be {\"type\": \"direct\"}: this server runs no server tools",
+                   where);
   if (!strcmp(t, "text")) {
     const json_t *tx = json_object_get(b, "text");
     if (!json_is_string(tx)) return api_bad(e, "messages", "'%s.text' must be a string", where);
@@ -144,6 +160,9 @@ static int add_message(msg_req *q, const json_t *m, size_t i, int last, oai_erro
   if (!json_is_object(m) || !role || (strcmp(role, "user") && strcmp(role, "assistant")))
     return api_bad(e, "messages", "'%s.role' must be user or assistant", where);
   const int asst = !strcmp(role, "assistant");
+  static const char *const mkeys[] = {"role", "content", NULL};
+  const char *u = api_unknown_key(m, mkeys);
+  if (u) return api_bad(e, "messages", "'%s' has an unknown field '%s'", where, u);
   const json_t *ct = json_object_get(m, "content");
   json_t *am = asst ? json_pack("{s:s}", "role", "assistant") : NULL;
   q35_buf text = {0}, reasoning = {0};
@@ -180,7 +199,8 @@ static int parse_system(const json_t *b, json_t *msgs, oai_error *e) {
     for (size_t k = 0; k < json_array_size(s); k++) {
       const json_t *bl = json_array_get(s, k);
       const char *ty = json_string_value(json_object_get(bl, "type"));
-      if (!ty || strcmp(ty, "text") || !json_is_string(json_object_get(bl, "text"))) {
+      static const char *const keys[] = {"type", "text", "cache_control", "citations", NULL};
+      if (!ty || strcmp(ty, "text") || !json_is_string(json_object_get(bl, "text")) || api_unknown_key(bl, keys)) {
         q35_buf_free(&t);
         return api_bad(e, "system", "'system[%zu]' must be a text block", k);
       }
@@ -206,6 +226,24 @@ static int parse_tools(const json_t *b, msg_req *q, oai_error *e) {
       return json_decref(out), api_bad(e, "tools", "'tools[%zu]' is the server tool '%s', which this server does not "
                                        "have; only client tools (name, description, input_schema) are available",
                                        i, ty);
+    /* cache_control and eager_input_streaming (how the input is streamed) change no output;
+     * defer_loading, allowed_callers other than direct and input_examples would: refused */
+    static const char *const keys[] = {"type", "name", "description", "input_schema", "strict", "cache_control",
+                                       "eager_input_streaming", "defer_loading", "allowed_callers", NULL};
+    const char *u = api_unknown_key(t, keys);
+    if (u)
+      return json_decref(out), api_bad(e, "tools", "'tools[%zu]' has an unknown or unsupported field '%s'%s", i, u,
+                                       strcmp(u, "input_examples") ? "" : " (the chat template has no place for them)");
+    if (json_is_true(json_object_get(t, "defer_loading")))
+      return json_decref(out), api_bad(e, "tools", "'tools[%zu].defer_loading': true needs a tool search tool, which "
+                                       "this server does not have", i);
+    const json_t *ac = json_object_get(t, "allowed_callers");
+    for (size_t k = 0; ac && !json_is_null(ac) && k < (json_is_array(ac) ? json_array_size(ac) : 1); k++) {
+      const char *c = json_string_value(json_array_get(ac, k));
+      if (!c || strcmp(c, "direct"))
+        return json_decref(out), api_bad(e, "tools", "'tools[%zu].allowed_callers' may only hold \"direct\": this "
+                                         "server runs no code execution", i);
+    }
     const json_t *st = json_object_get(t, "strict");
     if (st && !json_is_null(st) && !json_is_boolean(st))
       return json_decref(out), api_bad(e, "tools", "'tools[%zu].strict' must be a boolean", i);
@@ -224,6 +262,9 @@ static int parse_tools(const json_t *b, msg_req *q, oai_error *e) {
   if (tc && !json_is_null(tc)) {
     const char *ty = json_string_value(json_object_get(tc, "type"));
     const char *nm = json_string_value(json_object_get(tc, "name"));
+    static const char *const keys[] = {"type", "name", "disable_parallel_tool_use", NULL};
+    const char *u = api_unknown_key(tc, keys);
+    if (u) return json_decref(out), api_bad(e, "tool_choice", "'tool_choice' has an unknown field '%s'", u);
     if (ty && !strcmp(ty, "none")) none = 1;
     else if (ty && !strcmp(ty, "any")) q->con.tool_choice = OAI_TOOLS_REQUIRED;
     else if (ty && !strcmp(ty, "tool") && nm) {
@@ -284,6 +325,15 @@ static int parse_thinking(const oai_model *M, const json_t *b, msg_req *q, long 
   const json_t *t = json_object_get(b, "thinking");
   if (!t || json_is_null(t)) return 0;
   const char *ty = json_string_value(json_object_get(t, "type"));
+  static const char *const keys[] = {"type", "budget_tokens", "display", NULL};
+  const char *u = api_unknown_key(t, keys);
+  if (u || (ty && strcmp(ty, "enabled") && json_object_get(t, "budget_tokens")))
+    return api_bad(e, "thinking", "'thinking' has an unknown field '%s'", u ? u : "budget_tokens");
+  /* display: summarized (the default; q35 returns the reasoning itself, its own summary) or omitted
+   * (thinking blocks with empty text), which q35 does not do */
+  const json_t *disp = json_object_get(t, "display");
+  if (disp && !json_is_null(disp) && (!json_is_string(disp) || strcmp(json_string_value(disp), "summarized")))
+    return api_bad(e, "thinking.display", "'thinking.display' must be \"summarized\" (omitted is not available here)");
   if (ty && !strcmp(ty, "disabled")) q->v.think = 0;
   else if (ty && !strcmp(ty, "adaptive")) q->v.think = 1;
   else if (ty && !strcmp(ty, "enabled")) {
@@ -347,14 +397,47 @@ static int parse_sampling(const oai_model *M, const json_t *b, msg_req *q, oai_e
 
 static const char *const create_keys[] = {"model", "max_tokens", "messages", "system", "metadata", "stop_sequences",
                                           "stream", "temperature", "top_p", "top_k", "tools", "tool_choice",
-                                          "thinking", "service_tier", "cache_control", NULL};
+                                          "thinking", "service_tier", "cache_control", "output_config", NULL};
 static const char *const count_keys[] = {"model", "messages", "system", "tools", "tool_choice", "thinking",
-                                         "cache_control", NULL};
+                                         "cache_control", "output_config", NULL};
+
+/* output_config: format {type: json_schema, schema} constrains the answer text to the schema
+ * (the reasoning stays free); effort other than high (the API's default) is refused: q35 has
+ * no token-spending control besides thinking.budget_tokens. */
+static int parse_output_config(const json_t *b, msg_req *q, oai_error *e) {
+  const json_t *oc = json_object_get(b, "output_config");
+  if (!oc || json_is_null(oc)) return 0;
+  static const char *const keys[] = {"effort", "format", NULL}, *const fkeys[] = {"type", "schema", NULL};
+  const char *u = json_is_object(oc) ? api_unknown_key(oc, keys) : "(not an object)";
+  if (u) return api_bad(e, "output_config", "'output_config' has an unknown field '%s'", u);
+  const json_t *ef = json_object_get(oc, "effort");
+  if (ef && !json_is_null(ef) && (!json_is_string(ef) || strcmp(json_string_value(ef), "high")))
+    return api_bad(e, "output_config.effort", "'output_config.effort' other than high is not available here (use "
+                   "thinking.budget_tokens)");
+  const json_t *f = json_object_get(oc, "format");
+  if (!f || json_is_null(f)) return 0;
+  const char *ty = json_string_value(json_object_get(f, "type"));
+  const json_t *sc = json_object_get(f, "schema");
+  if (!json_is_object(f) || api_unknown_key(f, fkeys) || !ty || strcmp(ty, "json_schema") || !json_is_object(sc))
+    return api_bad(e, "output_config.format", "'output_config.format' must be {\"type\": \"json_schema\", "
+                   "\"schema\": {...}}");
+  q->con.kind = OAI_CONSTRAINT_JSON_SCHEMA;
+  q->con.param = "output_config.format";
+  q->con.schema = sc;
+  q->con.schema_strict = 1;
+  return 0;
+}
 
 static int parse_request(api_ctx *A, const char *sid, const json_t *b, int count, msg_req *q, oai_error *e) {
   const oai_model *M = A->M;
   const char *bad = api_unknown_key(b, count ? count_keys : create_keys);
   if (bad) return api_bad(e, bad, "unknown or unsupported field '%s'", bad);
+  const json_t *cc = json_object_get(b, "cache_control"); /* a cache hint: prefix reuse is automatic */
+  static const char *const cck[] = {"type", "ttl", NULL};
+  if (cc && !json_is_null(cc) &&
+      (!json_is_object(cc) || api_unknown_key(cc, cck) || !json_is_string(json_object_get(cc, "type")) ||
+       strcmp(json_string_value(json_object_get(cc, "type")), "ephemeral")))
+    return api_bad(e, "cache_control", "'cache_control' must be {\"type\": \"ephemeral\", \"ttl\"?}");
   const json_t *model = json_object_get(b, "model");
   if (!json_is_string(model)) return api_bad(e, "model", "'model' is required (a string)");
   if (strcmp(json_string_value(model), M->id) && strcmp(json_string_value(model), M->stem))
@@ -368,8 +451,8 @@ static int parse_request(api_ctx *A, const char *sid, const json_t *b, int count
     if (parse_sampling(M, b, q, e)) return -1;
   }
   q->v.messages = json_array();
-  if (parse_system(b, q->v.messages, e) || parse_tools(b, q, e) || parse_thinking(M, b, q, max_tokens, e) ||
-      api_session(sid, q->j, e))
+  if (parse_system(b, q->v.messages, e) || parse_tools(b, q, e) || parse_output_config(b, q, e) ||
+      parse_thinking(M, b, q, max_tokens, e) || api_session(sid, q->j, e))
     return -1;
   const json_t *msgs = json_object_get(b, "messages");
   if (!json_is_array(msgs) || !json_array_size(msgs))

@@ -26,6 +26,7 @@ VALUE
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/api.h"
 #include "server/openai.h"
 
 static int parse_response_format(const json_t *v, oai_constraint *c, oai_error *e) {
@@ -33,6 +34,12 @@ static int parse_response_format(const json_t *v, oai_constraint *c, oai_error *
   const json_t *t = json_object_get(v, "type");
   const char *ts = json_string_value(t);
   if (!ts) return oai_bad(e, "response_format", "'response_format.type' must be a string");
+  static const char *const keys[] = {"type", "json_schema", NULL};
+  static const char *const jkeys[] = {"name", "description", "schema", "strict", NULL};
+  const char *u = api_unknown_key(v, keys);
+  const json_t *js0 = json_object_get(v, "json_schema");
+  if (!u && json_is_object(js0)) u = api_unknown_key(js0, jkeys);
+  if (u) return oai_bad(e, "response_format", "'response_format' has an unknown field '%s'", u);
   if (!strcmp(ts, "text")) return 0;
   if (!strcmp(ts, "json_object")) {
     c->kind = OAI_CONSTRAINT_JSON_OBJECT;

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "base/util.h"
+#include "server/api.h"
 
 /* Largest magnitude at which every integer is exact in a double (2^53 is ~9.007e15). */
 #define EXACT_INT_LIMIT 9e15
@@ -193,6 +194,24 @@ static int check_fields(const json_t *b, int chat, oai_error *e) {
   int store = 0;
   if (oai_get_bool(b, "store", &store, e) < 0) return -1;
   if (store) return bad(e, "store", "'store: true' is not supported: this server keeps no stored completions");
+  const json_t *md = json_object_get(b, "metadata"); /* OpenAI's shape: string values */
+  const char *mk;
+  const json_t *mv;
+  json_object_foreach((json_t *)md, mk, mv) {
+    if (!json_is_string(mv)) return bad(e, "metadata", "'metadata.%s' must be a string", mk);
+  }
+  const json_t *pco = json_object_get(b, "prompt_cache_options");
+  static const char *const pkeys[] = {"mode", "ttl", NULL};
+  const char *pu = json_is_object(pco) ? api_unknown_key(pco, pkeys) : NULL;
+  if (pu) return bad(e, "prompt_cache_options", "'prompt_cache_options' has an unknown field '%s'", pu);
+  const json_t *pr = json_object_get(b, "prediction"); /* {type: content, content: text}: a latency hint */
+  if (pr && !json_is_null(pr)) {
+    static const char *const keys[] = {"type", "content", NULL};
+    const char *ty = json_string_value(json_object_get(pr, "type"));
+    const json_t *pc = json_object_get(pr, "content");
+    if (api_unknown_key(pr, keys) || !ty || strcmp(ty, "content") || !(json_is_string(pc) || json_is_array(pc)))
+      return bad(e, "prediction", "'prediction' must be {\"type\": \"content\", \"content\": text or text parts}");
+  }
   const json_t *mod = json_object_get(b, "modalities");
   if (mod && !json_is_null(mod)) {
     if (!json_is_array(mod)) return bad(e, "modalities", "'modalities' must be an array");
@@ -323,15 +342,27 @@ static int parse_stream(const json_t *b, oai_request *r, oai_error *e) {
   if (iu && !json_is_null(iu) && !json_is_boolean(iu))
     return bad(e, "stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
   r->include_usage = iu && json_is_true(iu);
+  /* include_obfuscation pads streamed events against length side channels: accepted, not added */
+  static const char *const keys[] = {"include_usage", "include_obfuscation", NULL};
+  const char *u = api_unknown_key(v, keys);
+  if (u) return bad(e, "stream_options", "'stream_options' has an unknown field '%s'", u);
+  const json_t *ob = json_object_get(v, "include_obfuscation");
+  if (ob && !json_is_null(ob) && !json_is_boolean(ob))
+    return bad(e, "stream_options.include_obfuscation", "'stream_options.include_obfuscation' must be a boolean");
   return 0;
 }
 
-/* One content part: text (and an assistant's refusal) is rendered; images, audio and files
- * need encoders this model file does not have. */
+/* One content part: text (and an assistant's refusal, rendered as its text) is kept; images,
+ * audio and files need encoders this model file does not have. A field a part may not carry is
+ * a 400 (prompt_cache_breakpoint is a cache hint: prefix reuse is automatic). */
 static int check_part(const json_t *part, size_t i, size_t k, oai_error *e) {
   const char *t = json_is_object(part) ? json_string_value(json_object_get(part, "type")) : NULL;
   if (!t) return bad(e, "messages", "'messages[%zu].content[%zu]' must be an object with a 'type'", i, k);
   if (!strcmp(t, "text") || !strcmp(t, "refusal")) {
+    static const char *const tkeys[] = {"type", "text", "prompt_cache_breakpoint", NULL};
+    static const char *const rkeys[] = {"type", "refusal", NULL};
+    const char *u = api_unknown_key(part, !strcmp(t, "text") ? tkeys : rkeys);
+    if (u) return bad(e, "messages", "'messages[%zu].content[%zu]' has an unknown field '%s'", i, k, u);
     if (!json_is_string(json_object_get(part, !strcmp(t, "text") ? "text" : "refusal")))
       return bad(e, "messages", "'messages[%zu].content[%zu].%s' must be a string", i, k, t);
     return 0;
@@ -345,9 +376,37 @@ static int check_part(const json_t *part, size_t i, size_t k, oai_error *e) {
   return bad(e, "messages", "'messages[%zu].content[%zu].type' is '%s'; it must be text", i, k, t);
 }
 
-/* "messages": a non-empty array of objects with a known role and string/array/null content;
- * *legacy is set when a message uses the legacy function role or function_call. */
-static int check_messages(const json_t *msgs, int *legacy, oai_error *e) {
+/* An assistant message's tool_calls: function calls {id, type, function: {name, arguments}}. */
+static int check_tool_calls(const json_t *tcs, size_t i, oai_error *e) {
+  if (!tcs || json_is_null(tcs)) return 0;
+  if (!json_is_array(tcs)) return bad(e, "messages", "'messages[%zu].tool_calls' must be an array", i);
+  static const char *const keys[] = {"id", "type", "function", NULL};
+  static const char *const fkeys[] = {"name", "arguments", NULL};
+  for (size_t k = 0; k < json_array_size(tcs); k++) {
+    const json_t *tc = json_array_get(tcs, k);
+    const char *ty = json_string_value(json_object_get(tc, "type"));
+    if (ty && strcmp(ty, "function"))
+      return bad(e, "messages", "'messages[%zu].tool_calls[%zu].type' is '%s'; only function calls are supported", i,
+                 k, ty);
+    const json_t *fn = json_object_get(tc, "function");
+    const char *u = json_is_object(tc) ? api_unknown_key(tc, keys) : "(not an object)";
+    if (!u && json_is_object(fn)) u = api_unknown_key(fn, fkeys);
+    if (u) return bad(e, "messages", "'messages[%zu].tool_calls[%zu]' has an unknown field '%s'", i, k, u);
+    if (!json_is_object(fn) || !json_is_string(json_object_get(fn, "name")))
+      return bad(e, "messages", "'messages[%zu].tool_calls[%zu].function.name' must be a string", i, k);
+  }
+  return 0;
+}
+
+/* "messages": a non-empty array of objects with a known role, string/array/null content and
+ * only the fields that role may carry; *legacy is set when a message uses the legacy function
+ * role or function_call, *refusal when an assistant turn carries a refusal (rendered as text).
+ * `name` is accepted and not rendered: Qwen3.5's template has no speaker names. */
+static int check_messages(const json_t *msgs, int *legacy, int *refusal, oai_error *e) {
+  static const char *const k_plain[] = {"role", "content", "name", NULL};
+  static const char *const k_asst[] = {"role",    "content", "name", "tool_calls", "function_call",
+                                       "refusal", "audio",   "reasoning_content", NULL};
+  static const char *const k_tool[] = {"role", "content", "tool_call_id", NULL};
   if (!msgs) return bad(e, "messages", "'messages' is required");
   if (!json_is_array(msgs) || json_array_size(msgs) == 0) return bad(e, "messages", "'messages' must be a non-empty array");
   for (size_t i = 0; i < json_array_size(msgs); i++) {
@@ -360,16 +419,66 @@ static int check_messages(const json_t *msgs, int *legacy, oai_error *e) {
         strcmp(rs, "developer") && strcmp(rs, "function"))
       return bad(e, "messages",
                  "'messages[%zu].role' is '%s'; it must be system, developer, user, assistant, tool or function", i, rs);
+    const int asst = !strcmp(rs, "assistant");
+    const char *u = api_unknown_key(m, asst ? k_asst : !strcmp(rs, "tool") ? k_tool : k_plain);
+    if (u) return bad(e, "messages", "'messages[%zu]' (role %s) has an unknown field '%s'", i, rs, u);
+    const json_t *nm = json_object_get(m, "name");
+    if (nm && !json_is_null(nm) && !json_is_string(nm))
+      return bad(e, "messages", "'messages[%zu].name' must be a string", i);
     if (!strcmp(rs, "function") || json_object_get(m, "function_call")) *legacy = 1;
     const json_t *ct = json_object_get(m, "content");
     if (ct && !json_is_null(ct) && !json_is_string(ct) && !json_is_array(ct))
       return bad(e, "messages", "'messages[%zu].content' must be a string, an array of parts or null", i);
-    for (size_t k = 0; json_is_array(ct) && k < json_array_size(ct); k++)
+    for (size_t k = 0; json_is_array(ct) && k < json_array_size(ct); k++) {
       if (check_part(json_array_get(ct, k), i, k, e)) return -1;
+      if (!strcmp(json_string_value(json_object_get(json_array_get(ct, k), "type")), "refusal")) *refusal = 1;
+    }
     if (json_object_get(m, "audio") && !json_is_null(json_object_get(m, "audio")))
       return bad(e, "messages", "'messages[%zu].audio' is not supported: this model file has no audio encoder", i);
+    const json_t *rf = json_object_get(m, "refusal");
+    if (rf && !json_is_null(rf)) {
+      if (!json_is_string(rf)) return bad(e, "messages", "'messages[%zu].refusal' must be a string", i);
+      *refusal = 1;
+    }
+    const json_t *rc = json_object_get(m, "reasoning_content");
+    if (rc && !json_is_null(rc) && !json_is_string(rc))
+      return bad(e, "messages", "'messages[%zu].reasoning_content' must be a string", i);
+    const json_t *fc = json_object_get(m, "function_call");
+    if (fc && !json_is_null(fc)) {
+      static const char *const fkeys[] = {"name", "arguments", NULL};
+      u = json_is_object(fc) ? api_unknown_key(fc, fkeys) : NULL;
+      if (u) return bad(e, "messages", "'messages[%zu].function_call' has an unknown field '%s'", i, u);
+      if (!json_is_object(fc) || !json_is_string(json_object_get(fc, "name")))
+        return bad(e, "messages", "'messages[%zu].function_call' must be an object with a string name", i);
+    }
+    if (check_tool_calls(json_object_get(m, "tool_calls"), i, e)) return -1;
   }
   return 0;
+}
+
+/* An assistant's refusal as its text: refusal parts become text parts, a `refusal` string
+ * follows the content (the template renders content only). In place, on a copy. */
+static void map_refusals(json_t *msgs) {
+  for (size_t i = 0; i < json_array_size(msgs); i++) {
+    json_t *m = json_array_get(msgs, i);
+    json_t *ct = json_object_get(m, "content");
+    for (size_t k = 0; json_is_array(ct) && k < json_array_size(ct); k++) {
+      json_t *p = json_array_get(ct, k);
+      if (!strcmp(json_string_value(json_object_get(p, "type")), "refusal"))
+        json_array_set_new(ct, k, json_pack("{s:s,s:O}", "type", "text", "text", json_object_get(p, "refusal")));
+    }
+    const char *rf = json_string_value(json_object_get(m, "refusal"));
+    if (rf && *rf) {
+      q35_buf t = {0};
+      if (json_is_string(ct)) q35_buf_str(&t, json_string_value(ct));
+      for (size_t k = 0; json_is_array(ct) && k < json_array_size(ct); k++)
+        q35_buf_str(&t, json_string_value(json_object_get(json_array_get(ct, k), "text")));
+      q35_buf_str(&t, rf);
+      json_object_set_new(m, "content", json_string(t.p ? t.p : ""));
+      q35_buf_free(&t);
+    }
+    json_object_del(m, "refusal");
+  }
 }
 
 /* The legacy function messages as tool messages: role "function" -> "tool" (the name kept),
@@ -395,6 +504,11 @@ static json_t *map_legacy_messages(const json_t *msgs) {
 static int check_function(const json_t *fn, const char *param, size_t i, oai_constraint *c, oai_error *e) {
   if (!json_is_object(fn) || !json_is_string(json_object_get(fn, "name")))
     return bad(e, param, "'%s[%zu]%s.name' must be a string", param, i, strcmp(param, "tools") ? "" : ".function");
+  static const char *const keys[] = {"name", "description", "parameters", "strict", NULL};
+  const char *u = api_unknown_key(fn, keys);
+  if (u)
+    return bad(e, param, "'%s[%zu]%s' has an unknown field '%s'", param, i, strcmp(param, "tools") ? "" : ".function",
+               u);
   const json_t *st = json_object_get(fn, "strict");
   if (st && !json_is_null(st) && !json_is_boolean(st))
     return bad(e, param, "'%s[%zu].function.strict' must be a boolean", param, i);
@@ -430,6 +544,10 @@ static int parse_tool_choice(const json_t *v, const char *param, oai_request *r,
     if (!legacy && (!type || strcmp(type, "function")))
       return bad(e, param, "'%s.type' is '%s'; only {\"type\": \"function\", \"function\": {\"name\": ...}} is supported",
                  param, type ? type : "(missing)");
+    static const char *const okeys[] = {"type", "function", NULL}, *const nkeys[] = {"name", NULL};
+    const char *u = legacy ? NULL : api_unknown_key(v, okeys);
+    if (!u && json_is_object(fn)) u = api_unknown_key(fn, nkeys);
+    if (u) return bad(e, param, "'%s' has an unknown field '%s'", param, u);
     const char *name = json_string_value(json_object_get(fn, "name"));
     if (!name) return bad(e, param, "'%s' must name a function: %s", param, legacy ? "{\"name\": ...}" :
                           "{\"type\": \"function\", \"function\": {\"name\": ...}}");
@@ -460,6 +578,9 @@ static int parse_tools(const json_t *b, oai_request *r, oai_error *e) {
       const char *type = json_is_object(t) ? json_string_value(json_object_get(t, "type")) : NULL;
       if (type && strcmp(type, "function"))
         return bad(e, "tools", "'tools[%zu].type' is '%s'; only function tools are supported", i, type);
+      static const char *const tkeys[] = {"type", "function", NULL};
+      const char *u = json_is_object(t) ? api_unknown_key(t, tkeys) : NULL;
+      if (u) return bad(e, "tools", "'tools[%zu]' has an unknown field '%s'", i, u);
       if (check_function(json_is_object(t) ? json_object_get(t, "function") : NULL, "tools", i, c, e)) return -1;
     }
     if (json_array_size(v)) r->tools = (json_t *)v;
@@ -519,6 +640,11 @@ static int parse_think(const oai_model *M, const json_t *b, int *think, oai_erro
   const json_t *v = json_object_get(b, "chat_template_kwargs");
   if (!v || json_is_null(v)) return 0;
   if (!json_is_object(v)) return bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+  static const char *const keys[] = {"enable_thinking", NULL};
+  const char *u = api_unknown_key(v, keys);
+  if (u)
+    return bad(e, "chat_template_kwargs", "'chat_template_kwargs.%s' is not supported: only enable_thinking is passed "
+               "to the template", u);
   const json_t *et = json_object_get(v, "enable_thinking");
   if (!et || json_is_null(et)) return 0;
   if (!json_is_boolean(et))
@@ -540,11 +666,12 @@ static int ends_in_think(const char *s, size_t n) {
 /* The chat prompt: messages and tools rendered with the template, then tokenized. */
 static int parse_chat_prompt(const oai_model *M, const json_t *b, oai_request *r, oai_error *e) {
   const json_t *msgs = json_object_get(b, "messages");
-  int think, legacy = 0;
-  if (check_messages(msgs, &legacy, e) || parse_tools(b, r, e) || parse_think(M, b, &think, e)) return -1;
+  int think, legacy = 0, refusal = 0;
+  if (check_messages(msgs, &legacy, &refusal, e) || parse_tools(b, r, e) || parse_think(M, b, &think, e)) return -1;
   q35_err err = {{0}};
   size_t len = 0;
-  json_t *mapped = legacy ? map_legacy_messages(msgs) : NULL;
+  json_t *mapped = legacy ? map_legacy_messages(msgs) : refusal ? json_deep_copy(msgs) : NULL;
+  if (mapped && refusal) map_refusals(mapped);
   char *text = q35_chat_render(M->tmpl, mapped ? mapped : msgs, r->tools, 1, think, M->bos, M->eos, &len, &err);
   json_decref(mapped);
   if (!text) return bad(e, "messages", "cannot render the messages with the chat template: %s", err.msg);

@@ -169,6 +169,11 @@ static int parts_text(const json_t *content, const char *where, q35_buf *out, oa
     if (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "refusal") && strcmp(t, "text"))
       return api_bad(e, "input", "'%s[%zu].type' is '%s'; this server reads input_text / output_text parts", where,
                      k, t);
+    /* an output_text's annotations and logprobs describe an earlier answer: not part of the prompt */
+    static const char *const tkeys[] = {"type", "text", "annotations", "logprobs", NULL};
+    static const char *const rkeys[] = {"type", "refusal", NULL};
+    const char *u = api_unknown_key(p, strcmp(t, "refusal") ? tkeys : rkeys);
+    if (u) return api_bad(e, "input", "'%s[%zu]' has an unknown field '%s'", where, k, u);
     const json_t *tx = json_object_get(p, strcmp(t, "refusal") ? "text" : "refusal");
     if (!json_is_string(tx)) return api_bad(e, "input", "'%s[%zu]' has no text", where, k);
     q35_buf_add(out, json_string_value(tx), json_string_length(tx));
@@ -345,6 +350,10 @@ static int parse_tools(const json_t *b, rsp_req *q, oai_error *e) {
     const char *s = json_string_value(tc);
     const char *ty = json_string_value(json_object_get(tc, "type"));
     const char *nm = json_string_value(json_object_get(tc, "name"));
+    static const char *const keys[] = {"type", "name", NULL};
+    const char *u = s ? NULL : api_unknown_key(tc, keys);
+    if (u && ty && !strcmp(ty, "function"))
+      return json_decref(out), api_bad(e, "tool_choice", "'tool_choice' has an unknown field '%s'", u);
     if (s && !strcmp(s, "none")) none = 1;
     else if (s && !strcmp(s, "required")) q->con.tool_choice = OAI_TOOLS_REQUIRED;
     else if (!s && ty && !strcmp(ty, "function") && nm) {
@@ -465,12 +474,16 @@ static int parse_settings(const oai_model *M, const json_t *b, rsp_req *q, oai_e
                                                    json_string_length(mv) > 512)
         return api_bad(e, "metadata", "'metadata.%s' must be a string of at most 512 characters (keys at most 64)", mk);
   }
-  static const char *const strs[] = {"user", "safety_identifier", "prompt_cache_key", "instructions",
-                                     "previous_response_id", NULL};
+  static const char *const strs[] = {"user",         "safety_identifier",    "prompt_cache_key",
+                                     "instructions", "previous_response_id", "prompt_cache_retention", NULL};
   for (const char *const *p = strs; *p; p++) {
     const json_t *v = json_object_get(b, *p);
     if (v && !json_is_null(v) && !json_is_string(v)) return api_bad(e, *p, "'%s' must be a string", *p);
   }
+  const json_t *pco = json_object_get(b, "prompt_cache_options"); /* cache hints: prefix reuse is automatic */
+  static const char *const pkeys[] = {"mode", "ttl", NULL};
+  if (pco && !json_is_null(pco) && (!json_is_object(pco) || api_unknown_key(pco, pkeys)))
+    return api_bad(e, "prompt_cache_options", "'prompt_cache_options' must be an object {mode, ttl}");
   const json_t *tr = json_object_get(b, "truncation");
   if (tr && !json_is_null(tr) && (!json_is_string(tr) || strcmp(json_string_value(tr), "disabled")))
     return api_bad(e, "truncation", "'truncation' must be \"disabled\": this server never drops input items");
@@ -513,7 +526,7 @@ static const char *const rsp_keys[] = {
     "model", "input", "instructions", "tools", "tool_choice", "reasoning", "max_output_tokens", "temperature", "top_p",
     "top_k", "seed", "text", "stream", "stream_options", "previous_response_id", "store", "metadata", "user",
     "parallel_tool_calls", "max_tool_calls", "truncation", "service_tier", "include", "background",
-    "prompt_cache_key", "safety_identifier", "top_logprobs", NULL};
+    "prompt_cache_key", "safety_identifier", "top_logprobs", "prompt_cache_retention", "prompt_cache_options", NULL};
 
 /* The whole request: fields, conversation, prompt. 0, or -1 with e filled (404 for an unknown
  * previous_response_id). */

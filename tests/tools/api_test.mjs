@@ -212,6 +212,12 @@ await section('responses: refusals', async () => {
   check(raw.status === 400 && (await raw.json()).error.message.includes('JSON object'), 'a non-object body: 400');
   const get = await fetch(`${base}/v1/responses`, { method: 'GET' });
   check(get.status === 405, 'GET /v1/responses: 405', get.status);
+  await expectError('unknown content part field', 400, () => oa.responses.create({ model: MODEL,
+    input: [{ role: 'user', content: [{ type: 'input_text', text: 'x', frobnicate: 1 }] }] }), 'frobnicate');
+  await expectError('unknown tool_choice field', 400, () => oa.responses.create({ model: MODEL, input: 'x', tools: rTools,
+    tool_choice: { type: 'function', name: 'get_weather', frobnicate: 1 } }), 'frobnicate');
+  const pc = await oa.responses.create({ model: MODEL, input: 'hi', prompt_cache_retention: '24h', prompt_cache_options: {} });
+  check(pc.output_text === WHOLE, 'prompt_cache_retention / prompt_cache_options are metadata', pc.output_text);
 });
 
 await section('responses: the store is bounded', async () => {
@@ -324,6 +330,39 @@ await section('messages: errors', async () => {
   await expectError('bad role', 400, () => an.messages.create({ model: MODEL, max_tokens: 8, messages: [{ role: 'system', content: 'x' }] }), 'role');
   await expectError('thinking budget >= max_tokens', 400, () => an.messages.create({ model: MODEL, max_tokens: 1024, thinking: { type: 'enabled', budget_tokens: 1024 }, messages: [{ role: 'user', content: 'x' }] }), 'budget_tokens');
   await expectError('wrong model', 400, () => an.messages.create({ model: 'claude-x', max_tokens: 8, messages: [{ role: 'user', content: 'x' }] }), 'claude-x');
+  // nested fields: refused by name unless they are documented metadata
+  const u = (content) => [{ role: 'user', content }];
+  await expectError('unknown text block field', 400, () => an.messages.create({ model: MODEL, max_tokens: 8,
+    messages: u([{ type: 'text', text: 'x', frobnicate: 1 }]) }), 'frobnicate');
+  await expectError('unknown message field', 400, () => an.messages.create({ model: MODEL, max_tokens: 8,
+    messages: [{ role: 'user', content: 'x', frobnicate: 1 }] }), 'frobnicate');
+  await expectError('unknown system block field', 400, () => an.messages.create({ model: MODEL, max_tokens: 8,
+    system: [{ type: 'text', text: 's', frobnicate: 1 }], messages: u('x') }), 'system');
+  await expectError('tool input_examples', 400, () => an.messages.create({ model: MODEL, max_tokens: 8,
+    tools: [{ ...aTools[0], input_examples: [{ city: 'Paris' }] }], messages: u('x') }), 'input_examples');
+  await expectError('tool defer_loading', 400, () => an.messages.create({ model: MODEL, max_tokens: 8,
+    tools: [{ ...aTools[0], defer_loading: true }], messages: u('x') }), 'defer_loading');
+  await expectError('unknown tool_choice field', 400, () => an.messages.create({ model: MODEL, max_tokens: 8, tools: aTools,
+    tool_choice: { type: 'auto', frobnicate: 1 }, messages: u('x') }), 'frobnicate');
+  await expectError('thinking display omitted', 400, () => an.messages.create({ model: MODEL, max_tokens: 2048,
+    thinking: { type: 'enabled', budget_tokens: 1024, display: 'omitted' }, messages: u('x') }), 'display');
+  await expectError('output_config effort', 400, () => an.messages.create({ model: MODEL, max_tokens: 8,
+    output_config: { effort: 'low' }, messages: u('x') }), 'effort');
+  await expectError('output_config format of another type', 400, () => an.messages.create({ model: MODEL, max_tokens: 8,
+    output_config: { format: { type: 'yaml' } }, messages: u('x') }), 'output_config.format');
+  await expectError('a tool_use caller other than direct', 400, () => an.messages.create({ model: MODEL, max_tokens: 8,
+    messages: [{ role: 'user', content: 'x' }, { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1',
+      name: 'get_weather', input: {}, caller: { type: 'code_execution_20250825', tool_id: 'x' } }] },
+    { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: 'sunny' }] }], tools: aTools }), 'caller');
+  await expectError('unknown field in count_tokens', 400, () => an.messages.countTokens({ model: MODEL, messages: u('x'),
+    frobnicate: 1 }), 'frobnicate');
+  const meta = await an.messages.create({ model: MODEL, max_tokens: 64, cache_control: { type: 'ephemeral' },
+    system: [{ type: 'text', text: 'Be brief.', cache_control: { type: 'ephemeral', ttl: '1h' } }],
+    tools: [{ ...aTools[0], cache_control: { type: 'ephemeral' }, eager_input_streaming: true }],
+    messages: u([{ type: 'text', text: 'hi', cache_control: { type: 'ephemeral' }, citations: null }]) });
+  const plainMeta = await an.messages.countTokens({ model: MODEL, system: 'Be brief.', tools: aTools, messages: u('hi') });
+  check(meta.usage.input_tokens + meta.usage.cache_read_input_tokens === plainMeta.input_tokens,
+        'cache_control, citations, eager_input_streaming are metadata', [meta.usage, plainMeta]);
   const nf = await fetch(`${base}/v1/messages`, { method: 'GET' });
   const nj = await nf.json();
   check(nf.status === 405 && nj.type === 'error', 'GET /v1/messages: 405 in Anthropic shape', nj);

@@ -338,6 +338,23 @@ await section('messages: tool_choice any / tool, errors', async () => {
   const uses = n.content.filter((b) => b.type === 'tool_use');
   check(uses.length === 1 && uses[0].name === 'get_weather' && ajv.validate(weather, uses[0].input),
         'tool: one valid call of the named tool', n.content);
+  // output_config.format: the answer text follows the schema, the thinking stays free
+  for (const thinking of [{ type: 'enabled', budget_tokens: 1024 }, { type: 'disabled' }]) {
+    const f = await an.messages.create({ model: MODEL, max_tokens: 1200, thinking, messages: [{ role: 'user', content: 'pick' }],
+      output_config: { format: { type: 'json_schema', schema: pick } } });
+    const tx = f.content.find((b) => b.type === 'text');
+    validJson(`messages output_config.format (${thinking.type})`, tx ? tx.text : '',
+              f.stop_reason === 'max_tokens' ? 'length' : 'stop', pick);
+    check(f.stop_reason === 'end_turn', `output_config.format: end_turn (${thinking.type})`, f.stop_reason);
+    if (thinking.type === 'enabled') {
+      const th = f.content.find((b) => b.type === 'thinking');
+      check(th && th.thinking === chain.reasoning, 'output_config.format: the thinking is left free', f.content);
+    }
+  }
+  const bad = await expectError('messages: an output_config schema that does not compile', 400, () => an.messages.create({
+    model: MODEL, max_tokens: 8, messages: [{ role: 'user', content: 'x' }],
+    output_config: { format: { type: 'json_schema', schema: { type: 'object', frobnicate: 1 } } } }), 'frobnicate');
+  check(bad && bad.error && bad.error.type === 'error', 'output_config: Anthropic error shape', bad && bad.error);
   const e = await expectError('messages: tool_choice naming no tool', 400, () => an.messages.create({ model: MODEL,
     max_tokens: 8, tools: aTools, tool_choice: { type: 'tool', name: 'nope' }, messages: [{ role: 'user', content: 'x' }] }),
   'tool_choice');

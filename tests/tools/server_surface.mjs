@@ -74,6 +74,58 @@ await section('unknown and refused fields are named', async () => {
   await refused('user not a string', chat({ user: 5 }), 'user');
 });
 
+await section('nested fields: each is honoured, documented metadata, or refused by name', async () => {
+  const fn = tools[0].function;
+  await refused('unknown message field', () => client.chat.completions.create({ model: modelId, max_tokens: 2,
+    messages: [{ role: 'user', content: 'hi', frobnicate: 1 }] }), 'messages', /frobnicate/);
+  await refused('a tool message field of another role', () => client.chat.completions.create({ model: modelId,
+    max_tokens: 2, messages: [{ role: 'user', content: 'hi', tool_call_id: 'x' }] }), 'messages', /tool_call_id/);
+  await refused('unknown text part field', () => client.chat.completions.create({ model: modelId, max_tokens: 2,
+    messages: [{ role: 'user', content: [{ type: 'text', text: 'hi', frobnicate: 1 }] }] }), 'messages', /frobnicate/);
+  await refused('unknown tool_calls field', () => client.chat.completions.create({ model: modelId, max_tokens: 2,
+    messages: [msgs[0], { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', frobnicate: 1,
+      function: { name: 'get_weather', arguments: '{}' } }] }, { role: 'tool', tool_call_id: 'c', content: 'x' }] }),
+  'messages', /frobnicate/);
+  await refused('custom tool call in the history', () => client.chat.completions.create({ model: modelId, max_tokens: 2,
+    messages: [msgs[0], { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'custom',
+      custom: { name: 'x', input: 'y' } }] }] }), 'messages', /custom/);
+  await refused('unknown function field', chat({ tools: [{ type: 'function', function: { ...fn, frobnicate: 1 } }] }),
+                'tools', /frobnicate/);
+  await refused('unknown tool field', chat({ tools: [{ ...tools[0], frobnicate: 1 }] }), 'tools', /frobnicate/);
+  await refused('unknown legacy function field', chat({ functions: [{ ...fn, frobnicate: 1 }] }), 'functions', /frobnicate/);
+  await refused('unknown named tool_choice field', chat({ tools, tool_choice: { type: 'function',
+    function: { name: 'get_weather', frobnicate: 1 } } }), 'tool_choice', /frobnicate/);
+  await refused('unknown response_format field', chat({ response_format: { type: 'json_schema', json_schema: {
+    name: 'x', schema: { type: 'object' }, frobnicate: 1 } } }), 'response_format', /frobnicate/);
+  await refused('unknown stream_options field', chat({ stream_options: { frobnicate: true } }), 'stream_options',
+                /frobnicate/);
+  await refused('other chat_template_kwargs', chat({ chat_template_kwargs: { add_vision_id: true } }),
+                'chat_template_kwargs', /add_vision_id/);
+  await refused('prediction of another type', chat({ prediction: { type: 'diff', content: 'x' } }), 'prediction');
+  // metadata: accepted, the prompt unchanged
+  const plain = await chat({ max_tokens: 1 })();
+  for (const [what, extra] of [['prediction', { prediction: { type: 'content', content: 'the weather' } }],
+    ['include_obfuscation', { stream_options: { include_obfuscation: false } }]]) {
+    const r = await chat({ max_tokens: 1, ...extra })();
+    check(r.usage.prompt_tokens === plain.usage.prompt_tokens, `${what} is metadata`);
+  }
+  const named = await client.chat.completions.create({ model: modelId, max_tokens: 1,
+    messages: [{ role: 'user', content: msgs[0].content, name: 'alice' }] });
+  check(named.usage.prompt_tokens === plain.usage.prompt_tokens, 'a message name is accepted (not rendered)');
+  const cached = await client.chat.completions.create({ model: modelId, max_tokens: 1,
+    messages: [{ role: 'user', content: [{ type: 'text', text: msgs[0].content, prompt_cache_breakpoint: { mode: 'explicit' } }] }] });
+  check(cached.usage.prompt_tokens === plain.usage.prompt_tokens, 'prompt_cache_breakpoint is metadata');
+  // an assistant's refusal is its text: the refusal string, a refusal part and plain content render alike
+  const turn = (m) => client.chat.completions.create({ model: modelId, max_tokens: 1,
+    messages: [msgs[0], m, { role: 'user', content: 'ok' }] });
+  const asText = await turn({ role: 'assistant', content: 'I cannot help with that.' });
+  const asField = await turn({ role: 'assistant', content: null, refusal: 'I cannot help with that.' });
+  const asPart = await turn({ role: 'assistant', content: [{ type: 'refusal', refusal: 'I cannot help with that.' }] });
+  check(asField.usage.prompt_tokens === asText.usage.prompt_tokens && asPart.usage.prompt_tokens === asText.usage.prompt_tokens,
+        'a refusal renders as the assistant text', [asText.usage.prompt_tokens, asField.usage.prompt_tokens,
+          asPart.usage.prompt_tokens]);
+});
+
 await section('image and audio parts are refused (no vision/audio encoder)', async () => {
   const img = [{ role: 'user', content: [{ type: 'text', text: 'what is this?' },
     { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } }] }];

@@ -2,7 +2,8 @@
 # test_server_api.sh - /v1/responses and /v1/messages with the official `openai` and
 # `@anthropic-ai/sdk` clients, and chat completions with the Vercel AI SDK
 # (tests/tools/api_test.mjs), against a model whose replies are known by construction
-# (tests/tools/chain_model.mjs). Starts the server on a free loopback port; always kills it.
+# (tests/tools/chain_model.mjs); then streams that fail after they began (api_stream_fail.mjs).
+# Starts the server on a free loopback port; always kills it.
 set -euo pipefail
 : "${Q35:?}" "${Q35_SRC:?}"
 NM="$Q35_SRC/tests/node_modules"
@@ -42,4 +43,25 @@ if ! kill -0 "$pid" 2>/dev/null; then echo "FAIL: the server died"; cat "$tmp/se
 if [ $rc != 0 ]; then tail -n 30 "$tmp/server.log"; exit 1; fi
 src=0; kill -TERM "$pid"; wait "$pid" || src=$?; pid=
 [ $src = 0 ] || { echo "FAIL: server exit status $src after SIGTERM"; exit 1; }
+
+# streams that fail after they began: response.failed and Anthropic's error event (the server gets
+# SIGTERM with no drain time while one stream generates and one waits in the queue; tests/tools/
+# api_stream_fail.mjs sends the signal). A large context so the generating stream cannot finish first.
+port=$(node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')
+"$Q35" serve -m "$tmp/chain.gguf" --host 127.0.0.1 --port "$port" --parallel 1 --ctx 32768 -t 1 --no-think \
+  --drain-timeout 0 >"$tmp/server.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 200); do
+  code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health" || true)
+  [ "$code" = 200 ] && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.1
+done
+[ "$code" = 200 ] || { echo "FAIL: the second server did not become healthy"; cat "$tmp/server.log"; exit 1; }
+rc=0
+Q35_URL="http://127.0.0.1:$port" Q35_PID=$pid Q35_CHAIN="$chain" NODE_PATH="$NM" \
+  node "$Q35_SRC/tests/tools/api_stream_fail.mjs" || rc=$?
+src=0; wait "$pid" || src=$?; pid=
+[ $rc = 0 ] || { tail -n 20 "$tmp/server.log"; exit 1; }
+[ $src = 0 ] || { echo "FAIL: server exit status $src after SIGTERM mid-stream"; tail -n 20 "$tmp/server.log"; exit 1; }
 echo "PASS"

@@ -424,6 +424,55 @@ await section('all three APIs at once, sessions', async () => {
     messages: [{ role: 'user', content: 'x' }] }, { headers: { session_id: 'x'.repeat(200) } }), 'session');
 });
 
+// ================= the openai client's chat helpers =================
+
+await section('openai chat helpers: stream, runTools, parse', async () => {
+  const msgs = [{ role: 'user', content: 'Weather in Paris?' }];
+  const st = oa.chat.completions.stream({ model: MODEL, messages: msgs, tools: chatTools });
+  let content = '', argsDone = null;
+  st.on('content.delta', (e) => { content += e.delta; });
+  st.on('tool_calls.function.arguments.done', (e) => { argsDone = e; });
+  const fin = await st.finalChatCompletion();
+  const m = fin.choices[0].message;
+  check(content === chain.text && m.content === chain.text, 'stream helper: content deltas and the final message', [content, m]);
+  check(m.tool_calls && m.tool_calls.length === 1 && m.tool_calls[0].function.name === 'get_weather' &&
+        JSON.parse(m.tool_calls[0].function.arguments).city === 'Paris', 'stream helper: the tool call', m.tool_calls);
+  check(argsDone && argsDone.name === 'get_weather', 'stream helper: tool_calls.function.arguments.done', argsDone);
+  check(fin.choices[0].finish_reason === 'tool_calls', 'stream helper: finish_reason', fin.choices[0].finish_reason);
+  // runTools: the client calls the function and sends its result back (two completions here)
+  let got = null;
+  const runner = oa.chat.completions.runTools({ model: MODEL, messages: msgs, tools: [{ type: 'function', function: {
+    name: 'get_weather', description: 'Weather of a city', parameters: weatherParams, parse: JSON.parse,
+    function: (a) => { got = a.city; return 'sunny'; } } }] }, { maxChatCompletions: 2 });
+  const done = await runner.finalChatCompletion().catch((e) => e);
+  check(got === 'Paris', 'runTools ran the function with the parsed arguments', got);
+  const sent = runner.messages.find((x) => x.role === 'tool');
+  check(sent && sent.content === 'sunny' && sent.tool_call_id && sent.tool_call_id.startsWith('call_'),
+        'runTools sent the result for the call id', runner.messages);
+  check(!(done instanceof Error) && done.choices.length === 1, 'runTools completed (two completions)', String(done));
+  // parse: a json_schema response_format parsed by the client (the output is constrained)
+  const schema = { type: 'object', properties: { color: { enum: ['red', 'green'] } }, required: ['color'],
+    additionalProperties: false };
+  const pr = await oa.chat.completions.parse({ model: MODEL, messages: [{ role: 'user', content: 'pick' }], max_tokens: 64,
+    response_format: { type: 'json_schema', json_schema: { name: 'pick', strict: true, schema } } });
+  const parsed = pr.choices[0].message.parsed;
+  check(parsed && ['red', 'green'].includes(parsed.color) && Object.keys(parsed).length === 1, 'parse: the parsed object',
+        pr.choices[0].message);
+});
+
+// ================= completions: suffix (this vocabulary has Qwen's FIM tokens) =================
+
+await section('completions: suffix is fill in the middle', async () => {
+  const prompt = 'def add(a, b):', suffix = '\n    return c';
+  const fim = `<|fim_prefix|>${prompt}<|fim_suffix|>${suffix}<|fim_middle|>`;
+  const want = (await hfTok.encode(fim, null, { addSpecialTokens: false })).getIds().length;
+  const r = await oa.completions.create({ model: MODEL, prompt, suffix, max_tokens: 6, temperature: 0 });
+  check(r.usage.prompt_tokens === want, 'the prompt is Qwen\'s FIM layout (HF tokenizers count)', [r.usage.prompt_tokens, want]);
+  const raw = await oa.completions.create({ model: MODEL, prompt: fim, max_tokens: 6, temperature: 0 });
+  check(r.choices[0].text === raw.choices[0].text, 'greedy text = the FIM layout sent as the prompt', [r.choices[0].text, raw.choices[0].text]);
+  await expectError('suffix with a token-id prompt', 400, () => oa.completions.create({ model: MODEL, prompt: [5, 6], suffix }), 'suffix');
+});
+
 // ================= Vercel AI SDK on chat completions =================
 
 await section('ai sdk: generateText, streamText, tool calls', async () => {

@@ -169,8 +169,9 @@ static int parts_text(const json_t *content, const char *where, q35_buf *out, oa
     if (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "refusal") && strcmp(t, "text"))
       return api_bad(e, "input", "'%s[%zu].type' is '%s'; this server reads input_text / output_text parts", where,
                      k, t);
-    /* an output_text's annotations and logprobs describe an earlier answer: not part of the prompt */
-    static const char *const tkeys[] = {"type", "text", "annotations", "logprobs", NULL};
+    /* an output_text's annotations and logprobs describe an earlier answer, an input_text's
+     * prompt_cache_breakpoint is a cache hint (prefix reuse is automatic): not part of the prompt */
+    static const char *const tkeys[] = {"type", "text", "annotations", "logprobs", "prompt_cache_breakpoint", NULL};
     static const char *const rkeys[] = {"type", "refusal", NULL};
     const char *u = api_unknown_key(p, strcmp(t, "refusal") ? tkeys : rkeys);
     if (u) return api_bad(e, "input", "'%s[%zu]' has an unknown field '%s'", where, k, u);

@@ -218,6 +218,12 @@ await section('responses: refusals', async () => {
     tool_choice: { type: 'function', name: 'get_weather', frobnicate: 1 } }), 'frobnicate');
   const pc = await oa.responses.create({ model: MODEL, input: 'hi', prompt_cache_retention: '24h', prompt_cache_options: {} });
   check(pc.output_text === WHOLE, 'prompt_cache_retention / prompt_cache_options are metadata', pc.output_text);
+  const bp = await oa.responses.inputTokens.count({ model: MODEL, input: [{ role: 'user', content: [{ type: 'input_text',
+    text: 'hi', prompt_cache_breakpoint: { mode: 'explicit' } }] }] });
+  const plainCount = await oa.responses.inputTokens.count({ model: MODEL, input: 'hi' });
+  check(bp.input_tokens === plainCount.input_tokens, 'prompt_cache_breakpoint is metadata', [bp, plainCount]);
+  await expectError('a function tool with output_schema', 400, () => oa.responses.create({ model: MODEL, input: 'x',
+    tools: [{ ...rTools[0], output_schema: { type: 'object' } }] }), 'output_schema');
 });
 
 await section('responses: the store is bounded', async () => {

@@ -401,12 +401,13 @@ static int check_tool_calls(const json_t *tcs, size_t i, oai_error *e) {
 /* "messages": a non-empty array of objects with a known role, string/array/null content and
  * only the fields that role may carry; *legacy is set when a message uses the legacy function
  * role or function_call, *refusal when an assistant turn carries a refusal (rendered as text).
- * `name` is accepted and not rendered: Qwen3.5's template has no speaker names. */
+ * `name` is accepted and not rendered: Qwen3.5's template has no speaker names (nor tool names
+ * on results, which some clients send). */
 static int check_messages(const json_t *msgs, int *legacy, int *refusal, oai_error *e) {
   static const char *const k_plain[] = {"role", "content", "name", NULL};
   static const char *const k_asst[] = {"role",    "content", "name", "tool_calls", "function_call",
                                        "refusal", "audio",   "reasoning_content", NULL};
-  static const char *const k_tool[] = {"role", "content", "tool_call_id", NULL};
+  static const char *const k_tool[] = {"role", "content", "tool_call_id", "name", NULL};
   if (!msgs) return bad(e, "messages", "'messages' is required");
   if (!json_is_array(msgs) || json_array_size(msgs) == 0) return bad(e, "messages", "'messages' must be a non-empty array");
   for (size_t i = 0; i < json_array_size(msgs); i++) {

@@ -405,8 +405,9 @@ static int check_tool_calls(const json_t *tcs, size_t i, oai_error *e) {
  * on results, which some clients send). */
 static int check_messages(const json_t *msgs, int *legacy, int *refusal, oai_error *e) {
   static const char *const k_plain[] = {"role", "content", "name", NULL};
-  static const char *const k_asst[] = {"role",    "content", "name", "tool_calls", "function_call",
-                                       "refusal", "audio",   "reasoning_content", NULL};
+  /* annotations: the citations of an answer replayed as it came back (not rendered) */
+  static const char *const k_asst[] = {"role",  "content",           "name",        "tool_calls", "function_call",
+                                       "refusal", "reasoning_content", "annotations", "audio",      NULL};
   static const char *const k_tool[] = {"role", "content", "tool_call_id", "name", NULL};
   if (!msgs) return bad(e, "messages", "'messages' is required");
   if (!json_is_array(msgs) || json_array_size(msgs) == 0) return bad(e, "messages", "'messages' must be a non-empty array");

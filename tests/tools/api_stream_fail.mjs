@@ -27,7 +27,7 @@ const firstDelta = new Promise((res) => { started = res; });
 const messages = (async () => {
   const types = [];
   try {
-    const s = await an.messages.create({ model: 'chain', max_tokens: 1900, stream: true,
+    const s = await an.messages.create({ model: 'chain', max_tokens: 30000, stream: true,
       messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'Say it' + chain.loop }] });
     for await (const ev of s) {
       types.push(ev.type);

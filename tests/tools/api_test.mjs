@@ -445,6 +445,10 @@ await section('openai chat helpers: stream, runTools, parse', async () => {
         JSON.parse(m.tool_calls[0].function.arguments).city === 'Paris', 'stream helper: the tool call', m.tool_calls);
   check(argsDone && argsDone.name === 'get_weather', 'stream helper: tool_calls.function.arguments.done', argsDone);
   check(fin.choices[0].finish_reason === 'tool_calls', 'stream helper: finish_reason', fin.choices[0].finish_reason);
+  // tool-call ids: call_ + 24 hex digits, never repeated across responses (streamed or not)
+  const again = await oa.chat.completions.create({ model: MODEL, messages: msgs, tools: chatTools });
+  const ids = [m.tool_calls[0].id, again.choices[0].message.tool_calls[0].id];
+  check(ids.every((x) => /^call_[0-9a-f]{24}$/.test(x)) && ids[0] !== ids[1], 'tool-call ids unique across responses', ids);
   // runTools: the client calls the function and sends its result back (two completions here)
   let got = null;
   const runner = oa.chat.completions.runTools({ model: MODEL, messages: msgs, tools: [{ type: 'function', function: {

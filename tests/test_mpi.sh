@@ -93,7 +93,7 @@ mpi 2 bench -m "$tmp/a3b.gguf" -t 1 -p 8 -n 4 -r 1 --json >"$tmp/bench.json" 2>/
 grep -q '"decode_tok_s"' "$tmp/bench.json" && ok "bench on 2 ranks: $(head -c 80 "$tmp/bench.json")" || bad "bench on 2 ranks"
 
 # serve: rank 0 owns HTTP, tokenization and the scheduler; the answers (seeded chat and
-# completions, streamed and not, n = 2, concurrent requests, a follow-up turn that reuses a stored
+# completions, streamed and not, n = 8 (8-row decode steps in 2 micro-batches), concurrent requests, a follow-up turn that reuses a stored
 # prefix through a collective snapshot restore) equal a single-process server's byte for byte
 # (ids and timestamps left out). The reference is the build without MPI when there is one.
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -104,7 +104,7 @@ wait_health() {
   done
   return 1
 }
-sopts=(--parallel 4 --ctx 512 -t 1 --no-think --max-sessions 4)
+sopts=(--parallel 8 --ctx 512 -t 1 --no-think --max-sessions 4)
 p1=$(free_port)
 "$Q35" serve -m "$tmp/moe.gguf" --port "$p1" "${sopts[@]}" >"$tmp/s1.log" 2>&1 &
 s1=$!
@@ -144,9 +144,9 @@ u2='{"role":"user","content":"Something else entirely."}'
 declare -A body
 body[chat]='{"model":"moe.gguf","messages":['"$sys,$u1"'],"max_tokens":20,"seed":11,"temperature":0.9,"logprobs":true,"top_logprobs":3}'
 body[stream]='{"model":"moe.gguf","messages":['"$sys,$u2"'],"max_tokens":20,"seed":12,"temperature":0.8,"stream":true,"stream_options":{"include_usage":true}}'
-body[n2]='{"model":"moe.gguf","messages":['"$sys,$u1"'],"max_tokens":12,"seed":13,"n":2,"top_p":0.9,"presence_penalty":0.5}'
+body[n8]='{"model":"moe.gguf","messages":['"$sys,$u1"'],"max_tokens":12,"seed":13,"n":8,"top_p":0.9,"presence_penalty":0.5}'
 body[completion]='{"model":"moe.gguf","prompt":"pipeline parallel","max_tokens":16,"seed":14,"temperature":1.0,"top_k":30}'
-for k in chat stream n2 completion; do
+for k in chat stream n8 completion; do
   path=/v1/chat/completions
   [ $k = completion ] && path=/v1/completions
   a=$(post "$p1" $path "${body[$k]}")

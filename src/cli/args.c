@@ -216,8 +216,8 @@ void model_args_help(FILE *f, const model_args *a) {
           "                                   (default: ranges of about equal bytes)\n"
           "  --pp-timeout S                   under mpirun: a rank that makes no progress for S seconds inside\n"
           "                                   a step or command (stopped, hung) ends the job (default 60, 0 = never)\n"
-          "  --pp-micro N                     under mpirun: a step of at least N rows runs as N micro-batches\n"
-          "                                   so the ranks overlap (default: N = ranks; 0 or 1 = off)\n",
+          "  --pp-micro N                     under mpirun: a step of at least N rows and 4N tokens runs as N\n"
+          "                                   micro-batches so the ranks overlap (default: N = ranks; 0 or 1 = off)\n",
           kv_name(a->kv), a->chunk_help);
   if (a->takes & MODEL_ARG_MEM_BUDGET) fprintf(f, "  --mem-budget SIZE                %s\n", a->mem_budget_help);
 }

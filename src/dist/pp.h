@@ -23,7 +23,7 @@ q35_model *q35_pp_load(const char *path, const q35_model_params *mp, const char 
 /* Seconds a rank waits inside a command (for a reply, a payload, a send to complete) before it
  * ends the job as hung (default 60; 0: forever). Every rank gets the same command line. */
 void q35_pp_set_timeout(double seconds);
-/* Micro-batches of a step with at least n rows (default: one per rank; 0 or 1: none). */
+/* Micro-batches of a step with at least n rows and 4n tokens (default: one per rank; 0 or 1: none). */
 void q35_pp_set_micro(int n);
 /* The job's ranks (1 outside mpirun), and this process's rank. */
 int q35_pp_ranks(void);

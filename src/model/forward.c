@@ -306,7 +306,12 @@ static int forward_batch(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, 
   return 0;
 }
 
-/* A pipeline's first stage with rows enough: micro-batches. The rows go as n_micro groups of
+/* Micro-batches of fewer tokens than this lose: a decode step is bound by streaming the stage's
+ * weights, which every micro-batch does again (docs/PERF.md: on the loaded VM, N = 2 serve with 2
+ * and 4 decode rows per step was 22% and 36% slower split in two than whole, even with 8). */
+#define MICRO_MIN_TOKENS 4
+
+/* A pipeline's first stage with rows and tokens enough: micro-batches. The rows go as n_micro groups of
  * contiguous rows of about equal tokens, each through this stage's layers and on down the chain
  * while this stage computes the next group (the later stages overlap). A row's results do not
  * depend on which other rows share its pass (the invariance contract), so the groups give the
@@ -314,7 +319,11 @@ static int forward_batch(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, 
 int q35_forward(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, int n_rows, q35_err *err) {
   if (n_rows < 1) return q35_seterr(err, "a step needs at least one row");
   q35_stage_next *nx = m->next;
-  if (!nx || nx->n_micro < 2 || n_rows < nx->n_micro || rows[0].x_out) return forward_batch(m, ws, rows, n_rows, err);
+  int64_t T_all = 0;
+  for (int r = 0; r < n_rows; r++) T_all += rows[r].n;
+  if (!nx || nx->n_micro < 2 || n_rows < nx->n_micro || T_all < (int64_t)MICRO_MIN_TOKENS * nx->n_micro ||
+      rows[0].x_out)
+    return forward_batch(m, ws, rows, n_rows, err);
   int32_t row_start[n_rows];
   int64_t T = 0, max_ctx = 1;
   if (check_rows(m, rows, n_rows, row_start, &T, &max_ctx, err)) return -1; /* a refused step moves nothing */

@@ -97,7 +97,8 @@ struct q35_stage_next {
    * logits; rows NULL withdraws the offer (the forward pass was refused). 0: it will. */
   int (*sample_next)(q35_stage_next *nx, const q35_row *rows, int n_rows, struct q35_step_out *out);
   int (*snapshot)(q35_stage_next *nx, int op, const q35_session *s, uint64_t *id, q35_err *err);
-  /* micro-batching: a forward pass with at least n_micro rows (n_micro > 1) runs as n_micro
+  /* micro-batching: a forward pass with at least n_micro rows and 4 n_micro tokens (n_micro > 1;
+   * forward.c MICRO_MIN_TOKENS) runs as n_micro
    * forward passes of contiguous row groups between micro(BEGIN) and micro(END); in between,
    * forward() sends each group on without waiting for its results, so the stages overlap, and
    * END waits for every group's results (0, or -1 with a message) */

@@ -152,6 +152,7 @@ static void die_rank(const char *msg) {
 #define POLL_SLEEP_US 50
 static int wait_req(MPI_Request *rq, int bounded, const char *what, int peer) {
   struct timespec t0 = {0, 0};
+  int timing = 0;
   /* a send spins (as MPI_Send would): it completes as soon as the receiver takes it, and a
    * sender that sleeps between polls adds a wake-up to each step of the rendezvous a message
    * above the eager limit takes (N = 2 decode at 55-80% of one process on the loaded VM) */
@@ -168,7 +169,7 @@ static int wait_req(MPI_Request *rq, int bounded, const char *what, int peer) {
     if (!bounded || g_pp.timeout <= 0) continue;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    if (i == POLL_SPINS) t0 = now;
+    if (!timing) t0 = now, timing = 1;
     if ((double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) * 1e-9 > g_pp.timeout) {
       fprintf(stderr, "q35 pipeline: rank %d: %s rank %d: no progress for %g s (--pp-timeout): rank %d is stopped, "
               "hung or far slower than expected; ending the job\n", g_pp.rank, what, peer, g_pp.timeout, peer);

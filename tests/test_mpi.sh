@@ -92,6 +92,96 @@ same "$a" "$b" "moe: constrained seeded text of 2 ranks (logits to rank 0, masks
 mpi 2 bench -m "$tmp/a3b.gguf" -t 1 -p 8 -n 4 -r 1 --json >"$tmp/bench.json" 2>/dev/null || true
 grep -q '"decode_tok_s"' "$tmp/bench.json" && ok "bench on 2 ranks: $(head -c 80 "$tmp/bench.json")" || bad "bench on 2 ranks"
 
+# serve: rank 0 owns HTTP, tokenization and the scheduler; the answers (seeded chat and
+# completions, streamed and not, n = 8 (8-row decode steps in 2 micro-batches), concurrent requests, a follow-up turn that reuses a stored
+# prefix through a collective snapshot restore) equal a single-process server's byte for byte
+# (ids and timestamps left out). The reference is the build without MPI when there is one.
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_health() {
+  for _ in $(seq 600); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/health" || true)" = 200 ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+sopts=(--parallel 8 --ctx 512 -t 1 --no-think --max-sessions 4)
+p1=$(free_port)
+"$Q35" serve -m "$tmp/moe.gguf" --port "$p1" "${sopts[@]}" >"$tmp/s1.log" 2>&1 &
+s1=$!
+p2=$(free_port)
+timeout 300 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none \
+  -np 2 "$mpiq" serve -m "$tmp/moe.gguf" --port "$p2" "${sopts[@]}" >"$tmp/s2.log" 2>&1 &
+s2=$!
+bg="$s1 $s2"
+cleanup() { for p in $bg; do kill "$p" 2>/dev/null || true; done; rm -rf "$tmp"; }
+if wait_health "$p1" && wait_health "$p2"; then
+  ok "a server under mpirun -np 2 is healthy: $(grep -o 'pipeline: 2 ranks.*' "$tmp/s2.log" | head -1)"
+else
+  bad "the servers did not become healthy: $(tail -5 "$tmp/s2.log")"
+fi
+# post PORT PATH BODY [session]: the answer with ids and timestamps dropped, one JSON value a line
+post() {
+  curl -s -N -H 'Content-Type: application/json' ${4:+-H "X-Session-Id: $4"} -d "$3" "http://127.0.0.1:$1$2" |
+    /usr/bin/python3 -c '
+import json, sys
+def clean(v):
+    if isinstance(v, dict):
+        return {k: clean(x) for k, x in v.items() if k not in ("id", "created", "system_fingerprint")}
+    if isinstance(v, list):
+        return [clean(x) for x in v]
+    return v
+for line in sys.stdin:
+    line = line.strip()
+    if line.startswith("data: "):
+        line = line[6:]
+    if not line or line == "[DONE]":
+        continue
+    print(json.dumps(clean(json.loads(line)), sort_keys=True))'
+}
+sys='{"role":"system","content":"You are a pipeline."}'
+u1='{"role":"user","content":"Tell me about stages and ranks."}'
+u2='{"role":"user","content":"Something else entirely."}'
+declare -A body
+body[chat]='{"model":"moe.gguf","messages":['"$sys,$u1"'],"max_tokens":20,"seed":11,"temperature":0.9,"logprobs":true,"top_logprobs":3}'
+body[stream]='{"model":"moe.gguf","messages":['"$sys,$u2"'],"max_tokens":20,"seed":12,"temperature":0.8,"stream":true,"stream_options":{"include_usage":true}}'
+body[n8]='{"model":"moe.gguf","messages":['"$sys,$u1"'],"max_tokens":12,"seed":13,"n":8,"top_p":0.9,"presence_penalty":0.5}'
+body[completion]='{"model":"moe.gguf","prompt":"pipeline parallel","max_tokens":16,"seed":14,"temperature":1.0,"top_k":30}'
+for k in chat stream n8 completion; do
+  path=/v1/chat/completions
+  [ $k = completion ] && path=/v1/completions
+  a=$(post "$p1" $path "${body[$k]}")
+  b=$(post "$p2" $path "${body[$k]}")
+  same "$a" "$b" "serve $k: 2 ranks = one process ($(echo "$b" | wc -l) JSON values)"
+done
+# concurrent requests: several rows in one step on both servers
+for i in 1 2 3; do
+  post "$p1" /v1/chat/completions '{"model":"moe.gguf","messages":['"$sys"',{"role":"user","content":"row '$i'"}],"max_tokens":16,"seed":'$i'}' >"$tmp/c1.$i" &
+  post "$p2" /v1/chat/completions '{"model":"moe.gguf","messages":['"$sys"',{"role":"user","content":"row '$i'"}],"max_tokens":16,"seed":'$i'}' >"$tmp/c2.$i" &
+done
+wait_jobs() { for j in $(jobs -p); do case " $bg " in *" $j "*) ;; *) wait "$j" || true ;; esac; done; }
+wait_jobs
+for i in 1 2 3; do same "$(cat "$tmp/c1.$i")" "$(cat "$tmp/c2.$i")" "serve: concurrent request $i, 2 ranks = one process"; done
+# a session's follow-up turn: the stored prefix comes back on every rank (cached_tokens > 0)
+a1=$(post "$p1" /v1/chat/completions '{"model":"moe.gguf","messages":['"$sys,$u1"'],"max_tokens":8,"seed":21}' sess1)
+b1=$(post "$p2" /v1/chat/completions '{"model":"moe.gguf","messages":['"$sys,$u1"'],"max_tokens":8,"seed":21}' sess1)
+same "$a1" "$b1" "serve: a session's first turn, 2 ranks = one process"
+reply=$(echo "$b1" | /usr/bin/python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["message"]["content"]))')
+# the branch off the system prompt (a snapshot restore), then the follow-up of the first turn
+for k in 1 2; do
+  if [ $k = 1 ]; then m='['"$sys,$u2"']'; else m='['"$sys,$u1"',{"role":"assistant","content":'"$reply"'},{"role":"user","content":"And then?"}]'; fi
+  a=$(post "$p1" /v1/chat/completions '{"model":"moe.gguf","messages":'"$m"',"max_tokens":12,"seed":2'$k'}' sess1)
+  b=$(post "$p2" /v1/chat/completions '{"model":"moe.gguf","messages":'"$m"',"max_tokens":12,"seed":2'$k'}' sess1)
+  c=$(echo "$b" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["usage"]["prompt_tokens_details"]["cached_tokens"])' 2>/dev/null || echo 0)
+  same "$a" "$b" "serve: follow-up $k of a session, 2 ranks = one process"
+  if [ "${c:-0}" -gt 0 ]; then ok "serve: follow-up $k reused $c prompt tokens under mpirun"; else bad "serve: follow-up $k reused no prefix: $b"; fi
+done
+restores=$(curl -s "http://127.0.0.1:$p2/metrics" | awk '/^q35_prefix_cache_hits_total/ {print $2}')
+[ "${restores:-0}" -ge 2 ] && ok "serve: $restores prefix hits under mpirun" || bad "serve: prefix hits '$restores'"
+kill "$s1" "$s2" 2>/dev/null || true
+wait "$s1" 2>/dev/null || true
+wait "$s2" 2>/dev/null || true
+bg=
+
 # refusals: a clear message, a non-zero exit, no hang
 if mpi 3 logits -m "$tmp/moe.gguf" --tokens 1,2 -t 1 --pp-split 0:2,3:6,6:6 -o "$tmp/x" >/dev/null 2>"$tmp/err"; then
   bad "a split with a gap accepted"
@@ -133,5 +223,32 @@ if [ -s "$tmp/krc" ] && [ "$(cat "$tmp/krc")" != 0 ] && grep -q "exited on signa
   ok "killing a rank ends the job in $(echo "$t1 - $t0" | bc) s (exit $(cat "$tmp/krc")): $(grep -o 'process rank [0-9].*Killed)' "$tmp/kerr" | head -1)"
 else
   bad "killing a rank: exit '$(cat "$tmp/krc" 2>/dev/null)', $(head -c 400 "$tmp/kerr")"
+fi
+
+# a stopped rank (SIGSTOP: alive, so MPI sees no failure) mid-generation: after --pp-timeout
+# seconds without progress the job ends with a message naming the rank, not a hang
+rm -f "$tmp/hrc"
+(rc=0
+ mpi 3 run -m "$tmp/moe.gguf" --tokens 1,2,3 -n 1000000 --ctx 1000010 --print-ids -t 1 --seed 2 --pp-timeout 2 \
+   >/dev/null 2>"$tmp/herr" || rc=$?
+ echo $rc >"$tmp/hrc") &
+bg=$!
+victim=
+for _ in $(seq 100); do
+  victim=$(pgrep -f "^$mpiq run -m $tmp/moe.gguf" | sort -n | sed -n 2p || true)
+  [ -n "$victim" ] && grep -q "seed: 2" "$tmp/herr" 2>/dev/null && break
+  sleep 0.1
+done
+sleep 0.5
+t0=$(date +%s.%N)
+kill -STOP "$victim"
+for _ in $(seq 300); do [ -s "$tmp/hrc" ] && break; sleep 0.1; done
+t1=$(date +%s.%N)
+kill -CONT "$victim" 2>/dev/null || true
+bg=
+if [ -s "$tmp/hrc" ] && [ "$(cat "$tmp/hrc")" != 0 ] && grep -q "no progress for 2 s (--pp-timeout)" "$tmp/herr"; then
+  ok "a stopped rank ends the job in $(echo "$t1 - $t0" | bc) s (exit $(cat "$tmp/hrc")): $(grep -o 'rank [0-9]: [a-z ]* rank [0-9]: no progress[^;]*' "$tmp/herr" | head -1)"
+else
+  bad "a stopped rank: exit '$(cat "$tmp/hrc" 2>/dev/null)', $(head -c 400 "$tmp/herr")"
 fi
 exit $fail

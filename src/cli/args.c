@@ -175,6 +175,12 @@ int model_arg(model_args *a, int argc, char **argv, int *i) {
     a->no_huge = 1;
   } else if (arg_is(argc, argv, i, "--pp_split")) {
     a->pp_split = arg_value(argc, argv, i);
+  } else if (arg_is(argc, argv, i, "--pp_timeout")) {
+    a->pp_timeout = arg_double("--pp-timeout", arg_value(argc, argv, i));
+    if (!(a->pp_timeout >= 0 && a->pp_timeout <= 1e6)) die("--pp-timeout must be in [0, 1000000] seconds");
+    a->pp_timeout_set = 1;
+  } else if (arg_is(argc, argv, i, "--pp_micro")) {
+    a->pp_micro = 1 + (int)arg_int("--pp-micro", arg_value(argc, argv, i), 0, 1024); /* 0: not given */
   } else if ((a->takes & MODEL_ARG_MEM_BUDGET) && arg_is(argc, argv, i, "--mem_budget")) {
     a->mem_budget = arg_size("--mem-budget", arg_value(argc, argv, i));
     a->mem_budget_set = 1;
@@ -207,7 +213,11 @@ void model_args_help(FILE *f, const model_args *a) {
           "  --no-mmap                        read the weights into memory instead of mapping the file\n"
           "  --no-huge-pages                  map the file in the kernel's default pages (default: 2 MiB pages)\n"
           "  --pp-split B:E,B:E,...           under mpirun (a -DQ35_MPI=ON build): each rank's layers\n"
-          "                                   (default: ranges of about equal bytes)\n",
+          "                                   (default: ranges of about equal bytes)\n"
+          "  --pp-timeout S                   under mpirun: a rank that makes no progress for S seconds inside\n"
+          "                                   a step or command (stopped, hung) ends the job (default 60, 0 = never)\n"
+          "  --pp-micro N                     under mpirun: a step of at least N rows and 4N tokens runs as N\n"
+          "                                   micro-batches so the ranks overlap (default: N = ranks; 0 or 1 = off)\n",
           kv_name(a->kv), a->chunk_help);
   if (a->takes & MODEL_ARG_MEM_BUDGET) fprintf(f, "  --mem-budget SIZE                %s\n", a->mem_budget_help);
 }
@@ -222,10 +232,13 @@ q35_model_params model_args_model_params(const model_args *a) {
 
 q35_model *model_args_load(const model_args *a, const q35_model_params *mp, q35_err *err) {
 #ifdef Q35_MPI
+  if (a->pp_timeout_set) q35_pp_set_timeout(a->pp_timeout);
+  if (a->pp_micro) q35_pp_set_micro(a->pp_micro - 1);
   return q35_pp_load(a->model, mp, a->pp_split, err);
 #else
-  if (a->pp_split) {
-    q35_seterr(err, "--pp-split needs a build with MPI (cmake -DQ35_MPI=ON) run under mpirun");
+  if (a->pp_split || a->pp_timeout_set || a->pp_micro) {
+    q35_seterr(err, "%s needs a build with MPI (cmake -DQ35_MPI=ON) run under mpirun",
+               a->pp_split ? "--pp-split" : a->pp_timeout_set ? "--pp-timeout" : "--pp-micro");
     return NULL;
   }
   return q35_model_load(a->model, mp, err);

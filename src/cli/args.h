@@ -54,6 +54,9 @@ typedef struct model_args {
   int mem_budget_set;       /* --mem-budget was given (else model_args_done sets the default) */
   unsigned takes;           /* MODEL_ARG_* */
   const char *pp_split;     /* --pp-split: pipeline stages' layer ranges (the MPI build) */
+  double pp_timeout;        /* --pp-timeout: seconds a rank waits inside a command (the MPI build) */
+  int pp_timeout_set;
+  int pp_micro;             /* --pp-micro: micro-batches per step (the MPI build; -1: one per rank) */
   /* help text: what --ctx, --chunk and --mem-budget mean for this command, with their defaults */
   const char *ctx_help, *chunk_help, *mem_budget_help;
 } model_args;

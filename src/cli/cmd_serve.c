@@ -116,6 +116,13 @@ static int serve_arg(q35_server_opts *o, int argc, char **argv, int *i) {
   return 1;
 }
 
+/* The model as the other commands load it (model_args_load: under mpirun, the pipeline's first
+ * stage; --pp-split, --pp-timeout). */
+static q35_model *serve_load(const char *path, const q35_model_params *mp, void *arg, q35_err *err) {
+  (void)path;
+  return model_args_load((const model_args *)arg, mp, err);
+}
+
 int cmd_serve(int argc, char **argv) {
   q35_server_opts o;
   q35_server_default_opts(&o);
@@ -147,5 +154,7 @@ int cmd_serve(int argc, char **argv) {
   o.no_mmap = ma.no_mmap;
   o.no_huge = ma.no_huge;
   o.mem_budget = ma.mem_budget;
+  o.load = serve_load;
+  o.load_arg = &ma;
   return q35_server_run(&o);
 }

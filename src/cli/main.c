@@ -61,9 +61,11 @@ int main(int argc, char **argv) {
     return 2;
   }
 #ifdef Q35_MPI
-  /* the commands a pipeline runs (serve: its threads, snapshots and prefix reuse are not yet) */
-  if (q35_pp_ranks() > 1 && strcmp(argv[1], "run") && strcmp(argv[1], "logits") && strcmp(argv[1], "bench")) {
-    fprintf(stderr, "q35: '%s' does not run as a pipeline of %d ranks (mpirun -np N runs q35 logits, run and bench)\n",
+  /* the commands a pipeline runs */
+  if (q35_pp_ranks() > 1 && strcmp(argv[1], "run") && strcmp(argv[1], "logits") && strcmp(argv[1], "bench") &&
+      strcmp(argv[1], "serve")) {
+    fprintf(stderr, "q35: '%s' does not run as a pipeline of %d ranks (mpirun -np N runs q35 logits, run, bench and "
+            "serve)\n",
             argv[1], q35_pp_ranks());
     return finish(2);
   }

@@ -26,6 +26,7 @@
 #include "dist/pp.h"
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,15 +38,17 @@
 #include "model/model.h"
 #include "sample/sampler.h"
 
-enum { TAG_HDR = 1, TAG_DATA = 2, TAG_REPLY = 3 };
-enum { OP_SESSION_NEW = 1, OP_SESSION_FREE, OP_SESSION_RESET, OP_FORWARD, OP_QUIT };
+enum { TAG_HDR = 1, TAG_DATA = 2, TAG_REPLY = 3, TAG_READY = 4 };
+enum { OP_SESSION_NEW = 1, OP_SESSION_FREE, OP_SESSION_RESET, OP_FORWARD, OP_QUIT, OP_SNAP_SAVE, OP_SNAP_RESTORE,
+       OP_SNAP_FREE };
 #define PIECE ((size_t)1 << 30)
 #define MAX_RANKS 1024
 
 typedef struct {
   int32_t op, n_rows;
   int64_t T;           /* FORWARD: tokens of the step */
-  uint64_t id;         /* SESSION_*: the session */
+  uint64_t id;         /* SESSION_*, SNAP_SAVE / RESTORE: the session */
+  uint64_t snap;       /* SNAP_SAVE / RESTORE: the snapshot (SNAP_FREE: n_rows ids in the payload) */
   int32_t n_ctx, kv_type;
   uint64_t mem_budget;
   uint64_t payload;    /* bytes following in TAG_DATA pieces */
@@ -64,6 +67,11 @@ typedef struct {
   q35_session *s;
 } pp_sess;
 
+typedef struct {
+  uint64_t id;
+  q35_snapshot *sn;
+} pp_snap;
+
 /* A step's row in the sampling section: then n_bias q35_logit_bias, then n_hist token ids (the
  * row's history; with m > 1 outputs, followed by the m - 1 drafted tokens, as step.c assembles) */
 typedef struct {
@@ -81,14 +89,38 @@ typedef struct {
   size_t cap, cap2, cap3;
   pp_sess *sess;    /* ranks above 0: the sessions of this stage */
   size_t n_sess, cap_sess;
+  pp_snap *snaps;   /* ranks above 0: this stage's parts of rank 0's snapshots */
+  size_t n_snaps, cap_snaps;
+  /* rank 0: snapshot ids, and the released ones not yet told to the chain (q35_snapshot_free may
+   * run on any thread; only the thread that steps calls MPI, so the release waits for its next
+   * command) */
+  uint64_t next_snap;
+  pthread_mutex_t free_mu;
+  uint64_t *freed;
+  size_t n_freed, cap_freed;
+  double timeout; /* seconds a rank waits inside a command for its peer (0: forever) */
+  int micro;      /* micro-batches of a step (-1: one per rank; 0, 1: none) */
   /* rank 0: the step whose forward pass comes next samples on the last rank */
   const q35_row *step_rows;
   int step_n_rows;
   q35_step_out *step_out;
+  /* rank 0 between micro(BEGIN) and micro(END): the groups sent whose results are still to come,
+   * and how far into the step's rows and results the groups have come */
+  int micro_on, step_at;
+  size_t out_at;
+  struct pending {
+    const q35_fwd_row *rows;
+    int n_rows, sampled;
+    q35_step_out *out;
+    char *buf;
+    size_t lb, hb;
+    MPI_Request rq;
+  } *pend;
+  int n_pend, cap_pend;
   q35_sampler *sampler; /* the last rank's */
 } pp;
 
-static pp g_pp = {.rank = 0, .size = 1};
+static pp g_pp = {.rank = 0, .size = 1, .free_mu = PTHREAD_MUTEX_INITIALIZER, .timeout = 60, .micro = -1};
 static int g_inited;
 
 /* ---- MPI calls, checked ---- */
@@ -109,46 +141,71 @@ static void die_rank(const char *msg) {
   exit(1);
 }
 
+/* Wait for a send or a receive: polling, then sleeping between polls once it has not come for a
+ * while (a rank waits for the others most of a step; MPI_Recv's busy poll would take a core from
+ * the ranks that share this host). The sleep adds at most POLL_SLEEP_US to a message's latency.
+ * A bounded wait (inside a command: the peer is computing or sending its part) ends the job once
+ * it has lasted --pp-timeout seconds: a rank that is stopped or hung (alive, so MPI sees no
+ * failure) must not hang the job. Only a rank above 0 waiting for rank 0's next command waits
+ * without bound (an idle server). */
+#define POLL_SPINS 2000
+#define POLL_SLEEP_US 50
+static int wait_req(MPI_Request *rq, int bounded, const char *what, int peer) {
+  struct timespec t0 = {0, 0};
+  int timing = 0;
+  /* a send spins (as MPI_Send would): it completes as soon as the receiver takes it, and a
+   * sender that sleeps between polls adds a wake-up to each step of the rendezvous a message
+   * above the eager limit takes (N = 2 decode at 55-80% of one process on the loaded VM) */
+  const int spin = !strcmp(what, "sending to");
+  for (long i = 0;; i++) {
+    int done = 0;
+    const int rc = MPI_Test(rq, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || done) return rc;
+    if (i < POLL_SPINS || (spin && i % POLL_SPINS)) continue;
+    if (!spin) {
+      const struct timespec ts = {0, POLL_SLEEP_US * 1000L};
+      nanosleep(&ts, NULL);
+    }
+    if (!bounded || g_pp.timeout <= 0) continue;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (!timing) t0 = now, timing = 1;
+    if ((double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) * 1e-9 > g_pp.timeout) {
+      fprintf(stderr, "q35 pipeline: rank %d: %s rank %d: no progress for %g s (--pp-timeout): rank %d is stopped, "
+              "hung or far slower than expected; ending the job\n", g_pp.rank, what, peer, g_pp.timeout, peer);
+      MPI_Abort(MPI_COMM_WORLD, 4);
+      exit(4);
+    }
+  }
+}
+
 static void send_bytes(const void *p, size_t n, int to, int tag) {
   const char *c = p;
   do {
     const size_t k = n < PIECE ? n : PIECE;
-    const int rc = MPI_Send(c, (int)k, MPI_BYTE, to, tag, g_pp.comm);
+    MPI_Request rq;
+    int rc = MPI_Isend(c, (int)k, MPI_BYTE, to, tag, g_pp.comm, &rq);
+    if (rc == MPI_SUCCESS) rc = wait_req(&rq, 1, "sending to", to);
     if (rc != MPI_SUCCESS) die_mpi(rc, "sending to", to);
     c += k;
     n -= k;
   } while (n);
 }
 
-/* Wait for a receive: polling, then sleeping between polls once it has not come for a while (a
- * rank waits for the others most of a step; MPI_Recv's busy poll would take a core from the
- * ranks that share this host). The sleep adds at most POLL_SLEEP_US to a message's latency. */
-#define POLL_SPINS 2000
-#define POLL_SLEEP_US 50
-static int wait_recv(MPI_Request *rq) {
-  for (long i = 0;; i++) {
-    int done = 0;
-    const int rc = MPI_Test(rq, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS || done) return rc;
-    if (i >= POLL_SPINS) {
-      const struct timespec ts = {0, POLL_SLEEP_US * 1000L};
-      nanosleep(&ts, NULL);
-    }
-  }
-}
-
-static void recv_bytes(void *p, size_t n, int from, int tag) {
+static void recv_wait(void *p, size_t n, int from, int tag, int bounded) {
   char *c = p;
   do {
     const size_t k = n < PIECE ? n : PIECE;
     MPI_Request rq;
     int rc = MPI_Irecv(c, (int)k, MPI_BYTE, from, tag, g_pp.comm, &rq);
-    if (rc == MPI_SUCCESS) rc = wait_recv(&rq);
+    if (rc == MPI_SUCCESS) rc = wait_req(&rq, bounded, "waiting for", from);
     if (rc != MPI_SUCCESS) die_mpi(rc, "receiving from", from);
     c += k;
     n -= k;
   } while (n);
 }
+
+static void recv_bytes(void *p, size_t n, int from, int tag) { recv_wait(p, n, from, tag, 1); }
 
 static char *grow(char **b, size_t *cap, size_t n) {
   if (n > *cap) {
@@ -160,10 +217,33 @@ static char *grow(char **b, size_t *cap, size_t n) {
   return *b;
 }
 
-/* A header, then its payload (if any), to the next rank. */
-static void send_cmd(pp_hdr *h, const void *payload) {
+static void send_raw(const pp_hdr *h, const void *payload) {
   send_bytes(h, sizeof *h, g_pp.rank + 1, TAG_HDR);
   if (h->payload) send_bytes(payload, h->payload, g_pp.rank + 1, TAG_DATA);
+}
+
+/* rank 0: the snapshots released since the last command, down the chain first */
+static void flush_freed(pp *p) {
+  pthread_mutex_lock(&p->free_mu);
+  const size_t n = p->n_freed;
+  uint64_t *ids = n ? malloc(n * sizeof *ids) : NULL;
+  if (ids) memcpy(ids, p->freed, n * sizeof *ids);
+  if (ids) p->n_freed = 0;
+  pthread_mutex_unlock(&p->free_mu);
+  if (!ids) return; /* nothing released, or no memory now: the next command tries again */
+  pp_hdr h;
+  memset(&h, 0, sizeof h);
+  h.op = OP_SNAP_FREE;
+  h.n_rows = (int32_t)n;
+  h.payload = n * sizeof *ids;
+  send_raw(&h, ids);
+  free(ids);
+}
+
+/* A header, then its payload (if any), to the next rank. */
+static void send_cmd(pp_hdr *h, const void *payload) {
+  if (g_pp.rank == 0) flush_freed(&g_pp);
+  send_raw(h, payload);
 }
 
 /* ---- rank 0: the later stages behind q35_model.next ---- */
@@ -207,6 +287,50 @@ static int next_sample(q35_stage_next *nx, const q35_row *rows, int n_rows, q35_
   p->step_rows = rows;
   p->step_n_rows = n_rows;
   p->step_out = out;
+  p->step_at = 0;
+  p->out_at = 0;
+  return 0;
+}
+
+/* A reply (the results, then the hidden states asked for) into the rows of its forward. */
+static void scatter_reply(pp *p, const q35_fwd_row *rows, int n_rows, q35_step_out *out, const char *rb, size_t lb) {
+  const int H = p->m->hp.n_embd, V = p->m->hp.n_vocab;
+  if (out) memcpy(out, rb, lb);
+  const float *lg = (const float *)rb, *hd = (const float *)(rb + lb);
+  for (int r = 0; r < n_rows; r++) {
+    const size_t k = (size_t)rows[r].n_out;
+    if (!k) continue;
+    if (!out) memcpy(rows[r].logits, lg, k * V * sizeof(float));
+    lg += k * V;
+    if (rows[r].hidden) {
+      memcpy(rows[r].hidden, hd, k * H * sizeof(float));
+      hd += k * H;
+    }
+  }
+}
+
+/* The results of every group sent, in the order sent (one sender, one tag: MPI keeps it). */
+static void collect_pending(pp *p) {
+  for (int i = 0; i < p->n_pend; i++) {
+    struct pending *g = &p->pend[i];
+    const int rc = wait_req(&g->rq, 1, "waiting for", p->size - 1);
+    if (rc != MPI_SUCCESS) die_mpi(rc, "receiving from", p->size - 1);
+    scatter_reply(p, g->rows, g->n_rows, g->sampled ? g->out : NULL, g->buf, g->lb);
+    free(g->buf);
+  }
+  p->n_pend = 0;
+}
+
+static int next_micro(q35_stage_next *nx, int op, q35_err *err) {
+  pp *p = (pp *)nx;
+  (void)err;
+  if (op == Q35_STAGE_MICRO_BEGIN) {
+    p->micro_on = 1;
+    return 0;
+  }
+  collect_pending(p);
+  p->micro_on = 0;
+  p->step_rows = NULL;
   return 0;
 }
 
@@ -215,8 +339,17 @@ static int next_forward(q35_stage_next *nx, const q35_fwd_row *rows, int n_rows,
   pp *p = (pp *)nx;
   const int H = p->m->hp.n_embd, V = p->m->hp.n_vocab;
   const q35_row *srows = p->step_rows;
-  p->step_rows = NULL;
-  if (srows && p->step_n_rows != n_rows) return q35_seterr(err, "pipeline: the step's rows do not match");
+  q35_step_out *sout = p->step_out;
+  if (p->micro_on && srows) { /* a group of the step's rows: the next ones, and their results' place */
+    if (p->step_at + n_rows > p->step_n_rows) return q35_seterr(err, "pipeline: the step's rows do not match");
+    srows += p->step_at;
+    sout += p->out_at;
+    p->step_at += n_rows;
+    for (int r = 0; r < n_rows; r++) p->out_at += (size_t)rows[r].n_out;
+  } else {
+    p->step_rows = NULL;
+    if (srows && p->step_n_rows != n_rows) return q35_seterr(err, "pipeline: the step's rows do not match");
+  }
   pp_hdr h;
   memset(&h, 0, sizeof h);
   h.op = OP_FORWARD;
@@ -237,20 +370,26 @@ static int next_forward(q35_stage_next *nx, const q35_fwd_row *rows, int n_rows,
   send_cmd(&h, b);
   if (!n_logits) return 0; /* nothing comes back: the next step may go down the chain at once */
   const size_t lb = n_logits * (srows ? sizeof(q35_step_out) : V * sizeof(float)), hb = n_hidden * H * sizeof(float);
+  if (p->micro_on && lb + hb <= PIECE) { /* a micro-batch: its results are awaited at micro(END) */
+    if (p->n_pend == p->cap_pend) {
+      const int c = p->cap_pend ? 2 * p->cap_pend : 8;
+      struct pending *np = realloc(p->pend, (size_t)c * sizeof *np);
+      if (!np) die_rank("out of memory for a pipeline message");
+      p->pend = np;
+      p->cap_pend = c;
+    }
+    struct pending *g = &p->pend[p->n_pend];
+    *g = (struct pending){rows, n_rows, srows != NULL, sout, malloc(lb + hb), lb, hb, MPI_REQUEST_NULL};
+    if (!g->buf) die_rank("out of memory for a pipeline message");
+    const int rc = MPI_Irecv(g->buf, (int)(lb + hb), MPI_BYTE, p->size - 1, TAG_REPLY, p->comm, &g->rq);
+    if (rc != MPI_SUCCESS) die_mpi(rc, "receiving from", p->size - 1);
+    p->n_pend++;
+    return 0;
+  }
+  collect_pending(p); /* (earlier groups' replies come first) */
   char *rb = grow(&p->buf2, &p->cap2, lb + hb);
   recv_bytes(rb, lb + hb, p->size - 1, TAG_REPLY);
-  if (srows) memcpy(p->step_out, rb, lb);
-  const float *lg = (const float *)rb, *hd = (const float *)(rb + lb);
-  for (int r = 0; r < n_rows; r++) {
-    const size_t k = (size_t)rows[r].n_out;
-    if (!k) continue;
-    if (!srows) memcpy(rows[r].logits, lg, k * V * sizeof(float));
-    lg += k * V;
-    if (rows[r].hidden) {
-      memcpy(rows[r].hidden, hd, k * H * sizeof(float));
-      hd += k * H;
-    }
-  }
+  scatter_reply(p, rows, n_rows, srows ? sout : NULL, rb, lb);
   return 0;
 }
 
@@ -272,13 +411,55 @@ static int next_session(q35_stage_next *nx, int op, const q35_session *s, q35_er
   return 0;
 }
 
+static int next_snapshot(q35_stage_next *nx, int op, const q35_session *s, uint64_t *id, q35_err *err) {
+  pp *p = (pp *)nx;
+  if (op == Q35_STAGE_SNAP_FREE) {
+    pthread_mutex_lock(&p->free_mu);
+    if (p->open && *id) {
+      if (p->n_freed == p->cap_freed) {
+        const size_t c = p->cap_freed ? 2 * p->cap_freed : 64;
+        uint64_t *nf = realloc(p->freed, c * sizeof *nf);
+        if (nf) p->freed = nf, p->cap_freed = c;
+      }
+      if (p->n_freed < p->cap_freed) p->freed[p->n_freed++] = *id; /* (else: held until QUIT) */
+    }
+    pthread_mutex_unlock(&p->free_mu);
+    return 0;
+  }
+  if (!p->open) return q35_seterr(err, "pipeline: the later stages have stopped");
+  pp_hdr h;
+  memset(&h, 0, sizeof h);
+  h.id = (uint64_t)(uintptr_t)s;
+  if (op == Q35_STAGE_SNAP_SAVE) {
+    /* no reply: a stage that cannot copy (out of memory) holds no part, and a restore of it fails */
+    h.op = OP_SNAP_SAVE;
+    h.snap = *id = ++p->next_snap;
+    send_cmd(&h, NULL);
+    return 0;
+  }
+  h.op = OP_SNAP_RESTORE;
+  h.snap = *id;
+  send_cmd(&h, NULL);
+  recv_bytes(&h, sizeof h, p->size - 1, TAG_REPLY);
+  if (h.failed) return q35_seterr(err, "%s", h.msg);
+  return 0;
+}
+
 static void quit_chain(pp *p) {
   if (!p->open) return;
   pp_hdr h;
   memset(&h, 0, sizeof h);
   h.op = OP_QUIT;
   send_cmd(&h, NULL);
-  p->open = 0;
+  pthread_mutex_lock(&p->free_mu);
+  p->open = 0; /* the later stages free every snapshot part with QUIT */
+  free(p->freed);
+  p->freed = NULL;
+  free(p->pend);
+  p->pend = NULL;
+  p->cap_pend = 0;
+  p->n_freed = p->cap_freed = 0;
+  pthread_mutex_unlock(&p->free_mu);
 }
 
 static void next_close(q35_stage_next *nx) {
@@ -339,6 +520,55 @@ static void serve_session_op(pp *p, const pp_hdr *h) {
   } else if (s) {
     q35_session_reset(s);
   }
+}
+
+static void serve_snap(pp *p, pp_hdr *h) {
+  if (h->op == OP_SNAP_FREE) {
+    if (h->n_rows < 1 || h->payload != (uint64_t)h->n_rows * sizeof(uint64_t)) die_rank("malformed snapshot release");
+    uint64_t *ids = (uint64_t *)grow(&p->buf, &p->cap, h->payload);
+    recv_bytes(ids, h->payload, p->rank - 1, TAG_DATA);
+    if (p->rank + 1 < p->size) send_cmd(h, ids);
+    for (int32_t k = 0; k < h->n_rows; k++)
+      for (size_t i = 0; i < p->n_snaps; i++)
+        if (p->snaps[i].id == ids[k]) {
+          q35_snapshot_free(p->snaps[i].sn);
+          p->snaps[i] = p->snaps[--p->n_snaps];
+          break;
+        }
+    return;
+  }
+  q35_session *s = find_session(p, h->id, NULL);
+  if (h->op == OP_SNAP_SAVE) {
+    if (p->rank + 1 < p->size) send_cmd(h, NULL);
+    q35_err e;
+    q35_snapshot *sn = s ? q35_session_snapshot(s, &e) : NULL;
+    if (sn && p->n_snaps == p->cap_snaps) {
+      const size_t c = p->cap_snaps ? 2 * p->cap_snaps : 16;
+      pp_snap *ns = realloc(p->snaps, c * sizeof *ns);
+      if (ns) p->snaps = ns, p->cap_snaps = c;
+    }
+    if (sn && p->n_snaps < p->cap_snaps) p->snaps[p->n_snaps++] = (pp_snap){h->snap, sn};
+    else q35_snapshot_free(sn); /* out of memory: a restore of this snapshot fails, and rank 0 starts over */
+    return;
+  }
+  /* SNAP_RESTORE: the first failure travels on to the last rank, which replies */
+  if (!h->failed) {
+    const q35_snapshot *sn = NULL;
+    for (size_t i = 0; i < p->n_snaps && !sn; i++)
+      if (p->snaps[i].id == h->snap) sn = p->snaps[i].sn;
+    q35_err e;
+    if (!s || !sn) {
+      h->failed = 1;
+      snprintf(h->msg, sizeof h->msg, "pipeline rank %d holds no %s %llu (out of memory when it was taken?)", p->rank,
+               s ? "snapshot" : "session of snapshot", (unsigned long long)h->snap);
+    } else if (q35_session_restore(s, sn, &e)) {
+      h->failed = 1;
+      snprintf(h->msg, sizeof h->msg, "pipeline rank %d (layers [%d, %d)): %.400s", p->rank, p->m->layer_begin,
+               p->m->layer_end, e.msg);
+    }
+  }
+  if (p->rank + 1 < p->size) send_cmd(h, NULL);
+  else send_bytes(h, sizeof *h, 0, TAG_REPLY);
 }
 
 /* The last rank of a step: sample every output position as step.c would (draw index + j; the
@@ -437,7 +667,7 @@ static void serve_forward(pp *p, pp_hdr *h) {
 static void serve_stage(pp *p) {
   for (;;) {
     pp_hdr h;
-    recv_bytes(&h, sizeof h, p->rank - 1, TAG_HDR);
+    recv_wait(&h, sizeof h, p->rank - 1, TAG_HDR, 0); /* the next command: rank 0 may be idle */
     if (h.op == OP_QUIT) {
       if (p->rank + 1 < p->size) send_cmd(&h, NULL);
       return;
@@ -448,6 +678,8 @@ static void serve_stage(pp *p) {
       serve_session_op(p, &h);
     } else if (h.op == OP_FORWARD) {
       serve_forward(p, &h);
+    } else if (h.op == OP_SNAP_SAVE || h.op == OP_SNAP_RESTORE || h.op == OP_SNAP_FREE) {
+      serve_snap(p, &h);
     } else {
       die_rank("unknown pipeline message");
     }
@@ -521,7 +753,9 @@ static void print_split(const pp *p, const uint64_t *lb, uint64_t embd, uint64_t
 
 void q35_pp_init(int *argc, char ***argv) {
   int provided = 0;
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+  /* one thread at a time calls MPI: the main thread, or under serve the scheduler's thread (which
+   * alone steps, makes and frees sessions) and, after it has ended, the main thread again */
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
     fprintf(stderr, "q35: MPI_Init_thread failed\n");
     exit(1);
   }
@@ -530,7 +764,7 @@ void q35_pp_init(int *argc, char ***argv) {
   MPI_Comm_set_errhandler(g_pp.comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(g_pp.comm, &g_pp.rank);
   MPI_Comm_size(g_pp.comm, &g_pp.size);
-  if (provided < MPI_THREAD_FUNNELED) die_rank("the MPI library does not provide MPI_THREAD_FUNNELED");
+  if (provided < MPI_THREAD_SERIALIZED) die_rank("the MPI library does not provide MPI_THREAD_SERIALIZED");
   if (g_pp.size > MAX_RANKS) die_rank("too many ranks");
   g_pp.open = g_pp.rank == 0 && g_pp.size > 1; /* rank 0 sends QUIT once, whatever happens */
 }
@@ -577,14 +811,22 @@ q35_model *q35_pp_load(const char *path, const q35_model_params *mp0, const char
   q35_model *m = q35_model_load(path, &mp, err);
   if (!m) die_rank(err->msg);
   p->m = m;
+  /* every stage loaded before rank 0 goes on (its commands' waits are bounded by --pp-timeout, a
+   * load is not: a large stage takes minutes to read; a failed load ends the job) */
+  int32_t ready = 1;
   if (p->rank == 0) {
-    p->ops = (q35_stage_next){next_forward, next_session, next_sample, next_close};
+    for (int r = 1; r < p->size; r++) recv_wait(&ready, sizeof ready, r, TAG_READY, 0);
+    if (p->micro < 0) p->micro = p->size;
+    p->ops = (q35_stage_next){next_forward, next_session, next_sample, next_snapshot, p->micro, next_micro, next_close};
     m->next = &p->ops;
     return m;
   }
+  send_bytes(&ready, sizeof ready, 0, TAG_READY);
   serve_stage(p);
   fprintf(stderr, "pipeline: rank %d (layers [%d, %d)) done: peak resident memory %.1f MiB\n", p->rank,
           m->layer_begin, m->layer_end, peak_rss_kb() / 1024.0);
+  for (size_t i = 0; i < p->n_snaps; i++) q35_snapshot_free(p->snaps[i].sn);
+  free(p->snaps);
   for (size_t i = 0; i < p->n_sess; i++) q35_session_free(p->sess[i].s);
   q35_sampler_free(p->sampler);
   q35_model_free(m);
@@ -593,6 +835,9 @@ q35_model *q35_pp_load(const char *path, const q35_model_params *mp0, const char
   MPI_Finalize();
   exit(0);
 }
+
+void q35_pp_set_timeout(double seconds) { g_pp.timeout = seconds; }
+void q35_pp_set_micro(int n) { g_pp.micro = n; }
 
 int q35_pp_ranks(void) { return g_pp.size; }
 int q35_pp_rank(void) { return g_pp.rank; }

@@ -12,7 +12,7 @@
 
 #include "q35.h"
 
-/* MPI_Init_thread (MPI_THREAD_FUNNELED: only the main thread calls MPI); errors return instead of
+/* MPI_Init_thread (MPI_THREAD_SERIALIZED: one thread at a time calls MPI); errors return instead of
  * aborting inside MPI, and are reported by name. */
 void q35_pp_init(int *argc, char ***argv);
 /* The model for this rank: with one rank, q35_model_load (split, if given, must be the whole
@@ -20,6 +20,11 @@ void q35_pp_init(int *argc, char ***argv);
  * last layer) or, when NULL, ranges of about equal bytes. Ranks above 0 do not return. A failure
  * on any rank ends the whole job with a message naming the rank. */
 q35_model *q35_pp_load(const char *path, const q35_model_params *mp, const char *split, q35_err *err);
+/* Seconds a rank waits inside a command (for a reply, a payload, a send to complete) before it
+ * ends the job as hung (default 60; 0: forever). Every rank gets the same command line. */
+void q35_pp_set_timeout(double seconds);
+/* Micro-batches of a step with at least n rows and 4n tokens (default: one per rank; 0 or 1: none). */
+void q35_pp_set_micro(int n);
 /* The job's ranks (1 outside mpirun), and this process's rank. */
 int q35_pp_ranks(void);
 int q35_pp_rank(void);

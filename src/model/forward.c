@@ -281,8 +281,7 @@ static void output_head(const q35_fwd *f, int joint) {
   }
 }
 
-int q35_forward(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, int n_rows, q35_err *err) {
-  if (n_rows < 1) return q35_seterr(err, "a step needs at least one row");
+static int forward_batch(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, int n_rows, q35_err *err) {
   int32_t row_start[n_rows];
   int64_t T = 0, max_ctx = 1;
   if (check_rows(m, rows, n_rows, row_start, &T, &max_ctx, err)) return -1;
@@ -305,4 +304,46 @@ int q35_forward(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, int n_row
   if (m->next) return m->next->forward(m->next, rows, n_rows, b.x, T, err); /* the later stages' layers and head */
   output_head(&f, joint);
   return 0;
+}
+
+/* Micro-batches of fewer tokens than this lose: a decode step is bound by streaming the stage's
+ * weights, which every micro-batch does again (docs/PERF.md: on the loaded VM, N = 2 serve with 2
+ * and 4 decode rows per step was 22% and 36% slower split in two than whole, even with 8). */
+#define MICRO_MIN_TOKENS 4
+
+/* A pipeline's first stage with rows and tokens enough: micro-batches. The rows go as n_micro groups of
+ * contiguous rows of about equal tokens, each through this stage's layers and on down the chain
+ * while this stage computes the next group (the later stages overlap). A row's results do not
+ * depend on which other rows share its pass (the invariance contract), so the groups give the
+ * same bits as one pass; docs/DESIGN.md "Micro-batches". */
+int q35_forward(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, int n_rows, q35_err *err) {
+  if (n_rows < 1) return q35_seterr(err, "a step needs at least one row");
+  q35_stage_next *nx = m->next;
+  int64_t T_all = 0;
+  for (int r = 0; r < n_rows; r++) T_all += rows[r].n;
+  if (!nx || nx->n_micro < 2 || n_rows < nx->n_micro || T_all < (int64_t)MICRO_MIN_TOKENS * nx->n_micro ||
+      rows[0].x_out)
+    return forward_batch(m, ws, rows, n_rows, err);
+  int32_t row_start[n_rows];
+  int64_t T = 0, max_ctx = 1;
+  if (check_rows(m, rows, n_rows, row_start, &T, &max_ctx, err)) return -1; /* a refused step moves nothing */
+  const int k = nx->n_micro;
+  if (nx->micro(nx, Q35_STAGE_MICRO_BEGIN, err)) return -1;
+  int rc = 0, g0 = 0;
+  int64_t done = 0;
+  for (int g = 0; g < k && rc == 0; g++) {
+    /* group g ends where the tokens so far come closest to (g + 1) / k of the whole, leaving a
+     * row for each later group */
+    int g1 = g0 + 1;
+    int64_t t = done + rows[g0].n;
+    const double goal = (double)T * (g + 1) / k;
+    while (g1 < n_rows - (k - 1 - g) && (g == k - 1 || t + rows[g1].n / 2.0 < goal)) t += rows[g1++].n;
+    if (g == k - 1) g1 = n_rows;
+    rc = forward_batch(m, ws, rows + g0, g1 - g0, err);
+    done = t;
+    g0 = g1;
+  }
+  q35_err e2;
+  const int erc = nx->micro(nx, Q35_STAGE_MICRO_END, rc ? &e2 : err);
+  return rc || erc ? -1 : 0;
 }

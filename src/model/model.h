@@ -77,6 +77,12 @@ typedef struct q35_mtp {
  * layers only hands the residual stream of each step's tokens on through these, and its sessions'
  * lifetimes are mirrored there. NULL in a process that holds the whole model. */
 enum { Q35_STAGE_SESSION_NEW, Q35_STAGE_SESSION_FREE, Q35_STAGE_SESSION_RESET };
+/* snapshot(): SAVE copies each later stage's recurrent state of s under a new id (*id, set by the
+ * call); RESTORE puts the state of snapshot *id back into s on every later stage (0, or -1 with the
+ * failing stage's message); FREE drops snapshot *id (s NULL; callable from any thread: the release
+ * travels with the next command) */
+enum { Q35_STAGE_SNAP_SAVE, Q35_STAGE_SNAP_RESTORE, Q35_STAGE_SNAP_FREE };
+enum { Q35_STAGE_MICRO_BEGIN, Q35_STAGE_MICRO_END };
 typedef struct q35_stage_next q35_stage_next;
 struct q35_fwd_row;
 struct q35_step_out;
@@ -90,6 +96,14 @@ struct q35_stage_next {
    * positions itself and the next forward writes the results to out[] (in step order) instead of
    * logits; rows NULL withdraws the offer (the forward pass was refused). 0: it will. */
   int (*sample_next)(q35_stage_next *nx, const q35_row *rows, int n_rows, struct q35_step_out *out);
+  int (*snapshot)(q35_stage_next *nx, int op, const q35_session *s, uint64_t *id, q35_err *err);
+  /* micro-batching: a forward pass with at least n_micro rows and 4 n_micro tokens (n_micro > 1;
+   * forward.c MICRO_MIN_TOKENS) runs as n_micro
+   * forward passes of contiguous row groups between micro(BEGIN) and micro(END); in between,
+   * forward() sends each group on without waiting for its results, so the stages overlap, and
+   * END waits for every group's results (0, or -1 with a message) */
+  int n_micro;
+  int (*micro)(q35_stage_next *nx, int op, q35_err *err);
   void (*close)(q35_stage_next *nx); /* the model is freed: the later stages stop */
 };
 

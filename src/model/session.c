@@ -143,15 +143,12 @@ struct q35_snapshot {
   int32_t pos;
   size_t conv_n, ssm_n; /* floats per DeltaNet layer */
   float *data;          /* [n_gdn][conv_n + ssm_n] */
+  uint64_t stage_id;    /* a pipeline's first stage: the later stages' parts of it (0: none) */
 };
 
 q35_snapshot *q35_session_snapshot(const q35_session *s, q35_err *err) {
   const q35_hparams *hp = &s->model->hp;
   const int C = 2 * hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner;
-  if (s->model->next) { /* the later stages' state is theirs: not copied here (yet) */
-    q35_seterr(err, "snapshots of a pipeline's sessions are not supported (yet)");
-    return NULL;
-  }
   q35_snapshot *p = calloc(1, sizeof *p);
   if (!p) goto oom;
   p->model = s->model;
@@ -166,6 +163,11 @@ q35_snapshot *q35_session_snapshot(const q35_session *s, q35_err *err) {
     memcpy(d, s->conv_state[i], p->conv_n * sizeof(float));
     memcpy(d + p->conv_n, s->ssm_state[i], p->ssm_n * sizeof(float));
   }
+  /* a pipeline: every later stage copies its own layers' state under one id */
+  if (s->model->next && s->model->next->snapshot(s->model->next, Q35_STAGE_SNAP_SAVE, s, &p->stage_id, err)) {
+    q35_snapshot_free(p);
+    return NULL;
+  }
   return p;
 oom:
   q35_snapshot_free(p);
@@ -176,6 +178,13 @@ oom:
 int q35_session_restore(q35_session *s, const q35_snapshot *p, q35_err *err) {
   if (p->model != s->model) return q35_seterr(err, "the snapshot belongs to another model");
   if (p->pos > s->params.n_ctx) return q35_seterr(err, "the snapshot's position %d is past the context", p->pos);
+  /* a pipeline: the later stages first; one that fails leaves the stages out of step, so the
+   * session is reset on all of them (position 0, consistent) */
+  uint64_t id = p->stage_id;
+  if (s->model->next && s->model->next->snapshot(s->model->next, Q35_STAGE_SNAP_RESTORE, s, &id, err)) {
+    q35_session_reset(s);
+    return -1;
+  }
   for (int i = 0; i < s->model->n_gdn_layers; i++) {
     const float *d = p->data + (p->conv_n + p->ssm_n) * i;
     memcpy(s->conv_state[i], d, p->conv_n * sizeof(float));
@@ -191,6 +200,8 @@ size_t q35_snapshot_bytes(const q35_snapshot *p) {
 }
 void q35_snapshot_free(q35_snapshot *p) {
   if (!p) return;
+  q35_model *m = (q35_model *)p->model;
+  if (p->stage_id && m->next) m->next->snapshot(m->next, Q35_STAGE_SNAP_FREE, NULL, &p->stage_id, NULL);
   free(p->data);
   free(p);
 }

@@ -425,7 +425,7 @@ static int load_model(srv *S, const q35_server_opts *o, q35_err *err) {
     }
     gguf_close(gf);
   }
-  if (S->tok) S->model = q35_model_load(o->model_path, &mp, err);
+  if (S->tok) S->model = o->load ? o->load(o->model_path, &mp, o->load_arg, err) : q35_model_load(o->model_path, &mp, err);
   srv_sched_opts so = {.parallel = o->parallel,
                        .max_sessions = o->max_sessions,
                        .max_queue = o->max_queue,

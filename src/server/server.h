@@ -47,6 +47,10 @@
 
 typedef struct q35_server_opts {
   const char *model_path;
+  /* NULL, or how to load the model (the MPI build's q35 serve: a pipeline's first stage, whose
+   * later stages run on the other ranks); NULL: q35_model_load */
+  q35_model *(*load)(const char *path, const q35_model_params *mp, void *arg, q35_err *err);
+  void *load_arg;
   const char *host;        /* numeric address or "localhost" (default 127.0.0.1) */
   int port;                /* default 8080 */
   int parallel;            /* concurrent sequences (rows per step), default 4 */

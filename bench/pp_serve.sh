@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# pp_serve.sh - q35 serve as one process (N = 1) and as a pipeline of N = 2 ranks under mpirun:
+# aggregate decode tok/s at 1, 2, 4 and 8 concurrent streams (bench/server_bench.mjs: the
+# steady-state window, medians over rounds) and each rank's resident memory (VmRSS and VmHWM of
+# the rank processes, read from /proc while the server runs). One thread per rank, ranks bound
+# to separate cores (mpirun --bind-to core); N = 1 gets one thread too, so N = 2 uses twice the
+# cores. Model: 35B-A3B layer shapes (hidden 2048, 32 experts top-8), 8 layers, vocab 32768,
+# q8_0 (1.3 GB), generated once into the cache dir. docs/PERF.md has the figures and the model
+# of a real cluster.
+#
+# Usage: bench/pp_serve.sh [BUILD_DIR_WITHOUT_MPI [MPI_BUILD_DIR]]   (default build, build-mpi)
+#   env: Q35_BENCH_CACHE, BENCH_TOKENS (32), BENCH_STREAMS (1,2,4,8), BENCH_ROUNDS (3),
+#        PP_MICRO (--pp-micro for N = 2; default: one micro-batch per rank)
+# Not part of ctest. On a shared machine read the ratios within one run, not the absolute figures.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+q35=${1:-$here/../build}/q35
+mpiq=${2:-$here/../build-mpi}/q35
+cache=${Q35_BENCH_CACHE:-$HOME/.cache/q35-bench}
+mkdir -p "$cache"
+model=$cache/a3b-e32-L8-v32k-q8_0.gguf
+if [ ! -s "$model" ]; then
+  echo "generating $model (once)..." >&2
+  "$q35" export --tiny-test --embd 2048 --heads 16 --kv-heads 2 --head-dim 256 --rot 64 --ssm-k-heads 16 \
+    --ssm-v-heads 32 --ssm-head-dim 128 --experts 32 --experts-used 8 --ff 512 --shexp-ff 512 --vocab 32768 \
+    --layers 8 --type q8_0 -o "$model.tmp" >&2
+  mv "$model.tmp" "$model"
+fi
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+log=$(mktemp)
+pid=
+trap '[ -z "$pid" ] || kill $pid 2>/dev/null; rm -f "$log"' EXIT
+# rss PID...: "VmRSS / VmHWM MiB" of each
+rss() {
+  for p in "$@"; do
+    awk '/^VmRSS/ {r=$2} /^VmHWM/ {h=$2} END {printf "%.0f / %.0f MiB; ", r/1024, h/1024}' "/proc/$p/status"
+  done
+  echo
+}
+for n in 1 2; do
+  port=$(free_port)
+  sargs=(serve -m "$model" --host 127.0.0.1 --port "$port" --parallel 8 --ctx 1024 -t 1 --no-think)
+  if [ $n = 1 ]; then
+    taskset -c 0 "$q35" "${sargs[@]}" >"$log" 2>&1 &
+  else
+    mpirun --allow-run-as-root --oversubscribe --bind-to core --mca btl self,vader \
+      --mca btl_vader_single_copy_mechanism none -np 2 "$mpiq" "${sargs[@]}" ${PP_MICRO:+--pp-micro $PP_MICRO} \
+      >"$log" 2>&1 &
+  fi
+  pid=$!
+  for _ in $(seq 1 1200); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health" || true)" = 200 ] && break
+    kill -0 $pid 2>/dev/null || { cat "$log"; exit 1; }
+    sleep 0.2
+  done
+  grep -m1 "pipeline:" "$log" >&2 || true
+  echo "== N = $n: q35 serve, 1 thread per rank, ${BENCH_TOKENS:-32} tokens per stream" >&2
+  Q35_URL="http://127.0.0.1:$port" node "$here/server_bench.mjs" | sed "s/^/N=$n /"
+  if [ $n = 1 ]; then ranks=$pid; else ranks=$(pgrep -f "^$mpiq serve -m $model" | sort -n | xargs); fi
+  # shellcheck disable=SC2086
+  echo "N=$n resident memory per rank (VmRSS / VmHWM): $(rss $ranks)"
+  kill $pid 2>/dev/null || true
+  wait $pid 2>/dev/null || true
+  pid=
+done

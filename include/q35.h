@@ -87,6 +87,23 @@
  *   q35_context_free(ctx);
  *   q35_model_free(model);
  *
+ * Speculative decoding with the MTP head: a model file with a multi-token-prediction block
+ * (q35_model_has_mtp) can draft. A session made with q35_session_params.draft_max = N keeps the
+ * head's own KV cache and state; a one-token row of it with n_draft > 0 then makes up to n_draft
+ * drafts inside the step (the head over the session's latest hidden states, chained; each draft
+ * sampled with the row's parameters and the draw index the trunk will use at that position),
+ * feeds [token, drafts] to the trunk in the same pass as the step's other rows, samples every
+ * position, accepts the longest prefix of drafts equal to the trunk's own samples plus the
+ * trunk's sample after it, and rolls the session back to the accepted position (per-position
+ * state checkpoints, no re-run). The row returns n_emitted >= 1 tokens in outputs[]: exactly the
+ * tokens, log-probabilities and constraint moves that n_emitted one-token steps would have
+ * produced (draw index + j and the emitted tokens as history at the j-th), for greedy and seeded
+ * sampling alike; drafts decide only how many tokens a step emits, never which. The caller
+ * feeds the last emitted token next. Snapshots of such a session carry the head's state, so a
+ * restored prefix drafts as well as the session it came from. A context adapts the number of
+ * drafts (0 .. n_draft) to the acceptance each session measures and to the step's size, from the
+ * times it measures (q35_context_draft_adapt turns that off: then every row drafts n_draft).
+ *
  * Pipeline stages: q35_model_params.layer_begin / layer_end load a range of layers (a session
  * then holds the KV cache and recurrent state of those layers only). Such a model is driven by
  * the MPI build's pipeline (src/dist/pp.h, docs/DESIGN.md): rank 0's steps and evals keep this
@@ -145,6 +162,9 @@ double q35_model_sample_seconds(const q35_model *model);
 /* Bytes of the weight file mapped with 2 MiB pages after loading (0 with no_mmap, where the
  * copy is anonymous memory); -1 where the kernel does not report it. */
 long long q35_model_huge_bytes(const q35_model *model);
+/* Whether the file carries an MTP (multi-token prediction) head, the draft model of speculative
+ * decoding (q35_session_params.draft_max). */
+int q35_model_has_mtp(const q35_model *model);
 /* Short description: architecture, layer counts, tensor types (one line, no newline). */
 const char *q35_model_desc(const q35_model *model);
 
@@ -167,6 +187,13 @@ q35_context *q35_model_context(q35_model *model);
 int32_t q35_context_n_threads(const q35_context *ctx);
 /* Seconds this context has spent in the sampling head since it was made. */
 double q35_context_sample_seconds(const q35_context *ctx);
+/* Speculation: on (the default), the context chooses how many drafts each row with n_draft > 0
+ * carries, from 0 to n_draft, to maximize the tokens per second it measures: the acceptance each
+ * session has shown (accepted drafts against rejections, recent rounds weighing most) against
+ * the step times it has measured for each number of tokens per step and the head's pass times
+ * (docs/DESIGN.md "Adaptive draft length"); off: every such row drafts n_draft (fewer only where
+ * the context limit leaves no room). Outputs are the same either way. */
+void q35_context_draft_adapt(q35_context *ctx, int on);
 
 /* ---- sessions ------------------------------------------------------------------------- */
 
@@ -176,11 +203,21 @@ typedef enum q35_kv_type {
   Q35_KV_Q8_0 = 8,
 } q35_kv_type;
 
+/* most drafts one row may carry (q35_session_params.draft_max) */
+#define Q35_DRAFT_MAX 16
+
 typedef struct q35_session_params {
   int32_t n_ctx;          /* context limit in tokens (default 4096) */
   q35_kv_type kv_type;    /* KV cache element type (default F16) */
   uint64_t mem_budget;    /* bytes; 0 = no limit (default). q35_session_new refuses, before allocating,
                              when the state (q35_session_state_bytes) would exceed it */
+  int32_t draft_max;      /* 0 (default): no speculation. 1 .. Q35_DRAFT_MAX: the session keeps the MTP
+                             head's KV cache (n_ctx entries of one attention layer), its pending hidden
+                             states and draft_max recurrent-state checkpoints, so its rows may carry up
+                             to draft_max drafts (q35_row.n_draft); needs q35_model_has_mtp */
+  int32_t draft_vocab;    /* with draft_max: the head drafts among token ids [0, draft_vocab) only (its
+                             largest read is the output matrix: draft_vocab of its rows; BPE ids are
+                             roughly frequency ordered); 0 (default): all. Never changes an output */
 } q35_session_params;
 
 q35_session_params q35_session_default_params(void);
@@ -190,6 +227,15 @@ q35_session_params q35_session_default_params(void);
 uint64_t q35_session_state_bytes(const q35_model *model, const q35_session_params *params, uint64_t *recurrent);
 q35_session *q35_session_new(q35_model *model, const q35_session_params *params, q35_err *err);
 void q35_session_reset(q35_session *s); /* back to position 0, empty state */
+/* After a step in which a row of s emitted m > 1 tokens (n_emitted), keep only the first n
+ * (1 <= n <= m) of them: the session goes back to the state after feeding the row's token and
+ * the first n - 1 emitted ones, as if the step had emitted n (the caller then feeds outputs[n - 1]
+ * next). For a caller whose sampling changes after some emitted token (a thinking budget that
+ * forces the next token, a constraint that starts after a trigger): the tokens after it were
+ * sampled under the old rules. A constraint the row carried advanced by all m tokens: roll it
+ * back by m - n (q35_constraint_rollback). Valid until the next step, eval, reset, snapshot
+ * restore of s; 0, or -1 with a message (nothing moved). */
+int q35_session_draft_keep(q35_session *s, int32_t n, q35_err *err);
 void q35_session_free(q35_session *s);
 int32_t q35_session_pos(const q35_session *s);
 int32_t q35_session_n_ctx(const q35_session *s);
@@ -200,7 +246,9 @@ size_t q35_session_bytes(const q35_session *s); /* memory held by the state */
  * position: q35_session_snapshot copies it (with the position); q35_session_restore puts it
  * back and sets the position, provided the session still holds the KV entries below it (it
  * has not been reset or rewound below the snapshot's position since the snapshot was taken;
- * the caller, who tracks the tokens, guarantees this). */
+ * the caller, who tracks the tokens, guarantees this). A session with drafts also stores the
+ * MTP head's state: its position (its KV cache is append-only as the trunk's) and its pending
+ * hidden states (a few n_embd vectors). */
 typedef struct q35_snapshot q35_snapshot;
 q35_snapshot *q35_session_snapshot(const q35_session *s, q35_err *err);
 int q35_session_restore(q35_session *s, const q35_snapshot *snap, q35_err *err);
@@ -309,6 +357,17 @@ typedef struct q35_row {
   struct q35_constraint *constraint; /* NULL, or the structured-output constraint of this row (see
                                   the constraints section): its token mask is applied to the logits
                                   first, and the step advances it by the tokens it samples */
+  /* speculative decoding (inputs; zero: none) */
+  int32_t n_draft;             /* 0, or at most this many drafts of the MTP head after the row's token:
+                                  a row of one token (n_outputs 0, hidden NULL, outputs with room for
+                                  n_draft + 1) on a session with draft_max >= n_draft. The step emits
+                                  n_emitted tokens into outputs[] (the last also into token / logprob /
+                                  top fields): those n_emitted one-token steps would have sampled */
+  /* outputs of a row on a session with drafts (else 0) */
+  int32_t n_emitted;           /* tokens emitted: accepted drafts + 1 (1 without drafts, 0 with
+                                  Q35_OUTPUTS_NONE) */
+  int32_t n_drafted;           /* drafts the head made for this row this step (the trunk accepted
+                                  n_emitted - 1 of them) */
 } q35_row;
 
 /* Advance every row's session by its tokens in one pass over the weights and sample the

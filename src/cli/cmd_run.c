@@ -46,6 +46,8 @@ static void usage(const run_opts *o) {
       "                                   one step verifies them; output identical to --draft 0 (default 0)\n"
       "  --draft-vocab K                  the head drafts among token ids < K only (reads K rows of the\n"
       "                                   output matrix per draft; default 0: all)\n"
+      "  --draft-adapt                    with --draft N: draft 0 .. N tokens a step, as the measured\n"
+      "                                   acceptance and step times say pays (default: always N)\n"
       "  --warmup N --num_iters M         benchmark mode: N untimed + M timed runs (default 0 / 1)\n"
       "  --no-stats                       no statistics on stderr\n");
   model_args_help(stdout, &o->ma);
@@ -89,6 +91,8 @@ static int run_arg(run_opts *o, int argc, char **argv, int *i) {
     o->json_ws = (int)arg_int("--json_ws", arg_value(argc, argv, i), 0, 64);
   } else if (arg_is(argc, argv, i, "--draft")) {
     o->draft = (int)arg_int("--draft", arg_value(argc, argv, i), 0, 16);
+  } else if (arg_is(argc, argv, i, "--draft_adapt")) {
+    o->draft_adapt = 1;
   } else if (arg_is(argc, argv, i, "--draft_vocab")) {
     o->draft_vocab = (int)arg_int("--draft-vocab", arg_value(argc, argv, i), 0, INT32_MAX);
   } else if (arg_is(argc, argv, i, "--no_stats")) {

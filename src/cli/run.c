@@ -12,8 +12,6 @@
 #include "text/tokenizer.h"
 #include "base/buf.h"
 #include "base/util.h"
-#include "engine/context.h"
-#include "model/mtp.h"
 
 void run_opts_default(run_opts *o) {
   memset(o, 0, sizeof *o);
@@ -73,177 +71,18 @@ static int emit_token(int32_t i, int32_t cur, int print, text_sink *sink, q35_er
   return 0;
 }
 
-/* Speculative decoding with the MTP head (--draft N; docs/DESIGN.md "Speculative decoding").
- * On entry the trunk has consumed everything before out_ids[n_gen - 1] (= cur, not fed yet) and
- * h holds the post-norm hidden state of the position before it. Each round: the head drafts up
- * to N tokens (each sampled with the draw index the trunk will use there); one step feeds
- * [cur, drafts] and samples every position; the longest prefix of drafts equal to the trunk's
- * samples is accepted together with the trunk's next sample, and the session rolls back to the
- * accepted position from its per-position checkpoints. The head's cache keeps the pairs
- * (trunk hidden state, next token) of the prompt (prefill_draft) and of accepted positions;
- * positions are relative to where this generation's prefill starts. */
-typedef struct {
-  q35_mtp_cache *cache;
-  q35_sampler *smp;
-  float *h;          /* [N + 1][H] hidden states of the verify step */
-  float *lg;         /* [V] draft logits */
-  float *g;          /* [H] the head's own state for a chained draft */
-  int32_t *pend;     /* tokens of the pairs waiting to enter the head's cache */
-  q35_output *outs;  /* [N + 1] */
-  int32_t *toks;     /* [N + 1] the verify row: cur, drafts */
-  int32_t vocab;     /* the draft's vocabulary: token ids [0, vocab) (--draft-vocab) */
-} draft_state;
-
-static void draft_free(draft_state *d) {
-  q35_mtp_cache_free(d->cache);
-  q35_sampler_free(d->smp);
-  free(d->h);
-  free(d->lg);
-  free(d->g);
-  free(d->pend);
-  free(d->outs);
-  free(d->toks);
-  memset(d, 0, sizeof *d); /* freeing again is a no-op */
-}
-
-static int draft_init(draft_state *d, q35_model *m, const q35_session *s, int N, int32_t vocab, q35_err *err) {
-  const size_t H = (size_t)m->hp.n_embd, V = (size_t)m->hp.n_vocab;
-  memset(d, 0, sizeof *d);
-  d->vocab = vocab > 0 && (size_t)vocab < V ? vocab : (int32_t)V;
-  d->cache = q35_mtp_cache_new(m, s->params.n_ctx, s->params.kv_type, err);
-  if (!d->cache) return -1;
-  d->smp = q35_sampler_new((int32_t)V, err);
-  d->h = malloc(sizeof(float) * H * (size_t)(N + 1));
-  d->lg = malloc(sizeof(float) * V);
-  d->g = malloc(sizeof(float) * H);
-  d->pend = malloc(sizeof(int32_t) * (size_t)(N + 1));
-  d->outs = calloc((size_t)N + 1, sizeof *d->outs);
-  d->toks = malloc(sizeof(int32_t) * (size_t)(N + 1));
-  if (!d->smp || !d->h || !d->lg || !d->g || !d->pend || !d->outs || !d->toks) {
-    draft_free(d);
-    return q35_seterr(err, "out of memory (draft buffers)");
-  }
-  return 0;
-}
-
-/* Up to nd drafts after cur into d->toks[1 ..]: the head over the n_pend waiting pairs (their
- * hidden states in d->h), then chained on its own state. hist[0 .. n_hist) is the history; the
- * drafts are written after it (the trunk overwrites them with what it accepts). Returns the
- * drafts made. */
-static int32_t make_drafts(q35_model *m, draft_state *d, int32_t n_pend, int32_t nd, const q35_sampling *sp0,
-                           int32_t *hist, int32_t n_hist, int32_t n_prompt, q35_err *err) {
-  q35_fwd_ws *ws = &m->ctx->fwd;
-  const int32_t V = d->vocab;
-  if (q35_mtp_forward(m, ws, d->cache, d->pend, d->h, n_pend, V, d->lg, d->g, err)) return -1;
-  for (int32_t j = 0; j < nd; j++) {
-    if (j > 0 && q35_mtp_forward(m, ws, d->cache, &d->toks[j], d->g, 1, V, d->lg, d->g, err)) return -1;
-    q35_sampling sp = *sp0;
-    sp.draw_index += (uint64_t)j; /* coupled: the noise the trunk uses at that position */
-    const int full = V == m->hp.n_vocab;
-    if (!full) { /* a reduced vocabulary: the history and biases may name ids outside it */
-      sp.presence_penalty = sp.frequency_penalty = 0;
-      sp.repetition_penalty = 1;
-      sp.logit_bias = NULL;
-      sp.n_logit_bias = 0;
-    }
-    q35_sample_result r;
-    if (q35_sample(d->smp, d->lg, V, &sp, full ? hist : NULL, full ? n_hist + j : 0, full ? n_prompt : 0, -1, &r,
-                   err))
-      return -1;
-    d->toks[j + 1] = r.token;
-    hist[n_hist + j] = r.token;
-  }
-  return nd;
-}
-
-static int decode_draft(q35_model *m, q35_session *s, const run_opts *o, draft_state *dp, q35_row *row,
-                        int32_t *hist, int32_t n_prompt, int32_t *out_ids, int32_t *n_gen, int print, text_sink *sink,
-                        iter_stats *st, q35_err *err) {
-  const int N = o->draft;
-  const size_t H = (size_t)m->hp.n_embd;
-  draft_state d = *dp;
-  int rc = 0;
-  int32_t n_pend = 1; /* (h of the prompt's last position, the first sample) */
-  d.pend[0] = out_ids[*n_gen - 1];
-  memcpy(d.h, row->hidden, sizeof(float) * H);
-  q35_sampling sp = *row->sampling;
-  while (*n_gen < o->n_new && rc == 0) {
-    const int32_t i = *n_gen, cur = out_ids[i - 1];
-    int32_t nd = N;
-    if (nd > o->n_new - i - 1) nd = o->n_new - i - 1;
-    if (nd > s->params.n_ctx - s->pos - 1) nd = s->params.n_ctx - s->pos - 1;
-    if (nd < 0) nd = 0;
-    sp.draw_index = (uint64_t)i;
-    const int32_t mtp0 = q35_mtp_cache_pos(d.cache);
-    if (nd > 0 && make_drafts(m, &d, n_pend, nd, &sp, hist, n_prompt + i, n_prompt, err) < 0) goto fail;
-    q35_mtp_cache_truncate(d.cache, mtp0 + n_pend); /* chained pairs used the head's own state */
-    d.toks[0] = cur;
-    row->tokens = d.toks;
-    row->n_tokens = nd + 1;
-    row->n_outputs = nd + 1;
-    row->outputs = d.outs;
-    row->hidden = d.h;
-    row->n_history = n_prompt + i;
-    row->sampling = &sp;
-    const int32_t P = s->pos;
-    if (nd > 0 && q35_session_ckpt_arm(s, nd, err)) goto fail;
-    if (q35_step(m, row, 1, err)) goto fail;
-    int32_t k = 0;
-    while (k < nd && d.outs[k].token == d.toks[k + 1]) k++;
-    if (nd > 0 && q35_session_ckpt_rollback(s, P + k + 1, err)) goto fail;
-    st->draft_tokens += nd;
-    st->draft_accepted += k;
-    for (int32_t j = 0; j <= k && rc == 0; j++) {
-      const int32_t t = d.outs[j].token;
-      hist[n_prompt + i + j] = t;
-      out_ids[i + j] = t;
-      d.pend[j] = t;
-      *n_gen = i + j + 1;
-      const int e = emit_token(i + j, t, print, sink, err);
-      if (e < 0) goto fail;
-      if (e > 0) rc = 1;
-    }
-    n_pend = k + 1;
-  }
-  return 0;
-fail:
-  q35_session_ckpt_disarm(s);
-  return -1;
-}
-
-/* --draft: the prompt's tokens before its last through the trunk in chunks, keeping every
- * position's hidden state, and the head over the pairs (h_p, prompt[p + 1]) of those chunks, so
- * its cache covers the prompt (positions relative to `from`). Returns the position reached. */
-static int32_t prefill_draft(q35_model *m, q35_session *s, draft_state *d, const int32_t *prompt, int32_t n_prompt,
-                             int32_t done, int32_t chunk, q35_err *err) {
-  const size_t H = (size_t)m->hp.n_embd;
-  float *hid = malloc(sizeof(float) * H * (size_t)chunk), *lg = d->lg;
-  if (!hid) return q35_seterr(err, "out of memory (prompt hidden states)");
-  while (done < n_prompt - 1) {
-    const int32_t n = n_prompt - 1 - done < chunk ? n_prompt - 1 - done : chunk;
-    q35_fwd_row r = {s, prompt + done, n, 0, NULL, NULL, NULL, NULL};
-    s->hidden_all = hid;
-    const int frc = q35_forward(m, &m->ctx->fwd, &r, 1, err);
-    s->hidden_all = NULL;
-    if (frc ||
-        q35_mtp_forward(m, &m->ctx->fwd, d->cache, prompt + done + 1, hid, n, 1, lg, NULL, err)) {
-      free(hid);
-      return -1;
-    }
-    done += n;
-  }
-  free(hid);
-  return done;
-}
-
 /* Prefill prompt[from..n_prompt) then decode. With a text sink, generation stops at an EOG token
  * (not printed) and text is streamed; otherwise (ids mode) exactly n_new tokens are produced. */
+/* Prefill prompt[from..n_prompt) then decode. With a text sink, generation stops at an EOG token
+ * (not printed) and text is streamed; otherwise (ids mode) exactly n_new tokens are produced.
+ * With --draft N (a session made with draft_max N) each decode step carries up to N drafts of
+ * the MTP head and emits the tokens the trunk accepts (q35.h "Speculative decoding"). */
 static int generate(q35_model *m, q35_session *s, const run_opts *o, const q35_sampling *sp0, const int32_t *prompt,
                     int32_t n_prompt, int32_t from, int32_t *out_ids, int print, text_sink *sink, iter_stats *st) {
   q35_err err = {{0}};
   const int32_t n_total = n_prompt + o->n_new;
-  int32_t *hist = malloc(sizeof(int32_t) * (size_t)(n_total + o->draft + 1));
-  float *h_last = o->draft > 0 ? malloc(sizeof(float) * (size_t)m->hp.n_embd) : NULL;
+  int32_t *hist = malloc(sizeof(int32_t) * (size_t)(n_total + 1));
+  q35_output *outs = calloc((size_t)o->draft + 1, sizeof *outs);
   memcpy(hist, prompt, sizeof(int32_t) * (size_t)n_prompt);
   q35_sampling sp = *sp0;
   if (from == 0) q35_session_reset(s);
@@ -252,10 +91,6 @@ static int generate(q35_model *m, q35_session *s, const run_opts *o, const q35_s
   int32_t done = from;
   int32_t n_gen = 0;
   st->draft_tokens = st->draft_accepted = 0;
-  draft_state d = {0};
-  if (o->draft > 0 && (draft_init(&d, m, s, o->draft, o->draft_vocab, &err) ||
-                       (done = prefill_draft(m, s, &d, prompt, n_prompt, done, o->ma.chunk, &err)) < 0))
-    goto fail;
   while (n_prompt - done > o->ma.chunk) {
     if (q35_session_eval(s, prompt + done, o->ma.chunk, 0, NULL, 0, &err)) goto fail;
     done += o->ma.chunk;
@@ -271,35 +106,40 @@ static int generate(q35_model *m, q35_session *s, const run_opts *o, const q35_s
   row.history = hist;
   row.n_prompt = n_prompt;
   row.n_top_logprobs = -1;
+  row.outputs = outs;
   int32_t cur = 0;
-  for (int32_t i = 0; i < o->n_new; i++) {
+  for (int32_t i = 0; i < o->n_new;) {
     if (i == 0) {
       row.tokens = prompt + done;
       row.n_tokens = n_prompt - done;
-      row.hidden = h_last; /* the draft head's first input */
+      row.n_draft = 0;
     } else {
       row.tokens = &cur;
       row.n_tokens = 1;
+      row.n_draft = o->draft < o->n_new - i - 1 ? o->draft : o->n_new - i - 1; /* no drafts past n_new */
     }
     row.n_history = n_prompt + i;
     sp.draw_index = (uint64_t)i;
     if (q35_step(m, &row, 1, &err)) goto fail;
-    cur = row.token;
-    hist[n_prompt + i] = cur;
-    out_ids[i] = cur;
-    n_gen = i + 1;
+    const int32_t n_emit = row.n_emitted > 0 ? row.n_emitted : 1;
+    st->draft_tokens += row.n_drafted;
+    st->draft_accepted += row.n_emitted > 0 ? row.n_emitted - 1 : 0;
     if (i == 0) {
       st->prefill_s = q35_now() - t0;
       st->ttft_s = st->prefill_s;
       t0 = q35_now();
     }
-    const int e = emit_token(i, cur, print, sink, &err);
-    if (e < 0) goto fail;
-    if (e > 0) break;
-    if (o->draft > 0) {
-      if (decode_draft(m, s, o, &d, &row, hist, n_prompt, out_ids, &n_gen, print, sink, st, &err)) goto fail;
-      break;
+    int stop = 0;
+    for (int32_t j = 0; j < n_emit && !stop; j++) {
+      cur = row.n_emitted > 0 ? outs[j].token : row.token;
+      hist[n_prompt + i] = cur;
+      out_ids[i] = cur;
+      n_gen = ++i;
+      const int e = emit_token(i - 1, cur, print, sink, &err);
+      if (e < 0) goto fail;
+      stop = e > 0;
     }
+    if (stop) break;
   }
   if (sink) {
     const char *piece;
@@ -318,15 +158,13 @@ static int generate(q35_model *m, q35_session *s, const run_opts *o, const q35_s
                    q35_constraint_is_complete(row.constraint) ? "complete in" : "a prefix of", n_gen);
   q35_constraint_free(row.constraint);
   free(hist);
-  free(h_last);
-  draft_free(&d);
+  free(outs);
   return 0;
 fail:
   fprintf(stderr, "q35 run: %s\n", err.msg);
   q35_constraint_free(row.constraint);
   free(hist);
-  free(h_last);
-  draft_free(&d);
+  free(outs);
   return -1;
 }
 
@@ -364,9 +202,10 @@ static void print_stats(const run_opts *o, double load_s, const iter_stats *sum,
   fprintf(stderr,
           "{\"load_s\": %.6f, \"prompt_tokens\": %d, \"prefill_tok_s\": %.3f, \"ttft_s\": %.6f, "
           "\"generated_tokens\": %d, \"decode_tok_s\": %.3f, \"sampling_ms\": %.3f, \"iterations\": %d, "
-          "\"seed\": %llu, \"draft_tokens\": %lld, \"draft_accepted\": %lld}\n",
+          "\"seed\": %llu, \"draft_tokens\": %lld, \"draft_accepted\": %lld, \"draft_acceptance\": %.4f}\n",
           load_s, sum->n_prompt, pf, sum->ttft_s / k, sum->n_gen, dec, samp_ms, o->iters, (unsigned long long)seed,
-          sum->draft_tokens, sum->draft_accepted);
+          sum->draft_tokens, sum->draft_accepted,
+          sum->draft_tokens > 0 ? (double)sum->draft_accepted / (double)sum->draft_tokens : 0.0);
 }
 
 /* The prompt of -p, --prompt_file or stdin, tokenized. 0, or -1 with a message printed. */
@@ -477,12 +316,15 @@ int run_main(const run_opts *o) {
     q35_model_free(m);
     goto early_fail;
   }
-  if (o->draft > 0 && !m->has_mtp) {
+  if (o->draft > 0 && !q35_model_has_mtp(m)) {
     fprintf(stderr, "q35 run: --draft %d needs a model file with an MTP head (this one has none)\n", o->draft);
     q35_model_free(m);
     goto early_fail;
   }
   q35_session_params sp = model_args_session_params(&o->ma);
+  sp.draft_max = o->draft;
+  sp.draft_vocab = o->draft_vocab;
+  q35_context_draft_adapt(q35_model_context(m), o->draft_adapt);
   q35_session *s = q35_session_new(m, &sp, &err);
   if (!s) {
     char hint[128];

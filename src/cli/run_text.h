@@ -20,6 +20,7 @@ typedef struct run_opts {
   q35_constraint *constraint;     /* compiled from the above by run_main; each generation clones it */
   int draft;                      /* --draft N: tokens the MTP head drafts per step (0: off) */
   int draft_vocab;                /* --draft-vocab K: the head drafts among token ids < K (0: all) */
+  int draft_adapt;                /* --draft-adapt: the context chooses 0 .. draft drafts a step */
 } run_opts;
 
 void run_opts_default(run_opts *o);

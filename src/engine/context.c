@@ -60,10 +60,12 @@ void q35_context_free(q35_context *c) {
   if (!c) return;
   if (c->fwd.pool) q35_pool_free(c->fwd.pool);
   free(c->fwd.scratch);
+  free(c->fwd.mtp_cat);
   for (int i = 0; i < c->n_samplers; i++) q35_sampler_free(c->samplers[i]);
   free(c->samplers);
   free_step_buffers(c);
   free(c->hist);
+  q35_draft_bufs_free(&c->dr);
   free(c);
 }
 

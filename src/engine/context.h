@@ -24,6 +24,62 @@ typedef struct q35_step_out {
   q35_err err;
 } q35_step_out;
 
+
+
+/* ---- speculative decoding (draft.c, draft_policy.c) ---- */
+
+/* The adaptive draft length (docs/DESIGN.md "Adaptive draft length"): measured times of the
+ * context's steps by tokens per step, and of the head's passes by rows per pass, and the
+ * acceptance all its sessions have shown (the prior of a session that has shown little). */
+#define Q35_POL_TMAX 64   /* steps of up to this many tokens are timed one by one */
+#define Q35_POL_BMAX 64   /* head passes of up to this many rows */
+typedef struct q35_draft_policy {
+  double fwd[Q35_POL_TMAX + 1];   /* seconds of a step of T tokens (EMA), fwd_n[T] samples */
+  uint32_t fwd_n[Q35_POL_TMAX + 1];
+  double head[Q35_POL_BMAX + 1];  /* seconds of one head pass over B rows (EMA) */
+  uint32_t head_n[Q35_POL_BMAX + 1];
+  double acc_s, acc_f;            /* accepted drafts and rejections of all sessions (decayed) */
+  uint64_t rounds;                /* steps with rows that could draft (the probe schedule) */
+} q35_draft_policy;
+
+/* Times measured: a step of T tokens took `seconds`; a head pass over B rows took `seconds`. */
+void q35_draft_policy_step(q35_draft_policy *p, int64_t T, double seconds);
+void q35_draft_policy_head(q35_draft_policy *p, int32_t B, double seconds);
+/* A verify round of a session drafted nd and the trunk accepted k: the session's counts (*s, *f)
+ * and the context's move. */
+void q35_draft_policy_round(q35_draft_policy *p, double *s, double *f, int32_t nd, int32_t k);
+/* The acceptance estimate of a session with counts (s, f): its own, pulled toward the context's. */
+double q35_draft_policy_accept(const q35_draft_policy *p, double s, double f);
+/* Drafts d[i] in [0, dmax[i]] for n rows that may draft, with acceptance acc[i], in a step of T0
+ * tokens (without drafts) that emits n_out0 tokens: the choice with the most tokens per second
+ * the measured times predict, built one draft at a time (each row's next draft adds acc^j
+ * expected tokens and costs a token more in the step and its share of a head pass). A step time
+ * not measured yet counts as free (so it gets tried), a step of T0 tokens not measured yet means
+ * no drafts (its time is measured first). probe +1 / -1: one draft more / fewer than the best
+ * choice (the times of neighbouring choices stay measured). */
+void q35_draft_policy_plan(const q35_draft_policy *p, int32_t n, const double *acc, const int32_t *dmax, int64_t T0,
+                           double n_out0, int probe, int32_t *d);
+
+/* The buffers of a step with drafts (draft.c): grown on demand, kept. */
+typedef struct q35_draft_bufs {
+  q35_row *vrows;        /* the rows as the trunk runs them: [token, drafts] */
+  int32_t *nd, *pos0, *mpos0, *np0; /* per row: drafts, position, head position, pending before */
+  size_t *at;            /* per row: where its hidden states / pair tokens start */
+  int32_t rows_cap;
+  int32_t *toks;         /* per row [Q35_DRAFT_MAX + 1]: token, drafts */
+  float *hid;            /* hidden states: per row its region of at[] */
+  int32_t *ptok;         /* pair tokens, the same regions */
+  size_t hid_cap;        /* (positions) */
+  float *lg;             /* draft logits [rows][n_vocab] */
+  float *g;              /* the head's state per row [rows][n_embd] */
+  int32_t lg_cap;        /* (rows) */
+  int32_t *hist;         /* a row's penalty history and its drafts */
+  size_t hist_cap;
+  struct q35_mtp_row *mrows;
+  double *acc;
+  int32_t *dmax, *cand;
+} q35_draft_bufs;
+
 struct q35_context {
   q35_model *model;
   q35_fwd_ws fwd;                /* pool + forward scratch */
@@ -45,7 +101,21 @@ struct q35_context {
   uint32_t *masks;               /* constrained positions' masks made during the forward pass */
   size_t masks_cap;              /* (words) */
   int n_cpus;                    /* CPUs this process may run on (the overlap needs a spare one) */
+  int draft_fixed;               /* q35_context_draft_adapt(ctx, 0): every row drafts its n_draft */
+  q35_draft_policy pol;
+  q35_draft_bufs dr;
 };
+
+/* q35_context_step for a step with rows on sessions with drafts (draft.c). */
+int q35_draft_step(q35_context *ctx, q35_row *rows, int32_t n_rows, q35_err *err);
+/* q35_forward of one eval chunk on a session with drafts: the head keeps up (draft.c). */
+int q35_draft_eval(q35_context *ctx, q35_fwd_row *row, q35_err *err);
+void q35_draft_bufs_free(q35_draft_bufs *b);
+
+/* step.c: the step of rows without drafts (every check, the forward pass, masks, sampling). */
+int q35_step_core(q35_context *ctx, q35_row *rows, int32_t n_rows, q35_err *err);
+/* step.c: every row's fields checked as q35_step_core checks them, without running anything. */
+int q35_step_check(q35_context *ctx, const q35_row *rows, int32_t n_rows, q35_err *err);
 
 /* Grow the step buffers to n_rows rows and n_out sampled positions (0, or -1 with err). */
 int q35_context_reserve(q35_context *ctx, int32_t n_rows, int32_t n_out, q35_err *err);

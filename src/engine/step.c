@@ -28,6 +28,7 @@
 #include "base/util.h"
 #include "constrain/constrain.h"
 #include "engine/context.h"
+#include "model/mtp.h"
 
 /* The positions a row samples, as n_outputs encodes them (0: one; Q35_OUTPUTS_NONE: none). */
 static int32_t n_outputs(const q35_row *row) {
@@ -57,6 +58,27 @@ static int check_row(const q35_row *row, int32_t r, int32_t n_vocab, int32_t *n_
   if (row->constraint && q35_constraint_n_vocab(row->constraint) != n_vocab)
     return q35_seterr(err, "row %d: the constraint's vocabulary has %d tokens, the model %d", r,
                       q35_constraint_n_vocab(row->constraint), n_vocab);
+  return 0;
+}
+
+int q35_step_check(q35_context *c, const q35_row *rows, int32_t n_rows, q35_err *err) {
+  const q35_model *m = c->model;
+  if (n_rows < 1 || !rows) return q35_seterr(err, "a step needs at least one row");
+  for (int32_t r = 0; r < n_rows; r++) {
+    const q35_row *row = &rows[r];
+    int32_t n_out;
+    if (check_row(row, r, m->hp.n_vocab, &n_out, err)) return -1;
+    const q35_session *s = row->session;
+    if (s->model != m) return q35_seterr(err, "row %d: the session belongs to another model", r);
+    for (int32_t q = 0; q < r; q++)
+      if (rows[q].session == s) return q35_seterr(err, "rows %d and %d name the same session", q, r);
+    if ((int64_t)s->pos + row->n_tokens > s->params.n_ctx)
+      return q35_seterr(err, "%d tokens at position %d exceed the context limit of %d tokens (the session's n_ctx)",
+                        row->n_tokens, s->pos, s->params.n_ctx);
+    for (int32_t i = 0; i < row->n_tokens; i++)
+      if (row->tokens[i] < 0 || row->tokens[i] >= m->hp.n_vocab)
+        return q35_seterr(err, "token id %d is out of range [0, %d)", row->tokens[i], m->hp.n_vocab);
+  }
   return 0;
 }
 
@@ -300,7 +322,7 @@ static int step_results(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *
   return 0;
 }
 
-int q35_context_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
+int q35_step_core(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
   if (n_rows < 1 || !rows) return q35_seterr(err, "a step needs at least one row");
   const int32_t n_out = step_prepare(c, rows, n_rows, err);
   if (n_out < 0) return -1;
@@ -341,6 +363,18 @@ int q35_context_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err
   return rc;
 }
 
+int q35_context_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
+  if (n_rows < 1 || !rows) return q35_seterr(err, "a step needs at least one row");
+  for (int32_t r = 0; r < n_rows; r++)
+    if (rows[r].session && rows[r].session->mtp) return q35_draft_step(c, rows, n_rows, err); /* draft.c */
+  for (int32_t r = 0; r < n_rows; r++) {
+    if (rows[r].n_draft) return q35_seterr(err, "row %d: n_draft %d needs a session made with draft_max >= %d", r,
+                                           rows[r].n_draft, rows[r].n_draft);
+    rows[r].n_emitted = rows[r].n_drafted = 0;
+  }
+  return q35_step_core(c, rows, n_rows, err);
+}
+
 int q35_step(q35_model *m, q35_row *rows, int32_t n_rows, q35_err *err) {
   return q35_context_step(m->ctx, rows, n_rows, err);
 }
@@ -368,7 +402,7 @@ int q35_context_eval(q35_context *c, q35_session *s, const int32_t *tokens, int3
       r.n_out = 1;
       r.logits = logits;
     }
-    if (q35_forward(c->model, &c->fwd, &r, 1, err)) return -1;
+    if (s->mtp ? q35_draft_eval(c, &r, err) : q35_forward(c->model, &c->fwd, &r, 1, err)) return -1;
   }
   return 0;
 }

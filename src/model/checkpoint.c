@@ -31,7 +31,7 @@ void q35_session_ckpt_free(q35_session *s) {
   free(s->ckpt_conv);
   free(s->ckpt_ssm);
   s->ckpt_conv = s->ckpt_ssm = NULL;
-  s->ckpt_cap = s->ckpt_n = 0;
+  s->ckpt_cap = s->ckpt_n = s->ckpt_last = 0;
 }
 
 static int ckpt_grow(q35_session *s, int32_t n, q35_err *err) {
@@ -54,12 +54,27 @@ static int ckpt_grow(q35_session *s, int32_t n, q35_err *err) {
   return 0;
 }
 
+int q35_session_ckpt_reserve(q35_session *s, int32_t n, q35_err *err) {
+  return n > s->ckpt_cap ? ckpt_grow(s, n, err) : 0;
+}
+
 int q35_session_ckpt_arm(q35_session *s, int32_t n_max, q35_err *err) {
   if (n_max < 1) return q35_seterr(err, "checkpoints: %d positions", n_max);
   if (n_max > s->ckpt_cap && ckpt_grow(s, n_max, err)) return -1;
-  s->ckpt_n = n_max;
+  s->ckpt_n = s->ckpt_last = n_max;
   s->ckpt_pos0 = s->pos;
   return 0;
+}
+
+void q35_session_ckpt_restore(q35_session *s, int32_t i) {
+  if (i < 0 || i >= s->ckpt_last) return;
+  const q35_hparams *hp = &s->model->hp;
+  const size_t cn = conv_floats(hp), sn = ssm_floats(hp);
+  for (int l = 0; l < s->model->n_gdn_layers; l++) {
+    memcpy(s->conv_state[l], s->ckpt_conv[l] + (size_t)i * cn, cn * sizeof(float));
+    memcpy(s->ssm_state[l], s->ckpt_ssm[l] + (size_t)i * sn, sn * sizeof(float));
+  }
+  s->pos = s->ckpt_pos0 + i + 1;
 }
 
 void q35_session_ckpt_disarm(q35_session *s) { s->ckpt_n = 0; }
@@ -72,15 +87,7 @@ int q35_session_ckpt_rollback(q35_session *s, int32_t pos, q35_err *err) {
     return q35_seterr(err, "rollback to position %d: outside the checkpointed positions (%d .. %d)", pos,
                       s->ckpt_pos0 + 1, s->ckpt_pos0 + s->ckpt_n);
   }
-  if (pos < s->pos) {
-    const q35_hparams *hp = &s->model->hp;
-    const size_t cn = conv_floats(hp), sn = ssm_floats(hp);
-    for (int i = 0; i < s->model->n_gdn_layers; i++) {
-      memcpy(s->conv_state[i], s->ckpt_conv[i] + (size_t)k * cn, cn * sizeof(float));
-      memcpy(s->ssm_state[i], s->ckpt_ssm[i] + (size_t)k * sn, sn * sizeof(float));
-    }
-    s->pos = pos;
-  }
   s->ckpt_n = 0;
+  if (pos < s->pos) q35_session_ckpt_restore(s, k);
   return 0;
 }

@@ -47,7 +47,7 @@ static void *arena_get(arena *a, size_t bytes) {
 /* Logit columns of one joint pass over the output matrix (the largest weight). Several rows'
  * logits are computed in groups of up to LG_COLS columns into b->lg and copied out, so a decode
  * step of B rows reads the matrix once, not B times. */
-enum { LG_COLS = 16 };
+enum { LG_COLS = Q35_LG_COLS };
 
 /* Bytes of the largest converted activation row any product of the model takes. */
 static size_t max_row_bytes(const q35_model *m) {
@@ -131,9 +131,11 @@ static int bufs_reserve(const q35_model *m, q35_fwd_ws *ws, q35_bufs *b, int64_t
   return 0;
 }
 
-/* The buffers of a pass of T tokens outside q35_forward (the MTP head, model/mtp.c). */
-int q35_fwd_bufs_reserve(const q35_model *m, q35_fwd_ws *ws, q35_bufs *b, int64_t T, int64_t max_ctx, q35_err *err) {
-  return bufs_reserve(m, ws, b, T, max_ctx, 0, err);
+/* The buffers of a pass of T tokens outside q35_forward (the MTP head, model/mtp.c); joint: with
+ * b->lg, the output product of several columns. */
+int q35_fwd_bufs_reserve(const q35_model *m, q35_fwd_ws *ws, q35_bufs *b, int64_t T, int64_t max_ctx, int joint,
+                         q35_err *err) {
+  return bufs_reserve(m, ws, b, T, max_ctx, joint, err);
 }
 
 /* ---- the step ---- */

@@ -53,6 +53,9 @@ static inline void rmsnorm(float *y, const float *x, const float *w, int n, floa
 
 /* ---- the step's buffers: all carved from one scratch block (forward.c) ---- */
 
+/* columns of one joint output product (q35_bufs.lg) */
+enum { Q35_LG_COLS = 16 };
+
 typedef struct {
   int64_t T;              /* tokens in the step */
   float *x, *h, *tmp;     /* residual, normed, mixer/ffn output: [T][H] */
@@ -139,8 +142,10 @@ void q35_matmul_same(q35_pool *pool, const q35_tensor *const *ws, float *const *
                      q35_act *xa, const float *x, int64_t ldx, int64_t T, char *buf);
 
 /* The step's buffers for T tokens (contexts up to max_ctx) in ws's scratch, as q35_forward lays
- * them out (forward.c); for passes that drive the layers themselves (model/mtp.c). */
-int q35_fwd_bufs_reserve(const q35_model *m, q35_fwd_ws *ws, q35_bufs *b, int64_t T, int64_t max_ctx, q35_err *err);
+ * them out (forward.c); for passes that drive the layers themselves (model/mtp.c). joint: also
+ * b->lg, [Q35_LG_COLS][n_vocab] floats for an output product of several columns. */
+int q35_fwd_bufs_reserve(const q35_model *m, q35_fwd_ws *ws, q35_bufs *b, int64_t T, int64_t max_ctx, int joint,
+                         q35_err *err);
 
 /* ---- the layers: each reads f->b->h (the normed input) and writes its output to f->b->tmp ---- */
 

@@ -138,10 +138,13 @@ struct q35_session {
   /* per-position checkpoints of the DeltaNet state (model/mtp.h, checkpoint.c): while ckpt_n > 0
    * a forward pass saves the state after each of a row's first ckpt_n tokens into slot i */
   int32_t ckpt_n, ckpt_cap, ckpt_pos0;
+  int32_t ckpt_last;             /* the n_max of the last arm: slots holding that pass's states */
   float **ckpt_conv, **ckpt_ssm; /* per DeltaNet layer: [ckpt_cap][conv], [ckpt_cap][ssm] */
   /* NULL, or where a forward pass writes output_norm(x) of every position of this session's row
    * (n * n_embd floats; the MTP head's input over a prompt, model/mtp.h) */
   float *hidden_all;
+  /* NULL, or the MTP head's state of this session (params.draft_max > 0; model/mtp.h) */
+  struct q35_mtp_cache *mtp;
 };
 /* checkpoint.c: free a session's checkpoint slots (q35_session_free) */
 void q35_session_ckpt_free(q35_session *s);
@@ -168,6 +171,8 @@ typedef struct q35_fwd_ws {
   q35_pool *pool;
   void *scratch;
   size_t scratch_size;
+  float *mtp_cat;      /* the MTP head's eh_proj inputs [T][2 n_embd] (model/mtp.c), grown on demand */
+  size_t mtp_cat_cap;  /* (floats) */
 } q35_fwd_ws;
 
 /* Advance every row's session by its tokens (rows name distinct sessions of m) and write the

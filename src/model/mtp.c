@@ -1,10 +1,12 @@
 /*
  * mtp.c - the MTP head's forward pass (model/mtp.h) over its own KV cache.
  *
- * It reuses the trunk's layer code (attention_layer.c, ffn.c) on a step of one row whose
- * "session" is the head's cache: an attention layer with attn_index 0 reads k_cache[0] and
- * v_cache[0] of it. The head is a draft: its outputs never decide a token (verification does),
- * so it only needs to be a faithful copy of graph_mtp, not chunking invariant.
+ * It reuses the trunk's layer code (attention_layer.c, ffn.c) on a step whose rows' "sessions"
+ * are head caches: an attention layer with attn_index 0 reads k_cache[0] and v_cache[0] of each.
+ * The head is a draft: its outputs never decide a token (verification does), so exactness does
+ * not depend on it; it is still chunking and batch invariant like the trunk (the same layer
+ * code), so a session's drafts do not depend on how its pairs were grouped into passes (a
+ * restored snapshot drafts exactly as the session it was taken from).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -13,14 +15,6 @@
 #include "kernels/quant.h"
 #include "model/forward_internal.h"
 #include "model/mtp.h"
-
-struct q35_mtp_cache {
-  q35_session s;       /* k_cache[0] / v_cache[0], params, pos: what the attention layer reads */
-  void *k, *v;
-  void *kp[1], *vp[1];
-  float *cat;          /* [cap][2H] the concatenated inputs of eh_proj */
-  int32_t cat_cap;
-};
 
 q35_mtp_cache *q35_mtp_cache_new(q35_model *m, int32_t n_ctx, int kv_type, q35_err *err) {
   if (!m->has_mtp) {
@@ -47,6 +41,7 @@ q35_mtp_cache *q35_mtp_cache_new(q35_model *m, int32_t n_ctx, int kv_type, q35_e
   c->s.k_cache = c->kp;
   c->s.v_cache = c->vp;
   c->s.bytes = 2 * bytes;
+  c->draft_vocab = m->hp.n_vocab;
   return c;
 oom:
   q35_mtp_cache_free(c);
@@ -58,31 +53,36 @@ void q35_mtp_cache_free(q35_mtp_cache *c) {
   if (!c) return;
   free(c->k);
   free(c->v);
-  free(c->cat);
+  free(c->pend_h);
+  free(c->pend_t);
   free(c);
 }
 
 int32_t q35_mtp_cache_pos(const q35_mtp_cache *c) { return c->s.pos; }
 
+uint64_t q35_mtp_cache_bytes(const q35_model *m, int32_t n_ctx, int kv_type) {
+  return 2 * (uint64_t)q35_row_size(kv_type, (int64_t)m->hp.n_head_kv * m->hp.head_dim) * (uint64_t)n_ctx;
+}
+
 void q35_mtp_cache_truncate(q35_mtp_cache *c, int32_t pos) {
   if (pos >= 0 && pos < c->s.pos) c->s.pos = pos;
 }
 
-static int cat_reserve(q35_mtp_cache *c, int32_t n, int64_t H, q35_err *err) {
-  if (n <= c->cat_cap) return 0;
-  free(c->cat);
-  c->cat = q35_alloc64((size_t)n * 2 * (size_t)H * sizeof(float), 0);
-  c->cat_cap = c->cat ? n : 0;
-  return c->cat ? 0 : q35_seterr(err, "out of memory (MTP inputs for %d tokens)", n);
+static int cat_reserve(q35_fwd_ws *ws, int64_t T, int64_t H, q35_err *err) {
+  const size_t need = (size_t)T * 2 * (size_t)H;
+  if (need <= ws->mtp_cat_cap) return 0;
+  free(ws->mtp_cat);
+  ws->mtp_cat = q35_alloc64(need * sizeof(float), 0);
+  ws->mtp_cat_cap = ws->mtp_cat ? need : 0;
+  return ws->mtp_cat ? 0 : q35_seterr(err, "out of memory (MTP inputs for %lld tokens)", (long long)T);
 }
 
-/* cat[t] = [enorm(embed(tokens[t])) | hnorm(hidden[t])] */
-static void head_inputs(const q35_model *m, const q35_bufs *b, float *cat, const int32_t *tokens, const float *hidden,
+/* cat[t] = [enorm(embed(tokens[t])) | hnorm(hidden[t])] for n pairs; e: n_embd floats of scratch */
+static void head_inputs(const q35_model *m, float *e, float *cat, const int32_t *tokens, const float *hidden,
                         int32_t n) {
   const q35_mtp *h = &m->mtp;
   const int H = m->hp.n_embd;
   for (int32_t t = 0; t < n; t++) {
-    float *e = b->tmp + (size_t)t * H;
     q35_dequantize_row(h->embd.type, (const char *)h->embd.data + (size_t)tokens[t] * h->embd.nb1, e, H);
     rmsnorm(cat + (size_t)t * 2 * H, e, h->enorm.data, H, m->hp.eps);
     rmsnorm(cat + (size_t)t * 2 * H + H, hidden + (size_t)t * H, h->hnorm.data, H, m->hp.eps);
@@ -97,43 +97,95 @@ static void add_rows(float *x, const float *y, int64_t n) {
   for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-int q35_mtp_forward(const q35_model *m, q35_fwd_ws *ws, q35_mtp_cache *c, const int32_t *tokens, const float *hidden,
-                    int32_t n, int32_t n_head_vocab, float *logits, float *g_out, q35_err *err) {
+#define MTP_MAX_ROWS 256 /* rows of one head pass (a step's rows: q35_context_step's limit) */
+
+int q35_mtp_forward_rows(const q35_model *m, q35_fwd_ws *ws, q35_mtp_row *rows, int n_rows, int32_t n_head_vocab,
+                         q35_err *err) {
   const q35_hparams *hp = &m->hp;
   const int H = hp->n_embd, V = hp->n_vocab;
   if (!m->has_mtp) return q35_seterr(err, "the model file has no MTP head");
-  if (n < 1) return q35_seterr(err, "MTP: no tokens");
+  if (n_rows < 1 || n_rows > MTP_MAX_ROWS) return q35_seterr(err, "MTP: %d rows (1 .. %d)", n_rows, MTP_MAX_ROWS);
   if (n_head_vocab < 0 || n_head_vocab > V)
     return q35_seterr(err, "MTP: draft vocabulary %d is out of range [0, %d]", n_head_vocab, V);
-  if ((int64_t)c->s.pos + n > c->s.params.n_ctx)
-    return q35_seterr(err, "MTP: %d tokens at position %d exceed its context of %d", n, c->s.pos, c->s.params.n_ctx);
-  for (int32_t i = 0; i < n; i++)
-    if (tokens[i] < 0 || tokens[i] >= V) return q35_seterr(err, "MTP: token id %d is out of range [0, %d)", tokens[i], V);
-  q35_bufs b;
-  if (cat_reserve(c, n, H, err) || q35_fwd_bufs_reserve(m, ws, &b, n, c->s.params.n_ctx, err)) return -1;
-  q35_fwd_row row = {&c->s, tokens, n, 1, logits, NULL, NULL, NULL};
-  const int32_t row_start = 0;
-  const q35_fwd f = {m, ws->pool, &b, &row, &row_start, 1};
-  for (int32_t t = 0; t < n; t++) {
-    b.row_of[t] = 0;
-    b.pos_of[t] = c->s.pos + t;
+  int64_t T = 0, max_ctx = 1;
+  for (int r = 0; r < n_rows; r++) {
+    const q35_mtp_cache *c = rows[r].c;
+    if (rows[r].n < 1) return q35_seterr(err, "MTP: row %d has no tokens", r);
+    if ((int64_t)c->s.pos + rows[r].n > c->s.params.n_ctx)
+      return q35_seterr(err, "MTP: %d tokens at position %d exceed its context of %d", rows[r].n, c->s.pos,
+                        c->s.params.n_ctx);
+    for (int32_t i = 0; i < rows[r].n; i++)
+      if (rows[r].tokens[i] < 0 || rows[r].tokens[i] >= V)
+        return q35_seterr(err, "MTP: token id %d is out of range [0, %d)", rows[r].tokens[i], V);
+    for (int q = 0; q < r; q++)
+      if (rows[q].c == c) return q35_seterr(err, "MTP: rows %d and %d name the same cache", q, r);
+    T += rows[r].n;
+    if (c->s.params.n_ctx > max_ctx) max_ctx = c->s.params.n_ctx;
   }
-  head_inputs(m, &b, c->cat, tokens, hidden, n);
-  q35_matmul_f(ws->pool, &m->mtp.eh_proj, c->cat, 2 * (int64_t)H, n, b.x, H, b.xq);
+  q35_bufs b;
+  int n_want = 0;
+  for (int r = 0; r < n_rows; r++) n_want += rows[r].logits != NULL;
+  if (cat_reserve(ws, T, H, err) || q35_fwd_bufs_reserve(m, ws, &b, T, max_ctx, n_want > 1, err)) return -1;
+  q35_fwd_row fr[MTP_MAX_ROWS];
+  int32_t row_start[MTP_MAX_ROWS];
+  int64_t t0 = 0;
+  for (int r = 0; r < n_rows; r++) {
+    q35_mtp_cache *c = rows[r].c;
+    fr[r] = (q35_fwd_row){&c->s, rows[r].tokens, rows[r].n, 1, NULL, NULL, NULL, NULL};
+    row_start[r] = (int32_t)t0;
+    for (int32_t i = 0; i < rows[r].n; i++) {
+      b.row_of[t0 + i] = r;
+      b.pos_of[t0 + i] = c->s.pos + i;
+    }
+    head_inputs(m, b.tmp, ws->mtp_cat + (size_t)t0 * 2 * H, rows[r].tokens, rows[r].hidden, rows[r].n);
+    t0 += rows[r].n;
+  }
+  const q35_fwd f = {m, ws->pool, &b, fr, row_start, n_rows};
+  q35_matmul_f(ws->pool, &m->mtp.eh_proj, ws->mtp_cat, 2 * (int64_t)H, T, b.x, H, b.xq);
   const q35_layer *L = &m->mtp.layer;
-  norm_rows(b.h, b.x, L->attn_norm.data, n, H, hp->eps);
+  norm_rows(b.h, b.x, L->attn_norm.data, T, H, hp->eps);
   q35_layer_attention(&f, L);
-  add_rows(b.x, b.tmp, (int64_t)n * H);
-  norm_rows(b.h, b.x, L->post_norm.data, n, H, hp->eps);
+  add_rows(b.x, b.tmp, T * H);
+  norm_rows(b.h, b.x, L->post_norm.data, T, H, hp->eps);
   if (hp->is_moe) q35_layer_moe(&f, L);
   else q35_layer_dense_ffn(&f, L);
-  add_rows(b.x, b.tmp, (int64_t)n * H);
-  c->s.pos += n;
-  float *g = b.h; /* the last pair's head-normed state, then the output matrix on it */
-  rmsnorm(g, b.x + (size_t)(n - 1) * H, m->mtp.head_norm.data, H, hp->eps);
-  if (g_out) memcpy(g_out, g, sizeof(float) * (size_t)H);
+  add_rows(b.x, b.tmp, T * H);
+  /* the rows that want logits: their last pair's head-normed state g into b.h (column G), then
+   * the output matrix's first n_head_vocab rows on those columns, into b.tmp */
+  int64_t G = 0;
+  for (int r = 0; r < n_rows; r++) {
+    rows[r].c->s.pos += rows[r].n;
+    if (!rows[r].logits) continue;
+    float *g = b.h + G * H;
+    rmsnorm(g, b.x + (int64_t)(row_start[r] + rows[r].n - 1) * H, m->mtp.head_norm.data, H, hp->eps);
+    if (rows[r].g_out) memcpy(rows[r].g_out, g, sizeof(float) * (size_t)H);
+    G++;
+  }
+  if (G == 0) return 0;
   q35_tensor head = m->mtp.head; /* its first n_head_vocab rows */
   if (n_head_vocab) head.ne[1] = n_head_vocab;
-  q35_matmul_f(ws->pool, &head, g, H, 1, logits, head.ne[1], b.xq);
+  const int64_t K = head.ne[1];
+  if (G == 1) { /* straight into the row's buffer */
+    for (int r = 0; r < n_rows; r++)
+      if (rows[r].logits) q35_matmul_f(ws->pool, &head, b.h, H, 1, rows[r].logits, K, b.xq);
+    return 0;
+  }
+  /* several: groups of Q35_LG_COLS columns through the joint output buffer b.lg */
+  int r = 0;
+  for (int64_t g0 = 0; g0 < G; g0 += Q35_LG_COLS) {
+    const int64_t cnt = G - g0 < Q35_LG_COLS ? G - g0 : Q35_LG_COLS;
+    q35_matmul_f(ws->pool, &head, b.h + g0 * H, H, cnt, b.lg, K, b.xq);
+    for (int64_t c = 0; c < cnt; c++, r++) {
+      while (!rows[r].logits) r++;
+      memcpy(rows[r].logits, b.lg + c * K, sizeof(float) * (size_t)K);
+    }
+  }
   return 0;
+}
+
+int q35_mtp_forward(const q35_model *m, q35_fwd_ws *ws, q35_mtp_cache *c, const int32_t *tokens, const float *hidden,
+                    int32_t n, int32_t n_head_vocab, float *logits, float *g_out, q35_err *err) {
+  q35_mtp_row row = {c, tokens, hidden, n, logits, g_out};
+  if (!logits) return q35_seterr(err, "MTP: no logits buffer");
+  return q35_mtp_forward_rows(m, ws, &row, 1, n_head_vocab, err);
 }

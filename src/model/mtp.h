@@ -1,6 +1,7 @@
 /*
- * mtp.h - the MTP (multi-token prediction) head as a draft model, and the per-position state
- * checkpoints that let a speculative verify step roll a session back without a re-run.
+ * mtp.h - the MTP (multi-token prediction) head as a draft model, its per-session state, and the
+ * per-position state checkpoints that let a speculative verify step roll a session back without
+ * a re-run.
  *
  * The head (llama.cpp's graph_mtp for qwen35/qwen35moe), for a pair (h_p, t) where h_p is the
  * trunk's post-output_norm hidden state at position p and t the token after it:
@@ -17,14 +18,41 @@
 
 #include "model/model.h"
 
-/* The head's own KV cache: one attention layer's K and V rows [n_ctx], and its position. */
-typedef struct q35_mtp_cache q35_mtp_cache;
+/* The head's own KV cache: one attention layer's K and V rows [n_ctx], and its position (the
+ * number of pairs it holds: pair (h_p, t) sits at position p). For a session with drafts
+ * (q35_session_params.draft_max > 0) it also carries the session's draft state: the pending
+ * pairs, whose hidden states are known but not yet run through the head.
+ *
+ * Invariant of a session s with drafts: mtp->s.pos + n_pend == s->pos. The pending hidden
+ * states pend_h[i] are those of trunk positions mtp->s.pos + i; pend_t[i] (i < n_pend - 1) is
+ * the token at position mtp->s.pos + i + 1 (fed already); the last pending pair's token is the
+ * next token the session is fed. engine/draft.c keeps this in step with the trunk. */
+typedef struct q35_mtp_cache {
+  q35_session s;       /* k_cache[0] / v_cache[0], params, pos: what the attention layer reads */
+  void *k, *v;
+  void *kp[1], *vp[1];
+  /* the draft state of a session (NULL / 0 for a bare cache) */
+  int32_t draft_max;   /* drafts a row of the session may carry */
+  int32_t draft_vocab; /* the head drafts among ids [0, draft_vocab) (n_vocab: all) */
+  float *pend_h;       /* [pend_cap][n_embd] */
+  int32_t *pend_t;     /* [pend_cap] */
+  int32_t n_pend, pend_cap;
+  double acc_s, acc_f; /* accepted drafts and rejections (decayed): the acceptance estimate */
+  /* the latest verify step, for q35_session_draft_keep: emitted tokens, drafts */
+  int32_t last_emitted, last_drafted, last_pos0;
+} q35_mtp_cache;
+
+/* Pairs the session holds pending at most before a step that does not draft runs them through
+ * the head (a decode without drafts batches its head work PEND_FLUSH tokens at a time). */
+#define Q35_MTP_PEND_FLUSH 8
 
 q35_mtp_cache *q35_mtp_cache_new(q35_model *m, int32_t n_ctx, int kv_type, q35_err *err);
 void q35_mtp_cache_free(q35_mtp_cache *c);
 int32_t q35_mtp_cache_pos(const q35_mtp_cache *c);
 /* Forget the entries at and after pos (pos <= the current position). */
 void q35_mtp_cache_truncate(q35_mtp_cache *c, int32_t pos);
+/* Bytes of the head's KV cache for a context of n_ctx (what q35_mtp_cache_new allocates). */
+uint64_t q35_mtp_cache_bytes(const q35_model *m, int32_t n_ctx, int kv_type);
 
 /* Run the head over n pairs (hidden[i] = h of cache position pos + i, n_embd floats each;
  * tokens[i] = the token after it), storing their K/V at pos .. pos + n - 1. Writes the logits of
@@ -34,14 +62,39 @@ void q35_mtp_cache_truncate(q35_mtp_cache *c, int32_t pos);
 int q35_mtp_forward(const q35_model *m, q35_fwd_ws *ws, q35_mtp_cache *c, const int32_t *tokens, const float *hidden,
                     int32_t n, int32_t n_head_vocab, float *logits, float *g_out, q35_err *err);
 
+/* One row of a head pass over several caches at once: n pairs (tokens, hidden) into cache c; with
+ * logits != NULL the logits of the first n_head_vocab ids of its last pair (and g into g_out, may
+ * be NULL), with logits NULL only the cache entries (no output matrix). */
+typedef struct q35_mtp_row {
+  q35_mtp_cache *c;
+  const int32_t *tokens;
+  const float *hidden;
+  int32_t n;
+  float *logits;
+  float *g_out;
+} q35_mtp_row;
+
+/* One pass of the head over n_rows rows (distinct caches); the rows that want logits share
+ * n_head_vocab (0: all) and one pass over those rows of the output matrix. Each row's numbers
+ * are those of a pass over that row alone (the trunk's layer code keeps the invariance
+ * contract). 0, or -1 with err (nothing moved). */
+int q35_mtp_forward_rows(const q35_model *m, q35_fwd_ws *ws, q35_mtp_row *rows, int n_rows, int32_t n_head_vocab,
+                         q35_err *err);
+
 /* ---- per-position checkpoints of a session's recurrent state (checkpoint.c) ----
  * Arm a session before a forward pass of up to n_max + 1 tokens: the DeltaNet layers then save
  * their conv and recurrent state after each of the first n_max tokens. Rolling back to position
  * pos (start < pos <= the session's position, start = the position when armed) restores the
  * state after token pos - start - 1 of that pass; the KV caches need nothing (entries past pos
- * are never read and are overwritten). Either call disarms. */
+ * are never read and are overwritten). Either call disarms; the slots keep their contents until
+ * the next arm, so q35_session_ckpt_restore can go back further (below). */
 int q35_session_ckpt_arm(q35_session *s, int32_t n_max, q35_err *err);
 int q35_session_ckpt_rollback(q35_session *s, int32_t pos, q35_err *err);
 void q35_session_ckpt_disarm(q35_session *s);
+/* After a rollback: the state after token i (i < the n_max of the last arm) of the last armed
+ * pass into the session, at position start + i + 1. */
+void q35_session_ckpt_restore(q35_session *s, int32_t i);
+/* Allocate n checkpoint slots now (a session with drafts sizes them at creation). */
+int q35_session_ckpt_reserve(q35_session *s, int32_t n, q35_err *err);
 
 #endif

@@ -1,0 +1,452 @@
+/*
+ * draft.c - speculative decoding inside the step (q35.h "Speculative decoding", docs/DESIGN.md).
+ *
+ * A step with rows on sessions that keep the MTP head's state (q35_session_params.draft_max)
+ * runs in three parts around the ordinary step (q35_step_core):
+ *   1. drafts: for each one-token row with n_draft > 0, the head runs over the session's pending
+ *      pairs (hidden state of a position, the token after it; the last pair's token is the row's
+ *      token), then chains on its own state; draft j is sampled with the row's parameters and the
+ *      draw index the trunk uses at that position (coupled draws). The rows of a pass share it
+ *      (one read of the head's weights).
+ *   2. the step proper: such a row feeds [token, drafts] with a sample at every position; every
+ *      row on a session with drafts also keeps the hidden state of each position it feeds
+ *      (q35_session.hidden_all), and the DeltaNet state is checkpointed after each token of a
+ *      drafting row (checkpoint.c).
+ *   3. acceptance: k = the longest prefix of drafts equal to the trunk's samples; the row emits
+ *      the k drafts and the trunk's sample after them; the session rolls back to the position
+ *      after the k-th draft (its KV caches need nothing: entries past the position are never
+ *      read). The hidden states of the kept positions become the session's pending pairs; rows
+ *      that fed tokens without drafting append theirs and run them through the head once
+ *      Q35_MTP_PEND_FLUSH have gathered (prompt chunks at once), all such rows in one pass.
+ * Exactness does not depend on any of this: every emitted token is the trunk's own sample at its
+ * position, from the logits, history and draw index a one-token-per-step decoder has there.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/buf.h"
+#include "base/util.h"
+#include "engine/context.h"
+#include "model/mtp.h"
+
+void q35_context_draft_adapt(q35_context *c, int on) { c->draft_fixed = !on; }
+int q35_model_has_mtp(const q35_model *m) { return m->has_mtp; }
+
+void q35_draft_bufs_free(q35_draft_bufs *b) {
+  free(b->vrows);
+  free(b->nd);
+  free(b->pos0);
+  free(b->mpos0);
+  free(b->np0);
+  free(b->at);
+  free(b->toks);
+  free(b->hid);
+  free(b->ptok);
+  free(b->lg);
+  free(b->g);
+  free(b->hist);
+  free(b->mrows);
+  free(b->acc);
+  free(b->dmax);
+  free(b->cand);
+  memset(b, 0, sizeof *b);
+}
+
+/* Buffers for n rows with `positions` hidden states in all (0, or -1 with err). */
+static int bufs_reserve(q35_context *c, int32_t n, size_t positions, q35_err *err) {
+  q35_draft_bufs *b = &c->dr;
+  const size_t H = (size_t)c->model->hp.n_embd;
+  if (n > b->rows_cap) {
+    free(b->vrows), free(b->nd), free(b->pos0), free(b->mpos0), free(b->np0), free(b->at), free(b->toks);
+    free(b->mrows), free(b->acc), free(b->dmax), free(b->cand), free(b->g);
+    b->vrows = malloc((size_t)n * sizeof *b->vrows);
+    b->nd = malloc((size_t)n * sizeof *b->nd);
+    b->pos0 = malloc((size_t)n * sizeof *b->pos0);
+    b->mpos0 = malloc((size_t)n * sizeof *b->mpos0);
+    b->np0 = malloc((size_t)n * sizeof *b->np0);
+    b->at = malloc((size_t)n * sizeof *b->at);
+    b->toks = malloc((size_t)n * (Q35_DRAFT_MAX + 1) * sizeof *b->toks);
+    b->mrows = malloc((size_t)n * sizeof *b->mrows);
+    b->acc = malloc((size_t)n * sizeof *b->acc);
+    b->dmax = malloc((size_t)n * sizeof *b->dmax);
+    b->cand = malloc((size_t)n * sizeof *b->cand);
+    b->g = q35_alloc64((size_t)n * H * sizeof(float), 0);
+    b->rows_cap = n;
+    if (!b->vrows || !b->nd || !b->pos0 || !b->mpos0 || !b->np0 || !b->at || !b->toks || !b->mrows || !b->acc ||
+        !b->dmax || !b->cand || !b->g) {
+      q35_draft_bufs_free(b);
+      return q35_seterr(err, "out of memory (a step of %d rows with drafts)", n);
+    }
+  }
+  if (positions > b->hid_cap) {
+    free(b->hid);
+    free(b->ptok);
+    b->hid = q35_alloc64(positions * H * sizeof(float), 0);
+    b->ptok = malloc(positions * sizeof *b->ptok);
+    b->hid_cap = positions;
+    if (!b->hid || !b->ptok) {
+      free(b->hid), free(b->ptok);
+      b->hid = NULL, b->ptok = NULL, b->hid_cap = 0;
+      return q35_seterr(err, "out of memory (hidden states of %zu positions)", positions);
+    }
+  }
+  return 0;
+}
+
+static int lg_reserve(q35_context *c, int32_t n, q35_err *err) {
+  q35_draft_bufs *b = &c->dr;
+  if (n <= b->lg_cap) return 0;
+  free(b->lg);
+  b->lg = q35_alloc64((size_t)n * (size_t)c->model->hp.n_vocab * sizeof(float), 0);
+  b->lg_cap = b->lg ? n : 0;
+  return b->lg ? 0 : q35_seterr(err, "out of memory (draft logits of %d rows)", n);
+}
+
+/* A row's draft fields (the rest is q35_step_check's). */
+static int check_draft(const q35_row *row, int32_t r, q35_err *err) {
+  const q35_mtp_cache *mc = row->session->mtp;
+  if (row->n_draft == 0) return 0;
+  if (row->n_draft < 0 || !mc || row->n_draft > mc->draft_max)
+    return q35_seterr(err, "row %d: n_draft %d is out of range [0, %d] (the session's draft_max)", r, row->n_draft,
+                      mc ? mc->draft_max : 0);
+  if (row->n_tokens != 1 || row->n_outputs != 0 || row->hidden)
+    return q35_seterr(err, "row %d: a row with drafts feeds one token, with n_outputs 0 and no hidden buffer", r);
+  if (!row->outputs) return q35_seterr(err, "row %d: n_draft %d needs an outputs array (n_draft + 1 entries)", r,
+                                       row->n_draft);
+  return 0;
+}
+
+/* Draft j (0-based) of row r from its head logits lg (the first K ids): the row's parameters at
+ * the draw index the trunk uses there; penalties and biases only over the whole vocabulary (a
+ * reduced one may not hold the ids they name). */
+static int sample_draft(q35_context *c, const q35_row *row, int32_t j, const float *lg, int32_t K, const int32_t *drafts,
+                        int32_t *out, q35_err *err) {
+  const int full = K == c->model->hp.n_vocab;
+  q35_sampling sp = *row->sampling;
+  sp.draw_index += (uint64_t)j;
+  const int32_t *hist = NULL;
+  int32_t n_hist = 0, n_prompt = 0;
+  if (!full) {
+    sp.presence_penalty = sp.frequency_penalty = 0;
+    sp.repetition_penalty = 1;
+    sp.logit_bias = NULL;
+    sp.n_logit_bias = 0;
+  } else if (sp.presence_penalty != 0 || sp.frequency_penalty != 0 || sp.repetition_penalty != 1) {
+    q35_draft_bufs *b = &c->dr;
+    const size_t need = (size_t)row->n_history + (size_t)j + 1;
+    if (q35_grow((void **)&b->hist, &b->hist_cap, need, sizeof *b->hist))
+      return q35_seterr(err, "out of memory (draft history)");
+    if (row->n_history > 0) memcpy(b->hist, row->history, (size_t)row->n_history * sizeof *b->hist);
+    memcpy(b->hist + row->n_history, drafts, (size_t)j * sizeof *b->hist);
+    hist = b->hist;
+    n_hist = row->n_history + j;
+    n_prompt = row->n_prompt;
+  }
+  q35_sample_result res;
+  if (q35_sample(c->samplers[0], lg, K, &sp, hist, n_hist, n_prompt, -1, &res, err)) return -1;
+  *out = res.token;
+  return 0;
+}
+
+/* Part 1: drafts for the rows with nd[r] > 0 into toks[r][1 ..]. The head's cache ends at each
+ * session's position (the chained pairs used the head's own state, not the trunk's, and go). */
+static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
+  q35_draft_bufs *b = &c->dr;
+  const q35_model *m = c->model;
+  const size_t H = (size_t)m->hp.n_embd, V = (size_t)m->hp.n_vocab;
+  int32_t n_d = 0, max_nd = 0;
+  for (int32_t r = 0; r < n_rows; r++)
+    if (b->nd[r] > 0) {
+      n_d++;
+      if (b->nd[r] > max_nd) max_nd = b->nd[r];
+    }
+  if (lg_reserve(c, n_d, err) || q35_context_reserve_samplers(c, 1, err)) return -1;
+  /* groups of rows drafting over the same vocabulary share passes */
+  for (int32_t r0 = 0; r0 < n_rows; r0++) {
+    if (b->nd[r0] <= 0) continue;
+    const int32_t K = rows[r0].session->mtp->draft_vocab;
+    int first = 1;
+    for (int32_t q = 0; q < r0; q++)
+      if (b->nd[q] > 0 && rows[q].session->mtp->draft_vocab == K) first = 0;
+    if (!first) continue; /* done with r0's group */
+    for (int32_t j = 0; j < max_nd; j++) {
+      int32_t nr = 0;
+      for (int32_t r = r0; r < n_rows; r++) {
+        q35_mtp_cache *mc = rows[r].session->mtp;
+        if (b->nd[r] <= j || mc->draft_vocab != K) continue;
+        int32_t *tk = b->toks + (size_t)r * (Q35_DRAFT_MAX + 1);
+        q35_mtp_row *mr = &b->mrows[nr];
+        mr->c = mc;
+        mr->logits = b->lg + (size_t)nr * V;
+        mr->g_out = b->g + (size_t)r * H;
+        if (j == 0) { /* the pending pairs: the last one's token is the row's */
+          int32_t *pt = b->ptok + b->at[r];
+          memcpy(pt, mc->pend_t, (size_t)(mc->n_pend - 1) * sizeof *pt);
+          pt[mc->n_pend - 1] = tk[0];
+          mr->tokens = pt;
+          mr->hidden = mc->pend_h;
+          mr->n = mc->n_pend;
+        } else { /* chained: (g, the draft before) */
+          mr->tokens = &tk[j];
+          mr->hidden = b->g + (size_t)r * H;
+          mr->n = 1;
+        }
+        nr++;
+      }
+      if (!nr) break;
+      const double t0 = q35_now();
+      if (q35_mtp_forward_rows(m, &c->fwd, b->mrows, nr, K == (int32_t)V ? 0 : K, err)) return -1;
+      int32_t i = 0;
+      for (int32_t r = r0; r < n_rows; r++) {
+        if (b->nd[r] <= j || rows[r].session->mtp->draft_vocab != K) continue;
+        int32_t *tk = b->toks + (size_t)r * (Q35_DRAFT_MAX + 1);
+        if (sample_draft(c, &rows[r], j, b->lg + (size_t)i * V, K, tk + 1, &tk[j + 1], err)) return -1;
+        i++;
+      }
+      q35_draft_policy_head(&c->pol, nr, q35_now() - t0);
+    }
+  }
+  for (int32_t r = 0; r < n_rows; r++)
+    if (b->nd[r] > 0) {
+      q35_mtp_cache *mc = rows[r].session->mtp;
+      mc->s.pos = b->mpos0[r] + b->np0[r];
+      mc->n_pend = 0;
+    }
+  return 0;
+}
+
+/* How many drafts each row carries (b->nd). */
+static void plan(q35_context *c, const q35_row *rows, int32_t n_rows) {
+  q35_draft_bufs *b = &c->dr;
+  int64_t T0 = 0;
+  double n_out0 = 0;
+  int32_t n = 0;
+  for (int32_t r = 0; r < n_rows; r++) {
+    const q35_row *row = &rows[r];
+    const q35_session *s = row->session;
+    T0 += row->n_tokens;
+    n_out0 += row->n_outputs == Q35_OUTPUTS_NONE ? 0 : row->n_outputs > 1 ? row->n_outputs : 1;
+    b->nd[r] = 0;
+    if (row->n_draft <= 0 || s->mtp->n_pend < 1) continue; /* no hidden state to draft from yet */
+    int32_t room = s->params.n_ctx - s->pos - 1;
+    int32_t dm = row->n_draft < room ? row->n_draft : room;
+    if (dm <= 0) continue;
+    if (c->draft_fixed) {
+      b->nd[r] = dm;
+      continue;
+    }
+    b->cand[n] = r;
+    b->dmax[n] = dm;
+    b->acc[n] = q35_draft_policy_accept(&c->pol, s->mtp->acc_s, s->mtp->acc_f);
+    n++;
+  }
+  if (n == 0) return;
+  const uint64_t k = c->pol.rounds++ % 64;
+  const int probe = k == 17 ? 1 : k == 49 ? -1 : 0;
+  int32_t d[n];
+  q35_draft_policy_plan(&c->pol, n, b->acc, b->dmax, T0, n_out0, probe, d);
+  for (int32_t i = 0; i < n; i++) b->nd[b->cand[i]] = d[i];
+}
+
+/* Part 3 for rows that fed tokens without drafting: the pairs whose tokens are now known. A row
+ * of n tokens at positions P .. P + n - 1 had its hidden states written after the session's
+ * pending ones (region at[r]: pending, then the n new); the pair tokens are the pending tokens,
+ * then the row's tokens (without the first when nothing was pending: position 0 has no pair
+ * before it). With Q35_MTP_PEND_FLUSH pairs or more they go through the head now (all such rows
+ * in one pass), the last position staying pending; else they wait. */
+static void keep_pending(q35_context *c, q35_row *rows, const int32_t *is, int32_t n_is) {
+  q35_draft_bufs *b = &c->dr;
+  const q35_model *m = c->model;
+  const size_t H = (size_t)m->hp.n_embd;
+  int32_t nf = 0;
+  for (int32_t i = 0; i < n_is; i++) {
+    const int32_t r = is[i];
+    const q35_row *row = &b->vrows[r];
+    q35_mtp_cache *mc = row->session->mtp;
+    const int32_t np0 = b->np0[r], n = row->n_tokens, pairs = np0 + n - 1;
+    float *hid = b->hid + b->at[r] * H;
+    int32_t *pt = b->ptok + b->at[r];
+    if (np0 > 0) memcpy(pt, mc->pend_t, (size_t)(np0 - 1) * sizeof *pt);
+    memcpy(pt + (np0 > 0 ? np0 - 1 : 0), row->tokens + (np0 > 0 ? 0 : 1), (size_t)(np0 > 0 ? n : n - 1) * sizeof *pt);
+    if (pairs >= Q35_MTP_PEND_FLUSH) {
+      b->mrows[nf++] = (q35_mtp_row){mc, pt, hid, pairs, NULL, NULL};
+      continue;
+    }
+    memcpy(mc->pend_h + (size_t)np0 * H, hid + (size_t)np0 * H, (size_t)n * H * sizeof(float));
+    if (pairs > 0) memcpy(mc->pend_t, pt, (size_t)pairs * sizeof *pt);
+    mc->n_pend = np0 + n;
+  }
+  if (!nf) return;
+  q35_err e;
+  const int rc = q35_mtp_forward_rows(m, &c->fwd, b->mrows, nf, 1, &e);
+  for (int32_t i = 0; i < nf; i++) {
+    q35_mtp_cache *mc = b->mrows[i].c;
+    const q35_session *s = NULL;
+    for (int32_t q = 0; q < n_is && !s; q++)
+      if (rows[is[q]].session->mtp == mc) s = rows[is[q]].session;
+    if (rc) { /* out of memory: the head skips these pairs (drafts get worse, outputs do not change) */
+      mc->s.pos = s->pos;
+      mc->n_pend = 0;
+      continue;
+    }
+    memcpy(mc->pend_h, b->mrows[i].hidden + (size_t)b->mrows[i].n * H, H * sizeof(float));
+    mc->n_pend = 1;
+  }
+}
+
+/* The hidden-state regions of the rows on sessions with drafts (b->at), and the total. */
+static size_t layout(q35_context *c, const q35_row *rows, int32_t n_rows) {
+  q35_draft_bufs *b = &c->dr;
+  size_t at = 0;
+  for (int32_t r = 0; r < n_rows; r++) {
+    const q35_mtp_cache *mc = rows[r].session->mtp;
+    b->at[r] = at;
+    if (mc) at += (size_t)mc->n_pend + (size_t)rows[r].n_tokens + (size_t)mc->draft_max + 1;
+  }
+  return at;
+}
+
+int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
+  q35_draft_bufs *b = &c->dr;
+  const size_t H = (size_t)c->model->hp.n_embd;
+  if (q35_step_check(c, rows, n_rows, err)) return -1;
+  for (int32_t r = 0; r < n_rows; r++)
+    if (check_draft(&rows[r], r, err)) return -1;
+  if (bufs_reserve(c, n_rows, 0, err) || bufs_reserve(c, n_rows, layout(c, rows, n_rows), err)) return -1;
+  for (int32_t r = 0; r < n_rows; r++) {
+    q35_session *s = rows[r].session;
+    b->pos0[r] = s->pos;
+    if (s->mtp) {
+      b->mpos0[r] = s->mtp->s.pos;
+      b->np0[r] = s->mtp->n_pend;
+      s->mtp->last_emitted = 0;
+    }
+    b->toks[(size_t)r * (Q35_DRAFT_MAX + 1)] = rows[r].tokens[0];
+  }
+  plan(c, rows, n_rows);
+  int any = 0;
+  for (int32_t r = 0; r < n_rows; r++) any |= b->nd[r] > 0;
+  if (any && make_drafts(c, rows, n_rows, err)) {
+    for (int32_t r = 0; r < n_rows; r++)
+      if (rows[r].session->mtp) rows[r].session->mtp->s.pos = b->mpos0[r], rows[r].session->mtp->n_pend = b->np0[r];
+    return -1;
+  }
+  /* the rows as the trunk runs them, with their hidden states kept */
+  for (int32_t r = 0; r < n_rows; r++) {
+    q35_row *v = &b->vrows[r];
+    *v = rows[r];
+    v->n_draft = 0;
+    q35_session *s = rows[r].session;
+    if (!s->mtp) continue;
+    float *hid = b->hid + b->at[r] * H;
+    if (b->nd[r] > 0) {
+      v->tokens = b->toks + (size_t)r * (Q35_DRAFT_MAX + 1);
+      v->n_tokens = b->nd[r] + 1;
+      v->n_outputs = b->nd[r] + 1;
+      s->hidden_all = hid;
+      q35_session_ckpt_arm(s, b->nd[r], err); /* slots allocated with the session: cannot fail */
+    } else {
+      memcpy(hid, s->mtp->pend_h, (size_t)b->np0[r] * H * sizeof(float));
+      s->hidden_all = hid + (size_t)b->np0[r] * H;
+    }
+  }
+  const double t0 = q35_now();
+  const int rc = q35_step_core(c, b->vrows, n_rows, err);
+  const double dt = q35_now() - t0;
+  int64_t T = 0;
+  for (int32_t r = 0; r < n_rows; r++) {
+    q35_session *s = rows[r].session;
+    T += b->vrows[r].n_tokens;
+    s->hidden_all = NULL;
+    if (rc && s->mtp) { /* the head's state back in step with the trunk's position */
+      q35_session_ckpt_disarm(s);
+      if (s->pos == b->pos0[r]) s->mtp->s.pos = b->mpos0[r], s->mtp->n_pend = b->np0[r];
+      else s->mtp->s.pos = s->pos, s->mtp->n_pend = 0;
+    }
+  }
+  if (rc) return -1;
+  q35_draft_policy_step(&c->pol, T, dt);
+  int32_t n_is = 0;
+  int32_t is[n_rows];
+  for (int32_t r = 0; r < n_rows; r++) {
+    q35_row *row = &rows[r];
+    const q35_row *v = &b->vrows[r];
+    q35_session *s = row->session;
+    const int32_t nd = b->nd[r], m = v->n_outputs == Q35_OUTPUTS_NONE ? 0 : v->n_outputs > 1 ? v->n_outputs : 1;
+    row->n_drafted = nd;
+    if (nd == 0) {
+      row->token = v->token;
+      row->logprob = v->logprob;
+      memcpy(row->top_ids, v->top_ids, sizeof row->top_ids);
+      memcpy(row->top_logprobs, v->top_logprobs, sizeof row->top_logprobs);
+      row->n_emitted = m;
+      if (row->outputs && m == 1 && v->n_outputs <= 1) {
+        q35_output *o = &row->outputs[0];
+        o->token = v->token;
+        o->logprob = v->logprob;
+        memcpy(o->top_ids, v->top_ids, sizeof o->top_ids);
+        memcpy(o->top_logprobs, v->top_logprobs, sizeof o->top_logprobs);
+      }
+      if (s->mtp) is[n_is++] = r;
+      continue;
+    }
+    const int32_t *tk = v->tokens;
+    int32_t k = 0;
+    while (k < nd && row->outputs[k].token == tk[k + 1]) k++;
+    q35_session_ckpt_rollback(s, b->pos0[r] + k + 1, err); /* inside the armed pass: cannot fail */
+    q35_mtp_cache *mc = s->mtp;
+    memcpy(mc->pend_h, b->hid + b->at[r] * H, (size_t)(k + 1) * H * sizeof(float));
+    memcpy(mc->pend_t, tk + 1, (size_t)k * sizeof *tk);
+    mc->n_pend = k + 1;
+    mc->last_emitted = k + 1;
+    mc->last_drafted = nd;
+    mc->last_pos0 = b->pos0[r];
+    q35_draft_policy_round(&c->pol, &mc->acc_s, &mc->acc_f, nd, k);
+    const q35_output *o = &row->outputs[k];
+    row->n_emitted = k + 1;
+    row->token = o->token;
+    row->logprob = o->logprob;
+    memcpy(row->top_ids, o->top_ids, sizeof row->top_ids);
+    memcpy(row->top_logprobs, o->top_logprobs, sizeof row->top_logprobs);
+  }
+  keep_pending(c, rows, is, n_is);
+  return 0;
+}
+
+int q35_draft_eval(q35_context *c, q35_fwd_row *fr, q35_err *err) {
+  q35_draft_bufs *b = &c->dr;
+  q35_session *s = fr->s;
+  const size_t H = (size_t)c->model->hp.n_embd;
+  q35_row row = {0};
+  row.session = s;
+  row.tokens = fr->tokens;
+  row.n_tokens = fr->n;
+  if (bufs_reserve(c, 1, 0, err) || bufs_reserve(c, 1, layout(c, &row, 1), err)) return -1;
+  b->np0[0] = s->mtp->n_pend;
+  b->nd[0] = 0;
+  s->mtp->last_emitted = 0;
+  float *hid = b->hid + b->at[0] * H;
+  memcpy(hid, s->mtp->pend_h, (size_t)b->np0[0] * H * sizeof(float));
+  s->hidden_all = hid + (size_t)b->np0[0] * H;
+  const int rc = q35_forward(c->model, &c->fwd, fr, 1, err);
+  s->hidden_all = NULL;
+  if (rc) return -1;
+  b->vrows[0] = row;
+  const int32_t is[1] = {0};
+  keep_pending(c, &row, is, 1);
+  return 0;
+}
+
+int q35_session_draft_keep(q35_session *s, int32_t n, q35_err *err) {
+  q35_mtp_cache *mc = s->mtp;
+  if (!mc || mc->last_emitted < 1)
+    return q35_seterr(err, "draft keep: the session's last step emitted no drafted tokens");
+  const int32_t m = mc->last_emitted;
+  if (n < 1 || n > m) return q35_seterr(err, "draft keep: %d tokens, the last step emitted %d", n, m);
+  if (n == m) return 0;
+  q35_session_ckpt_restore(s, n - 1); /* the state after the row's token and n - 1 emitted ones */
+  mc->n_pend = n;
+  mc->last_emitted = n;
+  return 0;
+}

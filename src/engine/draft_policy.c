@@ -1,0 +1,134 @@
+/*
+ * draft_policy.c - how many drafts each row carries (engine/context.h, docs/DESIGN.md "Adaptive
+ * draft length"). Pure bookkeeping and arithmetic on measured times: it decides only how many
+ * positions a step computes, never which token comes out.
+ *
+ * A round of a row with d drafts at per-draft acceptance a emits E(d) = 1 + a + ... + a^d tokens
+ * (drafts are accepted in order). A step of T tokens takes F(T) (measured: decode steps are
+ * bound by streaming the weights, so F grows slowly with T on a memory-bound machine and about
+ * linearly on a compute-bound one), and a head pass over B rows H(B). The plan maximizes the
+ * step's expected tokens per second, sum E / (F(T0 + sum d) + sum over passes H(rows in pass)),
+ * adding one draft at a time where it raises that rate: speculation pays at small batches
+ * (F nearly flat, H small against F) and stops paying at large ones (each extra token costs
+ * experts nobody else in the step reads), and at low acceptance.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "engine/context.h"
+
+#define EMA_NEW 0.2         /* weight of a new time measurement */
+#define SESSION_DECAY 0.9   /* a session's acceptance counts per round (about the last 10 rounds) */
+#define CONTEXT_DECAY 0.98  /* the context's (about the last 50 rounds of all sessions) */
+#define PRIOR_WEIGHT 2.0    /* rounds' worth of the context's acceptance in a session's estimate */
+
+static void ema(double *v, uint32_t *n, double x) {
+  *v = *n ? (1 - EMA_NEW) * *v + EMA_NEW * x : x;
+  if (*n < UINT32_MAX) (*n)++;
+}
+
+void q35_draft_policy_step(q35_draft_policy *p, int64_t T, double seconds) {
+  if (T >= 1 && T <= Q35_POL_TMAX && seconds > 0) ema(&p->fwd[T], &p->fwd_n[T], seconds);
+}
+
+void q35_draft_policy_head(q35_draft_policy *p, int32_t B, double seconds) {
+  if (B >= 1 && B <= Q35_POL_BMAX && seconds > 0) ema(&p->head[B], &p->head_n[B], seconds);
+}
+
+void q35_draft_policy_round(q35_draft_policy *p, double *s, double *f, int32_t nd, int32_t k) {
+  if (nd < 1) return;
+  const double miss = k < nd ? 1.0 : 0.0;
+  *s = *s * SESSION_DECAY + k;
+  *f = *f * SESSION_DECAY + miss;
+  p->acc_s = p->acc_s * CONTEXT_DECAY + k;
+  p->acc_f = p->acc_f * CONTEXT_DECAY + miss;
+}
+
+double q35_draft_policy_accept(const q35_draft_policy *p, double s, double f) {
+  const double prior = (p->acc_s + 1.0) / (p->acc_s + p->acc_f + 2.0); /* Laplace: 0.5 with no data */
+  return (s + PRIOR_WEIGHT * prior) / (s + f + PRIOR_WEIGHT);
+}
+
+/* F(T): the measured time of a step of T tokens, interpolated between the nearest measured
+ * sizes, extrapolated along the slope of the two largest measured ones below T; < 0: unknown. */
+static double fwd_time(const q35_draft_policy *p, int64_t T) {
+  if (T >= 1 && T <= Q35_POL_TMAX && p->fwd_n[T]) return p->fwd[T];
+  int64_t lo = -1, lo2 = -1, hi = -1;
+  const int64_t top = T < Q35_POL_TMAX ? T : Q35_POL_TMAX + 1;
+  for (int64_t t = top - 1; t >= 1 && lo2 < 0; t--)
+    if (p->fwd_n[t]) {
+      if (lo < 0) lo = t;
+      else lo2 = t;
+    }
+  for (int64_t t = T + 1; t <= Q35_POL_TMAX && hi < 0; t++)
+    if (p->fwd_n[t]) hi = t;
+  if (lo > 0 && hi > 0) return p->fwd[lo] + (p->fwd[hi] - p->fwd[lo]) * (double)(T - lo) / (double)(hi - lo);
+  if (lo > 0 && lo2 > 0) {
+    double slope = (p->fwd[lo] - p->fwd[lo2]) / (double)(lo - lo2);
+    if (slope < 0) slope = 0;
+    return p->fwd[lo] + slope * (double)(T - lo);
+  }
+  return -1;
+}
+
+/* H(B): a head pass over B rows (0 for none); that of the nearest measured size where B is not
+ * measured (the pass reads the head's weights once for all its rows), 0 when none is (a pass
+ * not measured yet counts as free, so it gets tried). */
+static double head_time(const q35_draft_policy *p, int32_t B) {
+  if (B <= 0) return 0;
+  if (B > Q35_POL_BMAX) B = Q35_POL_BMAX;
+  for (int32_t dlt = 0; dlt < Q35_POL_BMAX; dlt++) {
+    if (B - dlt >= 1 && p->head_n[B - dlt]) return p->head[B - dlt];
+    if (B + dlt <= Q35_POL_BMAX && p->head_n[B + dlt]) return p->head[B + dlt];
+  }
+  return 0;
+}
+
+/* The extra step time of one more token after T: >= 0, 0 when unknown (tried first). */
+static double fwd_delta(const q35_draft_policy *p, int64_t T) {
+  const double a = fwd_time(p, T), b = fwd_time(p, T + 1);
+  return a < 0 || b < 0 || b < a ? 0 : b - a;
+}
+
+void q35_draft_policy_plan(const q35_draft_policy *p, int32_t n, const double *acc, const int32_t *dmax, int64_t T0,
+                           double n_out0, int probe, int32_t *d) {
+  for (int32_t i = 0; i < n; i++) d[i] = 0;
+  double t = fwd_time(p, T0);
+  if (n < 1 || t <= 0) return; /* the step without drafts is measured first */
+  int32_t in_pass[Q35_DRAFT_MAX + 2] = {0}; /* rows in head pass j (the pass making draft j) */
+  double N = n_out0 > 0 ? n_out0 : 1;
+  int64_t T = T0;
+  for (;;) {
+    int32_t best = -1;
+    double best_rate = N / t, bN = 0, bt = 0;
+    for (int32_t i = 0; i < n; i++) {
+      if (d[i] >= dmax[i] || d[i] >= Q35_DRAFT_MAX) continue;
+      const int32_t j = d[i] + 1;
+      const double dN = pow(acc[i], j);
+      const double dt = fwd_delta(p, T) + head_time(p, in_pass[j] + 1) - head_time(p, in_pass[j]);
+      const double rate = (N + dN) / (t + dt);
+      if (rate > best_rate * (1 + 1e-9)) {
+        best = i;
+        best_rate = rate;
+        bN = dN;
+        bt = dt;
+      }
+    }
+    if (best < 0) break;
+    in_pass[++d[best]]++;
+    T++;
+    N += bN;
+    t += bt;
+  }
+  if (probe > 0) { /* one draft more: on the row most likely to use it */
+    int32_t b = -1;
+    for (int32_t i = 0; i < n; i++)
+      if (d[i] < dmax[i] && (b < 0 || acc[i] > acc[b])) b = i;
+    if (b >= 0) d[b]++;
+  } else if (probe < 0) { /* one fewer: on the row least likely to use it */
+    int32_t b = -1;
+    for (int32_t i = 0; i < n; i++)
+      if (d[i] > 0 && (b < 0 || acc[i] < acc[b])) b = i;
+    if (b >= 0) d[b]--;
+  }
+}

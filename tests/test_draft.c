@@ -1,0 +1,488 @@
+/*
+ * test_draft.c - speculative decoding through the public API (q35.h "Speculative decoding"):
+ * rows with n_draft on sessions made with draft_max must emit exactly the tokens, log-probabilities
+ * and top alternatives (bit for bit) of one-token-per-step decoding on a session without drafts:
+ *   - one row: greedy, seeded sampling with top-k / top-p / min-p, penalties and a logit bias,
+ *     drafts 1 to 3, fixed and adaptive draft length, a reduced draft vocabulary;
+ *   - several rows in one step: a drafting row beside a plain session, a draft session that does
+ *     not draft, and a prompt prefilled in chunks in the same steps;
+ *   - the head's state in snapshots: a session restored from a snapshot taken mid-prompt drafts
+ *     exactly as the session it was taken from (the same accepted counts every step), and so does
+ *     a fresh session fed the prompt in other chunks (the head is chunking invariant);
+ *   - q35_session_draft_keep: trimming a step's emitted tokens at random keeps the stream equal;
+ *   - bad input: n_draft on a plain session, above draft_max, on a row of two tokens, without
+ *     outputs; draft_max without an MTP head or out of range; draft_vocab out of range; keep
+ *     without a drafting step or past what it emitted; a refused step moves nothing;
+ *   - the adaptive policy (engine/draft_policy.c) on synthetic step times: drafts on a
+ *     memory-bound profile at one row, none at four rows where each token adds weights to read,
+ *     none on a compute-bound profile or at low acceptance, none before the plain step is timed.
+ * The model: q35_tiny_write with an MTP head agreeing with the trunk on ~80 % of tokens, so drafts
+ * are accepted, partly accepted and rejected.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "engine/context.h"
+#include "export/tiny.h"
+#include "q35.h"
+
+#define N_GEN 40
+#define MAXD 3
+
+static const int32_t PROMPT[] = {5, 17, 33, 2, 91, 7, 60, 11, 250, 3, 42, 199, 8, 77, 140, 6, 31, 400, 12, 9};
+#define N_PROMPT ((int32_t)(sizeof PROMPT / sizeof PROMPT[0]))
+
+typedef struct {
+  int32_t tok[N_GEN + MAXD + 1];
+  float lp[N_GEN + MAXD + 1];
+  int32_t top[N_GEN + MAXD + 1][3];
+  float toplp[N_GEN + MAXD + 1][3];
+  int32_t n;
+  long drafted, accepted;
+  int32_t emitted[N_GEN]; /* per step */
+  int32_t n_steps;
+} stream;
+
+static q35_session *new_session(q35_model *m, int32_t draft_max, int32_t vocab) {
+  q35_err err;
+  q35_session_params sp = q35_session_default_params();
+  sp.n_ctx = 128;
+  sp.draft_max = draft_max;
+  sp.draft_vocab = vocab;
+  q35_session *s = q35_session_new(m, &sp, &err);
+  CHECK(s != NULL, "session: %s", err.msg);
+  return s;
+}
+
+static void put(stream *st, const q35_output *o) {
+  st->tok[st->n] = o->token;
+  st->lp[st->n] = o->logprob;
+  memcpy(st->top[st->n], o->top_ids, sizeof st->top[0]);
+  memcpy(st->toplp[st->n], o->top_logprobs, sizeof st->toplp[0]);
+  st->n++;
+}
+
+static int same_stream(const stream *a, const stream *b, int32_t n) {
+  return !memcmp(a->tok, b->tok, sizeof(int32_t) * (size_t)n) && !memcmp(a->lp, b->lp, sizeof(float) * (size_t)n) &&
+         !memcmp(a->top, b->top, sizeof a->top[0] * (size_t)n) &&
+         !memcmp(a->toplp, b->toplp, sizeof a->toplp[0] * (size_t)n);
+}
+
+/* One generation driver: the state of one sequence decoding with (or without) drafts. */
+typedef struct {
+  q35_session *s;
+  q35_sampling sp;
+  int32_t hist[N_PROMPT + N_GEN + MAXD + 2];
+  q35_output outs[MAXD + 1];
+  q35_row row;
+  stream st;
+  int32_t fed;   /* prompt tokens fed */
+  int32_t chunk; /* prompt chunk per step */
+  int32_t nd;    /* drafts per decode step (cycled when < 0: 0, 1, 2, ...) */
+  int32_t cur;
+} seqgen;
+
+static void seq_init(seqgen *g, q35_session *s, const q35_sampling *sp, int32_t chunk, int32_t nd) {
+  memset(g, 0, sizeof *g);
+  g->s = s;
+  g->sp = *sp;
+  g->chunk = chunk;
+  g->nd = nd;
+  memcpy(g->hist, PROMPT, sizeof PROMPT);
+}
+
+/* The row of the next step (0: done). */
+static int seq_row(seqgen *g) {
+  q35_row *r = &g->row;
+  memset(r, 0, sizeof *r);
+  r->session = g->s;
+  r->sampling = &g->sp;
+  r->history = g->hist;
+  r->n_prompt = N_PROMPT;
+  r->n_top_logprobs = 3;
+  r->outputs = g->outs;
+  if (g->st.n >= N_GEN) return 0;
+  if (g->fed < N_PROMPT) {
+    const int32_t take = N_PROMPT - g->fed < g->chunk ? N_PROMPT - g->fed : g->chunk;
+    r->tokens = PROMPT + g->fed;
+    r->n_tokens = take;
+    if (g->fed + take < N_PROMPT) r->n_outputs = Q35_OUTPUTS_NONE;
+    g->fed += take;
+  } else {
+    r->tokens = &g->cur;
+    r->n_tokens = 1;
+    int32_t nd = g->nd >= 0 ? g->nd : g->st.n_steps % 3;
+    if (nd > N_GEN - g->st.n - 1) nd = N_GEN - g->st.n - 1;
+    r->n_draft = nd;
+  }
+  r->n_history = N_PROMPT + g->st.n;
+  g->sp.draw_index = (uint64_t)g->st.n;
+  return 1;
+}
+
+static void seq_done(seqgen *g) {
+  const q35_row *r = &g->row;
+  if (r->n_outputs == Q35_OUTPUTS_NONE) return;
+  const int32_t n = r->n_emitted > 0 ? r->n_emitted : 1;
+  if (r->n_tokens == 1 || g->fed == N_PROMPT) g->st.emitted[g->st.n_steps++ % N_GEN] = n;
+  g->st.drafted += r->n_drafted;
+  g->st.accepted += r->n_emitted > 0 ? r->n_emitted - 1 : 0;
+  for (int32_t j = 0; j < n; j++) {
+    q35_output o;
+    if (r->n_emitted > 0) o = r->outputs[j];
+    else {
+      o.token = r->token;
+      o.logprob = r->logprob;
+      memcpy(o.top_ids, r->top_ids, sizeof o.top_ids);
+      memcpy(o.top_logprobs, r->top_logprobs, sizeof o.top_logprobs);
+    }
+    g->hist[N_PROMPT + g->st.n] = o.token;
+    put(&g->st, &o);
+  }
+  g->cur = g->st.tok[g->st.n - 1];
+}
+
+/* Generate on one session alone. */
+static void run_one(q35_model *m, q35_session *s, const q35_sampling *sp, int32_t chunk, int32_t nd, stream *out) {
+  q35_err err;
+  seqgen g;
+  seq_init(&g, s, sp, chunk, nd);
+  q35_session_reset(s);
+  while (seq_row(&g)) {
+    if (q35_step(m, &g.row, 1, &err)) {
+      CHECK(0, "step: %s", err.msg);
+      break;
+    }
+    seq_done(&g);
+  }
+  *out = g.st;
+}
+
+static q35_sampling sampling(int kind) {
+  q35_sampling p = q35_sampling_default();
+  static const q35_logit_bias bias[] = {{7, 2.5f}, {91, -1.0f}};
+  switch (kind) {
+    case 0: p.temperature = 0; break;
+    case 1: p.seed = 7, p.temperature = 0.8f; break;
+    case 2: p.seed = 11, p.temperature = 1.3f, p.top_k = 5, p.top_p = 0.9f, p.min_p = 0.05f; break;
+    default:
+      p.seed = 5, p.temperature = 1.0f, p.presence_penalty = 0.5f, p.frequency_penalty = 0.3f;
+      p.repetition_penalty = 1.3f, p.logit_bias = bias, p.n_logit_bias = 2;
+      break;
+  }
+  return p;
+}
+
+static void test_single(q35_model *m) {
+  q35_session *plain = new_session(m, 0, 0), *ds = new_session(m, MAXD, 0), *dv = new_session(m, MAXD, 200);
+  long drafted = 0, accepted = 0;
+  for (int kind = 0; kind < 4; kind++) {
+    const q35_sampling sp = sampling(kind);
+    stream ref, got;
+    run_one(m, plain, &sp, 7, 0, &ref);
+    CHECK(ref.n == N_GEN && ref.drafted == 0, "reference: %d tokens", ref.n);
+    for (int adapt = 0; adapt < 2; adapt++) {
+      q35_context_draft_adapt(q35_model_context(m), adapt);
+      for (int32_t nd = 1; nd <= MAXD; nd++) {
+        run_one(m, ds, &sp, 7, nd, &got);
+        CHECK(got.n >= N_GEN && same_stream(&ref, &got, N_GEN), "sampling %d, adapt %d, --draft %d differs", kind,
+              adapt, nd);
+        CHECK(adapt || got.drafted > 0, "sampling %d, --draft %d: nothing drafted", kind, nd);
+        drafted += got.drafted;
+        accepted += got.accepted;
+      }
+      run_one(m, dv, &sp, 7, 2, &got);
+      CHECK(got.n >= N_GEN && same_stream(&ref, &got, N_GEN), "sampling %d, adapt %d, draft vocabulary 200 differs",
+            kind, adapt);
+    }
+  }
+  q35_context_draft_adapt(q35_model_context(m), 0);
+  CHECK(accepted > 0 && accepted < drafted, "accepted %ld of %ld drafts (need some of each)", accepted, drafted);
+  printf("single rows: %ld of %ld drafts accepted\n", accepted, drafted);
+  q35_session_free(plain);
+  q35_session_free(ds);
+  q35_session_free(dv);
+}
+
+/* Three sequences stepped together: a drafting one (3 drafts), a plain session, a draft session
+ * cycling 0/1/2 drafts whose prompt goes in chunks of 3 (prefill rows beside decode rows). */
+static void test_batch(q35_model *m) {
+  q35_err err;
+  q35_session *a = new_session(m, MAXD, 0), *b = new_session(m, 0, 0), *c = new_session(m, MAXD, 0);
+  q35_session *ref_s = new_session(m, 0, 0);
+  const q35_sampling spa = sampling(1), spb = sampling(2), spc = sampling(3);
+  stream ra, rb, rc;
+  run_one(m, ref_s, &spa, 20, 0, &ra);
+  run_one(m, ref_s, &spb, 20, 0, &rb);
+  run_one(m, ref_s, &spc, 20, 0, &rc);
+  for (int adapt = 0; adapt < 2; adapt++) {
+    q35_context_draft_adapt(q35_model_context(m), adapt);
+    seqgen g[3];
+    q35_session_reset(a);
+    q35_session_reset(b);
+    q35_session_reset(c);
+    seq_init(&g[0], a, &spa, 20, 3);
+    seq_init(&g[1], b, &spb, 20, 0);
+    seq_init(&g[2], c, &spc, 3, -1);
+    for (int it = 0; it < 200; it++) {
+      q35_row rows[3];
+      seqgen *who[3];
+      int n = 0;
+      for (int i = 0; i < 3; i++)
+        if (seq_row(&g[i])) who[n] = &g[i], rows[n++] = g[i].row;
+      if (!n) break;
+      if (q35_step(m, rows, n, &err)) {
+        CHECK(0, "batch step: %s", err.msg);
+        break;
+      }
+      for (int i = 0; i < n; i++) {
+        who[i]->row = rows[i];
+        seq_done(who[i]);
+      }
+    }
+    CHECK(same_stream(&ra, &g[0].st, N_GEN), "batch, adapt %d: the drafting row differs", adapt);
+    CHECK(same_stream(&rb, &g[1].st, N_GEN), "batch, adapt %d: the plain row differs", adapt);
+    CHECK(same_stream(&rc, &g[2].st, N_GEN), "batch, adapt %d: the chunked row differs", adapt);
+    CHECK(adapt || (g[0].st.drafted > 0 && g[2].st.drafted > 0), "batch: nothing drafted");
+  }
+  q35_context_draft_adapt(q35_model_context(m), 0);
+  q35_session_free(a);
+  q35_session_free(b);
+  q35_session_free(c);
+  q35_session_free(ref_s);
+}
+
+/* Decode N_GEN tokens with 2 drafts from where the session stands (the prompt fed up to its last
+ * token, which the first row feeds). */
+static void decode_from(q35_model *m, q35_session *s, const q35_sampling *sp, stream *out) {
+  q35_err err;
+  seqgen g;
+  seq_init(&g, s, sp, 1, 2);
+  g.fed = N_PROMPT;
+  g.cur = PROMPT[N_PROMPT - 1];
+  /* the first row: the prompt's last token, sampled without drafts */
+  g.row = (q35_row){0};
+  while (seq_row(&g)) {
+    if (q35_step(m, &g.row, 1, &err)) {
+      CHECK(0, "step: %s", err.msg);
+      break;
+    }
+    seq_done(&g);
+  }
+  *out = g.st;
+}
+
+static void test_snapshot(q35_model *m) {
+  q35_err err;
+  const q35_sampling sp = sampling(1);
+  q35_session *s = new_session(m, 2, 0), *f = new_session(m, 2, 0);
+  /* the session: 10 prompt tokens, a snapshot, the rest but the last, then decoding */
+  CHECK(!q35_session_eval(s, PROMPT, 10, 4, NULL, 0, &err), "eval: %s", err.msg);
+  q35_snapshot *snap = q35_session_snapshot(s, &err);
+  CHECK(snap != NULL, "snapshot: %s", err.msg);
+  CHECK(!q35_session_eval(s, PROMPT + 10, N_PROMPT - 11, 0, NULL, 0, &err), "eval: %s", err.msg);
+  stream first, again, fresh;
+  decode_from(m, s, &sp, &first);
+  /* restored from the snapshot: the same tokens and the same accepted counts step by step */
+  CHECK(snap && !q35_session_restore(s, snap, &err), "restore: %s", err.msg);
+  CHECK(!q35_session_eval(s, PROMPT + 10, N_PROMPT - 11, 0, NULL, 0, &err), "eval: %s", err.msg);
+  decode_from(m, s, &sp, &again);
+  CHECK(same_stream(&first, &again, N_GEN), "restored session: tokens differ");
+  CHECK(first.n_steps == again.n_steps && !memcmp(first.emitted, again.emitted, sizeof(int32_t) * (size_t)first.n_steps),
+        "restored session drafts differently (steps %d vs %d)", first.n_steps, again.n_steps);
+  CHECK(first.accepted > 0, "nothing accepted");
+  /* a fresh session fed the prompt one token per eval: the same drafts */
+  for (int32_t i = 0; i < N_PROMPT - 1; i++) q35_session_eval(f, PROMPT + i, 1, 0, NULL, 0, &err);
+  decode_from(m, f, &sp, &fresh);
+  CHECK(same_stream(&first, &fresh, N_GEN), "fresh session: tokens differ");
+  CHECK(first.n_steps == fresh.n_steps && !memcmp(first.emitted, fresh.emitted, sizeof(int32_t) * (size_t)first.n_steps),
+        "a fresh session fed in other chunks drafts differently");
+  /* a snapshot of a session without drafts restored into one with drafts: exact, fewer drafts */
+  q35_session *p = new_session(m, 0, 0);
+  q35_session_eval(p, PROMPT, N_PROMPT - 1, 0, NULL, 0, &err);
+  q35_snapshot *ps = q35_session_snapshot(p, &err);
+  stream other;
+  CHECK(ps && !q35_session_restore(f, ps, &err), "restore across: %s", err.msg);
+  decode_from(m, f, &sp, &other);
+  CHECK(same_stream(&first, &other, N_GEN), "a snapshot without the head's state: tokens differ");
+  q35_snapshot_free(ps);
+  q35_snapshot_free(snap);
+  q35_session_free(p);
+  q35_session_free(s);
+  q35_session_free(f);
+  printf("snapshots: %ld of %ld drafts accepted, the same every step after a restore\n", first.accepted,
+         first.drafted);
+}
+
+static void test_keep(q35_model *m) {
+  q35_err err;
+  const q35_sampling sp = sampling(2);
+  q35_session *plain = new_session(m, 0, 0), *s = new_session(m, MAXD, 0);
+  stream ref;
+  run_one(m, plain, &sp, 20, 0, &ref);
+  seqgen g;
+  seq_init(&g, s, &sp, 20, MAXD);
+  uint32_t rng = 12345;
+  int trims = 0;
+  while (seq_row(&g)) {
+    if (q35_step(m, &g.row, 1, &err)) {
+      CHECK(0, "step: %s", err.msg);
+      break;
+    }
+    if (g.row.n_emitted > 1) {
+      rng = rng * 1103515245u + 12345u;
+      const int32_t keep = 1 + (int32_t)((rng >> 16) % (uint32_t)g.row.n_emitted);
+      CHECK(q35_session_draft_keep(s, g.row.n_emitted + 1, &err) != 0, "keep past the emitted tokens accepted");
+      CHECK(!q35_session_draft_keep(s, keep, &err), "keep %d: %s", keep, err.msg);
+      trims += keep < g.row.n_emitted;
+      g.row.n_emitted = keep;
+      g.row.token = g.row.outputs[keep - 1].token;
+    }
+    seq_done(&g);
+  }
+  CHECK(trims > 0, "no step was trimmed");
+  CHECK(same_stream(&ref, &g.st, N_GEN), "trimmed steps: the stream differs");
+  CHECK(q35_session_draft_keep(plain, 1, &err) != 0, "keep on a session without drafts accepted");
+  q35_session_free(plain);
+  q35_session_free(s);
+}
+
+static void test_errors(q35_model *m, q35_model *nomtp) {
+  q35_err err;
+  q35_session *plain = new_session(m, 0, 0), *s = new_session(m, 2, 0);
+  const q35_sampling sp = sampling(0);
+  q35_output outs[4];
+  const int32_t two[] = {5, 6};
+  q35_row r = {0};
+  r.sampling = &sp;
+  r.n_top_logprobs = -1;
+  r.tokens = two;
+  r.n_tokens = 1;
+  r.outputs = outs;
+  r.n_draft = 1;
+  r.session = plain;
+  CHECK(q35_step(m, &r, 1, &err) != 0 && strstr(err.msg, "draft_max"), "n_draft on a plain session: %s", err.msg);
+  r.session = s;
+  CHECK(!q35_session_eval(s, PROMPT, 5, 0, NULL, 0, &err), "eval: %s", err.msg);
+  const int32_t pos = q35_session_pos(s);
+  r.n_draft = 3;
+  CHECK(q35_step(m, &r, 1, &err) != 0 && strstr(err.msg, "n_draft"), "n_draft above draft_max: %s", err.msg);
+  r.n_draft = 1;
+  r.n_tokens = 2;
+  CHECK(q35_step(m, &r, 1, &err) != 0 && strstr(err.msg, "one token"), "n_draft on two tokens: %s", err.msg);
+  r.n_tokens = 1;
+  r.outputs = NULL;
+  CHECK(q35_step(m, &r, 1, &err) != 0 && strstr(err.msg, "outputs"), "n_draft without outputs: %s", err.msg);
+  r.outputs = outs;
+  r.n_draft = -2;
+  CHECK(q35_step(m, &r, 1, &err) != 0, "n_draft -2 accepted");
+  CHECK(q35_session_pos(s) == pos, "a refused step moved the session (%d -> %d)", pos, q35_session_pos(s));
+  CHECK(q35_session_draft_keep(s, 1, &err) != 0, "keep without a drafting step accepted");
+  q35_session_params p = q35_session_default_params();
+  p.draft_max = 2;
+  CHECK(q35_session_new(nomtp, &p, &err) == NULL && strstr(err.msg, "MTP"), "draft_max without a head: %s", err.msg);
+  CHECK(!q35_model_has_mtp(nomtp) && q35_model_has_mtp(m), "q35_model_has_mtp");
+  p.draft_max = Q35_DRAFT_MAX + 1;
+  CHECK(q35_session_new(m, &p, &err) == NULL && strstr(err.msg, "draft_max"), "draft_max 17: %s", err.msg);
+  p.draft_max = 2;
+  p.draft_vocab = q35_model_n_vocab(m) + 1;
+  CHECK(q35_session_new(m, &p, &err) == NULL && strstr(err.msg, "draft_vocab"), "draft_vocab: %s", err.msg);
+  p.draft_max = 0;
+  p.draft_vocab = 10;
+  CHECK(q35_session_new(m, &p, &err) == NULL, "draft_vocab without draft_max accepted");
+  /* the state a session with drafts holds is counted */
+  p = q35_session_default_params();
+  const uint64_t b0 = q35_session_state_bytes(m, &p, NULL);
+  p.draft_max = 2;
+  CHECK(q35_session_state_bytes(m, &p, NULL) > b0, "the head's state is not counted");
+  q35_session_free(plain);
+  q35_session_free(s);
+}
+
+static void test_policy(void) {
+  q35_draft_policy p;
+  memset(&p, 0, sizeof p);
+  double acc[4] = {0.8, 0.8, 0.8, 0.8};
+  int32_t dmax[4] = {3, 3, 3, 3}, d[4];
+  q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, 0, d);
+  CHECK(d[0] == 0, "no times measured: %d drafts", d[0]);
+  /* memory-bound, MoE-like: every token of a step adds weights to read (2 ms), a step 10 ms */
+  for (int T = 1; T <= Q35_POL_TMAX; T++) q35_draft_policy_step(&p, T, 0.010 + 0.002 * T);
+  for (int B = 1; B <= 8; B++) q35_draft_policy_head(&p, B, 0.003);
+  q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, 0, d);
+  CHECK(d[0] >= 1, "one row, memory-bound, acceptance 0.8: %d drafts", d[0]);
+  q35_draft_policy_plan(&p, 4, acc, dmax, 4, 4, 0, d);
+  CHECK(d[0] + d[1] + d[2] + d[3] == 0, "four rows: %d %d %d %d drafts", d[0], d[1], d[2], d[3]);
+  double low = 0.1;
+  q35_draft_policy_plan(&p, 1, &low, dmax, 1, 1, 0, d);
+  CHECK(d[0] == 0, "acceptance 0.1: %d drafts", d[0]);
+  q35_draft_policy_plan(&p, 4, acc, dmax, 4, 4, 1, d);
+  CHECK(d[0] + d[1] + d[2] + d[3] == 1, "probe +1 at four rows: %d drafts", d[0] + d[1] + d[2] + d[3]);
+  q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, -1, d);
+  int32_t d1;
+  q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, 0, &d1);
+  CHECK(d[0] == d1 - 1, "probe -1: %d vs %d", d[0], d1);
+  /* compute-bound: a step costs 5 ms per token */
+  memset(&p, 0, sizeof p);
+  for (int T = 1; T <= Q35_POL_TMAX; T++) q35_draft_policy_step(&p, T, 0.005 * T);
+  q35_draft_policy_head(&p, 1, 0.002);
+  q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, 0, d);
+  CHECK(d[0] == 0, "compute-bound: %d drafts", d[0]);
+  /* only the plain step measured: the next size counts as free and gets tried */
+  memset(&p, 0, sizeof p);
+  q35_draft_policy_step(&p, 1, 0.01);
+  q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, 0, d);
+  CHECK(d[0] >= 1, "untried sizes are tried: %d drafts", d[0]);
+  /* acceptance estimates: a session's counts pulled toward the context's */
+  double s = 0, f = 0;
+  for (int i = 0; i < 20; i++) q35_draft_policy_round(&p, &s, &f, 2, 2);
+  CHECK(q35_draft_policy_accept(&p, s, f) > 0.85, "all accepted: %.3f", q35_draft_policy_accept(&p, s, f));
+  for (int i = 0; i < 20; i++) q35_draft_policy_round(&p, &s, &f, 2, 0);
+  CHECK(q35_draft_policy_accept(&p, s, f) < 0.3, "none accepted: %.3f", q35_draft_policy_accept(&p, s, f));
+}
+
+int main(void) {
+  char path[] = "/tmp/q35_draft_XXXXXX", path2[] = "/tmp/q35_draft_XXXXXX";
+  const int fd = mkstemp(path), fd2 = mkstemp(path2);
+  if (fd < 0 || fd2 < 0) return 1;
+  close(fd);
+  close(fd2);
+  q35_tiny_opts o = q35_tiny_default();
+  o.n_layer = 4;
+  o.interval = 2;
+  o.n_embd = 128;
+  o.n_vocab = 512;
+  o.head_dim = 32;
+  o.ssm_head_dim = 16;
+  o.mtp = 1;
+  o.mtp_agree = 0.8f;
+  q35_err err;
+  q35_model *m = NULL, *nomtp = NULL;
+  q35_model_params mp = q35_model_default_params();
+  mp.n_threads = 2;
+  if (q35_tiny_write(&o, path, &err) || !(m = q35_model_load(path, &mp, &err))) {
+    fprintf(stderr, "FAIL model: %s\n", err.msg);
+    return 1;
+  }
+  o.mtp = 0;
+  o.mtp_agree = -1;
+  if (q35_tiny_write(&o, path2, &err) || !(nomtp = q35_model_load(path2, &mp, &err))) {
+    fprintf(stderr, "FAIL model: %s\n", err.msg);
+    return 1;
+  }
+  unlink(path);
+  unlink(path2);
+  test_single(m);
+  test_batch(m);
+  test_snapshot(m);
+  test_keep(m);
+  test_errors(m, nomtp);
+  test_policy();
+  q35_model_free(m);
+  q35_model_free(nomtp);
+  return check_done("test_draft");
+}

@@ -39,6 +39,11 @@ static void usage(const model_args *ma) {
       "  --ssl-key-file FILE     HTTPS: the PEM private key (with --ssl-cert-file)\n"
       "  --ssl-cert-file FILE    HTTPS: the PEM certificate chain\n"
       "  --cors ORIGIN           allow browser pages from ORIGIN (repeatable; * = any origin)\n"
+      "  --draft N               speculative decoding with the file's MTP head: at most N drafts per\n"
+      "                          decode row, as many as the measured acceptance and step times say\n"
+      "                          pay (default 2 with an MTP head; 0 = off); output identical to 0\n"
+      "  --draft-vocab K         the head drafts among token ids < K (default 0: all)\n"
+      "  --draft-fixed           every decode row drafts N (no adaptation; for tests and measuring)\n"
       "Sampling defaults for requests that leave a parameter unset; the model file's\n"
       "general.sampling.* values (written by q35 export from generation_config.json) come first:\n"
       "  --temp T, --top-k K, --top-p P, --min-p P, --repeat-penalty R,\n"
@@ -102,6 +107,12 @@ static int serve_arg(q35_server_opts *o, int argc, char **argv, int *i) {
     o->cors[o->n_cors++] = v;
   } else if (sampling_arg(&o->sampling, argc, argv, i)) {
     /* --temp, --top-k, --top-p, --min-p, --repeat-penalty, --presence-penalty, --frequency-penalty */
+  } else if (arg_is(argc, argv, i, "--draft")) {
+    o->draft = (int)arg_int("--draft", arg_value(argc, argv, i), 0, Q35_DRAFT_MAX);
+  } else if (arg_is(argc, argv, i, "--draft_vocab")) {
+    o->draft_vocab = (int32_t)arg_int("--draft-vocab", arg_value(argc, argv, i), 0, INT32_MAX);
+  } else if (arg_is(argc, argv, i, "--draft_fixed")) {
+    o->draft_fixed = 1;
   } else if (arg_is(argc, argv, i, "--api_key_file")) {
     o->api_key_file = arg_value(argc, argv, i);
   } else if (arg_is(argc, argv, i, "--metrics_open")) {

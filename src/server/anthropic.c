@@ -495,6 +495,10 @@ static json_t *usage_obj(const srv_job *j, int with_output) {
                         "cache_creation_input_tokens", 0, "cache_read_input_tokens", (json_int_t)j->cached_tokens,
                         "service_tier", "standard");
   json_object_set_new(u, "output_tokens", json_integer(with_output ? j->completion_tokens : 0));
+  if (with_output && j->drafting) { /* speculation's extension fields, as in chat completions' usage */
+    json_object_set_new(u, "draft_tokens", json_integer((json_int_t)j->draft_tokens));
+    json_object_set_new(u, "draft_accepted_tokens", json_integer((json_int_t)j->draft_accepted));
+  }
   return u;
 }
 

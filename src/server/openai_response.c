@@ -85,10 +85,18 @@ static void text_lp_add(const oai_model *M, json_t *lp, const srv_event *e, size
 
 /* ---- objects ---- */
 
+/* usage; with speculation on, two extension fields (README "Server API"): draft_tokens (tokens the
+ * MTP head drafted for the request) and draft_accepted_tokens (those the model accepted) */
 static json_t *usage_obj(const srv_job *j) {
-  return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)j->n_prompt, "completion_tokens",
-                   (json_int_t)j->completion_tokens, "total_tokens", (json_int_t)(j->n_prompt + j->completion_tokens),
-                   "prompt_tokens_details", "cached_tokens", (json_int_t)j->cached_tokens);
+  json_t *u = json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)j->n_prompt, "completion_tokens",
+                        (json_int_t)j->completion_tokens, "total_tokens",
+                        (json_int_t)(j->n_prompt + j->completion_tokens), "prompt_tokens_details", "cached_tokens",
+                        (json_int_t)j->cached_tokens);
+  if (u && j->drafting) {
+    json_object_set_new(u, "draft_tokens", json_integer((json_int_t)j->draft_tokens));
+    json_object_set_new(u, "draft_accepted_tokens", json_integer((json_int_t)j->draft_accepted));
+  }
+  return u;
 }
 
 static json_t *chunk_base(const oai_model *M, const oai_request *r) {

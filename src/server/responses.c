@@ -695,6 +695,11 @@ static json_t *response_obj(const rsp_req *q, const api_gen *g, const char *stat
                                             "output_tokens", (json_int_t)j->completion_tokens, "output_tokens_details",
                                             "reasoning_tokens", (json_int_t)reasoning_tokens(q, g, output),
                                             "total_tokens", (json_int_t)(j->n_prompt + j->completion_tokens)));
+  if (j->drafting) { /* speculation's extension fields, as in chat completions' usage */
+    json_t *u = json_object_get(o, "usage");
+    json_object_set_new(u, "draft_tokens", json_integer((json_int_t)j->draft_tokens));
+    json_object_set_new(u, "draft_accepted_tokens", json_integer((json_int_t)j->draft_accepted));
+  }
   return o;
 }
 

@@ -78,6 +78,7 @@ typedef struct seq {
   int in_think;        /* job->think_budget: still inside the reasoning */
   int32_t n_think;     /* ... reasoning tokens generated so far */
   int32_t force;       /* >= 0: the next token is this one (the budget's </think>), not sampled */
+  q35_output *outs;    /* [draft + 1]: the tokens a decode row emits */
 } seq;
 
 struct srv_sched {
@@ -105,6 +106,7 @@ struct srv_sched {
   uint64_t m_idle_evictions, m_mem_evictions, m_mem_refused, m_snaps_skipped;
   uint64_t m_starts, m_cache_hits; /* sequences started; those that reused a stored prefix */
   int m_last_rows;                 /* rows in the latest step */
+  uint64_t m_draft_tokens, m_draft_accepted, m_draft_rows, m_draft_trims;
   /* memory budget: bytes one new session and one snapshot take */
   uint64_t sess_need, snap_need;
   double m_step_seconds;
@@ -271,6 +273,8 @@ static int32_t slot_prepare(srv_sched *s, slot *sl, const int32_t *p, int32_t n,
     sp.n_ctx = s->o.n_ctx;
     sp.kv_type = s->o.kv_type;
     sp.mem_budget = s->o.mem_budget;
+    sp.draft_max = s->o.draft;
+    sp.draft_vocab = s->o.draft_vocab;
     sl->sess = q35_session_new(s->model, &sp, err);
     if (!sl->sess) return -1;
     sl->n_toks = 0;
@@ -324,6 +328,7 @@ static void seq_free(seq *q) {
   free(q->wait_bias);
   if (q->raw) q35_detok_free(q->raw);
   q35_buf_free(&q->tail);
+  free(q->outs);
   free(q);
 }
 
@@ -429,8 +434,17 @@ static int con_dead(srv_sched *s, seq *q) {
   return 1;
 }
 
-/* Handle the token a sampling row produced (mutex held). Returns 1 when the sequence ended. */
-static int seq_on_token(srv_sched *s, seq *q, const q35_row *r) {
+/* How the sequence's next token is sampled: forced, under its constraint, with the end of the
+ * turn banned (seq_wait_bias). A decode row's emitted tokens after one that changes this were
+ * sampled under the old rules and are not kept. */
+static int seq_regime(const seq *q) {
+  const srv_job *j = q->job;
+  return (q->force >= 0) | (q->con && q->trig_i >= j->n_trigger) << 1 | (q->wait_bias && q->trig_i < j->n_trigger) << 2;
+}
+
+/* Handle one token a row produced (mutex held): sampled, or forced (then o holds the forced token
+ * with log-probability 0 as its one alternative). Returns 1 when the sequence ended. */
+static int seq_on_token(srv_sched *s, seq *q, const q35_output *o, int forced) {
   srv_event *e = event_new(q);
   if (!e) {
     job_fail(q->job, 500, "out of memory");
@@ -441,27 +455,27 @@ static int seq_on_token(srv_sched *s, seq *q, const q35_row *r) {
   const char *piece = NULL;
   size_t plen = 0;
   int flush = 0;
-  if (q35_tokenizer_is_eog(s->tok, r->token)) {
+  if (q35_tokenizer_is_eog(s->tok, o->token)) {
     finish = "stop";
     flush = 1;
   } else {
-    q->hist[q->n_hist++] = r->token;
-    seq_watch_triggers(q, r->token);
-    seq_count_think(q, r->token);
+    q->hist[q->n_hist++] = o->token;
+    seq_watch_triggers(q, o->token);
+    seq_count_think(q, o->token);
     q->n_gen++;
-    q->last = r->token;
+    q->last = o->token;
     e->has_token = 1;
-    e->token = r->token;
-    e->logprob = r->logprob;
+    e->token = o->token;
+    e->logprob = o->logprob;
     e->n_top = q->job->n_top_logprobs > 0 ? q->job->n_top_logprobs : 0;
-    if (r->n_outputs == Q35_OUTPUTS_NONE && e->n_top) e->n_top = 1; /* forced: the one alternative */
+    if (forced && e->n_top) e->n_top = 1; /* forced: the one alternative */
     for (int i = 0; i < e->n_top; i++) {
-      e->top_ids[i] = r->top_ids[i];
-      e->top_logprobs[i] = r->top_logprobs[i];
+      e->top_ids[i] = o->top_ids[i];
+      e->top_logprobs[i] = o->top_logprobs[i];
     }
     e->tok_start = q->decoded;
     q35_err err;
-    if (q35_detok_feed(q->dt, r->token, &piece, &plen, &err) == 0 && plen) q->decoded += hold_append(q, piece, plen);
+    if (q35_detok_feed(q->dt, o->token, &piece, &plen, &err) == 0 && plen) q->decoded += hold_append(q, piece, plen);
     if (q->n_gen >= q->limit) {
       finish = "length";
       flush = 1;
@@ -478,6 +492,49 @@ static int seq_on_token(srv_sched *s, seq *q, const q35_row *r) {
   e->cut = finish && q->released < q->decoded;
   push_event(q->job, e);
   return finish != NULL;
+}
+
+/* The tokens a sampling row emitted (mutex held), in order: one, or with drafts the accepted
+ * drafts and the trunk's token after them. The row fed its token and every emitted token but the
+ * last; where the sequence's sampling changes after token i (seq_regime) and more follow, the
+ * session keeps the first i + 1 (q35_session_draft_keep) and the slot's tokens follow it. Returns
+ * 1 when the sequence ended. */
+static int seq_on_emitted(srv_sched *s, seq *q, const q35_row *r) {
+  const int multi = r->outputs && r->n_emitted > 0; /* a decode row's outputs[] (prefill rows have none) */
+  const int32_t n = multi ? r->n_emitted : 1;
+  q35_output one;
+  if (!multi) {
+    one.token = r->token;
+    one.logprob = r->logprob;
+    memcpy(one.top_ids, r->top_ids, sizeof one.top_ids);
+    memcpy(one.top_logprobs, r->top_logprobs, sizeof one.top_logprobs);
+  }
+  const q35_output *outs = multi ? r->outputs : &one;
+  if (r->n_drafted > 0) {
+    q->job->draft_tokens += r->n_drafted;
+    q->job->draft_accepted += n - 1;
+    s->m_draft_tokens += (uint64_t)r->n_drafted;
+    s->m_draft_accepted += (uint64_t)(n - 1);
+    s->m_draft_rows++;
+  }
+  const int regime = seq_regime(q);
+  int32_t kept = n, ended = 0;
+  for (int32_t i = 0; i < n && !ended; i++) {
+    ended = seq_on_token(s, q, &outs[i], 0);
+    if (!ended && i + 1 < n && seq_regime(q) != regime) {
+      q35_err err;
+      if (q35_session_draft_keep(q->sl->sess, i + 1, &err) == 0) {
+        if (r->constraint) q35_constraint_rollback(r->constraint, n - (i + 1), &err);
+        kept = i + 1;
+        s->m_draft_trims++;
+        break;
+      }
+    }
+  }
+  /* the session consumed the emitted tokens before the last one kept (all of them when the
+   * sequence ended: the slot's tokens follow the session) */
+  for (int32_t i = 0; i + 1 < (ended ? n : kept); i++) slot_push_toks(q->sl, &outs[i].token, 1);
+  return ended;
 }
 
 /* ---- admission ---- */
@@ -657,6 +714,7 @@ static seq *seq_new(srv_sched *s, srv_job *j, int choice) {
   q->limit = s->o.n_ctx - j->n_prompt;
   if (j->max_tokens > 0 && j->max_tokens < q->limit) q->limit = j->max_tokens;
   q->hist = malloc(sizeof(int32_t) * (size_t)(j->n_prompt + q->limit + 1));
+  q->outs = calloc((size_t)s->o.draft + 1, sizeof *q->outs);
   q->dt = q35_detok_new(s->tok, Q35_DETOK_SKIP_SPECIAL);
   int con_ok = 1;
   if (j->constraint) {
@@ -664,7 +722,7 @@ static seq *seq_new(srv_sched *s, srv_job *j, int choice) {
     if (j->n_trigger) q->raw = q35_detok_new(s->tok, 0);
     con_ok = q->con && (!j->n_trigger || q->raw) && seq_wait_bias(s, q) == 0;
   }
-  if (!q->hist || !q->dt || !con_ok) {
+  if (!q->hist || !q->outs || !q->dt || !con_ok) {
     seq_free(q);
     return NULL;
   }
@@ -713,6 +771,7 @@ int srv_sched_submit(srv_sched *s, srv_job *j, char *msg, size_t msgsz) {
     j->refs++;
   }
   s->n_queued += j->n;
+  j->drafting = s->o.draft > 0;
   s->m_requests++;
   s->m_prompt_tokens += (uint64_t)j->n_prompt;
   pthread_cond_signal(&s->cv);
@@ -861,6 +920,10 @@ static void *sched_main(void *arg) {
           r->sampling = NULL;
           r->n_top_logprobs = -1;
           r->n_outputs = Q35_OUTPUTS_NONE;
+        } else if (s->o.draft > 0) { /* drafts, none past max_tokens */
+          const int32_t room = q->limit - q->n_gen - 1;
+          r->n_draft = s->o.draft < room ? s->o.draft : room > 0 ? room : 0;
+          r->outputs = q->outs;
         }
       }
       if (r->sampling == &q->sp) {
@@ -904,13 +967,13 @@ static void *sched_main(void *arg) {
           if (q->fed < q->job->n_prompt) continue;
         }
         if (r->n_outputs == Q35_OUTPUTS_NONE) { /* forced (see seq_count_think) */
-          r->token = q->force;
-          r->logprob = 0.0f;
-          r->top_ids[0] = q->force;
-          r->top_logprobs[0] = 0.0f;
+          q35_output o = {.token = q->force, .logprob = 0.0f};
+          o.top_ids[0] = q->force;
           q->force = -1;
+          ended = seq_on_token(s, q, &o, 1);
+        } else {
+          ended = seq_on_emitted(s, q, r);
         }
-        ended = seq_on_token(s, q, r);
       }
       if (ended) {
         for (seq **pp = &s->active; *pp; pp = &(*pp)->next)
@@ -940,10 +1003,25 @@ srv_sched *srv_sched_new(q35_model *model, const q35_tokenizer *tok, const srv_s
   if (s->o.parallel < 1) s->o.parallel = 1;
   if (s->o.chunk < 1) s->o.chunk = DEFAULT_CHUNK;
   s->im_start = q35_tokenizer_im_start(tok);
+  if (s->o.draft > 0 && !q35_model_has_mtp(model)) {
+    q35_seterr(err, "--draft %d needs a model file with an MTP head (this one has none; --draft 0 turns it off)",
+               s->o.draft);
+    free(s);
+    return NULL;
+  }
+  if (s->o.draft_vocab < 0 || s->o.draft_vocab > q35_model_n_vocab(model) || (s->o.draft_vocab && !s->o.draft)) {
+    q35_seterr(err, "--draft-vocab %d must be in [0, %d] (the model's vocabulary) and needs --draft N > 0",
+               s->o.draft_vocab, q35_model_n_vocab(model));
+    free(s);
+    return NULL;
+  }
+  q35_context_draft_adapt(q35_model_context(model), !s->o.draft_fixed);
   {
     q35_session_params sp = q35_session_default_params();
     sp.n_ctx = s->o.n_ctx;
     sp.kv_type = s->o.kv_type;
+    sp.draft_max = s->o.draft;
+    sp.draft_vocab = s->o.draft_vocab;
     uint64_t rec = 0;
     s->sess_need = q35_session_state_bytes(model, &sp, &rec);
     s->snap_need = rec + SNAPSHOT_HEADER_BYTES;
@@ -1114,6 +1192,16 @@ char *srv_sched_metrics(srv_sched *s) {
     M("step_rows", "gauge", "Rows in the latest model step.", "%d", s->m_last_rows);
     M("slots_parallel", "gauge", "Rows one step takes at most (--parallel).", "%d", s->o.parallel);
     M("sessions_max", "gauge", "Named sessions kept at most (--max-sessions).", "%d", s->o.max_sessions);
+    /* speculative decoding with the MTP head (--draft) */
+    M("draft_max", "gauge", "Drafts a decode row may carry (--draft; 0: no speculation).", "%d", s->o.draft);
+    M("draft_tokens_total", "counter", "Tokens the MTP head drafted.", "%llu", (unsigned long long)s->m_draft_tokens);
+    M("draft_accepted_tokens_total", "counter", "Drafted tokens the model accepted (emitted without a step of "
+      "their own).", "%llu", (unsigned long long)s->m_draft_accepted);
+    M("draft_rows_total", "counter", "Decode rows that carried drafts.", "%llu", (unsigned long long)s->m_draft_rows);
+    M("draft_trims_total", "counter", "Decode rows whose emitted tokens were cut where the sampling rules "
+      "changed (a constraint's trigger, the thinking budget).", "%llu", (unsigned long long)s->m_draft_trims);
+    M("draft_acceptance", "gauge", "Accepted drafts over drafted tokens since the start (0 before any).", "%.6f",
+      s->m_draft_tokens ? (double)s->m_draft_accepted / (double)s->m_draft_tokens : 0.0);
 #undef M
     fclose(f);
   }

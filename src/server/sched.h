@@ -26,6 +26,14 @@
  * valid) and prefills only the rest. Output is identical to a cold run because q35_step's
  * results do not depend on chunking or batch neighbours.
  *
+ * Speculative decoding (draft > 0, a model with an MTP head): every slot's session keeps the head's
+ * state, and each decode row carries up to `draft` drafts (fewer near max_tokens); the context
+ * chooses how many pay for the step's size and each session's acceptance (q35.h). A row then
+ * emits one or more tokens, handled one by one as if sampled in turn; where one of them changes
+ * how the next would be sampled (a trigger starts a constraint, the thinking budget forces
+ * </think>), the row keeps the tokens up to it (q35_session_draft_keep) and the rest are sampled
+ * again under the new rules. So the output is the output without speculation.
+ *
  * Output: the scheduler turns sampled tokens into text (streaming detokenizer, stop strings
  * held back until they can no longer match) and appends events to the job; the HTTP thread
  * takes them with srv_job_take. Thread safety: every function here may be called from any
@@ -90,6 +98,9 @@ typedef struct srv_job {
   char errmsg[512];
   int32_t cached_tokens;   /* prompt tokens reused (choice 0) */
   int32_t completion_tokens;
+  int drafting;            /* the scheduler speculates (usage carries the next two) */
+  int64_t draft_tokens;    /* drafts the MTP head made for this job's choices */
+  int64_t draft_accepted;  /* ... and the trunk accepted */
   int refs;
   pthread_cond_t cv;
 } srv_job;
@@ -104,6 +115,9 @@ typedef struct srv_sched_opts {
   int32_t snap_every;      /* periodic snapshot interval in tokens */
   uint64_t mem_budget;     /* bytes for all sessions + snapshots (0: no limit) */
   double idle_timeout;     /* seconds; sessions unused this long are freed (<= 0: never) */
+  int32_t draft;           /* speculative decoding: at most this many MTP drafts per decode row (0: off) */
+  int32_t draft_vocab;     /* the head drafts among ids [0, draft_vocab) (0: all) */
+  int draft_fixed;         /* every decode row drafts `draft` (else the context's adaptive policy) */
 } srv_sched_opts;
 
 typedef struct srv_sched srv_sched;

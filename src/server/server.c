@@ -314,6 +314,7 @@ void q35_server_default_opts(q35_server_opts *o) {
   o->timeout = 30;
   o->drain_timeout = 30;
   o->sampling = q35_sampling_default();
+  o->draft = -1;
 }
 
 static volatile sig_atomic_t g_stop; /* signals seen, up to 2 (the one process-wide state) */
@@ -434,7 +435,10 @@ static int load_model(srv *S, const q35_server_opts *o, q35_err *err) {
                        .chunk = o->chunk,
                        .snap_every = o->snap_every,
                        .mem_budget = o->mem_budget,
-                       .idle_timeout = o->idle_timeout};
+                       .idle_timeout = o->idle_timeout,
+                       .draft = o->draft >= 0 ? o->draft : S->model && q35_model_has_mtp(S->model) ? Q35_SERVER_DRAFT : 0,
+                       .draft_vocab = o->draft_vocab,
+                       .draft_fixed = o->draft_fixed};
   if (S->model) S->sched = srv_sched_new(S->model, S->tok, &so, err);
   if (!S->sched) return -1;
   S->oai.tok = S->tok;

@@ -44,6 +44,7 @@
 #include "q35.h"
 
 #define Q35_SERVER_REPLICA_ID_MAX 24 /* --replica-id: at most this many of [A-Za-z0-9-] */
+#define Q35_SERVER_DRAFT 2           /* --draft default for a file with an MTP head */
 
 typedef struct q35_server_opts {
   const char *model_path;
@@ -78,6 +79,10 @@ typedef struct q35_server_opts {
                               finish before they are ended with an error (default 30) */
   const char *replica_id;  /* --replica-id NAME: this replica's name behind a balancer (the HAProxy
                               server name); Responses API ids carry it (deploy/haproxy.cfg) */
+  int draft;               /* speculative decoding: MTP drafts a decode row may carry; -1 (default):
+                              Q35_SERVER_DRAFT when the file has an MTP head, else 0 (off) */
+  int32_t draft_vocab;     /* the head drafts among ids [0, draft_vocab) (0, the default: all) */
+  int draft_fixed;         /* every decode row drafts `draft` (default: the adaptive policy) */
   q35_sampling sampling;    /* defaults for requests that leave a parameter unset and a model
                                file without general.sampling.* for it (--temp, --top-k, ...) */
   /* exposure */

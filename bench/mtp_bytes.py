@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """mtp_bytes.py - the bytes-per-step model of speculative decoding with the MTP head (issue 19).
 
-    /usr/bin/python3 bench/mtp_bytes.py MODEL.gguf [--layers L] [--draft-vocab K]
+    /usr/bin/python3 bench/mtp_bytes.py MODEL.gguf [--layers L] [--draft-vocab K] [--predict N:E ...]
 
 From the GGUF's tensor sizes (gguf_bytes.py's reader): what one round of `q35 run --draft N`
 reads on a memory-bound CPU, and the speed-up that predicts over plain decoding:
@@ -14,6 +14,8 @@ reads on a memory-bound CPU, and the speed-up that predicts over plain decoding:
   round       N drafts + one verify of N + 1 tokens emits E_N(a) = (1 - a^(N+1)) / (1 - a) tokens
               at acceptance a per draft (drafts accepted in order);
   speed-up    E_N(a) B_trunk(1) / (N B_head + B_trunk(N + 1)).
+--predict N:E prints only the predicted speed-up of rounds of N drafts that emit E tokens each on
+average (E measured: 1 + accepted drafts per round), one line per pair (bench/mtp_bench.sh).
 --layers L extrapolates the trunk to L layers (per-layer bytes scaled, output unchanged), e.g.
 40 for the real 35B-A3B. The recurrent state and KV cache are left out (small at short depth).
 """
@@ -64,17 +66,29 @@ def model(path, layers=None, draft_vocab=None):
     return trunk, head, n_layer
 
 
+def predict(path, n, emitted, layers=None, draft_vocab=None):
+    """Predicted speed-up of rounds of n drafts emitting `emitted` tokens each on average."""
+    trunk, head, _ = model(path, layers, draft_vocab)
+    return emitted * trunk(1) / (n * head + trunk(n + 1))
+
+
 def main(argv):
-    path, layers, dv = None, None, None
+    path, layers, dv, pred = None, None, None, []
     i = 1
     while i < len(argv):
         if argv[i] == "--layers":
             layers = int(argv[i + 1]); i += 1
         elif argv[i] == "--draft-vocab":
             dv = int(argv[i + 1]); i += 1
+        elif argv[i] == "--predict":  # N:E, rounds of N drafts emitting E tokens each (measured)
+            pred.append(tuple(float(x) for x in argv[i + 1].split(":"))); i += 1
         else:
             path = argv[i]
         i += 1
+    if pred:
+        for n, e in pred:
+            print("%.4f" % predict(path, int(n), e, layers, dv))
+        return 0
     trunk, head, nl = model(path, layers, dv)
     print("%s: %d trunk layers%s; B_trunk(1) %.1f MB, B_head %.1f MB%s" % (
         os.path.basename(path), layers or nl, " (extrapolated)" if layers else "", trunk(1) / 1e6, head / 1e6,

@@ -36,6 +36,9 @@ static void tiny_usage(void) {
       "                    hnorm/shared_head_norm; nextn_predict_layers = 1), as llama.cpp's converter does\n"
       "  --mtp-agree RATE  with --mtp: the trunk predicts a fixed permutation of the vocabulary and\n"
       "                    the head agrees with it on about RATE of the tokens (speculation tests)\n"
+      "  --mtp-agree-vocab K  with --mtp-agree: the permutation keeps ids below K among themselves\n"
+      "                    (a generation starting there stays there: the 'frequent' ids a draft over a\n"
+      "                    reduced vocabulary, --draft-vocab K, covers)\n"
       "  --type T          f32 | f16 | bf16 | q8_0 | q4_0 | q5_0 | q4_k | q5_k | q6_k | iq4_xs | q2_k | q3_k\n"
       "                    | mxfp4 | iq4_nl | q4_1 | q5_1, or the\n"
       "                    presets q4_k_m (q4_k + q6_k for ffn_down/attn_v/output)  (default f32)\n"
@@ -136,6 +139,10 @@ int cmd_export_tiny(int argc, char **argv) {
     }
     if (arg_is(argc, argv, &i, "--mtp")) {
       o.mtp = 1;
+      continue;
+    }
+    if (arg_is(argc, argv, &i, "--mtp_agree_vocab")) {
+      o.mtp_agree_vocab = (int32_t)arg_int("--mtp-agree-vocab", arg_value(argc, argv, &i), 1, INT32_MAX);
       continue;
     }
     if (arg_is(argc, argv, &i, "--mtp_agree")) {

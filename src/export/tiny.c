@@ -327,6 +327,8 @@ static const char *check_opts(const q35_tiny_opts *o) {
   if (o->interval < 1) return "--interval must be >= 1";
   if (o->mtp_agree >= 0 && (o->mtp_agree > 1 || o->tied))
     return "--mtp-agree must be in [0, 1] and needs an untied output matrix (no --tied)";
+  if (o->mtp_agree_vocab < 0 || (o->mtp_agree_vocab > 0 && (o->mtp_agree < 0 || o->mtp_agree_vocab > o->n_vocab)))
+    return "--mtp-agree-vocab K needs --mtp-agree and K in [1, the vocabulary size]";
   if (!q35_type_supported(o->type) || !q35_type_quantizable(o->type))
     return "--type is not a supported weight type (or q35 cannot quantize to it yet)";
   return NULL;
@@ -481,8 +483,11 @@ static int agree_init(tiny_ctx *c) {
   if (!ag->pi_inv || !ag->head_src) return -1;
   rng r = {c->o->seed * TINY_SEED_MUL + 777};
   for (int i = 0; i < V; i++) ag->pi_inv[i] = i;
-  for (int i = V - 1; i > 0; i--) { /* Fisher-Yates */
-    const int j = (int)(rng_next(&r) % (uint64_t)(i + 1));
+  const int K = c->o->mtp_agree_vocab > 0 && c->o->mtp_agree_vocab < V ? c->o->mtp_agree_vocab : 0;
+  for (int i = V - 1; i > 0; i--) { /* Fisher-Yates (within [0, K) and [K, V) with mtp_agree_vocab) */
+    const int lo = K && i >= K ? K : 0;
+    if (i == lo) continue;
+    const int j = lo + (int)(rng_next(&r) % (uint64_t)(i - lo + 1));
     const int32_t t = ag->pi_inv[i];
     ag->pi_inv[i] = ag->pi_inv[j];
     ag->pi_inv[j] = t;

@@ -37,6 +37,10 @@ typedef struct q35_tiny_opts {
   float mtp_agree;         /* >= 0 (with mtp): a trunk that predicts a fixed permutation of the
                               vocabulary and a head agreeing with it on about this fraction of
                               tokens (tiny.c); -1: random weights */
+  int32_t mtp_agree_vocab; /* > 0 (with mtp_agree): the permutation maps ids [0, K) onto themselves (and
+                              [K, vocab) onto themselves), so a generation that starts below K stays
+                              there: a stand-in for a real text's most frequent ids, for measuring a
+                              draft over a reduced vocabulary (--draft-vocab K); 0: one permutation */
   int recipe;              /* -1, or a recipe (export/recipe.h) choosing every weight's type; the
                               types given explicitly (type_set, type_down, type_output, type_embd)
                               override it for their tensors */

@@ -361,6 +361,7 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
     s->hidden_all = NULL;
     if (rc && s->mtp) { /* the head's state back in step with the trunk's position */
       q35_session_ckpt_disarm(s);
+      if (s->pos != b->pos0[r] && b->nd[r] > 0) q35_session_ckpt_restore(s, 0); /* as a one-token step: no drafts fed */
       if (s->pos == b->pos0[r]) s->mtp->s.pos = b->mpos0[r], s->mtp->n_pend = b->np0[r];
       else s->mtp->s.pos = s->pos, s->mtp->n_pend = 0;
     }

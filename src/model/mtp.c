@@ -99,12 +99,27 @@ static void add_rows(float *x, const float *y, int64_t n) {
 
 #define MTP_MAX_ROWS 256 /* rows of one head pass (a step's rows: q35_context_step's limit) */
 
+static int forward_rows(const q35_model *m, q35_fwd_ws *ws, q35_mtp_row *rows, int n_rows, int32_t n_head_vocab,
+                        q35_err *err);
+
 int q35_mtp_forward_rows(const q35_model *m, q35_fwd_ws *ws, q35_mtp_row *rows, int n_rows, int32_t n_head_vocab,
                          q35_err *err) {
+  if (n_rows < 1) return q35_seterr(err, "MTP: no rows");
+  if (n_rows <= MTP_MAX_ROWS) return forward_rows(m, ws, rows, n_rows, n_head_vocab, err);
+  for (int q = 0; q < n_rows; q++) /* then passes of MTP_MAX_ROWS rows (the same numbers) */
+    for (int r = 0; r < q; r++)
+      if (rows[r].c == rows[q].c) return q35_seterr(err, "MTP: rows %d and %d name the same cache", r, q);
+  for (int r0 = 0; r0 < n_rows; r0 += MTP_MAX_ROWS)
+    if (forward_rows(m, ws, rows + r0, n_rows - r0 < MTP_MAX_ROWS ? n_rows - r0 : MTP_MAX_ROWS, n_head_vocab, err))
+      return -1;
+  return 0;
+}
+
+static int forward_rows(const q35_model *m, q35_fwd_ws *ws, q35_mtp_row *rows, int n_rows, int32_t n_head_vocab,
+                        q35_err *err) {
   const q35_hparams *hp = &m->hp;
   const int H = hp->n_embd, V = hp->n_vocab;
   if (!m->has_mtp) return q35_seterr(err, "the model file has no MTP head");
-  if (n_rows < 1 || n_rows > MTP_MAX_ROWS) return q35_seterr(err, "MTP: %d rows (1 .. %d)", n_rows, MTP_MAX_ROWS);
   if (n_head_vocab < 0 || n_head_vocab > V)
     return q35_seterr(err, "MTP: draft vocabulary %d is out of range [0, %d]", n_head_vocab, V);
   int64_t T = 0, max_ctx = 1;

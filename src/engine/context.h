@@ -78,6 +78,7 @@ typedef struct q35_draft_bufs {
   struct q35_mtp_row *mrows;
   double *acc;
   int32_t *dmax, *cand;
+  int32_t *drafted_con;  /* per row: drafts its constraint accepted while drafting (rolled back) */
 } q35_draft_bufs;
 
 struct q35_context {

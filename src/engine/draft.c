@@ -27,6 +27,7 @@
 
 #include "base/buf.h"
 #include "base/util.h"
+#include "constrain/constrain.h"
 #include "engine/context.h"
 #include "model/mtp.h"
 
@@ -50,6 +51,7 @@ void q35_draft_bufs_free(q35_draft_bufs *b) {
   free(b->acc);
   free(b->dmax);
   free(b->cand);
+  free(b->drafted_con);
   memset(b, 0, sizeof *b);
 }
 
@@ -59,7 +61,7 @@ static int bufs_reserve(q35_context *c, int32_t n, size_t positions, q35_err *er
   const size_t H = (size_t)c->model->hp.n_embd;
   if (n > b->rows_cap) {
     free(b->vrows), free(b->nd), free(b->pos0), free(b->mpos0), free(b->np0), free(b->at), free(b->toks);
-    free(b->mrows), free(b->acc), free(b->dmax), free(b->cand), free(b->g);
+    free(b->mrows), free(b->acc), free(b->dmax), free(b->cand), free(b->g), free(b->drafted_con);
     b->vrows = malloc((size_t)n * sizeof *b->vrows);
     b->nd = malloc((size_t)n * sizeof *b->nd);
     b->pos0 = malloc((size_t)n * sizeof *b->pos0);
@@ -71,10 +73,11 @@ static int bufs_reserve(q35_context *c, int32_t n, size_t positions, q35_err *er
     b->acc = malloc((size_t)n * sizeof *b->acc);
     b->dmax = malloc((size_t)n * sizeof *b->dmax);
     b->cand = malloc((size_t)n * sizeof *b->cand);
+    b->drafted_con = malloc((size_t)n * sizeof *b->drafted_con);
     b->g = q35_alloc64((size_t)n * H * sizeof(float), 0);
     b->rows_cap = n;
     if (!b->vrows || !b->nd || !b->pos0 || !b->mpos0 || !b->np0 || !b->at || !b->toks || !b->mrows || !b->acc ||
-        !b->dmax || !b->cand || !b->g) {
+        !b->dmax || !b->cand || !b->g || !b->drafted_con) {
       q35_draft_bufs_free(b);
       return q35_seterr(err, "out of memory (a step of %d rows with drafts)", n);
     }
@@ -149,6 +152,21 @@ static int sample_draft(q35_context *c, const q35_row *row, int32_t j, const flo
   return 0;
 }
 
+/* A constrained row's draft j over the constraint's state after drafts 1 .. j (accepted here and
+ * rolled back after the drafts; counted in drafted_con): the tokens the language forbids get -inf
+ * (so the head drafts within the language, as the trunk samples). 0: no draft here (the previous
+ * draft leaves the language, or nothing may follow). */
+static int constrain_draft(q35_context *c, const q35_row *row, int32_t r, int32_t j, const int32_t *tk, float *lg,
+                           int32_t K) {
+  q35_err e;
+  if (j > 0) {
+    if (q35_constraint_accept(row->constraint, tk[j], &e)) return 0;
+    c->dr.drafted_con[r]++;
+  }
+  const uint32_t *mask = q35_constraint_mask_ref(row->constraint);
+  return mask && q35_logits_apply_mask(lg, K, mask) > 0;
+}
+
 /* Part 1: drafts for the rows with nd[r] > 0 into toks[r][1 ..]. The head's cache ends at each
  * session's position (the chained pairs used the head's own state, not the trunk's, and go). */
 static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
@@ -162,6 +180,7 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
       if (b->nd[r] > max_nd) max_nd = b->nd[r];
     }
   if (lg_reserve(c, n_d, err) || q35_context_reserve_samplers(c, 1, err)) return -1;
+  memset(b->drafted_con, 0, (size_t)n_rows * sizeof *b->drafted_con);
   /* groups of rows drafting over the same vocabulary share passes */
   for (int32_t r0 = 0; r0 < n_rows; r0++) {
     if (b->nd[r0] <= 0) continue;
@@ -201,18 +220,29 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
       for (int32_t r = r0; r < n_rows; r++) {
         if (b->nd[r] <= j || rows[r].session->mtp->draft_vocab != K) continue;
         int32_t *tk = b->toks + (size_t)r * (Q35_DRAFT_MAX + 1);
-        if (sample_draft(c, &rows[r], j, b->lg + (size_t)i * V, K, tk + 1, &tk[j + 1], err)) return -1;
-        i++;
+        float *lg = b->lg + (size_t)i++ * V;
+        if (rows[r].constraint && !constrain_draft(c, &rows[r], r, j, tk, lg, K)) {
+          b->nd[r] = j; /* the language ends the drafts here */
+          continue;
+        }
+        if (sample_draft(c, &rows[r], j, lg, K, tk + 1, &tk[j + 1], err)) return -1;
       }
       q35_draft_policy_head(&c->pol, nr, q35_now() - t0);
     }
   }
-  for (int32_t r = 0; r < n_rows; r++)
-    if (b->nd[r] > 0) {
-      q35_mtp_cache *mc = rows[r].session->mtp;
+  for (int32_t r = 0; r < n_rows; r++) {
+    q35_err e;
+    if (rows[r].constraint && b->drafted_con[r] > 0) q35_constraint_rollback(rows[r].constraint, b->drafted_con[r], &e);
+    q35_mtp_cache *mc = rows[r].session->mtp;
+    if (!mc) continue;
+    if (b->nd[r] > 0) { /* the pending pairs are in the head's cache now */
       mc->s.pos = b->mpos0[r] + b->np0[r];
       mc->n_pend = 0;
+    } else { /* no drafts after all (a constraint ended them): as before (its entries get rewritten) */
+      mc->s.pos = b->mpos0[r];
+      mc->n_pend = b->np0[r];
     }
+  }
   return 0;
 }
 

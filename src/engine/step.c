@@ -171,12 +171,16 @@ static void mask_row(mask_task *t, int32_t r) {
   const q35_row *row = &t->rows[r];
   q35_context *c = t->c;
   const int32_t m = c->fwd_rows[r].n_out, V = c->model->hp.n_vocab, p0 = row->n_tokens - m;
-  int32_t drafted = 0;
-  for (int32_t j = 0; j < m; j++) {
+  int32_t drafted = 0, j = 0;
+  for (; j < m; j++) {
     q35_err e;
-    if (j > 0) {
-      if (q35_constraint_accept(row->constraint, row->tokens[p0 + j], &e)) break; /* unreachable for a verifier */
+    if (j > 0) { /* positions after a refused draft, or after an end of generation, are past what a verifier
+                    emits: unmasked */
+      if (q35_constraint_is_finished(row->constraint) ||
+          q35_constraint_accept(row->constraint, row->tokens[p0 + j], &e))
+        break;
       drafted++;
+      if (q35_constraint_is_finished(row->constraint)) break;
     }
     const uint32_t *mask = q35_constraint_mask_ref(row->constraint);
     if (!mask) {
@@ -192,6 +196,8 @@ static void mask_row(mask_task *t, int32_t r) {
       break;
     }
   }
+  if (t->store) /* the unmasked positions: a mask allowing every token */
+    for (; j < m; j++) memset(c->masks + (size_t)(c->out_at[r] + j) * t->words, 0xff, t->words * sizeof *c->masks);
   q35_err e;
   if (drafted) q35_constraint_rollback(row->constraint, drafted, &e);
 }
@@ -270,7 +276,8 @@ static int masks_finish(q35_context *c, const q35_row *rows, int32_t n_rows, mas
 }
 
 /* Advance each constraint by the samples a verifier accepts: the first, then each next one
- * while the previous sample equals the row's draft at that position. */
+ * while the previous sample equals the row's draft at that position, up to an end of generation
+ * (nothing follows it in the language). */
 static int advance_constraints(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
   for (int32_t r = 0; r < n_rows; r++) {
     q35_row *row = &rows[r];
@@ -279,6 +286,7 @@ static int advance_constraints(q35_context *c, q35_row *rows, int32_t n_rows, q3
     for (int32_t j = 0; j < m; j++) {
       const int32_t tok = c->out[c->out_at[r] + j].res.token;
       q35_err e;
+      if (j > 0 && q35_constraint_is_finished(row->constraint)) break;
       if (q35_constraint_accept(row->constraint, tok, &e)) return q35_seterr(err, "row %d: %s", r, e.msg);
       if (j + 1 < m && tok != row->tokens[p0 + j + 1]) break;
     }

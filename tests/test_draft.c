@@ -447,6 +447,17 @@ static void test_policy(void) {
   q35_draft_policy_step(&p, 1, 0.01);
   q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, 0, d);
   CHECK(d[0] >= 1, "untried sizes are tried: %d drafts", d[0]);
+  /* the probe schedule: every 32 steps, then 64, 128, ... while the plan holds; back to 32 when it moves */
+  memset(&p, 0, sizeof p);
+  int probes[8], np = 0;
+  for (int i = 1; i <= 500 && np < 8; i++)
+    if (q35_draft_policy_probe(&p, 2, 0)) probes[np++] = i;
+  CHECK(np >= 3 && probes[0] == 32 && probes[1] == 96 && probes[2] == 224, "probes at %d %d %d", probes[0], probes[1],
+        probes[2]);
+  int moved = 0;
+  q35_draft_policy_probe(&p, 2, 3); /* the plan changed */
+  for (int i = 1; i <= 40 && !moved; i++) moved = q35_draft_policy_probe(&p, 2, 3) ? i : 0;
+  CHECK(moved > 0 && moved <= 32, "after the plan moved, the next probe came %d steps later", moved);
   /* acceptance estimates: a session's counts pulled toward the context's */
   double s = 0, f = 0;
   for (int i = 0; i < 20; i++) q35_draft_policy_round(&p, &s, &f, 2, 2);

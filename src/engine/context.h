@@ -40,6 +40,10 @@ typedef struct q35_draft_policy {
   uint32_t head_n[Q35_POL_BMAX + 1];
   double acc_s, acc_f;            /* accepted drafts and rejections of all sessions (decayed) */
   uint64_t rounds;                /* steps with rows that could draft (the probe schedule) */
+  uint64_t next_probe;            /* the step (of rounds) of the next probe */
+  uint32_t probe_every;           /* steps between probes: 32, doubling to 1024 while the plan holds */
+  int32_t last_n, last_sum;       /* the previous plan: rows that could draft, drafts chosen */
+  int probe_dir;                  /* the next probe's direction (+1 / -1, alternating) */
 } q35_draft_policy;
 
 /* Times measured: a step of T tokens took `seconds`; a head pass over B rows took `seconds`. */
@@ -50,6 +54,12 @@ void q35_draft_policy_head(q35_draft_policy *p, int32_t B, double seconds);
 void q35_draft_policy_round(q35_draft_policy *p, double *s, double *f, int32_t nd, int32_t k);
 /* The acceptance estimate of a session with counts (s, f): its own, pulled toward the context's. */
 double q35_draft_policy_accept(const q35_draft_policy *p, double s, double f);
+/* Whether this step (of n rows that may draft, the plan choosing sum drafts) probes: 0, or +1 / -1
+ * (one draft more / fewer than the plan). Probes come every probe_every steps, alternating in
+ * direction; the interval starts at 32 and doubles after each probe up to 1024 while the plan
+ * for the same number of rows stays the same, and falls back to 32 when it changes (a probe of a
+ * choice far from paying costs up to a step, so a steady plan is rechecked rarely). */
+int q35_draft_policy_probe(q35_draft_policy *p, int32_t n, int32_t sum);
 /* Drafts d[i] in [0, dmax[i]] for n rows that may draft, with acceptance acc[i], in a step of T0
  * tokens (without drafts) that emits n_out0 tokens: the choice with the most tokens per second
  * the measured times predict, built one draft at a time (each row's next draft adds acc^j

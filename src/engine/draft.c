@@ -272,11 +272,17 @@ static void plan(q35_context *c, const q35_row *rows, int32_t n_rows) {
     n++;
   }
   if (n == 0) return;
-  const uint64_t k = c->pol.rounds++ % 64;
-  const int probe = k == 17 ? 1 : k == 49 ? -1 : 0;
-  int32_t d[n];
-  q35_draft_policy_plan(&c->pol, n, b->acc, b->dmax, T0, n_out0, probe, d);
-  for (int32_t i = 0; i < n; i++) b->nd[b->cand[i]] = d[i];
+  int32_t d[n], d0[n];
+  q35_draft_policy_plan(&c->pol, n, b->acc, b->dmax, T0, n_out0, 0, d0);
+  int32_t sum = 0;
+  for (int32_t i = 0; i < n; i++) sum += d0[i];
+  const int probe = q35_draft_policy_probe(&c->pol, n, sum);
+  if (probe) q35_draft_policy_plan(&c->pol, n, b->acc, b->dmax, T0, n_out0, probe, d);
+  for (int32_t i = 0; i < n; i++) {
+    q35_mtp_cache *mc = rows[b->cand[i]].session->mtp;
+    b->nd[b->cand[i]] = probe ? d[i] : d0[i];
+    mc->idle = d0[i] > 0 ? 0 : mc->idle + 1; /* steps the plan itself chose no drafts for this session */
+  }
 }
 
 /* Part 3 for rows that fed tokens without drafting: the pairs whose tokens are now known. A row
@@ -299,6 +305,14 @@ static void keep_pending(q35_context *c, q35_row *rows, const int32_t *is, int32
     int32_t *pt = b->ptok + b->at[r];
     if (np0 > 0) memcpy(pt, mc->pend_t, (size_t)(np0 - 1) * sizeof *pt);
     memcpy(pt + (np0 > 0 ? np0 - 1 : 0), row->tokens + (np0 > 0 ? 0 : 1), (size_t)(np0 > 0 ? n : n - 1) * sizeof *pt);
+    if (pairs >= Q35_MTP_PEND_FLUSH && mc->idle >= Q35_MTP_IDLE_STEPS) {
+      /* speculation off for this session a while: the head skips these pairs (their cache entries stay
+         stale; drafts after them may be worse, outputs do not change) and a step costs no head pass */
+      mc->s.pos += pairs;
+      memcpy(mc->pend_h, hid + (size_t)pairs * H, H * sizeof(float));
+      mc->n_pend = 1;
+      continue;
+    }
     if (pairs >= Q35_MTP_PEND_FLUSH) {
       b->mrows[nf++] = (q35_mtp_row){mc, pt, hid, pairs, NULL, NULL};
       continue;

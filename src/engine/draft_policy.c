@@ -90,6 +90,29 @@ static double fwd_delta(const q35_draft_policy *p, int64_t T) {
   return a < 0 || b < 0 || b < a ? 0 : b - a;
 }
 
+#define PROBE_FIRST 32
+#define PROBE_MAX 1024
+
+int q35_draft_policy_probe(q35_draft_policy *p, int32_t n, int32_t sum) {
+  if (!p->probe_every) {
+    p->probe_every = PROBE_FIRST;
+    p->next_probe = PROBE_FIRST;
+    p->probe_dir = 1;
+  }
+  if (n == p->last_n && sum != p->last_sum) { /* the plan moved: look around more often again */
+    p->probe_every = PROBE_FIRST;
+    if (p->next_probe > p->rounds + PROBE_FIRST) p->next_probe = p->rounds + PROBE_FIRST;
+  }
+  p->last_n = n;
+  p->last_sum = sum;
+  if (++p->rounds < p->next_probe) return 0;
+  const int dir = p->probe_dir;
+  p->probe_dir = -dir;
+  if (p->probe_every < PROBE_MAX) p->probe_every *= 2;
+  p->next_probe = p->rounds + p->probe_every;
+  return dir < 0 && sum == 0 ? 1 : dir; /* nothing to take away: look up instead */
+}
+
 void q35_draft_policy_plan(const q35_draft_policy *p, int32_t n, const double *acc, const int32_t *dmax, int64_t T0,
                            double n_out0, int probe, int32_t *d) {
   for (int32_t i = 0; i < n; i++) d[i] = 0;

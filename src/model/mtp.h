@@ -40,6 +40,7 @@ typedef struct q35_mtp_cache {
   double acc_s, acc_f; /* accepted drafts and rejections (decayed): the acceptance estimate */
   /* the latest verify step, for q35_session_draft_keep: emitted tokens, drafts */
   int32_t last_emitted, last_drafted, last_pos0;
+  int32_t idle;        /* decode steps in a row the adaptive policy chose no drafts for (engine/draft.c) */
 } q35_mtp_cache;
 
 /* Pairs the session holds pending at most before a step that does not draft runs them through
@@ -47,6 +48,13 @@ typedef struct q35_mtp_cache {
  * head's experts are read once per 32 tokens of every row in the step, not once per token (at
  * 4+ rows, where drafts do not pay, keeping the head's cache costs ~1-2 % of a step). */
 #define Q35_MTP_PEND_FLUSH 32
+
+/* After this many decode steps in which the adaptive policy chose no drafts for a session (a large
+ * batch, low acceptance, a compute-bound machine), its pending pairs are skipped instead of run
+ * through the head: keeping the head's cache costs a head pass per 32 tokens (on a 4-layer file
+ * ~6 % of the steps), worth it only while the session drafts. The probes of the policy still try
+ * drafts now and then; a session the plan gives drafts again keeps its cache from then on. */
+#define Q35_MTP_IDLE_STEPS 64
 
 q35_mtp_cache *q35_mtp_cache_new(q35_model *m, int32_t n_ctx, int kv_type, q35_err *err);
 void q35_mtp_cache_free(q35_mtp_cache *c);

@@ -38,6 +38,7 @@ static _Thread_local struct {
   char reason[LOG_REASON_MAX];
   int32_t prompt, completion;
   int has_tokens;
+  int anthropic; /* the path is under /v1/messages: errors take Anthropic's shape */
 } tl_log;
 
 void http_log_status(unsigned status, const char *reason) {
@@ -146,6 +147,24 @@ json_t *http_error_body(unsigned status, const char *msg, const char *param) {
   return http_error_body_code(status, msg, param, NULL);
 }
 
+json_t *http_anthropic_error_body(unsigned status, const char *msg) {
+  const char *type = status == 400 ? "invalid_request_error"
+                     : status == 401 ? "authentication_error"
+                     : status == 403 ? "permission_error"
+                     : status == 404 ? "not_found_error"
+                     : status == 413 ? "request_too_large"
+                     : status == 429 ? "rate_limit_error"
+                     : status == 503 ? "overloaded_error"
+                     : status >= 500 ? "api_error"
+                                     : "invalid_request_error";
+  return json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", type, "message", msg);
+}
+
+/* The error body in the shape of the API the current request's path belongs to. */
+static json_t *error_body(unsigned status, const char *msg, const char *param, const char *code) {
+  return tl_log.anthropic ? http_anthropic_error_body(status, msg) : http_error_body_code(status, msg, param, code);
+}
+
 json_t *http_error_body_code(unsigned status, const char *msg, const char *param, const char *code_given) {
   const char *type = status == 404 ? "not_found_error"
                      : status == 401 ? "authentication_error"
@@ -173,7 +192,7 @@ enum MHD_Result http_send_error(struct MHD_Connection *c, unsigned status, const
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   http_log_status(status, msg);
-  return http_send_json(c, status, http_error_body(status, msg, param));
+  return http_send_json(c, status, error_body(status, msg, param, NULL));
 }
 
 enum MHD_Result http_send_error_code(struct MHD_Connection *c, unsigned status, const char *param, const char *code,
@@ -184,7 +203,7 @@ enum MHD_Result http_send_error_code(struct MHD_Connection *c, unsigned status, 
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   http_log_status(status, msg);
-  return http_send_json(c, status, http_error_body_code(status, msg, param, code));
+  return http_send_json(c, status, error_body(status, msg, param, code));
 }
 
 /* ---- requests ---- */
@@ -204,6 +223,7 @@ int http_collect_body(struct MHD_Connection *c, const char *method, const char *
     *con_cls = rq;
     atomic_fetch_add(&g_in_flight, 1);
     memset(&tl_log, 0, sizeof tl_log);
+    tl_log.anthropic = !strncmp(url, "/v1/messages", 12) && (url[12] == 0 || url[12] == '/');
     rq->t0 = q35_now();
     snprintf(rq->what, sizeof rq->what, "%s %s", method, url);
     const char *cl = http_header(c, "Content-Length");

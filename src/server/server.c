@@ -249,15 +249,10 @@ static int known_path(const char *path) {
   return !strncmp(path, "/sessions/", 10) || !strncmp(path, "/models/", 8);
 }
 
-/* 401 in the shape of the API the path belongs to (Anthropic's for /v1/messages). */
-static enum MHD_Result send_unauthorized(struct MHD_Connection *c, const char *path) {
-  static const char msg[] = "a valid API key is required: send 'Authorization: Bearer KEY' (or 'x-api-key: KEY')";
-  if (!strncmp(path, "/messages", 9)) {
-    http_log_status(401, msg);
-    return http_send_json(c, 401, json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
-                                            "authentication_error", "message", msg));
-  }
-  return http_send_error(c, 401, NULL, "%s", msg);
+/* 401 (in Anthropic's shape under /v1/messages: http_send_error picks it). */
+static enum MHD_Result send_unauthorized(struct MHD_Connection *c) {
+  return http_send_error(c, 401, NULL, "%s",
+                         "a valid API key is required: send 'Authorization: Bearer KEY' (or 'x-api-key: KEY')");
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -279,7 +274,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   const char *path = url;
   if (!strncmp(path, "/v1/", 4)) path += 3;
   const int metrics = !strcmp(path, "/metrics");
-  if (!(metrics && S->o.metrics_open) && !http_auth_ok(c)) return send_unauthorized(c, path);
+  if (!(metrics && S->o.metrics_open) && !http_auth_ok(c)) return send_unauthorized(c);
   if (!known_path(path) && !api_known_path(path))
     return http_send_error(c, 404, NULL, "no endpoint %s %s", method, url);
   if (!atomic_load(&S->ready)) return http_send_error(c, 503, NULL, "the model is loading");

@@ -470,6 +470,90 @@ await section('openai chat helpers: stream, runTools, parse', async () => {
         pr.choices[0].message);
 });
 
+// ================= across the APIs =================
+
+await section('legacy functions end to end; tool-call ids unique across the three APIs', async () => {
+  const msgs = [{ role: 'user', content: 'Weather in Paris?' }];
+  const functions = [chatTools[0].function];
+  // legacy functions: the answer is message.function_call and finish_reason "function_call", streamed as delta.function_call
+  const f = await oa.chat.completions.create({ model: MODEL, messages: msgs, functions });
+  const fm = f.choices[0].message;
+  check(fm.content === chain.text && fm.function_call && fm.function_call.name === 'get_weather' &&
+        JSON.parse(fm.function_call.arguments).city === 'Paris' && !fm.tool_calls, 'functions: message.function_call', fm);
+  check(f.choices[0].finish_reason === 'function_call', 'functions: finish_reason function_call', f.choices[0].finish_reason);
+  let fname = '', fargs = '', ffinish = null;
+  for await (const ch of await oa.chat.completions.create({ model: MODEL, messages: msgs, functions, stream: true }))
+    for (const c of ch.choices) {
+      if (c.delta.function_call) { fname += c.delta.function_call.name || ''; fargs += c.delta.function_call.arguments || ''; }
+      if (c.finish_reason) ffinish = c.finish_reason;
+    }
+  check(fname === 'get_weather' && JSON.parse(fargs).city === 'Paris' && ffinish === 'function_call',
+        'functions streamed: delta.function_call, finish_reason function_call', [fname, fargs, ffinish]);
+  // ids: every call of every API in this server's lifetime is different (streamed or not)
+  const ids = [];
+  for (let i = 0; i < 2; i++) {
+    ids.push((await oa.chat.completions.create({ model: MODEL, messages: msgs, tools: chatTools })).choices[0].message.tool_calls[0].id);
+    for await (const ch of await oa.chat.completions.create({ model: MODEL, messages: msgs, tools: chatTools, stream: true }))
+      for (const c of ch.choices) for (const t of c.delta.tool_calls || []) if (t.id) ids.push(t.id);
+    ids.push((await oa.responses.create({ model: MODEL, input: 'x', tools: rTools })).output[1].call_id);
+    ids.push((await oa.responses.stream({ model: MODEL, input: 'x', tools: rTools }).finalResponse()).output[1].call_id);
+    ids.push((await an.messages.create({ model: MODEL, max_tokens: 64, tools: aTools, messages: msgs })).content[1].id);
+    ids.push((await an.messages.stream({ model: MODEL, max_tokens: 64, tools: aTools, messages: msgs }).finalMessage()).content[1].id);
+  }
+  check(ids.length === 12 && new Set(ids).size === 12, 'tool-call ids: 12 calls, 12 different ids', ids);
+  check(ids.every((x) => /^(call_[0-9a-f]{16,24}|toolu_[0-9a-f]{16})$/.test(x)), 'id formats', ids);
+});
+
+await section('a prompt past the context: each API\'s error; the counting endpoints still count', async () => {
+  // the server runs with --ctx 2048
+  const long = 'lorem ipsum dolor '.repeat(800);
+  const want = await refCount([{ role: 'user', content: long }]);
+  check(want > 2048, 'the reference prompt is longer than the context', want);
+  const c = await an.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: long }] });
+  check(c.input_tokens === want, 'count_tokens counts past the context', [c, want]);
+  const r = await oa.responses.inputTokens.count({ model: MODEL, input: long });
+  check(r.input_tokens === want, 'responses input_tokens counts past the context', [r, want]);
+  const m = await expectError('messages: prompt too long', 400, () => an.messages.create({ model: MODEL, max_tokens: 8,
+    messages: [{ role: 'user', content: long }] }), `prompt is too long: ${want} tokens`);
+  check(m instanceof Anthropic.BadRequestError && m.error && m.error.type === 'error' &&
+        m.error.error.type === 'invalid_request_error', 'messages: Anthropic\'s error shape', m && m.error);
+  const rr = await expectError('responses: prompt too long', 400, () => oa.responses.create({ model: MODEL, input: long }));
+  check(rr && rr.code === 'context_length_exceeded', 'responses: code context_length_exceeded', rr && rr.error);
+  const cc = await expectError('chat: prompt too long', 400, () => oa.chat.completions.create({ model: MODEL,
+    messages: [{ role: 'user', content: long }] }));
+  check(cc && cc.code === 'context_length_exceeded' && cc.param === 'messages', 'chat: code context_length_exceeded',
+        cc && cc.error);
+});
+
+await section('errors under /v1/messages are Anthropic\'s shape (count_tokens, unknown paths, methods)', async () => {
+  const shape = (e, type) => e && e.error && e.error.type === 'error' && e.error.error && e.error.error.type === type;
+  const u = await expectError('count_tokens: unknown field', 400, () => an.messages.countTokens({ model: MODEL,
+    messages: [{ role: 'user', content: 'x' }], frobnicate: 1 }), 'frobnicate');
+  check(u instanceof Anthropic.BadRequestError && shape(u, 'invalid_request_error'), 'count_tokens 400: Anthropic shape', u && u.error);
+  const nm = await expectError('count_tokens: no messages', 400, () => an.messages.countTokens({ model: MODEL, messages: [] }),
+    'messages');
+  check(shape(nm, 'invalid_request_error'), 'count_tokens: no messages, Anthropic shape', nm && nm.error);
+  const img = await expectError('count_tokens: an image', 400, () => an.messages.countTokens({ model: MODEL, messages: [{ role: 'user',
+    content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AAAA' } }] }] }), 'vision');
+  check(shape(img, 'invalid_request_error'), 'count_tokens: an image, Anthropic shape', img && img.error);
+  const doc = await expectError('a document block', 400, () => an.messages.create({ model: MODEL, max_tokens: 8, messages: [{
+    role: 'user', content: [{ type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'x' } }] }] }),
+  'document block');
+  check(doc && /text block/.test(doc.message) && !/vision/.test(doc.message), 'a document: says what to send instead', doc && doc.message);
+  const b = await expectError('an endpoint this server lacks', 404, () => an.messages.batches.list());
+  check(b instanceof Anthropic.NotFoundError && shape(b, 'not_found_error'), 'unknown /v1/messages path: 404, Anthropic shape',
+        b && b.error);
+  const g = await fetch(`${base}/v1/messages/count_tokens`);
+  const gj = await g.json();
+  check(g.status === 405 && gj.type === 'error' && gj.error.type === 'invalid_request_error', 'GET count_tokens: 405, Anthropic shape', gj);
+  // fields the API declares nullable that this server refuses: null is "not given"
+  const n = await an.messages.create({ model: MODEL, max_tokens: 64, container: null, inference_geo: null, speed: null,
+    messages: [{ role: 'user', content: 'hi' }] });
+  check(n.content[0].text === WHOLE, 'container / inference_geo / speed null are absent', n.content);
+  const rn = await oa.responses.create({ model: MODEL, input: 'hi', conversation: null, prompt: null });
+  check(rn.output_text === WHOLE, 'responses conversation / prompt null are absent', rn.output_text);
+});
+
 // ================= completions: suffix (this vocabulary has Qwen's FIM tokens) =================
 
 await section('completions: suffix is fill in the middle', async () => {

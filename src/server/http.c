@@ -212,6 +212,34 @@ const char *http_header(struct MHD_Connection *c, const char *name) {
   return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
 }
 
+const char *http_query(struct MHD_Connection *c, const char *name) {
+  const char *v = NULL;
+  size_t n = 0;
+  if (MHD_lookup_connection_value_n(c, MHD_GET_ARGUMENT_KIND, name, strlen(name), &v, &n) != MHD_YES) return NULL;
+  return v ? v : "";
+}
+
+typedef struct {
+  const char *const *allowed;
+  const char *unknown;
+} query_scan;
+
+static enum MHD_Result query_key(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+  (void)kind;
+  (void)value;
+  query_scan *q = cls;
+  for (const char *const *a = q->allowed; *a; a++)
+    if (!strcmp(key, *a)) return MHD_YES;
+  q->unknown = key;
+  return MHD_NO;
+}
+
+const char *http_query_unknown(struct MHD_Connection *c, const char *const *allowed) {
+  query_scan q = {allowed, NULL};
+  MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, query_key, &q);
+  return q.unknown;
+}
+
 int http_collect_body(struct MHD_Connection *c, const char *method, const char *url, int64_t max_body,
                       const char *upload, size_t *upload_size, void **con_cls, enum MHD_Result *ret) {
   const int is_post = !strcmp(method, "POST");

@@ -64,6 +64,10 @@ enum MHD_Result http_send_error_code(struct MHD_Connection *c, unsigned status, 
 
 /* A request header's value, or NULL. */
 const char *http_header(struct MHD_Connection *c, const char *name);
+/* A query-string argument's value (NULL when absent; "" for a bare key). */
+const char *http_query(struct MHD_Connection *c, const char *name);
+/* The first query-string argument whose key is not in the NULL-terminated list, or NULL. */
+const char *http_query_unknown(struct MHD_Connection *c, const char *const *allowed);
 
 /* The per-request state MHD keeps in *con_cls between calls of the access handler. */
 typedef struct http_request {

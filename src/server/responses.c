@@ -121,6 +121,18 @@ enum MHD_Result api_response_get(api_ctx *A, struct MHD_Connection *c, const cha
     return http_send_error(c, 404, NULL, "no endpoint %s /v1/responses/%s (this server has GET and DELETE "
                            "/v1/responses/{id})", method, id);
   if (!strcmp(method, "GET")) {
+    /* the query of the API's retrieve: stream / starting_after replay a background response,
+     * which this server does not run; include adds output this server does not have */
+    static const char *const args[] = {"stream", "starting_after", "include", "include[]", "include_obfuscation", NULL};
+    const char *u = http_query_unknown(c, args);
+    if (u) return http_send_error(c, 400, u, "unknown query parameter '%s'", u);
+    const char *st = http_query(c, "stream");
+    if ((st && strcmp(st, "false")) || http_query(c, "starting_after"))
+      return http_send_error(c, 400, st ? "stream" : "starting_after", "streaming a stored response (stream, "
+                             "starting_after) is for background responses, which this server does not run; GET "
+                             "/v1/responses/{id} without them returns it whole");
+    if (http_query(c, "include") || http_query(c, "include[]"))
+      return http_send_error(c, 400, "include", "'include' must be empty: this server has no extra output to include");
     json_t *r = store_get(A->store, id, 1);
     if (!r) return http_send_error(c, 404, NULL, "no stored response '%s'", id);
     return http_send_json(c, 200, r);

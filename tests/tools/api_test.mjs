@@ -123,6 +123,10 @@ await section('responses: function call, round trip with previous_response_id', 
     () => oa.responses.create({ model: MODEL, previous_response_id: r3.id, input: 'x' }), r3.id);
   const got = await oa.responses.retrieve(r1.id);
   check(got.id === r1.id && got.output.length === 2, 'retrieve', got.id);
+  // retrieve's stream / include query parameters: refused by name (no background responses, no extra output)
+  await expectError('retrieve with stream: true', 400, () => oa.responses.retrieve(r1.id, { stream: true }), 'background');
+  await expectError('retrieve with include', 400, () => oa.responses.retrieve(r1.id, { include: ['message.output_text.logprobs'] }),
+    'include');
   await oa.responses.delete(r3.id).then(() => check(false, 'deleting an unstored response is a 404'), (e) =>
     check(e.status === 404, 'delete unknown: 404', e.status));
 });

@@ -419,8 +419,15 @@ static int parse_output_config(const json_t *b, msg_req *q, oai_error *e) {
 static int parse_request(api_ctx *A, const char *sid, const json_t *b, int count, msg_req *q, oai_error *e) {
   const oai_model *M = A->M;
   /* refused when given; null is the same as absent (the API declares them nullable) */
-  static const char *const null_ok[] = {"container", "diagnostics", "inference_geo", "speed", NULL};
+  static const char *const null_ok[] = {"container", "diagnostics", "inference_geo", "speed", "thread", NULL};
   const char *bad = api_unknown_key_null(b, count ? count_keys : create_keys, null_ok);
+  if (bad && !strcmp(bad, "thread")) { /* the beta's server-held conversations; the SDK reads this rejection */
+    api_bad(e, bad, "'thread' (server-held message threads) is not available on this server: send the whole "
+            "conversation each turn (the SDK's tool runner: pass thread: false, or unsupportedRequestBehavior: "
+            "'continue_unthreaded')");
+    e->code = "thread_unsupported_request";
+    return -1;
+  }
   if (bad) return api_bad(e, bad, "unknown or unsupported field '%s'", bad);
   const json_t *cc = json_object_get(b, "cache_control"); /* a cache hint: prefix reuse is automatic */
   static const char *const cck[] = {"type", "ttl", NULL};
@@ -612,6 +619,13 @@ enum MHD_Result api_messages(api_ctx *A, struct MHD_Connection *c, const json_t 
   oai_error e = {0};
   if (parse_request(A, api_session_header(c), body, count_only, q, &e)) {
     req_free(q);
+    if (e.code && !strcmp(e.code, "thread_unsupported_request")) { /* error.details as the SDK's threads read it */
+      json_t *o = http_anthropic_error_body(400, e.msg);
+      json_object_set_new(json_object_get(o, "error"), "details",
+                          json_pack("{s:s,s:[s]}", "error_code", e.code, "unsupported", "thread"));
+      http_log_status(400, e.msg);
+      return http_send_json(c, 400, o);
+    }
     return api_anthropic_error(c, e.status ? e.status : 400, "%s", e.msg);
   }
   if (count_only) {

@@ -12,6 +12,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
+import { betaZodTool } from '@anthropic-ai/sdk/helpers/beta/zod';
 import { generateText, streamText, tool, stepCountIs } from 'ai';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { z } from 'zod';
@@ -474,6 +475,27 @@ await section('openai chat helpers: stream, runTools, parse', async () => {
         pr.choices[0].message);
 });
 
+await section('messages: the SDK\'s beta tool runner; thread refused in the shape its fallback reads', async () => {
+  // the runner asks for a server-held thread first; the refusal's error.details make it go on
+  // without one, sending the whole conversation each turn
+  const cities = [];
+  const weather = betaZodTool({ name: 'get_weather', description: 'Weather of a city', inputSchema: z.object({ city: z.string() }),
+    run: async ({ city }) => { cities.push(city); return 'sunny, 21 C'; } });
+  const runner = an.beta.messages.toolRunner({ model: MODEL, max_tokens: 64, tools: [weather], max_iterations: 2,
+    messages: [{ role: 'user', content: 'Weather in Paris?' }] });
+  const replies = [];
+  for await (const m of runner) replies.push(m.content.map((b) => b.type).join());
+  check(replies.length === 2 && replies.every((x) => x === 'text,tool_use'), 'two turns, each text + tool_use', replies);
+  check(cities.length === 2 && cities.every((c) => c === 'Paris'), 'the tool ran with the parsed input each turn', cities);
+  const sent = runner.params.messages;
+  check(sent.length === 5 && sent[2].role === 'user' && sent[2].content[0].type === 'tool_result',
+        'the results went back as tool_result turns', sent.map((m) => m.role));
+  const t = await expectError('thread create', 400, () => an.beta.messages.create({ model: MODEL, max_tokens: 8,
+    thread: { type: 'create' }, messages: [{ role: 'user', content: 'x' }] }), 'thread: false');
+  check(t && t.error && t.error.error && t.error.error.details && t.error.error.details.error_code === 'thread_unsupported_request',
+        'thread: error.details.error_code thread_unsupported_request', t && t.error);
+});
+
 // ================= across the APIs =================
 
 await section('legacy functions end to end; tool-call ids unique across the three APIs', async () => {
@@ -551,7 +573,7 @@ await section('errors under /v1/messages are Anthropic\'s shape (count_tokens, u
   const gj = await g.json();
   check(g.status === 405 && gj.type === 'error' && gj.error.type === 'invalid_request_error', 'GET count_tokens: 405, Anthropic shape', gj);
   // fields the API declares nullable that this server refuses: null is "not given"
-  const n = await an.messages.create({ model: MODEL, max_tokens: 64, container: null, inference_geo: null, speed: null,
+  const n = await an.messages.create({ model: MODEL, max_tokens: 64, container: null, inference_geo: null, speed: null, thread: null,
     messages: [{ role: 'user', content: 'hi' }] });
   check(n.content[0].text === WHOLE, 'container / inference_geo / speed null are absent', n.content);
   const rn = await oa.responses.create({ model: MODEL, input: 'hi', conversation: null, prompt: null });

@@ -572,6 +572,12 @@ await section('errors under /v1/messages are Anthropic\'s shape (count_tokens, u
   const g = await fetch(`${base}/v1/messages/count_tokens`);
   const gj = await g.json();
   check(g.status === 405 && gj.type === 'error' && gj.error.type === 'invalid_request_error', 'GET count_tokens: 405, Anthropic shape', gj);
+  // the Anthropic SDK's models.list / retrieve read Anthropic's fields (type, display_name, created_at)
+  const ml = [];
+  for await (const m of an.models.list()) ml.push(m);
+  const mr = await an.models.retrieve(MODEL);
+  check(ml.length === 1 && ml[0].type === 'model' && ml[0].id === 'chain.gguf' && ml[0].display_name === 'chain.gguf' &&
+        !Number.isNaN(Date.parse(ml[0].created_at)) && mr.id === ml[0].id && mr.type === 'model', 'anthropic models', [ml, mr]);
   // fields the API declares nullable that this server refuses: null is "not given"
   const n = await an.messages.create({ model: MODEL, max_tokens: 64, container: null, inference_geo: null, speed: null, thread: null,
     messages: [{ role: 'user', content: 'hi' }] });

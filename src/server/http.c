@@ -251,7 +251,8 @@ int http_collect_body(struct MHD_Connection *c, const char *method, const char *
     *con_cls = rq;
     atomic_fetch_add(&g_in_flight, 1);
     memset(&tl_log, 0, sizeof tl_log);
-    tl_log.anthropic = !strncmp(url, "/v1/messages", 12) && (url[12] == 0 || url[12] == '/');
+    const char *path = !strncmp(url, "/v1/", 4) ? url + 3 : url; /* routes answer with or without /v1 */
+    tl_log.anthropic = !strncmp(path, "/messages", 9) && (path[9] == 0 || path[9] == '/');
     rq->t0 = q35_now();
     snprintf(rq->what, sizeof rq->what, "%s %s", method, url);
     const char *cl = http_header(c, "Content-Length");

@@ -504,7 +504,8 @@ static const char *stop_reason(const msg_req *q, const api_gen *g, const char **
     *seq = q->j->stop[si];
     return "stop_sequence";
   }
-  if (g->finish && !strcmp(g->finish, "length")) return "max_tokens";
+  if (g->finish && !strcmp(g->finish, "length")) /* max_tokens, or the context filled up first */
+    return q->j->completion_tokens < q->j->max_tokens ? "model_context_window_exceeded" : "max_tokens";
   return g->n_calls ? "tool_use" : "end_turn";
 }
 

@@ -401,6 +401,12 @@ await section('messages: prefill, sampling parameters, a client that goes away',
   const lp = await an.messages.create(loopReq);
   check(lp.stop_reason === 'max_tokens' && lp.usage.output_tokens === 300 && lp.content[0].text === chain.loop.repeat(300),
         'LOOP up to max_tokens', [lp.stop_reason, lp.usage]);
+  // the context (2048) fills before max_tokens: stop_reason model_context_window_exceeded, not max_tokens
+  const nearFull = [{ role: 'user', content: 'lorem ipsum dolor '.repeat(240) }, { role: 'assistant', content: 'Say it' + chain.loop }];
+  const full = await an.messages.create({ model: MODEL, max_tokens: 100000, messages: nearFull });
+  const used = full.usage.input_tokens + full.usage.cache_read_input_tokens + full.usage.output_tokens;
+  check(full.stop_reason === 'model_context_window_exceeded' && used === 2048 && full.usage.output_tokens > 0,
+        'the context fills first: model_context_window_exceeded', [full.stop_reason, full.usage]);
   const ls = await an.messages.stream(loopReq).finalMessage();
   check(ls.content[0].text === lp.content[0].text && ls.stop_reason === 'max_tokens', 'streamed LOOP', ls.stop_reason);
   const metric = async () => Number((await (await fetch(`${base}/metrics`)).text()).match(/q35_requests_cancelled_total (\d+)/)[1]);

@@ -50,11 +50,13 @@ typedef struct q35_mtp_cache {
 #define Q35_MTP_PEND_FLUSH 32
 
 /* After this many decode steps in which the adaptive policy chose no drafts for a session (a large
- * batch, low acceptance, a compute-bound machine), its pending pairs are skipped instead of run
- * through the head: keeping the head's cache costs a head pass per 32 tokens (on a 4-layer file
- * ~6 % of the steps), worth it only while the session drafts. The probes of the policy still try
- * drafts now and then; a session the plan gives drafts again keeps its cache from then on. */
-#define Q35_MTP_IDLE_STEPS 64
+ * batch, low acceptance, a compute-bound machine), its pending pairs (a prompt's too) are skipped
+ * instead of run through the head: keeping the head's cache costs a head pass per 32 tokens (on a
+ * 4-layer file ~6 % of the steps, ~1 % on a 40-layer one), worth it only while the session
+ * drafts. The count survives a reset or a restore (a server slot's next request starts where the
+ * last one left off); the policy's probes still try drafts now and then, and a session the plan
+ * gives drafts again keeps its cache from then on. */
+#define Q35_MTP_IDLE_STEPS 32
 
 q35_mtp_cache *q35_mtp_cache_new(q35_model *m, int32_t n_ctx, int kv_type, q35_err *err);
 void q35_mtp_cache_free(q35_mtp_cache *c);

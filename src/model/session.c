@@ -81,8 +81,7 @@ static void draft_state_reset(q35_session *s) {
   if (!s->mtp) return;
   s->mtp->s.pos = 0;
   s->mtp->n_pend = 0;
-  s->mtp->last_emitted = 0;
-  s->mtp->idle = 0;
+  s->mtp->last_emitted = 0; /* (idle stays: the plan's recent choices for this session's steps) */
 }
 
 q35_session *q35_session_new(q35_model *m, const q35_session_params *params, q35_err *err) {
@@ -279,7 +278,6 @@ int q35_session_restore(q35_session *s, const q35_snapshot *p, q35_err *err) {
   if (s->mtp) {
     q35_mtp_cache *c = s->mtp;
     c->last_emitted = 0;
-    c->idle = 0;
     if (p->has_mtp && p->n_pend <= c->pend_cap && p->mtp_pos <= c->s.params.n_ctx) {
       c->s.pos = p->mtp_pos;
       c->n_pend = p->n_pend;

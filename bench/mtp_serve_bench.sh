@@ -12,7 +12,8 @@
 # clock) and the generated tokens per CPU-second of the server process (its utime + stime from
 # /proc: the work, which a loaded machine does not inflate the way it stretches the wall clock;
 # with THREADS 1 no pool thread spins), per round and the median ratio; and the speculating
-# server's drafts, acceptance and drafted rows from /metrics. Needs node.
+# server's drafts, acceptance and drafted rows from /metrics. PROMPT_IDS=1,2,3,... gives token-id
+# prompts (on a --mtp-agree-vocab K file, ids below K keep the generation among them). Needs node.
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -39,7 +40,7 @@ serve() { # NAME STREAMS FLAGS...: start, bench, CPU time and metrics, stop
   local c0 c1
   c0=$(awk '{print $14 + $15}' /proc/$pid/stat)
   echo "$(cut -d' ' -f1 /proc/loadavg)" >"$out/load_$name"
-  Q35_URL="http://127.0.0.1:$port" BENCH_TOKENS=$ntok BENCH_STREAMS=$s BENCH_ROUNDS=1 \
+  Q35_URL="http://127.0.0.1:$port" BENCH_TOKENS=$ntok BENCH_STREAMS=$s BENCH_ROUNDS=1 BENCH_PROMPT_IDS=${PROMPT_IDS:-} \
     node "$here/server_bench.mjs" 2>/dev/null | tail -1 >"$out/res_$name"
   c1=$(awk '{print $14 + $15}' /proc/$pid/stat)
   curl -s "http://127.0.0.1:$port/metrics" | grep '^q35_draft\|^q35_steps_total\|^q35_generated_tokens_total' >"$out/met_$name"

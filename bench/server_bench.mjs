@@ -1,6 +1,7 @@
 // server_bench.mjs - aggregate decode tokens/s of a running `q35 serve` with 1, 2, 4, 8
 // concurrent streams. Env: Q35_URL, BENCH_TOKENS (per stream, default 32), BENCH_STREAMS
-// ("1,2,4,8"), BENCH_ROUNDS (default 3; each round runs every count once, in order).
+// ("1,2,4,8"), BENCH_ROUNDS (default 3; each round runs every count once, in order),
+// BENCH_PROMPT_IDS (token ids for the prompts instead of text).
 // Each stream asks for logprobs so every SSE chunk carries exactly its tokens.
 //
 // Client rate: the steady-state window, from the moment EVERY stream has its first token
@@ -15,6 +16,8 @@ const base = process.env.Q35_URL;
 const nTok = Number(process.env.BENCH_TOKENS || 32);
 const counts = (process.env.BENCH_STREAMS || '1,2,4,8').split(',').map(Number);
 const rounds = Number(process.env.BENCH_ROUNDS || 3);
+// BENCH_PROMPT_IDS ("1,2,3"): token-id prompts (stream i adds i to the first id) instead of text
+const promptIds = process.env.BENCH_PROMPT_IDS ? process.env.BENCH_PROMPT_IDS.split(',').map(Number) : null;
 
 async function metrics() {
   const t = await (await fetch(`${base}/metrics`)).text();
@@ -27,8 +30,8 @@ async function run(c) {
   const log = [];
   let nFirst = 0, ended = false, t0 = null, t1 = null, m0 = null, m1 = null;
   async function stream(i) {
-    const body = { prompt: `benchmark stream ${i}: once upon a time`, max_tokens: nTok, temperature: 1, seed: i,
-      logprobs: 0, stream: true };
+    const body = { prompt: promptIds ? promptIds.map((t, k) => (k ? t : t + i)) : `benchmark stream ${i}: once upon a time`,
+      max_tokens: nTok, temperature: 1, seed: i, logprobs: 0, stream: true };
     const r = await fetch(`${base}/v1/completions`, { method: 'POST', body: JSON.stringify(body),
       headers: { 'content-type': 'application/json' } });
     if (r.status !== 200) throw new Error(`HTTP ${r.status}: ${await r.text()}`);

@@ -2,7 +2,8 @@
 # test_mpi.sh - pipeline parallelism over MPI (src/dist/pp.c): `mpirun -np N q35 ...` on loopback
 # computes exactly what one process computes. References: the default build's q35 (no MPI) on the
 # same files. Checked: `q35 logits --all` files byte for byte (N = 2, 3; split by bytes and by
-# --pp-split; prefill in chunks), seeded `q35 run` ids and text with penalties and filters (the
+# --pp-split; prefill in chunks; a split GGUF against the unsplit file, mapped and --no-mmap, with
+# each rank's peak memory below 75% of the file), seeded `q35 run` ids and text with penalties and filters (the
 # last rank samples) and with a constraint (logits come back to rank 0), tiny MoE, dense tied and
 # a small file with the 35B-A3B layer shapes; a bad split and too many ranks are refused with a
 # message; a rank killed mid-generation ends the job within seconds, with mpirun naming it.
@@ -61,6 +62,28 @@ for m in moe dense a3b; do
   mpi 3 logits -m "$tmp/$m.gguf" --tokens $toks --all -t 1 --chunk 4 -o "$tmp/$m.3" 2>"$tmp/err3" || cat "$tmp/err3"
   same_file "$tmp/$m.ref" "$tmp/$m.3" "$m: logits of 3 ranks, prefill in chunks of 4 = one process"
 done
+# a split GGUF (13 shards of at most 20 MB): each stage maps its tensors from whichever shards hold
+# them (no data of the others); the logits equal one process on the unsplit file, and each rank's
+# peak resident memory is about its share (under 75% of the file; not under the sanitizers)
+"$Q35" export --tiny-test -o "$tmp/a3bs.gguf" --embd 2048 --heads 16 --kv-heads 2 --head-dim 256 --rot 64 \
+  --ssm-k-heads 16 --ssm-v-heads 32 --ssm-head-dim 128 --experts 4 --experts-used 2 --ff 512 --shexp-ff 512 \
+  --vocab 2048 --layers 4 --type q8_0 --split-max-size 20M >/dev/null 2>&1
+s1=$tmp/a3bs-00001-of-00013.gguf
+mpi 2 logits -m "$s1" --tokens $toks --all -t 1 -o "$tmp/a3bs.2" 2>"$tmp/errs2" || cat "$tmp/errs2"
+same_file "$tmp/a3b.ref" "$tmp/a3bs.2" "a3b split in 13 shards: logits of 2 ranks = one process on the unsplit file"
+mpi 3 logits -m "$s1" --tokens $toks --all -t 1 --chunk 4 --no-mmap -o "$tmp/a3bs.3" 2>"$tmp/errs3" || cat "$tmp/errs3"
+same_file "$tmp/a3b.ref" "$tmp/a3bs.3" "a3b split in 13 shards: logits of 3 ranks, --no-mmap, chunks of 4 = one process"
+if [ "${Q35_SANITIZE_RUN:-0}" != 1 ]; then
+  fmib=$(($(stat -c %s "$tmp/a3b.gguf") / 1048576))
+  for e in errs2 errs3; do
+    peaks=$(grep -o 'peak resident memory [0-9.]*' "$tmp/$e" | awk '{print $4}' | sort -n | tr '\n' ' ')
+    if [ -n "$peaks" ] && [ "$(echo "$peaks" | awk -v f="$fmib" '{for (i = 1; i <= NF; i++) if ($i > 0.75 * f) bad = 1} END {print bad + 0}')" = 0 ]; then
+      ok "split file, $e: every rank's peak resident memory (${peaks}MiB) < 75% of the file (${fmib} MiB)"
+    else
+      bad "split file, $e: peak resident memory '${peaks}' MiB of a ${fmib} MiB file"
+    fi
+  done
+fi
 grep -q "pipeline: 3 ranks: rank 0 layers \[0, 1) .*rank 2 layers \[3, 4)" "$tmp/err3" &&
   ok "a3b: the split is printed ($(grep -o 'pipeline: 3 ranks.*' "$tmp/err3"))" || bad "no split line: $(cat "$tmp/err3")"
 for split in 0:1,1:5,5:6 0:4,4:5,5:6; do

@@ -4,8 +4,11 @@
  * q35_fwd_row.x_out / x_in, gives logits bit-identical to the whole model (reference: the whole
  * model's q35_session_eval), for several splits and prefill chunkings; a stage's sessions hold
  * only its layers' state (the stages' bytes add up to the whole's); the other stages' tensor data
- * is not mapped (mincore: ENOMEM); misuse is refused with a message. The MPI driver on top of
- * this (src/dist/pp.c) is tested by test_mpi.sh.
+ * is not mapped (mincore: ENOMEM); misuse is refused with a message. The same for the model
+ * written as a split GGUF (shards of a few tensors each: a stage maps its tensors from whichever
+ * shards hold them and keeps no data of a shard holding none) and read into memory (no_mmap: only
+ * the stage's tensors are copied). The MPI driver on top of this (src/dist/pp.c) is tested by
+ * test_mpi.sh.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -24,9 +27,12 @@
 enum { NL = 6, NT = 11 };
 static const int32_t toks[NT] = {5, 17, 3, 99, 250, 7, 1, 64, 300, 2, 11};
 
+static int g_no_mmap; /* load the stages with no_mmap */
+
 static q35_model *load_range(const char *path, int b, int e, q35_err *err) {
   q35_model_params mp = q35_model_default_params();
   mp.n_threads = 1; /* several models live at once: no spinning workers */
+  mp.no_mmap = g_no_mmap;
   mp.layer_begin = b;
   mp.layer_end = e;
   return q35_model_load(path, &mp, err);
@@ -70,8 +76,8 @@ static void run_stages(const char *path, const int *bounds, int n_st, const floa
       xb = t;
     }
   }
-  CHECK(memcmp(logits, ref, sizeof(float) * NT * V) == 0, "stages from %d to %d (%d stages), chunk %d: logits differ",
-        bounds[1], bounds[n_st - 1], n_st, chunk);
+  CHECK(memcmp(logits, ref, sizeof(float) * NT * V) == 0, "%s%s: stages from %d to %d (%d stages), chunk %d: logits "
+        "differ", path, g_no_mmap ? " (no_mmap)" : "", bounds[1], bounds[n_st - 1], n_st, chunk);
   }
   free(xa);
   free(xb);
@@ -81,13 +87,71 @@ static void run_stages(const char *path, const int *bounds, int n_st, const floa
   }
 }
 
-/* Whether the middle of tensor `name` is unmapped. */
-static int unmapped(const gguf_file *f, const char *name) {
-  const gguf_tensor *t = gguf_find_tensor(f, name);
-  const void *p = (const char *)t->data + t->nbytes / 2;
+/* Whether the page at p is unmapped. */
+static int page_unmapped(const void *p) {
   const long pg = sysconf(_SC_PAGESIZE);
   unsigned char v;
   return mincore((void *)((uintptr_t)p & ~(uintptr_t)(pg - 1)), 1, &v) != 0 && errno == ENOMEM;
+}
+
+/* Whether the middle of tensor `name` is unmapped. */
+static int unmapped(const gguf_file *f, const char *name) {
+  const gguf_tensor *t = gguf_find_tensor(f, name);
+  return page_unmapped((const char *)t->data + t->nbytes / 2);
+}
+
+/* Whether a stage of layers [b, e) binds tensor t (its layers', the embedding for the first stage,
+ * output_norm and output for the last; never the MTP block). */
+static int stage_tensor(const gguf_tensor *t, int b, int e) {
+  char name[96];
+  snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+  int l = -1;
+  if (sscanf(name, "blk.%d.", &l) == 1) return l >= b && l < e;
+  return !strcmp(name, "token_embd.weight") ? b == 0 : e == NL; /* output_norm, output */
+}
+
+/* A stage of layers [b, e) of a split file: the middle of every tensor it binds is mapped and every
+ * other tensor's is not (unless that page holds a bound tensor or the header); a shard holding none
+ * of its tensors has no page of its data section mapped.
+ * Returns the shards that held none (with data past the header's last page). */
+static int check_split_stage(const char *path, int b, int e) {
+  q35_err err;
+  q35_model *m = load_range(path, b, e, &err);
+  CHECK(m != NULL, "%s", err.msg);
+  if (!m) return 0;
+  gguf_file *f = m->gguf;
+  const long pg = sysconf(_SC_PAGESIZE);
+  int empty = 0;
+  for (uint32_t sh = 0; sh < gguf_n_shards(f); sh++) {
+    int kept = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+      const gguf_tensor *t = &f->tensors[i];
+      if (t->shard != sh) continue;
+      const int keep = stage_tensor(t, b, e);
+      const uintptr_t mid = ((uintptr_t)t->data + t->nbytes / 2) & ~(uintptr_t)(pg - 1);
+      const gguf_file *sf = gguf_shard(f, sh);
+      /* a small tensor on a page of a kept one, or of the header, stays mapped with it */
+      int shared = mid < (((uintptr_t)sf->map + sf->data_offset + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1));
+      for (uint64_t j = 0; j < f->n_tensors && !keep; j++) {
+        const gguf_tensor *u = &f->tensors[j];
+        const uintptr_t lo = (uintptr_t)u->data & ~(uintptr_t)(pg - 1), hi = (uintptr_t)u->data + u->nbytes;
+        shared |= u->shard == sh && stage_tensor(u, b, e) && mid >= lo && mid < hi;
+      }
+      kept += keep;
+      if (!shared)
+        CHECK(page_unmapped((const void *)mid) == !keep, "layers [%d, %d): %.*s (shard %u) is %s", b, e,
+              (int)t->name.len, t->name.ptr, sh + 1, keep ? "not mapped" : "still mapped");
+    }
+    const gguf_file *sf = gguf_shard(f, sh);
+    const size_t o0 = (sf->data_offset + pg - 1) & ~(size_t)(pg - 1);
+    if (kept || o0 >= sf->size) continue; /* (a data section within the header's last page stays) */
+    empty++;
+    int any = 0;
+    for (size_t o = o0; o < sf->size; o += (size_t)pg) any |= !page_unmapped(sf->map + o);
+    CHECK(!any, "layers [%d, %d): shard %u holds none of the stage's tensors but has data pages mapped", b, e, sh + 1);
+  }
+  q35_model_free(m);
+  return empty;
 }
 
 int main(void) {
@@ -149,11 +213,34 @@ int main(void) {
   CHECK(load_range(path, 4, 7, &err) == NULL && strstr(err.msg, "layer range [4, 7)"), "%s", err.msg);
   CHECK(load_range(path, 3, 3, &err) == NULL && strstr(err.msg, "not within"), "%s", err.msg);
 
+  /* the same model as a split GGUF (shards of at most 7 tensors), and read into memory */
+  char spath[512], sbase[512];
+  snprintf(sbase, sizeof sbase, "%s/split.gguf", dir);
+  uint32_t n_shards = 0;
+  o.split = (gguf_split_opts){0, 7, &n_shards};
+  if (q35_tiny_write(&o, sbase, &err)) return fprintf(stderr, "FAIL q35_tiny_write (split): %s\n", err.msg), 1;
+  CHECK(n_shards > 4, "%u shards", n_shards);
+  snprintf(spath, sizeof spath, "%s/split-00001-of-%05u.gguf", dir, n_shards);
+  for (size_t t = 0; t < sizeof splits / sizeof splits[0]; t++)
+    run_stages(spath, splits[t] + 1, splits[t][0] - 1, ref, got, V, H, whole_bytes);
+  int empty = 0;
+  for (int b = 0; b < NL; b += 2) empty += check_split_stage(spath, b, b + 2);
+  CHECK(empty >= 3, "only %d (stage, shard) pairs with none of the stage's tensors", empty);
+  g_no_mmap = 1;
+  run_stages(spath, splits[1] + 1, splits[1][0] - 1, ref, got, V, H, whole_bytes);
+  run_stages(path, splits[0] + 1, splits[0][0] - 1, ref, got, V, H, whole_bytes);
+  check_split_stage(spath, 2, 4);
+  g_no_mmap = 0;
+
   q35_session_free(ws);
   q35_model_free(whole);
   free(ref);
   free(got);
   unlink(path);
+  for (uint32_t k = 0; k < n_shards; k++) {
+    snprintf(spath, sizeof spath, "%s/split-%05u-of-%05u.gguf", dir, k + 1, n_shards);
+    unlink(spath);
+  }
   rmdir(dir);
   return check_done("test_stages");
 }

@@ -185,10 +185,13 @@ int q35_map_into_memory(gguf_file *f, const char *path, q35_err *err);
  * into pipeline stages. */
 int q35_model_plan(const char *path, int *n_layer, uint64_t **layer_bytes, uint64_t *embd_bytes,
                    uint64_t *out_bytes, q35_err *err);
-/* mapping.c: keep only [off[i], off[i] + len[i]) (file offsets, sorted, disjoint) of the tensor data
- * mapped, unmapping the rest (a pipeline stage), and populate those ranges; returns the bytes
- * mapped with 2 MiB entries, -1 where the kernel does not say. */
-long long q35_map_keep(gguf_file *f, const size_t *off, const size_t *len, size_t n, int huge);
+/* mapping.c: keep only [off[i], off[i] + len[i]) (offsets into f's own map, sorted, disjoint) of the
+ * tensor data mapped, unmapping the rest (a pipeline stage; n = 0 unmaps the whole data section),
+ * and populate those ranges, or with copy (no_mmap) read them into anonymous memory at the same
+ * addresses; returns the bytes mapped with 2 MiB entries (0 with copy), -1 where the kernel does
+ * not say, -2 with err when a copy failed. f is one shard (gguf_shard). */
+long long q35_map_keep(gguf_file *f, const size_t *off, const size_t *len, size_t n, int huge, int copy,
+                       q35_err *err);
 
 /* The scalar path of a full forward pass runs with Q35_SIMD=scalar; see quant.h. */
 

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# pp_serve.sh - q35 serve as one process (N = 1) and as a pipeline of N = 2 ranks under mpirun:
+# pp_serve.sh - q35 serve as one process (N = 1) and as a pipeline of N = 2 ranks under mpirun,
+# the latter with one step at a time (--pp-groups 1) and with the sequences in 2 groups whose steps
+# are in flight at once (--pp-groups 2, the default):
 # aggregate decode tok/s at 1, 2, 4 and 8 concurrent streams (bench/server_bench.mjs: the
 # steady-state window, medians over rounds) and each rank's resident memory (VmRSS and VmHWM of
 # the rank processes, read from /proc while the server runs). One thread per rank, ranks bound
@@ -10,7 +12,8 @@
 #
 # Usage: bench/pp_serve.sh [BUILD_DIR_WITHOUT_MPI [MPI_BUILD_DIR]]   (default build, build-mpi)
 #   env: Q35_BENCH_CACHE, BENCH_TOKENS (32), BENCH_STREAMS (1,2,4,8), BENCH_ROUNDS (3),
-#        PP_MICRO (--pp-micro for N = 2; default: one micro-batch per rank)
+#        PP_MICRO (--pp-micro for N = 2; default: one micro-batch per rank),
+#        BENCH_CONFIGS ("1 2:1 2:2": N = 1, then N = 2 with --pp-groups 1 and 2)
 # Not part of ctest. On a shared machine read the ratios within one run, not the absolute figures.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,15 +40,18 @@ rss() {
   done
   echo
 }
-for n in 1 2; do
+for cfg in ${BENCH_CONFIGS:-1 2:1 2:2}; do
+  n=${cfg%%:*}
+  groups=
+  [ "$cfg" = "$n" ] || groups=${cfg#*:}
   port=$(free_port)
   sargs=(serve -m "$model" --host 127.0.0.1 --port "$port" --parallel 8 --ctx 1024 -t 1 --no-think)
   if [ $n = 1 ]; then
     taskset -c 0 "$q35" "${sargs[@]}" >"$log" 2>&1 &
   else
     mpirun --allow-run-as-root --oversubscribe --bind-to core --mca btl self,vader \
-      --mca btl_vader_single_copy_mechanism none -np 2 "$mpiq" "${sargs[@]}" ${PP_MICRO:+--pp-micro $PP_MICRO} \
-      >"$log" 2>&1 &
+      --mca btl_vader_single_copy_mechanism none -np "$n" "$mpiq" "${sargs[@]}" ${PP_MICRO:+--pp-micro $PP_MICRO} \
+      ${groups:+--pp-groups $groups} >"$log" 2>&1 &
   fi
   pid=$!
   for _ in $(seq 1 1200); do
@@ -54,11 +60,12 @@ for n in 1 2; do
     sleep 0.2
   done
   grep -m1 "pipeline:" "$log" >&2 || true
-  echo "== N = $n: q35 serve, 1 thread per rank, ${BENCH_TOKENS:-32} tokens per stream" >&2
-  Q35_URL="http://127.0.0.1:$port" node "$here/server_bench.mjs" | sed "s/^/N=$n /"
+  tag=N=$n${groups:+,groups=$groups}
+  echo "== $tag: q35 serve, 1 thread per rank, ${BENCH_TOKENS:-32} tokens per stream; load: $(uptime)" >&2
+  Q35_URL="http://127.0.0.1:$port" node "$here/server_bench.mjs" | sed "s/^/$tag /"
   if [ $n = 1 ]; then ranks=$pid; else ranks=$(pgrep -f "^$mpiq serve -m $model" | sort -n | xargs); fi
   # shellcheck disable=SC2086
-  echo "N=$n resident memory per rank (VmRSS / VmHWM): $(rss $ranks)"
+  echo "$tag resident memory per rank (VmRSS / VmHWM): $(rss $ranks)"
   kill $pid 2>/dev/null || true
   wait $pid 2>/dev/null || true
   pid=

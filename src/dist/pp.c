@@ -104,11 +104,15 @@ typedef struct {
   const q35_row *step_rows;
   int step_n_rows;
   q35_step_out *step_out;
-  /* rank 0 between micro(BEGIN) and micro(END): the groups sent whose results are still to come,
-   * and how far into the step's rows and results the groups have come */
+  /* rank 0 between micro(BEGIN) and micro(END): how far into the step's rows and results the
+   * groups have come; between flight(OPEN) and flight(CLOSE): the stepping context (the key) */
   int micro_on, step_at;
   size_t out_at;
+  const void *flight_key;
+  /* rank 0: the forwards sent whose results are still to come (of a micro-batched forward, key
+   * NULL, until micro(END); of steps in flight, under their key until flight(WAIT)) */
   struct pending {
+    const void *key;
     const q35_fwd_row *rows;
     int n_rows, sampled;
     q35_step_out *out;
@@ -309,16 +313,24 @@ static void scatter_reply(pp *p, const q35_fwd_row *rows, int n_rows, q35_step_o
   }
 }
 
-/* The results of every group sent, in the order sent (one sender, one tag: MPI keeps it). */
-static void collect_pending(pp *p) {
+/* The results of every forward sent under key. Each reply's receive was posted right after its
+ * command was sent, and the last rank replies in command order, so MPI (one sender, one tag:
+ * receives match in the order posted) gives each receive its own reply whatever order they are
+ * waited in; the others stay pending. */
+static void collect_pending(pp *p, const void *key) {
+  int k = 0;
   for (int i = 0; i < p->n_pend; i++) {
     struct pending *g = &p->pend[i];
+    if (g->key != key) {
+      p->pend[k++] = *g;
+      continue;
+    }
     const int rc = wait_req(&g->rq, 1, "waiting for", p->size - 1);
     if (rc != MPI_SUCCESS) die_mpi(rc, "receiving from", p->size - 1);
     scatter_reply(p, g->rows, g->n_rows, g->sampled ? g->out : NULL, g->buf, g->lb);
     free(g->buf);
   }
-  p->n_pend = 0;
+  p->n_pend = k;
 }
 
 static int next_micro(q35_stage_next *nx, int op, q35_err *err) {
@@ -328,9 +340,24 @@ static int next_micro(q35_stage_next *nx, int op, q35_err *err) {
     p->micro_on = 1;
     return 0;
   }
-  collect_pending(p);
   p->micro_on = 0;
+  if (p->flight_key) return 0; /* a step in flight: its results come at flight(WAIT) */
+  collect_pending(p, NULL);
   p->step_rows = NULL;
+  return 0;
+}
+
+static int next_flight(q35_stage_next *nx, int op, const void *key, q35_err *err) {
+  pp *p = (pp *)nx;
+  (void)err;
+  if (op == Q35_STAGE_FLIGHT_OPEN) {
+    p->flight_key = key;
+  } else if (op == Q35_STAGE_FLIGHT_CLOSE) {
+    p->flight_key = NULL;
+    p->step_rows = NULL;
+  } else {
+    collect_pending(p, key);
+  }
   return 0;
 }
 
@@ -370,7 +397,8 @@ static int next_forward(q35_stage_next *nx, const q35_fwd_row *rows, int n_rows,
   send_cmd(&h, b);
   if (!n_logits) return 0; /* nothing comes back: the next step may go down the chain at once */
   const size_t lb = n_logits * (srows ? sizeof(q35_step_out) : V * sizeof(float)), hb = n_hidden * H * sizeof(float);
-  if (p->micro_on && lb + hb <= PIECE) { /* a micro-batch: its results are awaited at micro(END) */
+  if ((p->micro_on || p->flight_key) && lb + hb <= PIECE) {
+    /* a micro-batch or a step in flight: its results are awaited at micro(END) or flight(WAIT) */
     if (p->n_pend == p->cap_pend) {
       const int c = p->cap_pend ? 2 * p->cap_pend : 8;
       struct pending *np = realloc(p->pend, (size_t)c * sizeof *np);
@@ -379,14 +407,14 @@ static int next_forward(q35_stage_next *nx, const q35_fwd_row *rows, int n_rows,
       p->cap_pend = c;
     }
     struct pending *g = &p->pend[p->n_pend];
-    *g = (struct pending){rows, n_rows, srows != NULL, sout, malloc(lb + hb), lb, hb, MPI_REQUEST_NULL};
+    *g = (struct pending){p->flight_key, rows, n_rows, srows != NULL, sout, malloc(lb + hb), lb, hb, MPI_REQUEST_NULL};
     if (!g->buf) die_rank("out of memory for a pipeline message");
     const int rc = MPI_Irecv(g->buf, (int)(lb + hb), MPI_BYTE, p->size - 1, TAG_REPLY, p->comm, &g->rq);
     if (rc != MPI_SUCCESS) die_mpi(rc, "receiving from", p->size - 1);
     p->n_pend++;
     return 0;
   }
-  collect_pending(p); /* (earlier groups' replies come first) */
+  collect_pending(p, p->flight_key); /* (the earlier groups of this step first) */
   char *rb = grow(&p->buf2, &p->cap2, lb + hb);
   recv_bytes(rb, lb + hb, p->size - 1, TAG_REPLY);
   scatter_reply(p, rows, n_rows, srows ? sout : NULL, rb, lb);
@@ -817,7 +845,9 @@ q35_model *q35_pp_load(const char *path, const q35_model_params *mp0, const char
   if (p->rank == 0) {
     for (int r = 1; r < p->size; r++) recv_wait(&ready, sizeof ready, r, TAG_READY, 0);
     if (p->micro < 0) p->micro = p->size;
-    p->ops = (q35_stage_next){next_forward, next_session, next_sample, next_snapshot, p->micro, next_micro, next_close};
+    p->ops = (q35_stage_next){.forward = next_forward, .session = next_session, .sample_next = next_sample,
+                              .snapshot = next_snapshot, .n_micro = p->micro, .micro = next_micro,
+                              .flight = next_flight, .n_stages = p->size, .close = next_close};
     m->next = &p->ops;
     return m;
   }

@@ -45,7 +45,13 @@ struct q35_context {
   uint32_t *masks;               /* constrained positions' masks made during the forward pass */
   size_t masks_cap;              /* (words) */
   int n_cpus;                    /* CPUs this process may run on (the overlap needs a spare one) */
+  q35_context *threads_of;       /* NULL, or the context whose pool and scratch this one uses
+                                  (q35_context_new_sharing) */
+  struct q35_flight *flight;     /* the step begun and not yet ended (step.c; NULL until the first) */
 };
+
+/* The pool and forward scratch a context runs on: its own, or those of threads_of. */
+static inline q35_fwd_ws *q35_context_ws(q35_context *c) { return c->threads_of ? &c->threads_of->fwd : &c->fwd; }
 
 /* Grow the step buffers to n_rows rows and n_out sampled positions (0, or -1 with err). */
 int q35_context_reserve(q35_context *ctx, int32_t n_rows, int32_t n_out, q35_err *err);

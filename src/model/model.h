@@ -83,6 +83,10 @@ enum { Q35_STAGE_SESSION_NEW, Q35_STAGE_SESSION_FREE, Q35_STAGE_SESSION_RESET };
  * travels with the next command) */
 enum { Q35_STAGE_SNAP_SAVE, Q35_STAGE_SNAP_RESTORE, Q35_STAGE_SNAP_FREE };
 enum { Q35_STAGE_MICRO_BEGIN, Q35_STAGE_MICRO_END };
+/* flight(): between OPEN and CLOSE (around the forward pass of q35_context_step_begin) forward()
+ * sends the rows on and returns without waiting for their results; WAIT (q35_context_step_end)
+ * waits for every result sent under that key (0, or -1 with a message) */
+enum { Q35_STAGE_FLIGHT_OPEN, Q35_STAGE_FLIGHT_CLOSE, Q35_STAGE_FLIGHT_WAIT };
 typedef struct q35_stage_next q35_stage_next;
 struct q35_fwd_row;
 struct q35_step_out;
@@ -104,6 +108,9 @@ struct q35_stage_next {
    * END waits for every group's results (0, or -1 with a message) */
   int n_micro;
   int (*micro)(q35_stage_next *nx, int op, q35_err *err);
+  /* steps in flight: key is the stepping context (one step in flight per context) */
+  int (*flight)(q35_stage_next *nx, int op, const void *key, q35_err *err);
+  int n_stages; /* this stage and the later ones */
   void (*close)(q35_stage_next *nx); /* the model is freed: the later stages stop */
 };
 

@@ -104,6 +104,8 @@ typedef struct srv_sched_opts {
   int32_t snap_every;      /* periodic snapshot interval in tokens */
   uint64_t mem_budget;     /* bytes for all sessions + snapshots (0: no limit) */
   double idle_timeout;     /* seconds; sessions unused this long are freed (<= 0: never) */
+  int groups;              /* a pipeline (q35_model_stages > 1): groups of sequences whose steps are in
+                              flight at once (0: one per stage; 1: one step at a time) */
 } srv_sched_opts;
 
 typedef struct srv_sched srv_sched;

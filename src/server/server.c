@@ -434,7 +434,8 @@ static int load_model(srv *S, const q35_server_opts *o, q35_err *err) {
                        .chunk = o->chunk,
                        .snap_every = o->snap_every,
                        .mem_budget = o->mem_budget,
-                       .idle_timeout = o->idle_timeout};
+                       .idle_timeout = o->idle_timeout,
+                       .groups = o->pp_groups};
   if (S->model) S->sched = srv_sched_new(S->model, S->tok, &so, err);
   if (!S->sched) return -1;
   S->oai.tok = S->tok;

@@ -154,18 +154,45 @@ static void die_rank(const char *msg) {
  * without bound (an idle server). */
 #define POLL_SPINS 2000
 #define POLL_SLEEP_US 50
+#define SEND_SPIN_S 2e-3
+static double g_wait_cpu, g_wait_wall; /* this thread's CPU and wall seconds inside wait_req */
+
+static double thread_cpu_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int wait_req_(MPI_Request *rq, int bounded, const char *what, int peer);
+
+/* (the CPU a rank spends polling and spinning in sends, printed at the end: what the pipeline
+ * costs beyond the layers' own work, docs/PERF.md) */
 static int wait_req(MPI_Request *rq, int bounded, const char *what, int peer) {
+  const double c0 = thread_cpu_s(), w0 = q35_now();
+  const int rc = wait_req_(rq, bounded, what, peer);
+  g_wait_cpu += thread_cpu_s() - c0;
+  g_wait_wall += q35_now() - w0;
+  return rc;
+}
+
+static int wait_req_(MPI_Request *rq, int bounded, const char *what, int peer) {
   struct timespec t0 = {0, 0};
   int timing = 0;
-  /* a send spins (as MPI_Send would): it completes as soon as the receiver takes it, and a
-   * sender that sleeps between polls adds a wake-up to each step of the rendezvous a message
-   * above the eager limit takes (N = 2 decode at 55-80% of one process on the loaded VM) */
-  const int spin = !strcmp(what, "sending to");
+  /* a send spins (as MPI_Send would) for up to SEND_SPIN_S: it completes as soon as a waiting
+   * receiver takes it, and a sender that sleeps between polls adds a wake-up to each step of the
+   * rendezvous a message above the eager limit takes (N = 2 decode at 55-80% of one process on
+   * the loaded VM). A receiver still busy with an earlier step (steps in flight) takes it only
+   * when that step is done: past SEND_SPIN_S the send polls with sleeps, as a receive does,
+   * instead of burning its core for a whole stage time. */
+  const int send = !strcmp(what, "sending to");
+  const double start = send ? q35_now() : 0;
+  int spin = send;
   for (long i = 0;; i++) {
     int done = 0;
     const int rc = MPI_Test(rq, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS || done) return rc;
     if (i < POLL_SPINS || (spin && i % POLL_SPINS)) continue;
+    if (spin && q35_now() - start > SEND_SPIN_S) spin = 0;
     if (!spin) {
       const struct timespec ts = {0, POLL_SLEEP_US * 1000L};
       nanosleep(&ts, NULL);
@@ -797,6 +824,13 @@ void q35_pp_init(int *argc, char ***argv) {
   g_pp.open = g_pp.rank == 0 && g_pp.size > 1; /* rank 0 sends QUIT once, whatever happens */
 }
 
+/* The process's CPU seconds (every thread). */
+static double process_cpu_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
 static long peak_rss_kb(void) {
   FILE *f = fopen("/proc/self/status", "r");
   char line[256];
@@ -853,8 +887,9 @@ q35_model *q35_pp_load(const char *path, const q35_model_params *mp0, const char
   }
   send_bytes(&ready, sizeof ready, 0, TAG_READY);
   serve_stage(p);
-  fprintf(stderr, "pipeline: rank %d (layers [%d, %d)) done: peak resident memory %.1f MiB\n", p->rank,
-          m->layer_begin, m->layer_end, peak_rss_kb() / 1024.0);
+  fprintf(stderr, "pipeline: rank %d (layers [%d, %d)) done: peak resident memory %.1f MiB; CPU %.2f s, of it "
+          "%.2f s in MPI waits (%.2f s of wall time)\n", p->rank, m->layer_begin, m->layer_end, peak_rss_kb() / 1024.0,
+          process_cpu_s(), g_wait_cpu, g_wait_wall);
   for (size_t i = 0; i < p->n_snaps; i++) q35_snapshot_free(p->snaps[i].sn);
   free(p->snaps);
   for (size_t i = 0; i < p->n_sess; i++) q35_session_free(p->sess[i].s);
@@ -877,8 +912,9 @@ void q35_pp_finalize(void) {
   if (g_pp.rank == 0 && g_pp.size > 1) {
     quit_chain(&g_pp);
     if (g_pp.end[0] > 0) /* a model was loaded */
-      fprintf(stderr, "pipeline: rank 0 (layers [%d, %d)) done: peak resident memory %.1f MiB\n", g_pp.begin[0],
-              g_pp.end[0], peak_rss_kb() / 1024.0);
+      fprintf(stderr, "pipeline: rank 0 (layers [%d, %d)) done: peak resident memory %.1f MiB; CPU %.2f s, of it "
+              "%.2f s in MPI waits (%.2f s of wall time)\n", g_pp.begin[0], g_pp.end[0], peak_rss_kb() / 1024.0,
+              process_cpu_s(), g_wait_cpu, g_wait_wall);
   }
   MPI_Comm_free(&g_pp.comm);
   MPI_Finalize();

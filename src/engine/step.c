@@ -18,6 +18,11 @@
  * are accepted for the mask and rolled back. After sampling, each constraint advances by the
  * samples a verifier accepts (all of a one-position row's one sample). The masks depend only on
  * the row's own tokens, so a row's samples still depend on nothing else.
+ *
+ * A step is q35_context_step_begin (checks, buffers, the mask thread, the forward pass) then
+ * q35_context_step_end (masks, sampling, results). On a pipeline's first stage the forward pass
+ * hands the later stages their part without waiting (q35_stage_next.flight), so one thread may
+ * begin steps on other contexts before ending this one: steps in flight (docs/DESIGN.md).
  */
 #include <math.h>
 #include <pthread.h>

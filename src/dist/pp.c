@@ -117,10 +117,15 @@ typedef struct {
     int n_rows, sampled;
     q35_step_out *out;
     char *buf;
-    size_t lb, hb;
+    size_t cap, lb, hb;
     MPI_Request rq;
   } *pend;
   int n_pend, cap_pend;
+  struct spare {
+    char *buf;
+    size_t cap;
+  } *spare; /* reply buffers of collected forwards, reused (a step of a size seen before allocates nothing) */
+  int n_spare;
   q35_sampler *sampler; /* the last rank's */
 } pp;
 
@@ -355,7 +360,7 @@ static void collect_pending(pp *p, const void *key) {
     const int rc = wait_req(&g->rq, 1, "waiting for", p->size - 1);
     if (rc != MPI_SUCCESS) die_mpi(rc, "receiving from", p->size - 1);
     scatter_reply(p, g->rows, g->n_rows, g->sampled ? g->out : NULL, g->buf, g->lb);
-    free(g->buf);
+    p->spare[p->n_spare++] = (struct spare){g->buf, g->cap}; /* (room: one per pending entry) */
   }
   p->n_pend = k;
 }
@@ -426,16 +431,31 @@ static int next_forward(q35_stage_next *nx, const q35_fwd_row *rows, int n_rows,
   const size_t lb = n_logits * (srows ? sizeof(q35_step_out) : V * sizeof(float)), hb = n_hidden * H * sizeof(float);
   if ((p->micro_on || p->flight_key) && lb + hb <= PIECE) {
     /* a micro-batch or a step in flight: its results are awaited at micro(END) or flight(WAIT) */
-    if (p->n_pend == p->cap_pend) {
+    if (p->n_pend + p->n_spare == p->cap_pend) {
       const int c = p->cap_pend ? 2 * p->cap_pend : 8;
       struct pending *np = realloc(p->pend, (size_t)c * sizeof *np);
-      if (!np) die_rank("out of memory for a pipeline message");
-      p->pend = np;
+      struct spare *ns = realloc(p->spare, (size_t)c * sizeof *ns);
+      if (np) p->pend = np;
+      if (ns) p->spare = ns;
+      if (!np || !ns) die_rank("out of memory for a pipeline message");
       p->cap_pend = c;
     }
+    /* the largest spare buffer, grown if it is too small */
+    struct spare sb = {NULL, 0};
+    if (p->n_spare) {
+      int best = 0;
+      for (int i = 1; i < p->n_spare; i++)
+        if (p->spare[i].cap > p->spare[best].cap) best = i;
+      sb = p->spare[best];
+      p->spare[best] = p->spare[--p->n_spare];
+    }
+    if (sb.cap < lb + hb) {
+      free(sb.buf);
+      sb = (struct spare){malloc(lb + hb), lb + hb};
+      if (!sb.buf) die_rank("out of memory for a pipeline message");
+    }
     struct pending *g = &p->pend[p->n_pend];
-    *g = (struct pending){p->flight_key, rows, n_rows, srows != NULL, sout, malloc(lb + hb), lb, hb, MPI_REQUEST_NULL};
-    if (!g->buf) die_rank("out of memory for a pipeline message");
+    *g = (struct pending){p->flight_key, rows, n_rows, srows != NULL, sout, sb.buf, sb.cap, lb, hb, MPI_REQUEST_NULL};
     const int rc = MPI_Irecv(g->buf, (int)(lb + hb), MPI_BYTE, p->size - 1, TAG_REPLY, p->comm, &g->rq);
     if (rc != MPI_SUCCESS) die_mpi(rc, "receiving from", p->size - 1);
     p->n_pend++;
@@ -510,9 +530,13 @@ static void quit_chain(pp *p) {
   p->open = 0; /* the later stages free every snapshot part with QUIT */
   free(p->freed);
   p->freed = NULL;
+  for (int i = 0; i < p->n_pend; i++) free(p->pend[i].buf); /* (none: every step has ended) */
+  for (int i = 0; i < p->n_spare; i++) free(p->spare[i].buf);
   free(p->pend);
+  free(p->spare);
   p->pend = NULL;
-  p->cap_pend = 0;
+  p->spare = NULL;
+  p->cap_pend = p->n_pend = p->n_spare = 0;
   p->n_freed = p->cap_freed = 0;
   pthread_mutex_unlock(&p->free_mu);
 }

@@ -4,7 +4,7 @@
  * q35_fwd_row.x_out / x_in, gives logits bit-identical to the whole model (reference: the whole
  * model's q35_session_eval), for several splits and prefill chunkings; a stage's sessions hold
  * only its layers' state (the stages' bytes add up to the whole's); the other stages' tensor data
- * is not mapped (mincore: ENOMEM); misuse is refused with a message. The same for the model
+ * is not readable (/proc/self/maps); misuse is refused with a message. The same for the model
  * written as a split GGUF (shards of a few tensors each: a stage maps its tensors from whichever
  * shards hold them and keeps no data of a shard holding none) and read into memory (no_mmap: only
  * the stage's tensors are copied). Steps in flight (q35_context_step_begin / _end on several
@@ -14,12 +14,10 @@
  * whole model one step at a time. The MPI driver on top of this (src/dist/pp.c) is tested by
  * test_mpi.sh.
  */
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/util.h"
@@ -92,14 +90,26 @@ static void run_stages(const char *path, const int *bounds, int n_st, const floa
   }
 }
 
-/* Whether the page at p is unmapped. */
+/* Whether the page at p cannot be read: no mapping holds it, or only an inaccessible one (what a
+ * stage leaves in place of the other stages' tensor data, /proc/self/maps). */
 static int page_unmapped(const void *p) {
-  const long pg = sysconf(_SC_PAGESIZE);
-  unsigned char v;
-  return mincore((void *)((uintptr_t)p & ~(uintptr_t)(pg - 1)), 1, &v) != 0 && errno == ENOMEM;
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[512];
+  int readable = 0;
+  const unsigned long a = (unsigned long)(uintptr_t)p;
+  while (f && fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char perm[8];
+    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perm) == 3 && a >= lo && a < hi) {
+      readable = perm[0] == 'r';
+      break;
+    }
+  }
+  if (f) fclose(f);
+  return !readable;
 }
 
-/* Whether the middle of tensor `name` is unmapped. */
+/* Whether the middle of tensor `name` is unreadable. */
 static int unmapped(const gguf_file *f, const char *name) {
   const gguf_tensor *t = gguf_find_tensor(f, name);
   return page_unmapped((const char *)t->data + t->nbytes / 2);

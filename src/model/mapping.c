@@ -269,19 +269,29 @@ static int copy_range(gguf_file *f, const char *path, size_t lo, size_t hi, q35_
  * file mapping in 2 MiB pages (q35_map_prefault) decodes at least as fast, without the copy. */
 int q35_map_into_memory(gguf_file *f, const char *path, q35_err *err) { return copy_range(f, path, 0, f->size, err); }
 
-/* A pipeline stage's mapping: the tensor data of the other stages is unmapped (page-aligned holes
- * between the kept ranges), so the stage's resident memory is its own weights, and a stray read of
- * another stage's tensor faults instead of reading the file behind the stage's back. The header
- * (metadata, the tokenizer's strings, the tensor names) stays. Kept ranges are populated, in 2 MiB
- * pages when huge, or with copy (no_mmap) read into anonymous memory at their addresses, so only
- * the stage's share of the file is ever copied. */
+/* [off, off + len) of f's mapping no longer maps the file: an inaccessible reservation takes its
+ * place (no memory; a read faults). Not munmap: the hole's addresses would go to the next mmap
+ * (a large malloc, another file), which gguf_close's munmap of the whole range would then take
+ * away from its owner. */
+static void drop_range(gguf_file *f, size_t off, size_t len) {
+  void *p = (void *)(uintptr_t)(f->map + off);
+  if (mmap(p, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+    madvise(p, len, MADV_DONTNEED); /* (no address space for it: at least drop our pages) */
+}
+
+/* A pipeline stage's mapping: the tensor data of the other stages is dropped (page-aligned holes
+ * between the kept ranges, reserved but inaccessible), so the stage's resident memory is its own
+ * weights, and a stray read of another stage's tensor faults instead of reading the file behind
+ * the stage's back. The header (metadata, the tokenizer's strings, the tensor names) stays. Kept
+ * ranges are populated, in 2 MiB pages when huge, or with copy (no_mmap) read into anonymous
+ * memory at their addresses, so only the stage's share of the file is ever copied. */
 long long q35_map_keep(gguf_file *f, const size_t *off, const size_t *len, size_t n, int huge, int copy,
                        q35_err *err) {
   const size_t page = sysconf(_SC_PAGESIZE) > 0 ? (size_t)sysconf(_SC_PAGESIZE) : 4096;
   size_t from = (f->data_offset + page - 1) & ~(page - 1); /* first byte not yet kept or dropped */
   for (size_t i = 0; i <= n;) {
     const size_t lo = i < n ? off[i] & ~(page - 1) : (f->size + page - 1) & ~(page - 1);
-    if (lo > from) munmap((void *)(f->map + from), lo - from);
+    if (lo > from) drop_range(f, from, lo - from);
     if (i == n) break;
     size_t hi = (off[i] + len[i] + page - 1) & ~(page - 1);
     for (i++; i < n && (off[i] & ~(page - 1)) <= hi; i++) { /* ranges that share a page: one piece */

@@ -193,7 +193,8 @@ int q35_map_into_memory(gguf_file *f, const char *path, q35_err *err);
 int q35_model_plan(const char *path, int *n_layer, uint64_t **layer_bytes, uint64_t *embd_bytes,
                    uint64_t *out_bytes, q35_err *err);
 /* mapping.c: keep only [off[i], off[i] + len[i]) (offsets into f's own map, sorted, disjoint) of the
- * tensor data mapped, unmapping the rest (a pipeline stage; n = 0 unmaps the whole data section),
+ * tensor data mapped, the rest replaced by an inaccessible reservation (a pipeline stage; n = 0
+ * drops the whole data section),
  * and populate those ranges, or with copy (no_mmap) read them into anonymous memory at the same
  * addresses; returns the bytes mapped with 2 MiB entries (0 with copy), -1 where the kernel does
  * not say, -2 with err when a copy failed. f is one shard (gguf_shard). */

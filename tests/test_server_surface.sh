@@ -54,8 +54,25 @@ for size in (100_000, 20_000_000):
     if status != 413 or err["code"] != "request_too_large":
         sys.exit(f"a {size}-byte body: {status} {err}")
 PY
-# -v: one line per request with the status and latency, the tokens of a completion, the reason of a 4xx
+# the README against the server: every flag `q35 serve --help` names is documented there, and
+# every endpoint the help lists is in the README and routed by the server (not "no endpoint")
 fail=0
+help=$("$Q35" serve --help)
+for f in $(printf '%s\n' "$help" | grep -oE -- '(^|[ ,(])--[a-z][a-z0-9-]*' | sed 's/^[ ,(]//' | sort -u); do
+  grep -q -- "\`$f\b" "$Q35_SRC/README.md" || { echo "FAIL: README.md does not document q35 serve $f"; fail=1; }
+done
+eps=$(printf '%s\n' "$help" | sed -n '/^Endpoints:/,$p' | sed 's#\[/ID\]##g' | grep -oE '(GET|POST|DELETE)(\|[A-Z]+)? /[A-Za-z0-9_/.-]*')
+[ "$(printf '%s\n' "$eps" | wc -l)" -ge 12 ] || { echo "FAIL: the help lists too few endpoints: $eps"; fail=1; }
+while read -r methods p; do
+  doc=$(printf '%s' "$p" | sed 's#/ID#/{id}#g')
+  grep -qF -- "$doc" "$Q35_SRC/README.md" || { echo "FAIL: README.md does not document $methods $doc"; fail=1; }
+  for m in ${methods//|/ }; do
+    body=$(curl -s -X "$m" -H 'content-type: application/json' -d '{}' "http://127.0.0.1:$port${p//\/ID//x}")
+    case $body in *'"no endpoint'*) echo "FAIL: $m $p is in the help but not routed: $body"; fail=1 ;; esac
+  done
+done <<<"$eps"
+[ $fail = 0 ] || exit 1
+# -v: one line per request with the status and latency, the tokens of a completion, the reason of a 4xx
 grep -Eq '^q35 serve: POST /v1/completions -> 200 in [0-9.]+ ms prompt [0-9]+ completion [0-9]+ tokens$' "$tmp/server.log" ||
   { echo "FAIL: -v logs no completion line with tokens"; fail=1; }
 grep -Eq "^q35 serve: POST /v1/chat/completions -> 400 in [0-9.]+ ms: unknown field 'frobnicate'" "$tmp/server.log" ||

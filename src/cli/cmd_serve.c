@@ -28,7 +28,7 @@ static void usage(const model_args *ma) {
       "  --session-idle-timeout S  free sessions unused for S seconds (default 600, 0 = never)\n"
       "  --timeout S             drop clients that stall S seconds sending a request or reading\n"
       "                          a response (default 30, 0 = never); computing never times out\n"
-"  --drain-seconds S       on SIGTERM/SIGINT keep serving S seconds with /health answering 503,\n"
+      "  --drain-seconds S       on SIGTERM/SIGINT keep serving S seconds with /health answering 503,\n"
       "                          so a balancer takes this replica out first (default 0)\n"
       "  --drain-timeout S       then, with no new connections, give requests in flight S seconds\n"
       "                          to finish before ending them with an error (default 30); exit 0\n"
@@ -47,9 +47,11 @@ static void usage(const model_args *ma) {
       "  --temp T, --top-k K, --top-p P, --min-p P, --repeat-penalty R,\n"
       "  --presence-penalty X, --frequency-penalty X   (q35 defaults: 1, 0 (all), 1, 0, 1, 0, 0)\n");
   model_args_help(stdout, ma);
-  printf("Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/ID], GET /health,\n"
-         "POST /tokenize, POST /detokenize, GET /metrics, DELETE /v1/sessions/ID,\n"
-         "POST /v1/sessions/ID/reset.\n");
+  printf("Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses,\n"
+         "POST /v1/responses/input_tokens, GET|DELETE /v1/responses/ID, POST /v1/messages,\n"
+         "POST /v1/messages/count_tokens, GET /v1/models[/ID], GET /health, GET /metrics,\n"
+         "POST /tokenize, POST /detokenize, DELETE /v1/sessions/ID, POST /v1/sessions/ID/reset,\n"
+         "OPTIONS (CORS preflight). README.md, \"Server API\", documents every field.\n");
 }
 
 /* The value of a repeatable flag that already has n values: not empty, at most Q35_SERVER_MAX_LIST. */

@@ -28,22 +28,7 @@
 #define THINK_MIN_BUDGET 1024   /* Anthropic's smallest thinking budget */
 #define THINK_MIN_BUDGET_ENV "Q35_TEST_MIN_THINK_BUDGET" /* test only: a lower smallest budget */
 
-static const char *err_type(unsigned status) {
-  switch (status) {
-    case 400: return "invalid_request_error";
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return "not_found_error";
-    case 413: return "request_too_large";
-    case 429: return "rate_limit_error";
-    case 503: return "overloaded_error";
-    default: return status >= 500 ? "api_error" : "invalid_request_error";
-  }
-}
-
-static json_t *err_body(unsigned status, const char *msg) {
-  return json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", err_type(status), "message", msg);
-}
+static json_t *err_body(unsigned status, const char *msg) { return http_anthropic_error_body(status, msg); }
 
 enum MHD_Result api_anthropic_error(struct MHD_Connection *c, unsigned status, const char *fmt, ...) {
   char msg[768];
@@ -115,8 +100,11 @@ static int add_block(json_t *msgs, json_t *asst, const json_t *b, const char *wh
     if (!json_is_string(tx)) return api_bad(e, "messages", "'%s.text' must be a string", where);
     return q35_buf_add(text, json_string_value(tx), json_string_length(tx));
   }
-  if (!strcmp(t, "image") || !strcmp(t, "document"))
-    return api_bad(e, "messages", "'%s' is an %s block: this model file has no vision encoder", where, t);
+  if (!strcmp(t, "image"))
+    return api_bad(e, "messages", "'%s' is an image block: this model file has no vision encoder", where);
+  if (!strcmp(t, "document"))
+    return api_bad(e, "messages", "'%s' is a document block: documents (PDF pages, or text with citations) are not "
+                   "read here; send the text in a text block", where);
   if (!strcmp(t, "tool_result") && !asst) {
     const json_t *id = json_object_get(b, "tool_use_id");
     if (!json_is_string(id)) return api_bad(e, "messages", "'%s.tool_use_id' must be a string", where);
@@ -430,7 +418,16 @@ static int parse_output_config(const json_t *b, msg_req *q, oai_error *e) {
 
 static int parse_request(api_ctx *A, const char *sid, const json_t *b, int count, msg_req *q, oai_error *e) {
   const oai_model *M = A->M;
-  const char *bad = api_unknown_key(b, count ? count_keys : create_keys);
+  /* refused when given; null is the same as absent (the API declares them nullable) */
+  static const char *const null_ok[] = {"container", "diagnostics", "inference_geo", "speed", "thread", NULL};
+  const char *bad = api_unknown_key_null(b, count ? count_keys : create_keys, null_ok);
+  if (bad && !strcmp(bad, "thread")) { /* the beta's server-held conversations; the SDK reads this rejection */
+    api_bad(e, bad, "'thread' (server-held message threads) is not available on this server: send the whole "
+            "conversation each turn (the SDK's tool runner: pass thread: false, or unsupportedRequestBehavior: "
+            "'continue_unthreaded')");
+    e->code = "thread_unsupported_request";
+    return -1;
+  }
   if (bad) return api_bad(e, bad, "unknown or unsupported field '%s'", bad);
   const json_t *cc = json_object_get(b, "cache_control"); /* a cache hint: prefix reuse is automatic */
   static const char *const cck[] = {"type", "ttl", NULL};
@@ -459,6 +456,7 @@ static int parse_request(api_ctx *A, const char *sid, const json_t *b, int count
     return api_bad(e, "messages", "'messages' is required (a non-empty array)");
   for (size_t i = 0; i < json_array_size(msgs); i++)
     if (add_message(q, json_array_get(msgs, i), i, i + 1 == json_array_size(msgs), e)) return -1;
+  q->v.count_only = count;
   if (api_conv_prompt(M, &q->v, q->j, e, "messages")) return -1;
   if (!q->v.in_think) q->j->think_budget = 0; /* no reasoning block to cut */
   if (!count && oai_constraint_build(M, &q->con, q->v.in_think, q->v.max_calls, q->j, e)) return -1;
@@ -506,7 +504,8 @@ static const char *stop_reason(const msg_req *q, const api_gen *g, const char **
     *seq = q->j->stop[si];
     return "stop_sequence";
   }
-  if (g->finish && !strcmp(g->finish, "length")) return "max_tokens";
+  if (g->finish && !strcmp(g->finish, "length")) /* max_tokens, or the context filled up first */
+    return q->j->completion_tokens < q->j->max_tokens ? "model_context_window_exceeded" : "max_tokens";
   return g->n_calls ? "tool_use" : "end_turn";
 }
 
@@ -621,6 +620,13 @@ enum MHD_Result api_messages(api_ctx *A, struct MHD_Connection *c, const json_t 
   oai_error e = {0};
   if (parse_request(A, api_session_header(c), body, count_only, q, &e)) {
     req_free(q);
+    if (e.code && !strcmp(e.code, "thread_unsupported_request")) { /* error.details as the SDK's threads read it */
+      json_t *o = http_anthropic_error_body(400, e.msg);
+      json_object_set_new(json_object_get(o, "error"), "details",
+                          json_pack("{s:s,s:[s]}", "error_code", e.code, "unsupported", "thread"));
+      http_log_status(400, e.msg);
+      return http_send_json(c, 400, o);
+    }
     return api_anthropic_error(c, e.status ? e.status : 400, "%s", e.msg);
   }
   if (count_only) {

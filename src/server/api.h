@@ -60,11 +60,12 @@ typedef struct api_conv {
   char *prefill;          /* text the assistant turn starts with (Anthropic), or NULL */
   int in_think;           /* the prompt ends inside <think> */
   int max_calls;          /* at most this many tool calls (0: any) */
+  int count_only;         /* a token count (count_tokens, input_tokens): a prompt past the context is counted */
 } api_conv;
 
 void api_conv_free(api_conv *v);
 /* Render v with the chat template and tokenize it into j->prompt (checked against the
- * context). 0, or -1 with e filled (param names the field to blame). */
+ * context unless v->count_only). 0, or -1 with e filled (param names the field to blame). */
 int api_conv_prompt(const oai_model *M, api_conv *v, srv_job *j, oai_error *e, const char *param);
 /* The request's session header (session_id, else X-Session-Id), or NULL. */
 const char *api_session_header(struct MHD_Connection *c);
@@ -76,6 +77,10 @@ void api_id(char *out, size_t n, const char *prefix);
 int api_bad(oai_error *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The first key of object o that is not in the NULL-terminated list allowed, or NULL. */
 const char *api_unknown_key(const json_t *o, const char *const *allowed);
+/* The same, except that a key of null_ok (NULL-terminated, or NULL) whose value is null counts as
+ * absent: a field the API declares nullable that this server refuses, sent as null ("not given",
+ * as clients that write every field send it). */
+const char *api_unknown_key_null(const json_t *o, const char *const *allowed, const char *const *null_ok);
 /* An optional number in [lo, hi] (lo excluded when lo_open): 1 set, 0 absent/null, -1 bad. */
 int api_number(const json_t *o, const char *k, const char *param, double lo, double hi, int lo_open, double *out,
                oai_error *e);

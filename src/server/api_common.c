@@ -41,13 +41,21 @@ void api_id(char *out, size_t n, const char *prefix) {
   snprintf(out, n, "%s%016llx", prefix, (unsigned long long)q35_random_seed());
 }
 
+static int listed(const char *k, const char *const *list) {
+  for (const char *const *a = list; a && *a; a++)
+    if (!strcmp(k, *a)) return 1;
+  return 0;
+}
+
 const char *api_unknown_key(const json_t *o, const char *const *allowed) {
+  return api_unknown_key_null(o, allowed, NULL);
+}
+
+const char *api_unknown_key_null(const json_t *o, const char *const *allowed, const char *const *null_ok) {
   const char *k;
   const json_t *v;
   json_object_foreach((json_t *)o, k, v) {
-    int ok = 0;
-    for (const char *const *a = allowed; *a && !ok; a++) ok = !strcmp(k, *a);
-    if (!ok) return k;
+    if (!listed(k, allowed) && !(json_is_null(v) && listed(k, null_ok))) return k;
   }
   return NULL;
 }
@@ -131,7 +139,7 @@ int api_conv_prompt(const oai_model *M, api_conv *v, srv_job *j, oai_error *e, c
   free(text);
   if (rc) return -1;
   if (j->n_prompt < 1) return api_bad(e, param, "the prompt is empty");
-  if (j->n_prompt >= M->n_ctx) { /* Anthropic's wording ("prompt is too long"), OpenAI's code */
+  if (j->n_prompt >= M->n_ctx && !v->count_only) { /* Anthropic's wording ("prompt is too long"), OpenAI's code */
     api_bad(e, param, "prompt is too long: %d tokens > %d maximum (the context is %d tokens and at least one must "
             "be left to generate)", j->n_prompt, M->n_ctx - 1, M->n_ctx);
     e->code = "context_length_exceeded";

@@ -38,6 +38,7 @@ static _Thread_local struct {
   char reason[LOG_REASON_MAX];
   int32_t prompt, completion;
   int has_tokens;
+  int anthropic; /* the path is under /v1/messages: errors take Anthropic's shape */
 } tl_log;
 
 void http_log_status(unsigned status, const char *reason) {
@@ -146,6 +147,24 @@ json_t *http_error_body(unsigned status, const char *msg, const char *param) {
   return http_error_body_code(status, msg, param, NULL);
 }
 
+json_t *http_anthropic_error_body(unsigned status, const char *msg) {
+  const char *type = status == 400 ? "invalid_request_error"
+                     : status == 401 ? "authentication_error"
+                     : status == 403 ? "permission_error"
+                     : status == 404 ? "not_found_error"
+                     : status == 413 ? "request_too_large"
+                     : status == 429 ? "rate_limit_error"
+                     : status == 503 ? "overloaded_error"
+                     : status >= 500 ? "api_error"
+                                     : "invalid_request_error";
+  return json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", type, "message", msg);
+}
+
+/* The error body in the shape of the API the current request's path belongs to. */
+static json_t *error_body(unsigned status, const char *msg, const char *param, const char *code) {
+  return tl_log.anthropic ? http_anthropic_error_body(status, msg) : http_error_body_code(status, msg, param, code);
+}
+
 json_t *http_error_body_code(unsigned status, const char *msg, const char *param, const char *code_given) {
   const char *type = status == 404 ? "not_found_error"
                      : status == 401 ? "authentication_error"
@@ -173,7 +192,7 @@ enum MHD_Result http_send_error(struct MHD_Connection *c, unsigned status, const
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   http_log_status(status, msg);
-  return http_send_json(c, status, http_error_body(status, msg, param));
+  return http_send_json(c, status, error_body(status, msg, param, NULL));
 }
 
 enum MHD_Result http_send_error_code(struct MHD_Connection *c, unsigned status, const char *param, const char *code,
@@ -184,13 +203,41 @@ enum MHD_Result http_send_error_code(struct MHD_Connection *c, unsigned status, 
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   http_log_status(status, msg);
-  return http_send_json(c, status, http_error_body_code(status, msg, param, code));
+  return http_send_json(c, status, error_body(status, msg, param, code));
 }
 
 /* ---- requests ---- */
 
 const char *http_header(struct MHD_Connection *c, const char *name) {
   return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
+}
+
+const char *http_query(struct MHD_Connection *c, const char *name) {
+  const char *v = NULL;
+  size_t n = 0;
+  if (MHD_lookup_connection_value_n(c, MHD_GET_ARGUMENT_KIND, name, strlen(name), &v, &n) != MHD_YES) return NULL;
+  return v ? v : "";
+}
+
+typedef struct {
+  const char *const *allowed;
+  const char *unknown;
+} query_scan;
+
+static enum MHD_Result query_key(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+  (void)kind;
+  (void)value;
+  query_scan *q = cls;
+  for (const char *const *a = q->allowed; *a; a++)
+    if (!strcmp(key, *a)) return MHD_YES;
+  q->unknown = key;
+  return MHD_NO;
+}
+
+const char *http_query_unknown(struct MHD_Connection *c, const char *const *allowed) {
+  query_scan q = {allowed, NULL};
+  MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, query_key, &q);
+  return q.unknown;
 }
 
 int http_collect_body(struct MHD_Connection *c, const char *method, const char *url, int64_t max_body,
@@ -204,6 +251,8 @@ int http_collect_body(struct MHD_Connection *c, const char *method, const char *
     *con_cls = rq;
     atomic_fetch_add(&g_in_flight, 1);
     memset(&tl_log, 0, sizeof tl_log);
+    const char *path = !strncmp(url, "/v1/", 4) ? url + 3 : url; /* routes answer with or without /v1 */
+    tl_log.anthropic = !strncmp(path, "/messages", 9) && (path[9] == 0 || path[9] == '/');
     rq->t0 = q35_now();
     snprintf(rq->what, sizeof rq->what, "%s %s", method, url);
     const char *cl = http_header(c, "Content-Length");

@@ -50,6 +50,11 @@ enum MHD_Result http_send_json(struct MHD_Connection *c, unsigned status, json_t
 json_t *http_error_body(unsigned status, const char *msg, const char *param);
 /* The same with an explicit code (NULL: the status's default), e.g. "context_length_exceeded". */
 json_t *http_error_body_code(unsigned status, const char *msg, const char *param, const char *code);
+/* Anthropic's error body {"type": "error", "error": {"type", "message"}}; type follows from the status. */
+json_t *http_anthropic_error_body(unsigned status, const char *msg);
+/* Queue an error response: OpenAI's shape, or Anthropic's when the request's path is under
+ * /v1/messages (so every error there, 401, 404, 405, 413, 429 and 503 included, reads as the
+ * Anthropic SDK expects). */
 enum MHD_Result http_send_error(struct MHD_Connection *c, unsigned status, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 enum MHD_Result http_send_error_code(struct MHD_Connection *c, unsigned status, const char *param, const char *code,
@@ -59,6 +64,10 @@ enum MHD_Result http_send_error_code(struct MHD_Connection *c, unsigned status, 
 
 /* A request header's value, or NULL. */
 const char *http_header(struct MHD_Connection *c, const char *name);
+/* A query-string argument's value (NULL when absent; "" for a bare key). */
+const char *http_query(struct MHD_Connection *c, const char *name);
+/* The first query-string argument whose key is not in the NULL-terminated list, or NULL. */
+const char *http_query_unknown(struct MHD_Connection *c, const char *const *allowed);
 
 /* The per-request state MHD keeps in *con_cls between calls of the access handler. */
 typedef struct http_request {

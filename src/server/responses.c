@@ -121,6 +121,18 @@ enum MHD_Result api_response_get(api_ctx *A, struct MHD_Connection *c, const cha
     return http_send_error(c, 404, NULL, "no endpoint %s /v1/responses/%s (this server has GET and DELETE "
                            "/v1/responses/{id})", method, id);
   if (!strcmp(method, "GET")) {
+    /* the query of the API's retrieve: stream / starting_after replay a background response,
+     * which this server does not run; include adds output this server does not have */
+    static const char *const args[] = {"stream", "starting_after", "include", "include[]", "include_obfuscation", NULL};
+    const char *u = http_query_unknown(c, args);
+    if (u) return http_send_error(c, 400, u, "unknown query parameter '%s'", u);
+    const char *st = http_query(c, "stream");
+    if ((st && strcmp(st, "false")) || http_query(c, "starting_after"))
+      return http_send_error(c, 400, st ? "stream" : "starting_after", "streaming a stored response (stream, "
+                             "starting_after) is for background responses, which this server does not run; GET "
+                             "/v1/responses/{id} without them returns it whole");
+    if (http_query(c, "include") || http_query(c, "include[]"))
+      return http_send_error(c, 400, "include", "'include' must be empty: this server has no extra output to include");
     json_t *r = store_get(A->store, id, 1);
     if (!r) return http_send_error(c, 404, NULL, "no stored response '%s'", id);
     return http_send_json(c, 200, r);
@@ -164,8 +176,11 @@ static int parts_text(const json_t *content, const char *where, q35_buf *out, oa
     const json_t *p = json_array_get(content, k);
     const char *t = json_string_value(json_object_get(p, "type"));
     if (!t) return api_bad(e, "input", "'%s[%zu].type' must be a string", where, k);
-    if (!strcmp(t, "input_image") || !strcmp(t, "input_file") || !strcmp(t, "input_audio"))
+    if (!strcmp(t, "input_image") || !strcmp(t, "input_audio"))
       return api_bad(e, "input", "'%s[%zu]' is an %s part: this model file has no vision/audio encoder", where, k, t);
+    if (!strcmp(t, "input_file"))
+      return api_bad(e, "input", "'%s[%zu]' is an input_file part: files (PDF pages, images) are not read here; send "
+                     "the text as input_text", where, k);
     if (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "refusal") && strcmp(t, "text"))
       return api_bad(e, "input", "'%s[%zu].type' is '%s'; this server reads input_text / output_text parts", where,
                      k, t);
@@ -531,9 +546,11 @@ static const char *const rsp_keys[] = {
 
 /* The whole request: fields, conversation, prompt. 0, or -1 with e filled (404 for an unknown
  * previous_response_id). */
-static int parse_request(api_ctx *A, const char *sid, const json_t *b, rsp_req *q, oai_error *e) {
+static int parse_request(api_ctx *A, const char *sid, const json_t *b, int count, rsp_req *q, oai_error *e) {
   const oai_model *M = A->M;
-  const char *bad = api_unknown_key(b, rsp_keys);
+  /* refused below when given; null is the same as absent (the API declares them nullable) */
+  static const char *const null_ok[] = {"conversation", "prompt", "context_management", "moderation", NULL};
+  const char *bad = api_unknown_key_null(b, rsp_keys, null_ok);
   if (bad) {
     if (!strcmp(bad, "conversation"))
       return api_bad(e, bad, "'conversation' is not available: this server keeps responses, not conversations; use "
@@ -581,6 +598,7 @@ static int parse_request(api_ctx *A, const char *sid, const json_t *b, rsp_req *
   }
   const json_t *fmt = json_object_get(json_object_get(b, "text"), "format");
   if (json_is_object(fmt)) json_object_set_new(json_object_get(q->echo, "text"), "format", json_deep_copy(fmt));
+  q->v.count_only = count;
   if (api_conv_prompt(M, &q->v, q->j, e, "input") ||
       oai_constraint_build(M, &q->con, q->v.in_think, q->v.max_calls, q->j, e))
     return -1;
@@ -855,7 +873,7 @@ int api_responses_parse(api_ctx *A, const json_t *body, const char *sid, srv_job
   rsp_req *q = calloc(1, sizeof *q);
   if (!q) return api_bad(e, NULL, "out of memory");
   q->A = A;
-  const int rc = parse_request(A, sid, body, q, e);
+  const int rc = parse_request(A, sid, body, 0, q, e);
   *job = q->j;
   q->j = NULL;
   req_free(q);
@@ -867,7 +885,7 @@ enum MHD_Result api_responses(api_ctx *A, struct MHD_Connection *c, const json_t
   if (!q) return http_send_error(c, 503, NULL, "out of memory");
   q->A = A;
   oai_error e = {0};
-  if (parse_request(A, api_session_header(c), body, q, &e)) {
+  if (parse_request(A, api_session_header(c), body, count_only, q, &e)) {
     req_free(q);
     return send_err(c, &e);
   }

@@ -157,15 +157,26 @@ static enum MHD_Result do_detokenize(srv *S, struct MHD_Connection *c, const jso
   return http_send_json(c, 200, o);
 }
 
+/* The model object in OpenAI's shape (id, object, created, owned_by) with Anthropic's fields
+ * (type, display_name, created_at) beside them, so both SDKs read a complete object. */
 static json_t *model_obj(srv *S) {
-  return json_pack("{s:s,s:s,s:I,s:s,s:{s:I,s:I}}", "id", S->oai.id, "object", "model", "created",
-                   (json_int_t)S->created, "owned_by", "q35", "meta", "n_ctx", (json_int_t)S->o.n_ctx, "n_vocab",
+  char at[32];
+  const time_t t = (time_t)S->created;
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(at, sizeof at, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return json_pack("{s:s,s:s,s:I,s:s,s:s,s:s,s:s,s:{s:I,s:I}}", "id", S->oai.id, "object", "model", "created",
+                   (json_int_t)S->created, "owned_by", "q35", "type", "model", "display_name", S->oai.id,
+                   "created_at", at, "meta", "n_ctx", (json_int_t)S->o.n_ctx, "n_vocab",
                    (json_int_t)q35_model_n_vocab(S->model));
 }
 
-/* GET /v1/models, or GET /v1/models/{id} when id is not NULL (the id or its stem without .gguf). */
+/* GET /v1/models, or GET /v1/models/{id} when id is not NULL (the id or its stem without .gguf).
+ * The list carries Anthropic's paging fields too (one model: no more pages). */
 static enum MHD_Result do_models(srv *S, struct MHD_Connection *c, const char *id) {
-  if (!id) return http_send_json(c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_obj(S)));
+  if (!id)
+    return http_send_json(c, 200, json_pack("{s:s,s:[o],s:b,s:s,s:s}", "object", "list", "data", model_obj(S),
+                                            "has_more", 0, "first_id", S->oai.id, "last_id", S->oai.id));
   if (strcmp(id, S->oai.id) && strcmp(id, S->oai.stem))
     return http_send_error_code(c, 404, "model", "model_not_found", "model '%s' is not served here; this server has '%s'",
                                 id, S->oai.id);
@@ -249,15 +260,10 @@ static int known_path(const char *path) {
   return !strncmp(path, "/sessions/", 10) || !strncmp(path, "/models/", 8);
 }
 
-/* 401 in the shape of the API the path belongs to (Anthropic's for /v1/messages). */
-static enum MHD_Result send_unauthorized(struct MHD_Connection *c, const char *path) {
-  static const char msg[] = "a valid API key is required: send 'Authorization: Bearer KEY' (or 'x-api-key: KEY')";
-  if (!strncmp(path, "/messages", 9)) {
-    http_log_status(401, msg);
-    return http_send_json(c, 401, json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
-                                            "authentication_error", "message", msg));
-  }
-  return http_send_error(c, 401, NULL, "%s", msg);
+/* 401 (in Anthropic's shape under /v1/messages: http_send_error picks it). */
+static enum MHD_Result send_unauthorized(struct MHD_Connection *c) {
+  return http_send_error(c, 401, NULL, "%s",
+                         "a valid API key is required: send 'Authorization: Bearer KEY' (or 'x-api-key: KEY')");
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -279,7 +285,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   const char *path = url;
   if (!strncmp(path, "/v1/", 4)) path += 3;
   const int metrics = !strcmp(path, "/metrics");
-  if (!(metrics && S->o.metrics_open) && !http_auth_ok(c)) return send_unauthorized(c, path);
+  if (!(metrics && S->o.metrics_open) && !http_auth_ok(c)) return send_unauthorized(c);
   if (!known_path(path) && !api_known_path(path))
     return http_send_error(c, 404, NULL, "no endpoint %s %s", method, url);
   if (!atomic_load(&S->ready)) return http_send_error(c, 503, NULL, "the model is loading");

@@ -12,6 +12,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
+import { betaZodTool } from '@anthropic-ai/sdk/helpers/beta/zod';
 import { generateText, streamText, tool, stepCountIs } from 'ai';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { z } from 'zod';
@@ -123,6 +124,10 @@ await section('responses: function call, round trip with previous_response_id', 
     () => oa.responses.create({ model: MODEL, previous_response_id: r3.id, input: 'x' }), r3.id);
   const got = await oa.responses.retrieve(r1.id);
   check(got.id === r1.id && got.output.length === 2, 'retrieve', got.id);
+  // retrieve's stream / include query parameters: refused by name (no background responses, no extra output)
+  await expectError('retrieve with stream: true', 400, () => oa.responses.retrieve(r1.id, { stream: true }), 'background');
+  await expectError('retrieve with include', 400, () => oa.responses.retrieve(r1.id, { include: ['message.output_text.logprobs'] }),
+    'include');
   await oa.responses.delete(r3.id).then(() => check(false, 'deleting an unstored response is a 404'), (e) =>
     check(e.status === 404, 'delete unknown: 404', e.status));
 });
@@ -396,6 +401,12 @@ await section('messages: prefill, sampling parameters, a client that goes away',
   const lp = await an.messages.create(loopReq);
   check(lp.stop_reason === 'max_tokens' && lp.usage.output_tokens === 300 && lp.content[0].text === chain.loop.repeat(300),
         'LOOP up to max_tokens', [lp.stop_reason, lp.usage]);
+  // the context (2048) fills before max_tokens: stop_reason model_context_window_exceeded, not max_tokens
+  const nearFull = [{ role: 'user', content: 'lorem ipsum dolor '.repeat(240) }, { role: 'assistant', content: 'Say it' + chain.loop }];
+  const full = await an.messages.create({ model: MODEL, max_tokens: 100000, messages: nearFull });
+  const used = full.usage.input_tokens + full.usage.cache_read_input_tokens + full.usage.output_tokens;
+  check(full.stop_reason === 'model_context_window_exceeded' && used === 2048 && full.usage.output_tokens > 0,
+        'the context fills first: model_context_window_exceeded', [full.stop_reason, full.usage]);
   const ls = await an.messages.stream(loopReq).finalMessage();
   check(ls.content[0].text === lp.content[0].text && ls.stop_reason === 'max_tokens', 'streamed LOOP', ls.stop_reason);
   const metric = async () => Number((await (await fetch(`${base}/metrics`)).text()).match(/q35_requests_cancelled_total (\d+)/)[1]);
@@ -468,6 +479,117 @@ await section('openai chat helpers: stream, runTools, parse', async () => {
   const parsed = pr.choices[0].message.parsed;
   check(parsed && ['red', 'green'].includes(parsed.color) && Object.keys(parsed).length === 1, 'parse: the parsed object',
         pr.choices[0].message);
+});
+
+await section('messages: the SDK\'s beta tool runner; thread refused in the shape its fallback reads', async () => {
+  // the runner asks for a server-held thread first; the refusal's error.details make it go on
+  // without one, sending the whole conversation each turn
+  const cities = [];
+  const weather = betaZodTool({ name: 'get_weather', description: 'Weather of a city', inputSchema: z.object({ city: z.string() }),
+    run: async ({ city }) => { cities.push(city); return 'sunny, 21 C'; } });
+  const runner = an.beta.messages.toolRunner({ model: MODEL, max_tokens: 64, tools: [weather], max_iterations: 2,
+    messages: [{ role: 'user', content: 'Weather in Paris?' }] });
+  const replies = [];
+  for await (const m of runner) replies.push(m.content.map((b) => b.type).join());
+  check(replies.length === 2 && replies.every((x) => x === 'text,tool_use'), 'two turns, each text + tool_use', replies);
+  check(cities.length === 2 && cities.every((c) => c === 'Paris'), 'the tool ran with the parsed input each turn', cities);
+  const sent = runner.params.messages;
+  check(sent.length === 5 && sent[2].role === 'user' && sent[2].content[0].type === 'tool_result',
+        'the results went back as tool_result turns', sent.map((m) => m.role));
+  const t = await expectError('thread create', 400, () => an.beta.messages.create({ model: MODEL, max_tokens: 8,
+    thread: { type: 'create' }, messages: [{ role: 'user', content: 'x' }] }), 'thread: false');
+  check(t && t.error && t.error.error && t.error.error.details && t.error.error.details.error_code === 'thread_unsupported_request',
+        'thread: error.details.error_code thread_unsupported_request', t && t.error);
+});
+
+// ================= across the APIs =================
+
+await section('legacy functions end to end; tool-call ids unique across the three APIs', async () => {
+  const msgs = [{ role: 'user', content: 'Weather in Paris?' }];
+  const functions = [chatTools[0].function];
+  // legacy functions: the answer is message.function_call and finish_reason "function_call", streamed as delta.function_call
+  const f = await oa.chat.completions.create({ model: MODEL, messages: msgs, functions });
+  const fm = f.choices[0].message;
+  check(fm.content === chain.text && fm.function_call && fm.function_call.name === 'get_weather' &&
+        JSON.parse(fm.function_call.arguments).city === 'Paris' && !fm.tool_calls, 'functions: message.function_call', fm);
+  check(f.choices[0].finish_reason === 'function_call', 'functions: finish_reason function_call', f.choices[0].finish_reason);
+  let fname = '', fargs = '', ffinish = null;
+  for await (const ch of await oa.chat.completions.create({ model: MODEL, messages: msgs, functions, stream: true }))
+    for (const c of ch.choices) {
+      if (c.delta.function_call) { fname += c.delta.function_call.name || ''; fargs += c.delta.function_call.arguments || ''; }
+      if (c.finish_reason) ffinish = c.finish_reason;
+    }
+  check(fname === 'get_weather' && JSON.parse(fargs).city === 'Paris' && ffinish === 'function_call',
+        'functions streamed: delta.function_call, finish_reason function_call', [fname, fargs, ffinish]);
+  // ids: every call of every API in this server's lifetime is different (streamed or not)
+  const ids = [];
+  for (let i = 0; i < 2; i++) {
+    ids.push((await oa.chat.completions.create({ model: MODEL, messages: msgs, tools: chatTools })).choices[0].message.tool_calls[0].id);
+    for await (const ch of await oa.chat.completions.create({ model: MODEL, messages: msgs, tools: chatTools, stream: true }))
+      for (const c of ch.choices) for (const t of c.delta.tool_calls || []) if (t.id) ids.push(t.id);
+    ids.push((await oa.responses.create({ model: MODEL, input: 'x', tools: rTools })).output[1].call_id);
+    ids.push((await oa.responses.stream({ model: MODEL, input: 'x', tools: rTools }).finalResponse()).output[1].call_id);
+    ids.push((await an.messages.create({ model: MODEL, max_tokens: 64, tools: aTools, messages: msgs })).content[1].id);
+    ids.push((await an.messages.stream({ model: MODEL, max_tokens: 64, tools: aTools, messages: msgs }).finalMessage()).content[1].id);
+  }
+  check(ids.length === 12 && new Set(ids).size === 12, 'tool-call ids: 12 calls, 12 different ids', ids);
+  check(ids.every((x) => /^(call_[0-9a-f]{16,24}|toolu_[0-9a-f]{16})$/.test(x)), 'id formats', ids);
+});
+
+await section('a prompt past the context: each API\'s error; the counting endpoints still count', async () => {
+  // the server runs with --ctx 2048
+  const long = 'lorem ipsum dolor '.repeat(800);
+  const want = await refCount([{ role: 'user', content: long }]);
+  check(want > 2048, 'the reference prompt is longer than the context', want);
+  const c = await an.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: long }] });
+  check(c.input_tokens === want, 'count_tokens counts past the context', [c, want]);
+  const r = await oa.responses.inputTokens.count({ model: MODEL, input: long });
+  check(r.input_tokens === want, 'responses input_tokens counts past the context', [r, want]);
+  const m = await expectError('messages: prompt too long', 400, () => an.messages.create({ model: MODEL, max_tokens: 8,
+    messages: [{ role: 'user', content: long }] }), `prompt is too long: ${want} tokens`);
+  check(m instanceof Anthropic.BadRequestError && m.error && m.error.type === 'error' &&
+        m.error.error.type === 'invalid_request_error', 'messages: Anthropic\'s error shape', m && m.error);
+  const rr = await expectError('responses: prompt too long', 400, () => oa.responses.create({ model: MODEL, input: long }));
+  check(rr && rr.code === 'context_length_exceeded', 'responses: code context_length_exceeded', rr && rr.error);
+  const cc = await expectError('chat: prompt too long', 400, () => oa.chat.completions.create({ model: MODEL,
+    messages: [{ role: 'user', content: long }] }));
+  check(cc && cc.code === 'context_length_exceeded' && cc.param === 'messages', 'chat: code context_length_exceeded',
+        cc && cc.error);
+});
+
+await section('errors under /v1/messages are Anthropic\'s shape (count_tokens, unknown paths, methods)', async () => {
+  const shape = (e, type) => e && e.error && e.error.type === 'error' && e.error.error && e.error.error.type === type;
+  const u = await expectError('count_tokens: unknown field', 400, () => an.messages.countTokens({ model: MODEL,
+    messages: [{ role: 'user', content: 'x' }], frobnicate: 1 }), 'frobnicate');
+  check(u instanceof Anthropic.BadRequestError && shape(u, 'invalid_request_error'), 'count_tokens 400: Anthropic shape', u && u.error);
+  const nm = await expectError('count_tokens: no messages', 400, () => an.messages.countTokens({ model: MODEL, messages: [] }),
+    'messages');
+  check(shape(nm, 'invalid_request_error'), 'count_tokens: no messages, Anthropic shape', nm && nm.error);
+  const img = await expectError('count_tokens: an image', 400, () => an.messages.countTokens({ model: MODEL, messages: [{ role: 'user',
+    content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AAAA' } }] }] }), 'vision');
+  check(shape(img, 'invalid_request_error'), 'count_tokens: an image, Anthropic shape', img && img.error);
+  const doc = await expectError('a document block', 400, () => an.messages.create({ model: MODEL, max_tokens: 8, messages: [{
+    role: 'user', content: [{ type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'x' } }] }] }),
+  'document block');
+  check(doc && /text block/.test(doc.message) && !/vision/.test(doc.message), 'a document: says what to send instead', doc && doc.message);
+  const b = await expectError('an endpoint this server lacks', 404, () => an.messages.batches.list());
+  check(b instanceof Anthropic.NotFoundError && shape(b, 'not_found_error'), 'unknown /v1/messages path: 404, Anthropic shape',
+        b && b.error);
+  const g = await fetch(`${base}/v1/messages/count_tokens`);
+  const gj = await g.json();
+  check(g.status === 405 && gj.type === 'error' && gj.error.type === 'invalid_request_error', 'GET count_tokens: 405, Anthropic shape', gj);
+  // the Anthropic SDK's models.list / retrieve read Anthropic's fields (type, display_name, created_at)
+  const ml = [];
+  for await (const m of an.models.list()) ml.push(m);
+  const mr = await an.models.retrieve(MODEL);
+  check(ml.length === 1 && ml[0].type === 'model' && ml[0].id === 'chain.gguf' && ml[0].display_name === 'chain.gguf' &&
+        !Number.isNaN(Date.parse(ml[0].created_at)) && mr.id === ml[0].id && mr.type === 'model', 'anthropic models', [ml, mr]);
+  // fields the API declares nullable that this server refuses: null is "not given"
+  const n = await an.messages.create({ model: MODEL, max_tokens: 64, container: null, inference_geo: null, speed: null, thread: null,
+    messages: [{ role: 'user', content: 'hi' }] });
+  check(n.content[0].text === WHOLE, 'container / inference_geo / speed null are absent', n.content);
+  const rn = await oa.responses.create({ model: MODEL, input: 'hi', conversation: null, prompt: null });
+  check(rn.output_text === WHOLE, 'responses conversation / prompt null are absent', rn.output_text);
 });
 
 // ================= completions: suffix (this vocabulary has Qwen's FIM tokens) =================

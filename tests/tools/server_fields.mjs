@@ -23,8 +23,9 @@ function check(cond, what, extra) {
   }
 }
 
-// The property names at the top level of `export interface NAME { ... }` (comments removed).
-function props(file, name) {
+// The property names at the top level of `export interface NAME { ... }` (comments removed);
+// nullable: those whose declaration line says `| null`.
+function props(file, name, nullable = false) {
   const text = fs.readFileSync(path.join(nm, file), 'utf8').replace(/\/\*[\s\S]*?\*\//g, '').replace(/\/\/.*$/gm, '');
   const m = new RegExp(`export interface ${name}\\b[^{]*\\{`).exec(text);
   if (!m) throw new Error(`${file}: no interface ${name}`);
@@ -33,8 +34,8 @@ function props(file, name) {
   for (let i = m.index + m[0].length, line = ''; depth > 0 && i < text.length; i++) {
     const c = text[i];
     if (c === '\n') {
-      const p = depth === 1 && /^\s*([A-Za-z_][A-Za-z0-9_]*)\??\s*:/.exec(line);
-      if (p) out.push(p[1]);
+      const p = depth === 1 && /^\s*([A-Za-z_][A-Za-z0-9_]*)\??\s*:(.*)$/.exec(line);
+      if (p && (!nullable || /\|\s*null\b/.test(p[2]))) out.push(p[1]);
       line = '';
     } else if (depth === 1) line += c;
     if (c === '{') depth++;
@@ -59,9 +60,9 @@ const apis = [
   { path: '/v1/chat/completions', file: 'openai/resources/chat/completions/completions.d.ts',
     type: 'ChatCompletionCreateParamsBase', doc: '### Request fields', body: { model: modelId, messages: chatMsgs, max_tokens: 1 } },
   { path: '/v1/completions', file: 'openai/resources/completions.d.ts', type: 'CompletionCreateParamsBase',
-    doc: '### Request fields', body: { model: modelId, prompt: 'hi', max_tokens: 1 } },
+    doc: '### Request fields', body: { model: modelId, prompt: 'hi', max_tokens: 1 }, limit: 'max_tokens' },
   { path: '/v1/responses', file: 'openai/resources/responses/responses.d.ts', type: 'ResponseCreateParamsBase',
-    doc: '### `POST /v1/responses`', body: { model: modelId, input: 'hi', max_output_tokens: 1 } },
+    doc: '### `POST /v1/responses`', body: { model: modelId, input: 'hi', max_output_tokens: 1 }, limit: 'max_output_tokens' },
   { path: '/v1/messages', file: '@anthropic-ai/sdk/resources/messages/messages.d.ts', type: 'MessageCreateParamsBase',
     doc: '### `POST /v1/messages`', body: { model: modelId, max_tokens: 1, messages: chatMsgs } },
   { path: '/v1/messages/count_tokens', file: '@anthropic-ai/sdk/resources/messages/messages.d.ts',
@@ -86,7 +87,23 @@ for (const api of apis) {
     check(r.status === 400 && named, `${api.path}: ${f} = {q35_probe: 1} is a 400 naming it`, [r.status, param, msg]);
     probed++;
   }
-  console.error(`-- ${api.path}: ${probed} fields of ${api.type}`);
+  // a field declared nullable, sent as null, is "not given" (clients that write every field
+  // send null for those they leave unset): never a 400, whether the server implements the field
+  // or refuses it when it is set. Left out: the length limit the base body sets (null there means
+  // no limit) and the completions prompt (required here).
+  // (sent together: they share the server's batch)
+  const nullable = props(api.file, api.type, true)
+    .filter((f) => f !== api.limit && !(f === 'prompt' && api.path === '/v1/completions'));
+  await Promise.all(nullable.map(async (f) => {
+    const body = { ...api.body, [f]: null };
+    if (f === 'max_tokens' && api.path === '/v1/chat/completions') body.max_completion_tokens = 1;
+    const r = await fetch(base + api.path, { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body) });
+    const t = await r.text();
+    check(r.status === 200, `${api.path}: ${f} = null is the same as leaving it out`, [r.status, t.slice(0, 200)]);
+  }));
+  const nulls = nullable.length;
+  console.error(`-- ${api.path}: ${probed} fields of ${api.type}, ${nulls} nullable ones sent as null`);
 }
 
 console.error(`${checks - failures}/${checks} checks passed`);

@@ -290,6 +290,11 @@ await section('errors: context_length_exceeded, a 413 the client receives', asyn
             [e.constructor.name, e.status, e.message]);
     }
   }
+  // under /v1/messages the 413 is in Anthropic's shape (its SDK reads error.type)
+  const big = await fetch(`${base}/v1/messages`, { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: modelId, max_tokens: 1, messages: [{ role: 'user', content: 'x'.repeat(maxBody) }] }) });
+  const bj = await big.json();
+  check(big.status === 413 && bj.type === 'error' && bj.error.type === 'request_too_large', '/v1/messages 413: Anthropic shape', bj);
   check((await client.models.list()).data.length === 1, 'serves again after the 413s');
 });
 

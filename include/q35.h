@@ -180,6 +180,10 @@ q35_context_params q35_context_default_params(void);
 /* A context on model: starts its threads now; its buffers grow with the first steps that need
  * them (later steps of that size allocate nothing). NULL with a message on failure. */
 q35_context *q35_context_new(q35_model *model, const q35_context_params *params, q35_err *err);
+/* A context on ctx's model that runs on ctx's threads and forward-pass scratch instead of its own:
+ * for contexts one thread steps in turn, such as steps in flight (q35_context_step_begin). It and
+ * ctx never run a step, an eval or a begin at the same time, and it is freed before ctx. */
+q35_context *q35_context_new_sharing(q35_context *ctx, q35_err *err);
 /* Frees a context made by q35_context_new (not the default context: q35_model_free does). */
 void q35_context_free(q35_context *ctx);
 /* The context q35_step and q35_session_eval use; owned by the model. */
@@ -379,6 +383,24 @@ typedef struct q35_row {
 int q35_context_step(q35_context *ctx, q35_row *rows, int32_t n_rows, q35_err *err);
 /* q35_context_step on the model's default context. */
 int q35_step(q35_model *model, q35_row *rows, int32_t n_rows, q35_err *err);
+
+/* Steps in flight, for a model split into pipeline stages (the MPI build under mpirun; see
+ * "Pipeline stages" above). q35_context_step is q35_context_step_begin then _end:
+ * begin checks the rows and runs this process's part of the step (the first stage's layers),
+ * hands the rest to the later stages and returns without waiting for them (0, or -1 with nothing
+ * in flight: a refused step moves no session); end waits for the step's results and fills the rows
+ * as q35_context_step would (its 0 / -1 and error are the step's). In between, the caller leaves
+ * the rows and everything they point to as they are, and may begin steps of other sessions on other
+ * contexts of the same model, from the same thread: with up to q35_model_stages of them in flight,
+ * every stage works on a different step at once (a pipeline of N stages then decodes up to N
+ * times what one step at a time does). A context has at most one step in flight; steps end in the
+ * order they began. Without later stages, begin runs the whole forward pass. A row's results never
+ * depend on which steps are in flight (the invariance contract). */
+int q35_context_step_begin(q35_context *ctx, q35_row *rows, int32_t n_rows, q35_err *err);
+int q35_context_step_end(q35_context *ctx, q35_err *err);
+/* The stages a step of this model passes through: 1 for a whole model in this process, N for rank 0
+ * of a pipeline of N ranks. */
+int32_t q35_model_stages(const q35_model *model);
 
 
 /* ---- constraints: structured outputs ----------------------------------------------------

@@ -2,7 +2,8 @@
 # test_mpi.sh - pipeline parallelism over MPI (src/dist/pp.c): `mpirun -np N q35 ...` on loopback
 # computes exactly what one process computes. References: the default build's q35 (no MPI) on the
 # same files. Checked: `q35 logits --all` files byte for byte (N = 2, 3; split by bytes and by
-# --pp-split; prefill in chunks), seeded `q35 run` ids and text with penalties and filters (the
+# --pp-split; prefill in chunks; a split GGUF against the unsplit file, mapped and --no-mmap, with
+# each rank's peak memory below 75% of the file), seeded `q35 run` ids and text with penalties and filters (the
 # last rank samples) and with a constraint (logits come back to rank 0), tiny MoE, dense tied and
 # a small file with the 35B-A3B layer shapes; a bad split and too many ranks are refused with a
 # message; a rank killed mid-generation ends the job within seconds, with mpirun naming it.
@@ -61,6 +62,28 @@ for m in moe dense a3b; do
   mpi 3 logits -m "$tmp/$m.gguf" --tokens $toks --all -t 1 --chunk 4 -o "$tmp/$m.3" 2>"$tmp/err3" || cat "$tmp/err3"
   same_file "$tmp/$m.ref" "$tmp/$m.3" "$m: logits of 3 ranks, prefill in chunks of 4 = one process"
 done
+# a split GGUF (13 shards of at most 20 MB): each stage maps its tensors from whichever shards hold
+# them (no data of the others); the logits equal one process on the unsplit file, and each rank's
+# peak resident memory is about its share (under 75% of the file; not under the sanitizers)
+"$Q35" export --tiny-test -o "$tmp/a3bs.gguf" --embd 2048 --heads 16 --kv-heads 2 --head-dim 256 --rot 64 \
+  --ssm-k-heads 16 --ssm-v-heads 32 --ssm-head-dim 128 --experts 4 --experts-used 2 --ff 512 --shexp-ff 512 \
+  --vocab 2048 --layers 4 --type q8_0 --split-max-size 20M >/dev/null 2>&1
+s1=$tmp/a3bs-00001-of-00013.gguf
+mpi 2 logits -m "$s1" --tokens $toks --all -t 1 -o "$tmp/a3bs.2" 2>"$tmp/errs2" || cat "$tmp/errs2"
+same_file "$tmp/a3b.ref" "$tmp/a3bs.2" "a3b split in 13 shards: logits of 2 ranks = one process on the unsplit file"
+mpi 3 logits -m "$s1" --tokens $toks --all -t 1 --chunk 4 --no-mmap -o "$tmp/a3bs.3" 2>"$tmp/errs3" || cat "$tmp/errs3"
+same_file "$tmp/a3b.ref" "$tmp/a3bs.3" "a3b split in 13 shards: logits of 3 ranks, --no-mmap, chunks of 4 = one process"
+if [ "${Q35_SANITIZE_RUN:-0}" != 1 ]; then
+  fmib=$(($(stat -c %s "$tmp/a3b.gguf") / 1048576))
+  for e in errs2 errs3; do
+    peaks=$(grep -o 'peak resident memory [0-9.]*' "$tmp/$e" | awk '{print $4}' | sort -n | tr '\n' ' ')
+    if [ -n "$peaks" ] && [ "$(echo "$peaks" | awk -v f="$fmib" '{for (i = 1; i <= NF; i++) if ($i > 0.75 * f) bad = 1} END {print bad + 0}')" = 0 ]; then
+      ok "split file, $e: every rank's peak resident memory (${peaks}MiB) < 75% of the file (${fmib} MiB)"
+    else
+      bad "split file, $e: peak resident memory '${peaks}' MiB of a ${fmib} MiB file"
+    fi
+  done
+fi
 grep -q "pipeline: 3 ranks: rank 0 layers \[0, 1) .*rank 2 layers \[3, 4)" "$tmp/err3" &&
   ok "a3b: the split is printed ($(grep -o 'pipeline: 3 ranks.*' "$tmp/err3"))" || bad "no split line: $(cat "$tmp/err3")"
 for split in 0:1,1:5,5:6 0:4,4:5,5:6; do
@@ -93,9 +116,13 @@ mpi 2 bench -m "$tmp/a3b.gguf" -t 1 -p 8 -n 4 -r 1 --json >"$tmp/bench.json" 2>/
 grep -q '"decode_tok_s"' "$tmp/bench.json" && ok "bench on 2 ranks: $(head -c 80 "$tmp/bench.json")" || bad "bench on 2 ranks"
 
 # serve: rank 0 owns HTTP, tokenization and the scheduler; the answers (seeded chat and
-# completions, streamed and not, n = 8 (8-row decode steps in 2 micro-batches), concurrent requests, a follow-up turn that reuses a stored
+# completions, streamed and not, n = 8, structured outputs (a JSON schema, a regex-free grammar:
+# logits to rank 0, masks there), concurrent requests, a follow-up turn that reuses a stored
 # prefix through a collective snapshot restore) equal a single-process server's byte for byte
-# (ids and timestamps left out). The reference is the build without MPI when there is one.
+# (ids and timestamps left out). Under N ranks the sequences run in N groups whose steps are in
+# flight at once (--pp-groups, default N): n = 8 decodes in steps of 4 rows, two groups in flight,
+# and 3 ranks (3 groups) answer concurrent plain and constrained requests as one process does.
+# The reference is the build without MPI when there is one.
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_health() {
   for _ in $(seq 600); do
@@ -112,13 +139,23 @@ p2=$(free_port)
 timeout 300 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none \
   -np 2 "$mpiq" serve -m "$tmp/moe.gguf" --port "$p2" "${sopts[@]}" >"$tmp/s2.log" 2>&1 &
 s2=$!
-bg="$s1 $s2"
+p3=$(free_port)
+timeout 300 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none \
+  -np 3 "$mpiq" serve -m "$tmp/moe.gguf" --port "$p3" "${sopts[@]}" >"$tmp/s3.log" 2>&1 &
+s3=$!
+bg="$s1 $s2 $s3"
 cleanup() { for p in $bg; do kill "$p" 2>/dev/null || true; done; rm -rf "$tmp"; }
-if wait_health "$p1" && wait_health "$p2"; then
-  ok "a server under mpirun -np 2 is healthy: $(grep -o 'pipeline: 2 ranks.*' "$tmp/s2.log" | head -1)"
+if wait_health "$p1" && wait_health "$p2" && wait_health "$p3"; then
+  ok "servers under mpirun -np 2 and -np 3 are healthy: $(grep -o 'pipeline: 2 ranks.*' "$tmp/s2.log" | head -1)"
 else
-  bad "the servers did not become healthy: $(tail -5 "$tmp/s2.log")"
+  bad "the servers did not become healthy: $(tail -5 "$tmp/s2.log" "$tmp/s3.log")"
 fi
+metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v k="q35_$2" '$1 == k {print $2}'; }
+for pg in "$p2 2" "$p3 3"; do
+  set -- $pg
+  [ "$(metric "$1" step_groups)" = "$2" ] && ok "serve on $2 ranks: $2 groups of sequences in flight" ||
+    bad "serve on $2 ranks: step_groups '$(metric "$1" step_groups)'"
+done
 # post PORT PATH BODY [session]: the answer with ids and timestamps dropped, one JSON value a line
 post() {
   curl -s -N -H 'Content-Type: application/json' ${4:+-H "X-Session-Id: $4"} -d "$3" "http://127.0.0.1:$1$2" |
@@ -146,21 +183,46 @@ body[chat]='{"model":"moe.gguf","messages":['"$sys,$u1"'],"max_tokens":20,"seed"
 body[stream]='{"model":"moe.gguf","messages":['"$sys,$u2"'],"max_tokens":20,"seed":12,"temperature":0.8,"stream":true,"stream_options":{"include_usage":true}}'
 body[n8]='{"model":"moe.gguf","messages":['"$sys,$u1"'],"max_tokens":12,"seed":13,"n":8,"top_p":0.9,"presence_penalty":0.5}'
 body[completion]='{"model":"moe.gguf","prompt":"pipeline parallel","max_tokens":16,"seed":14,"temperature":1.0,"top_k":30}'
-for k in chat stream n8 completion; do
+schema='{"type":"object","properties":{"stage":{"type":"integer"},"name":{"type":"string","maxLength":6}},"required":["stage","name"]}'
+body[schema]='{"model":"moe.gguf","messages":['"$sys,$u1"'],"max_tokens":24,"seed":15,"n":2,"response_format":{"type":"json_schema","json_schema":{"name":"s","strict":true,"schema":'"$schema"'}}}'
+body[grammar]='{"model":"moe.gguf","prompt":"ranks:","max_tokens":12,"seed":16,"grammar":"root ::= [a-d]+ \"!\""}'
+for k in chat stream n8 completion schema grammar; do
   path=/v1/chat/completions
-  [ $k = completion ] && path=/v1/completions
+  [ $k = completion ] || [ $k = grammar ] && path=/v1/completions
+  s0=$(metric "$p1" steps_total) t0=$(metric "$p2" steps_total)
   a=$(post "$p1" $path "${body[$k]}")
   b=$(post "$p2" $path "${body[$k]}")
   same "$a" "$b" "serve $k: 2 ranks = one process ($(echo "$b" | wc -l) JSON values)"
+  [ $k = n8 ] && n8_1=$(($(metric "$p1" steps_total) - s0)) n8_2=$(($(metric "$p2" steps_total) - t0))
 done
-# concurrent requests: several rows in one step on both servers
-for i in 1 2 3; do
-  post "$p1" /v1/chat/completions '{"model":"moe.gguf","messages":['"$sys"',{"role":"user","content":"row '$i'"}],"max_tokens":16,"seed":'$i'}' >"$tmp/c1.$i" &
-  post "$p2" /v1/chat/completions '{"model":"moe.gguf","messages":['"$sys"',{"role":"user","content":"row '$i'"}],"max_tokens":16,"seed":'$i'}' >"$tmp/c2.$i" &
+# n = 8 under 2 groups: steps of 4 rows, about twice the steps of one process (8-row steps)
+if [ "$(metric "$p2" step_rows)" -le 4 ] && [ $((2 * n8_2)) -ge $((3 * n8_1)) ]; then
+  ok "serve n8: $n8_2 steps of at most 4 rows on 2 ranks (2 groups in flight), $n8_1 on one process"
+else
+  bad "serve n8: $n8_2 steps on 2 ranks (latest of $(metric "$p2" step_rows) rows), $n8_1 on one process"
+fi
+# concurrent requests, plain and constrained, n = 2: rows of every group in one step on each server
+cbody() {
+  case $1 in
+    1|3) echo '{"model":"moe.gguf","messages":['"$sys"',{"role":"user","content":"row '$1'"}],"max_tokens":16,"seed":'$1',"n":2}' ;;
+    2) echo '{"model":"moe.gguf","messages":['"$sys"',{"role":"user","content":"row 2"}],"max_tokens":16,"seed":2,"n":2,"response_format":{"type":"json_schema","json_schema":{"name":"s","strict":true,"schema":'"$schema"'}}}' ;;
+    4) echo '{"model":"moe.gguf","prompt":"row 4","max_tokens":16,"seed":4,"n":2,"grammar":"root ::= [a-z ]+"}' ;;
+  esac
+}
+for i in 1 2 3 4; do
+  path=/v1/chat/completions
+  [ $i = 4 ] && path=/v1/completions
+  for p in "$p1" "$p2" "$p3"; do post "$p" $path "$(cbody $i)" >"$tmp/c$p.$i" & done
 done
+nocache() { sed 's/"cached_tokens": [0-9]*/"cached_tokens": N/'; }
 wait_jobs() { for j in $(jobs -p); do case " $bg " in *" $j "*) ;; *) wait "$j" || true ;; esac; done; }
 wait_jobs
-for i in 1 2 3; do same "$(cat "$tmp/c1.$i")" "$(cat "$tmp/c2.$i")" "serve: concurrent request $i, 2 ranks = one process"; done
+for i in 1 2 3 4; do
+  # (cached_tokens depend on which free slot each choice took, i.e. on arrival order, and the
+  # 3-rank server saw none of the earlier requests; the session turns below check prefix reuse)
+  same "$(nocache <"$tmp/c$p1.$i")" "$(nocache <"$tmp/c$p2.$i")" "serve: concurrent request $i, 2 ranks = one process"
+  same "$(nocache <"$tmp/c$p1.$i")" "$(nocache <"$tmp/c$p3.$i")" "serve: concurrent request $i, 3 ranks = one process"
+done
 # a session's follow-up turn: the stored prefix comes back on every rank (cached_tokens > 0)
 a1=$(post "$p1" /v1/chat/completions '{"model":"moe.gguf","messages":['"$sys,$u1"'],"max_tokens":8,"seed":21}' sess1)
 b1=$(post "$p2" /v1/chat/completions '{"model":"moe.gguf","messages":['"$sys,$u1"'],"max_tokens":8,"seed":21}' sess1)
@@ -177,9 +239,10 @@ for k in 1 2; do
 done
 restores=$(curl -s "http://127.0.0.1:$p2/metrics" | awk '/^q35_prefix_cache_hits_total/ {print $2}')
 [ "${restores:-0}" -ge 2 ] && ok "serve: $restores prefix hits under mpirun" || bad "serve: prefix hits '$restores'"
-kill "$s1" "$s2" 2>/dev/null || true
+kill "$s1" "$s2" "$s3" 2>/dev/null || true
 wait "$s1" 2>/dev/null || true
 wait "$s2" 2>/dev/null || true
+wait "$s3" 2>/dev/null || true
 bg=
 
 # refusals: a clear message, a non-zero exit, no hang
@@ -200,6 +263,12 @@ elif "$Q35" logits -m "$tmp/moe.gguf" --tokens 1,2 --pp-split 0:6 -o "$tmp/x" >/
   bad "--pp-split accepted by the build without MPI"
 else
   grep -q "needs a build with MPI" "$tmp/err" && ok "the build without MPI refuses --pp-split" || bad "unclear error: $(cat "$tmp/err")"
+  if "$Q35" serve -m "$tmp/moe.gguf" --pp-groups 2 >/dev/null 2>"$tmp/err"; then
+    bad "serve --pp-groups accepted by the build without MPI"
+  else
+    grep -q "pp-groups needs a build with MPI" "$tmp/err" && ok "the build without MPI refuses serve --pp-groups" ||
+      bad "unclear error: $(cat "$tmp/err")"
+  fi
 fi
 
 # a rank killed mid-generation: the job ends within seconds, naming the rank

@@ -4,17 +4,23 @@
  * q35_fwd_row.x_out / x_in, gives logits bit-identical to the whole model (reference: the whole
  * model's q35_session_eval), for several splits and prefill chunkings; a stage's sessions hold
  * only its layers' state (the stages' bytes add up to the whole's); the other stages' tensor data
- * is not mapped (mincore: ENOMEM); misuse is refused with a message. The MPI driver on top of
- * this (src/dist/pp.c) is tested by test_mpi.sh.
+ * is not readable (/proc/self/maps); misuse is refused with a message. The same for the model
+ * written as a split GGUF (shards of a few tensors each: a stage maps its tensors from whichever
+ * shards hold them and keeps no data of a shard holding none) and read into memory (no_mmap: only
+ * the stage's tensors are copied). Steps in flight (q35_context_step_begin / _end on several
+ * contexts sharing one's threads) through a two-stage chain whose later stage (an in-process
+ * stand-in for dist/pp.c's q35_stage_next) computes only when a step is waited for, in the order
+ * sent: the samples of 4 sessions in 2 groups, one constrained by a regex, equal q35_step on the
+ * whole model one step at a time. The MPI driver on top of this (src/dist/pp.c) is tested by
+ * test_mpi.sh.
  */
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "check.h"
 #include "engine/context.h"
 #include "export/tiny.h"
@@ -24,9 +30,12 @@
 enum { NL = 6, NT = 11 };
 static const int32_t toks[NT] = {5, 17, 3, 99, 250, 7, 1, 64, 300, 2, 11};
 
+static int g_no_mmap; /* load the stages with no_mmap */
+
 static q35_model *load_range(const char *path, int b, int e, q35_err *err) {
   q35_model_params mp = q35_model_default_params();
   mp.n_threads = 1; /* several models live at once: no spinning workers */
+  mp.no_mmap = g_no_mmap;
   mp.layer_begin = b;
   mp.layer_end = e;
   return q35_model_load(path, &mp, err);
@@ -70,8 +79,8 @@ static void run_stages(const char *path, const int *bounds, int n_st, const floa
       xb = t;
     }
   }
-  CHECK(memcmp(logits, ref, sizeof(float) * NT * V) == 0, "stages from %d to %d (%d stages), chunk %d: logits differ",
-        bounds[1], bounds[n_st - 1], n_st, chunk);
+  CHECK(memcmp(logits, ref, sizeof(float) * NT * V) == 0, "%s%s: stages from %d to %d (%d stages), chunk %d: logits "
+        "differ", path, g_no_mmap ? " (no_mmap)" : "", bounds[1], bounds[n_st - 1], n_st, chunk);
   }
   free(xa);
   free(xb);
@@ -81,13 +90,311 @@ static void run_stages(const char *path, const int *bounds, int n_st, const floa
   }
 }
 
-/* Whether the middle of tensor `name` is unmapped. */
+/* Whether the page at p cannot be read: no mapping holds it, or only an inaccessible one (what a
+ * stage leaves in place of the other stages' tensor data, /proc/self/maps). */
+static int page_unmapped(const void *p) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[512];
+  int readable = 0;
+  const unsigned long a = (unsigned long)(uintptr_t)p;
+  while (f && fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char perm[8];
+    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perm) == 3 && a >= lo && a < hi) {
+      readable = perm[0] == 'r';
+      break;
+    }
+  }
+  if (f) fclose(f);
+  return !readable;
+}
+
+/* Whether the middle of tensor `name` is unreadable. */
 static int unmapped(const gguf_file *f, const char *name) {
   const gguf_tensor *t = gguf_find_tensor(f, name);
-  const void *p = (const char *)t->data + t->nbytes / 2;
+  return page_unmapped((const char *)t->data + t->nbytes / 2);
+}
+
+/* Whether a stage of layers [b, e) binds tensor t (its layers', the embedding for the first stage,
+ * output_norm and output for the last; never the MTP block). */
+static int stage_tensor(const gguf_tensor *t, int b, int e) {
+  char name[96];
+  snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+  int l = -1;
+  if (sscanf(name, "blk.%d.", &l) == 1) return l >= b && l < e;
+  return !strcmp(name, "token_embd.weight") ? b == 0 : e == NL; /* output_norm, output */
+}
+
+/* A stage of layers [b, e) of a split file: the middle of every tensor it binds is mapped and every
+ * other tensor's is not (unless that page holds a bound tensor or the header); a shard holding none
+ * of its tensors has no page of its data section mapped.
+ * Returns the shards that held none (with data past the header's last page). */
+static int check_split_stage(const char *path, int b, int e) {
+  q35_err err;
+  q35_model *m = load_range(path, b, e, &err);
+  CHECK(m != NULL, "%s", err.msg);
+  if (!m) return 0;
+  gguf_file *f = m->gguf;
   const long pg = sysconf(_SC_PAGESIZE);
-  unsigned char v;
-  return mincore((void *)((uintptr_t)p & ~(uintptr_t)(pg - 1)), 1, &v) != 0 && errno == ENOMEM;
+  int empty = 0;
+  for (uint32_t sh = 0; sh < gguf_n_shards(f); sh++) {
+    int kept = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+      const gguf_tensor *t = &f->tensors[i];
+      if (t->shard != sh) continue;
+      const int keep = stage_tensor(t, b, e);
+      const uintptr_t mid = ((uintptr_t)t->data + t->nbytes / 2) & ~(uintptr_t)(pg - 1);
+      const gguf_file *sf = gguf_shard(f, sh);
+      /* a small tensor on a page of a kept one, or of the header, stays mapped with it */
+      int shared = mid < (((uintptr_t)sf->map + sf->data_offset + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1));
+      for (uint64_t j = 0; j < f->n_tensors && !keep; j++) {
+        const gguf_tensor *u = &f->tensors[j];
+        const uintptr_t lo = (uintptr_t)u->data & ~(uintptr_t)(pg - 1), hi = (uintptr_t)u->data + u->nbytes;
+        shared |= u->shard == sh && stage_tensor(u, b, e) && mid >= lo && mid < hi;
+      }
+      kept += keep;
+      if (!shared)
+        CHECK(page_unmapped((const void *)mid) == !keep, "layers [%d, %d): %.*s (shard %u) is %s", b, e,
+              (int)t->name.len, t->name.ptr, sh + 1, keep ? "not mapped" : "still mapped");
+    }
+    const gguf_file *sf = gguf_shard(f, sh);
+    const size_t o0 = (sf->data_offset + pg - 1) & ~(size_t)(pg - 1);
+    if (kept || o0 >= sf->size) continue; /* (a data section within the header's last page stays) */
+    empty++;
+    int any = 0;
+    for (size_t o = o0; o < sf->size; o += (size_t)pg) any |= !page_unmapped(sf->map + o);
+    CHECK(!any, "layers [%d, %d): shard %u holds none of the stage's tensors but has data pages mapped", b, e, sh + 1);
+  }
+  q35_model_free(m);
+  return empty;
+}
+
+/* ---- steps in flight through an in-process later stage ----
+ * The later stage (layers [split, NL) with the output head) receives forwards in order and computes
+ * them only at flight(WAIT) (then every one sent before, as a chain of ranks processes its commands
+ * in order); outside a flight it computes at once. It declines sample_next, so rank 0 samples. */
+typedef struct {
+  q35_session *s0, *s1; /* first stage's session, the later stage's */
+} fk_sess;
+
+typedef struct {
+  const void *key;
+  int n_rows;
+  q35_fwd_row rows[8]; /* s: the first stage's session; logits: where the results go */
+  float *x;
+} fk_fwd;
+
+typedef struct {
+  q35_stage_next ops;
+  q35_model *m1;
+  fk_sess sess[16];
+  int n_sess;
+  fk_fwd q[16];
+  int n_q;
+  const void *key;
+  int sent, computed, max_in_flight;
+} fake_next;
+
+static q35_session *fk_find(fake_next *f, const q35_session *s0) {
+  for (int i = 0; i < f->n_sess; i++)
+    if (f->sess[i].s0 == s0) return f->sess[i].s1;
+  return NULL;
+}
+
+static void fk_compute(fake_next *f, fk_fwd *w) {
+  const int H = q35_model_n_embd(f->m1);
+  q35_fwd_row rows[8];
+  int64_t t = 0;
+  for (int r = 0; r < w->n_rows; r++) {
+    rows[r] = w->rows[r];
+    rows[r].s = fk_find(f, w->rows[r].s);
+    rows[r].tokens = NULL;
+    rows[r].x_in = w->x + t * H;
+    t += rows[r].n;
+  }
+  q35_err err;
+  CHECK(q35_forward(f->m1, &f->m1->ctx->fwd, rows, w->n_rows, &err) == 0, "later stage: %s", err.msg);
+  free(w->x);
+  f->computed++;
+}
+
+static int fk_forward(q35_stage_next *nx, const q35_fwd_row *rows, int n_rows, const float *x, int64_t T,
+                      q35_err *err) {
+  fake_next *f = (fake_next *)nx;
+  const int H = q35_model_n_embd(f->m1);
+  if (n_rows > 8 || f->n_q == 16) return q35_seterr(err, "fake: too many");
+  fk_fwd *w = &f->q[f->n_q++];
+  w->key = f->key;
+  w->n_rows = n_rows;
+  memcpy(w->rows, rows, sizeof *rows * (size_t)n_rows);
+  w->x = malloc(sizeof(float) * (size_t)T * H);
+  memcpy(w->x, x, sizeof(float) * (size_t)T * H);
+  f->sent++;
+  if (f->sent - f->computed > f->max_in_flight) f->max_in_flight = f->sent - f->computed;
+  if (!f->key) { /* not in flight: at once */
+    fk_compute(f, w);
+    f->n_q--;
+  }
+  return 0;
+}
+
+static int fk_session(q35_stage_next *nx, int op, const q35_session *s, q35_err *err) {
+  fake_next *f = (fake_next *)nx;
+  if (op == Q35_STAGE_SESSION_NEW) {
+    if (f->n_sess == 16) return q35_seterr(err, "fake: too many sessions");
+    q35_session *s1 = q35_session_new(f->m1, &s->params, err);
+    if (!s1) return -1;
+    f->sess[f->n_sess++] = (fk_sess){(q35_session *)s, s1};
+  } else {
+    for (int i = 0; i < f->n_sess; i++)
+      if (f->sess[i].s0 == s) {
+        if (op == Q35_STAGE_SESSION_RESET) {
+          q35_session_reset(f->sess[i].s1);
+        } else {
+          q35_session_free(f->sess[i].s1);
+          f->sess[i] = f->sess[--f->n_sess];
+        }
+        break;
+      }
+  }
+  return 0;
+}
+
+static int fk_sample(q35_stage_next *nx, const q35_row *rows, int n_rows, struct q35_step_out *out) {
+  (void)nx, (void)rows, (void)n_rows, (void)out;
+  return -1; /* the first stage samples */
+}
+
+static int fk_snapshot(q35_stage_next *nx, int op, const q35_session *s, uint64_t *id, q35_err *err) {
+  (void)nx, (void)op, (void)s, (void)id;
+  return q35_seterr(err, "fake: no snapshots");
+}
+
+static int fk_micro(q35_stage_next *nx, int op, q35_err *err) {
+  (void)nx, (void)op, (void)err;
+  return 0;
+}
+
+static int fk_flight(q35_stage_next *nx, int op, const void *key, q35_err *err) {
+  fake_next *f = (fake_next *)nx;
+  (void)err;
+  if (op == Q35_STAGE_FLIGHT_OPEN) {
+    f->key = key;
+  } else if (op == Q35_STAGE_FLIGHT_CLOSE) {
+    f->key = NULL;
+  } else { /* everything sent up to key's last forward, in order */
+    int last = -1;
+    for (int i = 0; i < f->n_q; i++)
+      if (f->q[i].key == key) last = i;
+    for (int i = 0; i <= last; i++) fk_compute(f, &f->q[i]);
+    memmove(f->q, f->q + last + 1, sizeof f->q[0] * (size_t)(f->n_q - last - 1));
+    f->n_q -= last + 1;
+  }
+  return 0;
+}
+
+static void fk_close(q35_stage_next *nx) { (void)nx; }
+
+enum { NS = 4, NSTEP = 12 };
+
+/* The prompt of session i and its sampling parameters (session 2 greedy; the others seeded). */
+static const int32_t *fl_prompt(int i, int *n) {
+  static const int32_t p[NS][6] = {{5, 17, 3, 99, 250, 7}, {1, 64}, {300, 2, 11, 40}, {9, 9, 8}};
+  static const int len[NS] = {6, 2, 4, 3};
+  *n = len[i];
+  return p[i];
+}
+
+/* Tokens of NSTEP steps of the NS sessions: on `m` one step at a time (ctx NULL), or in two groups
+ * (sessions 0, 1 and 2, 3) whose steps are in flight at once on ctx[0], ctx[1]. Session 3 samples
+ * under the regex constraint con (a clone each run). */
+static void fl_run(q35_model *m, q35_context **ctx, const q35_constraint *con, int32_t out[NS][NSTEP]) {
+  q35_err err;
+  q35_session *s[NS];
+  q35_sampling sp[NS];
+  q35_row rows[NS];
+  int32_t last[NS];
+  q35_constraint *c = q35_constraint_clone(con);
+  memset(rows, 0, sizeof rows);
+  for (int i = 0; i < NS; i++) {
+    q35_session_params pp = q35_session_default_params();
+    pp.n_ctx = 64;
+    pp.kv_type = Q35_KV_F32;
+    s[i] = q35_session_new(m, &pp, &err);
+    CHECK(s[i] != NULL, "%s", err.msg);
+    sp[i] = q35_sampling_default();
+    sp[i].temperature = i == 2 ? 0.0f : 0.9f;
+    sp[i].seed = 100 + (uint64_t)i;
+    sp[i].top_k = 40;
+    rows[i].session = s[i];
+    rows[i].tokens = fl_prompt(i, &rows[i].n_tokens);
+    rows[i].sampling = &sp[i];
+    rows[i].n_top_logprobs = -1;
+    rows[i].constraint = i == 3 ? c : NULL;
+  }
+  for (int k = 0; k < NSTEP; k++) {
+    for (int i = 0; i < NS; i++) sp[i].draw_index = (uint64_t)k;
+    if (!ctx) {
+      CHECK(q35_step(m, rows, NS, &err) == 0, "step %d: %s", k, err.msg);
+    } else {
+      CHECK(q35_context_step_begin(ctx[0], rows, 2, &err) == 0, "begin 0, step %d: %s", k, err.msg);
+      CHECK(q35_context_step_begin(ctx[1], rows + 2, 2, &err) == 0, "begin 1, step %d: %s", k, err.msg);
+      CHECK(q35_context_step_begin(ctx[1], rows + 2, 2, &err) != 0 && strstr(err.msg, "in flight"), "%s", err.msg);
+      CHECK(q35_context_step_end(ctx[0], &err) == 0, "end 0, step %d: %s", k, err.msg);
+      CHECK(q35_context_step_end(ctx[1], &err) == 0, "end 1, step %d: %s", k, err.msg);
+      CHECK(q35_context_step_end(ctx[1], &err) != 0 && strstr(err.msg, "no step in flight"), "%s", err.msg);
+    }
+    for (int i = 0; i < NS; i++) {
+      out[i][k] = last[i] = rows[i].token;
+      rows[i].tokens = &last[i];
+      rows[i].n_tokens = 1;
+    }
+  }
+  for (int i = 0; i < NS; i++) q35_session_free(s[i]);
+  q35_constraint_free(c);
+}
+
+static void test_flight(const char *path, q35_model *whole) {
+  q35_err err;
+  q35_constraint_vocab *v = q35_constraint_vocab_from_model(whole, &err);
+  CHECK(v != NULL, "%s", err.msg);
+  if (!v) return;
+  const char *re = "[a-m]+( [a-m]+)*";
+  q35_constraint *con = q35_constraint_new(v, Q35_CONSTRAINT_REGEX, re, strlen(re), NULL, &err);
+  CHECK(con != NULL, "%s", err.msg);
+  int32_t ref[NS][NSTEP], got[NS][NSTEP];
+  fl_run(whole, NULL, con, ref);
+  CHECK(q35_model_stages(whole) == 1);
+  const int split = 2;
+  q35_model *m0 = load_range(path, 0, split, &err), *m1 = load_range(path, split, NL, &err);
+  CHECK(m0 && m1, "%s", err.msg);
+  if (m0 && m1) {
+    static fake_next f;
+    memset(&f, 0, sizeof f);
+    f.ops = (q35_stage_next){.forward = fk_forward, .session = fk_session, .sample_next = fk_sample,
+                             .snapshot = fk_snapshot, .n_micro = 0, .micro = fk_micro, .flight = fk_flight,
+                             .n_stages = 2, .close = fk_close};
+    f.m1 = m1;
+    m0->next = &f.ops;
+    CHECK(q35_model_stages(m0) == 2);
+    q35_context *ctx[2] = {q35_model_context(m0), q35_context_new_sharing(q35_model_context(m0), &err)};
+    CHECK(ctx[1] != NULL && q35_context_n_threads(ctx[1]) == q35_context_n_threads(ctx[0]), "%s", err.msg);
+    fl_run(m0, ctx, con, got);
+    CHECK(memcmp(ref, got, sizeof ref) == 0, "samples of steps in flight differ from one step at a time");
+    CHECK(f.max_in_flight == 2 && f.computed == 2 * NSTEP, "in flight at most %d, %d forwards computed",
+          f.max_in_flight, f.computed);
+    q35_constraint *c = q35_constraint_clone(con); /* session 3 sampled within the regex */
+    int ok = 1;
+    for (int i = 0; i < NSTEP && ok; i++) ok = q35_constraint_accept(c, got[3][i], &err) == 0;
+    CHECK(ok, "session 3's token %d is outside the regex: %s", got[3][0], err.msg);
+    q35_constraint_free(c);
+    q35_context_free(ctx[1]);
+    m0->next = NULL;
+  }
+  q35_model_free(m0);
+  q35_model_free(m1);
+  q35_constraint_free(con);
+  q35_constraint_vocab_free(v);
 }
 
 int main(void) {
@@ -149,11 +456,36 @@ int main(void) {
   CHECK(load_range(path, 4, 7, &err) == NULL && strstr(err.msg, "layer range [4, 7)"), "%s", err.msg);
   CHECK(load_range(path, 3, 3, &err) == NULL && strstr(err.msg, "not within"), "%s", err.msg);
 
+  test_flight(path, whole);
+
+  /* the same model as a split GGUF (shards of at most 7 tensors), and read into memory */
+  char spath[512], sbase[512];
+  snprintf(sbase, sizeof sbase, "%s/split.gguf", dir);
+  uint32_t n_shards = 0;
+  o.split = (gguf_split_opts){0, 7, &n_shards};
+  if (q35_tiny_write(&o, sbase, &err)) return fprintf(stderr, "FAIL q35_tiny_write (split): %s\n", err.msg), 1;
+  CHECK(n_shards > 4, "%u shards", n_shards);
+  snprintf(spath, sizeof spath, "%s/split-00001-of-%05u.gguf", dir, n_shards);
+  for (size_t t = 0; t < sizeof splits / sizeof splits[0]; t++)
+    run_stages(spath, splits[t] + 1, splits[t][0] - 1, ref, got, V, H, whole_bytes);
+  int empty = 0;
+  for (int b = 0; b < NL; b += 2) empty += check_split_stage(spath, b, b + 2);
+  CHECK(empty >= 3, "only %d (stage, shard) pairs with none of the stage's tensors", empty);
+  g_no_mmap = 1;
+  run_stages(spath, splits[1] + 1, splits[1][0] - 1, ref, got, V, H, whole_bytes);
+  run_stages(path, splits[0] + 1, splits[0][0] - 1, ref, got, V, H, whole_bytes);
+  check_split_stage(spath, 2, 4);
+  g_no_mmap = 0;
+
   q35_session_free(ws);
   q35_model_free(whole);
   free(ref);
   free(got);
   unlink(path);
+  for (uint32_t k = 0; k < n_shards; k++) {
+    snprintf(spath, sizeof spath, "%s/split-%05u-of-%05u.gguf", dir, k + 1, n_shards);
+    unlink(spath);
+  }
   rmdir(dir);
   return check_done("test_stages");
 }

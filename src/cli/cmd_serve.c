@@ -16,6 +16,9 @@ static void usage(const model_args *ma) {
       "  --host ADDR             listen address (default 127.0.0.1)\n"
       "  --port N                listen port (default 8080)\n"
       "  --parallel N            sequences decoded together in one step (default 4)\n"
+      "  --pp-groups N           under mpirun (a -DQ35_MPI=ON build): split the sequences into N groups\n"
+      "                          whose steps are in flight at once, so every rank works (default: N =\n"
+      "                          ranks; 1 = one step at a time)\n"
       "  --alias NAME            model id in /v1/models (default: the file's base name)\n"
       "  --max-sessions N        named sessions (session_id header) kept, LRU-evicted (default 8)\n"
       "  --max-queue N           sequences waiting for a slot before 429 (default 64)\n"
@@ -72,6 +75,11 @@ static int serve_arg(q35_server_opts *o, int argc, char **argv, int *i) {
     o->port = (int)arg_int("--port", arg_value(argc, argv, i), 0, 65535);
   } else if (arg_is(argc, argv, i, "--parallel") || arg_is(argc, argv, i, "-np")) {
     o->parallel = (int)arg_int("--parallel", arg_value(argc, argv, i), 1, 256);
+  } else if (arg_is(argc, argv, i, "--pp_groups")) {
+    o->pp_groups = (int)arg_int("--pp-groups", arg_value(argc, argv, i), 1, 64);
+#ifndef Q35_MPI
+    die("serve: --pp-groups needs a build with MPI (cmake -DQ35_MPI=ON) run under mpirun");
+#endif
   } else if (arg_is(argc, argv, i, "--alias")) {
     o->alias = arg_value(argc, argv, i);
   } else if (arg_is(argc, argv, i, "--max_sessions")) {

@@ -104,19 +104,28 @@ typedef struct {
   const q35_row *step_rows;
   int step_n_rows;
   q35_step_out *step_out;
-  /* rank 0 between micro(BEGIN) and micro(END): the groups sent whose results are still to come,
-   * and how far into the step's rows and results the groups have come */
+  /* rank 0 between micro(BEGIN) and micro(END): how far into the step's rows and results the
+   * groups have come; between flight(OPEN) and flight(CLOSE): the stepping context (the key) */
   int micro_on, step_at;
   size_t out_at;
+  const void *flight_key;
+  /* rank 0: the forwards sent whose results are still to come (of a micro-batched forward, key
+   * NULL, until micro(END); of steps in flight, under their key until flight(WAIT)) */
   struct pending {
+    const void *key;
     const q35_fwd_row *rows;
     int n_rows, sampled;
     q35_step_out *out;
     char *buf;
-    size_t lb, hb;
+    size_t cap, lb, hb;
     MPI_Request rq;
   } *pend;
   int n_pend, cap_pend;
+  struct spare {
+    char *buf;
+    size_t cap;
+  } *spare; /* reply buffers of collected forwards, reused (a step of a size seen before allocates nothing) */
+  int n_spare;
   q35_sampler *sampler; /* the last rank's */
 } pp;
 
@@ -150,18 +159,45 @@ static void die_rank(const char *msg) {
  * without bound (an idle server). */
 #define POLL_SPINS 2000
 #define POLL_SLEEP_US 50
+#define SEND_SPIN_S 2e-3
+static double g_wait_cpu, g_wait_wall; /* this thread's CPU and wall seconds inside wait_req */
+
+static double thread_cpu_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int wait_req_(MPI_Request *rq, int bounded, const char *what, int peer);
+
+/* (the CPU a rank spends polling and spinning in sends, printed at the end: what the pipeline
+ * costs beyond the layers' own work, docs/PERF.md) */
 static int wait_req(MPI_Request *rq, int bounded, const char *what, int peer) {
+  const double c0 = thread_cpu_s(), w0 = q35_now();
+  const int rc = wait_req_(rq, bounded, what, peer);
+  g_wait_cpu += thread_cpu_s() - c0;
+  g_wait_wall += q35_now() - w0;
+  return rc;
+}
+
+static int wait_req_(MPI_Request *rq, int bounded, const char *what, int peer) {
   struct timespec t0 = {0, 0};
   int timing = 0;
-  /* a send spins (as MPI_Send would): it completes as soon as the receiver takes it, and a
-   * sender that sleeps between polls adds a wake-up to each step of the rendezvous a message
-   * above the eager limit takes (N = 2 decode at 55-80% of one process on the loaded VM) */
-  const int spin = !strcmp(what, "sending to");
+  /* a send spins (as MPI_Send would) for up to SEND_SPIN_S: it completes as soon as a waiting
+   * receiver takes it, and a sender that sleeps between polls adds a wake-up to each step of the
+   * rendezvous a message above the eager limit takes (N = 2 decode at 55-80% of one process on
+   * the loaded VM). A receiver still busy with an earlier step (steps in flight) takes it only
+   * when that step is done: past SEND_SPIN_S the send polls with sleeps, as a receive does,
+   * instead of burning its core for a whole stage time. */
+  const int send = !strcmp(what, "sending to");
+  const double start = send ? q35_now() : 0;
+  int spin = send;
   for (long i = 0;; i++) {
     int done = 0;
     const int rc = MPI_Test(rq, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS || done) return rc;
     if (i < POLL_SPINS || (spin && i % POLL_SPINS)) continue;
+    if (spin && q35_now() - start > SEND_SPIN_S) spin = 0;
     if (!spin) {
       const struct timespec ts = {0, POLL_SLEEP_US * 1000L};
       nanosleep(&ts, NULL);
@@ -309,16 +345,24 @@ static void scatter_reply(pp *p, const q35_fwd_row *rows, int n_rows, q35_step_o
   }
 }
 
-/* The results of every group sent, in the order sent (one sender, one tag: MPI keeps it). */
-static void collect_pending(pp *p) {
+/* The results of every forward sent under key. Each reply's receive was posted right after its
+ * command was sent, and the last rank replies in command order, so MPI (one sender, one tag:
+ * receives match in the order posted) gives each receive its own reply whatever order they are
+ * waited in; the others stay pending. */
+static void collect_pending(pp *p, const void *key) {
+  int k = 0;
   for (int i = 0; i < p->n_pend; i++) {
     struct pending *g = &p->pend[i];
+    if (g->key != key) {
+      p->pend[k++] = *g;
+      continue;
+    }
     const int rc = wait_req(&g->rq, 1, "waiting for", p->size - 1);
     if (rc != MPI_SUCCESS) die_mpi(rc, "receiving from", p->size - 1);
     scatter_reply(p, g->rows, g->n_rows, g->sampled ? g->out : NULL, g->buf, g->lb);
-    free(g->buf);
+    p->spare[p->n_spare++] = (struct spare){g->buf, g->cap}; /* (room: one per pending entry) */
   }
-  p->n_pend = 0;
+  p->n_pend = k;
 }
 
 static int next_micro(q35_stage_next *nx, int op, q35_err *err) {
@@ -328,9 +372,24 @@ static int next_micro(q35_stage_next *nx, int op, q35_err *err) {
     p->micro_on = 1;
     return 0;
   }
-  collect_pending(p);
   p->micro_on = 0;
+  if (p->flight_key) return 0; /* a step in flight: its results come at flight(WAIT) */
+  collect_pending(p, NULL);
   p->step_rows = NULL;
+  return 0;
+}
+
+static int next_flight(q35_stage_next *nx, int op, const void *key, q35_err *err) {
+  pp *p = (pp *)nx;
+  (void)err;
+  if (op == Q35_STAGE_FLIGHT_OPEN) {
+    p->flight_key = key;
+  } else if (op == Q35_STAGE_FLIGHT_CLOSE) {
+    p->flight_key = NULL;
+    p->step_rows = NULL;
+  } else {
+    collect_pending(p, key);
+  }
   return 0;
 }
 
@@ -370,23 +429,39 @@ static int next_forward(q35_stage_next *nx, const q35_fwd_row *rows, int n_rows,
   send_cmd(&h, b);
   if (!n_logits) return 0; /* nothing comes back: the next step may go down the chain at once */
   const size_t lb = n_logits * (srows ? sizeof(q35_step_out) : V * sizeof(float)), hb = n_hidden * H * sizeof(float);
-  if (p->micro_on && lb + hb <= PIECE) { /* a micro-batch: its results are awaited at micro(END) */
-    if (p->n_pend == p->cap_pend) {
+  if ((p->micro_on || p->flight_key) && lb + hb <= PIECE) {
+    /* a micro-batch or a step in flight: its results are awaited at micro(END) or flight(WAIT) */
+    if (p->n_pend + p->n_spare == p->cap_pend) {
       const int c = p->cap_pend ? 2 * p->cap_pend : 8;
       struct pending *np = realloc(p->pend, (size_t)c * sizeof *np);
-      if (!np) die_rank("out of memory for a pipeline message");
-      p->pend = np;
+      struct spare *ns = realloc(p->spare, (size_t)c * sizeof *ns);
+      if (np) p->pend = np;
+      if (ns) p->spare = ns;
+      if (!np || !ns) die_rank("out of memory for a pipeline message");
       p->cap_pend = c;
     }
+    /* the largest spare buffer, grown if it is too small */
+    struct spare sb = {NULL, 0};
+    if (p->n_spare) {
+      int best = 0;
+      for (int i = 1; i < p->n_spare; i++)
+        if (p->spare[i].cap > p->spare[best].cap) best = i;
+      sb = p->spare[best];
+      p->spare[best] = p->spare[--p->n_spare];
+    }
+    if (sb.cap < lb + hb) {
+      free(sb.buf);
+      sb = (struct spare){malloc(lb + hb), lb + hb};
+      if (!sb.buf) die_rank("out of memory for a pipeline message");
+    }
     struct pending *g = &p->pend[p->n_pend];
-    *g = (struct pending){rows, n_rows, srows != NULL, sout, malloc(lb + hb), lb, hb, MPI_REQUEST_NULL};
-    if (!g->buf) die_rank("out of memory for a pipeline message");
+    *g = (struct pending){p->flight_key, rows, n_rows, srows != NULL, sout, sb.buf, sb.cap, lb, hb, MPI_REQUEST_NULL};
     const int rc = MPI_Irecv(g->buf, (int)(lb + hb), MPI_BYTE, p->size - 1, TAG_REPLY, p->comm, &g->rq);
     if (rc != MPI_SUCCESS) die_mpi(rc, "receiving from", p->size - 1);
     p->n_pend++;
     return 0;
   }
-  collect_pending(p); /* (earlier groups' replies come first) */
+  collect_pending(p, p->flight_key); /* (the earlier groups of this step first) */
   char *rb = grow(&p->buf2, &p->cap2, lb + hb);
   recv_bytes(rb, lb + hb, p->size - 1, TAG_REPLY);
   scatter_reply(p, rows, n_rows, srows ? sout : NULL, rb, lb);
@@ -455,9 +530,13 @@ static void quit_chain(pp *p) {
   p->open = 0; /* the later stages free every snapshot part with QUIT */
   free(p->freed);
   p->freed = NULL;
+  for (int i = 0; i < p->n_pend; i++) free(p->pend[i].buf); /* (none: every step has ended) */
+  for (int i = 0; i < p->n_spare; i++) free(p->spare[i].buf);
   free(p->pend);
+  free(p->spare);
   p->pend = NULL;
-  p->cap_pend = 0;
+  p->spare = NULL;
+  p->cap_pend = p->n_pend = p->n_spare = 0;
   p->n_freed = p->cap_freed = 0;
   pthread_mutex_unlock(&p->free_mu);
 }
@@ -769,6 +848,13 @@ void q35_pp_init(int *argc, char ***argv) {
   g_pp.open = g_pp.rank == 0 && g_pp.size > 1; /* rank 0 sends QUIT once, whatever happens */
 }
 
+/* The process's CPU seconds (every thread). */
+static double process_cpu_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
 static long peak_rss_kb(void) {
   FILE *f = fopen("/proc/self/status", "r");
   char line[256];
@@ -817,14 +903,17 @@ q35_model *q35_pp_load(const char *path, const q35_model_params *mp0, const char
   if (p->rank == 0) {
     for (int r = 1; r < p->size; r++) recv_wait(&ready, sizeof ready, r, TAG_READY, 0);
     if (p->micro < 0) p->micro = p->size;
-    p->ops = (q35_stage_next){next_forward, next_session, next_sample, next_snapshot, p->micro, next_micro, next_close};
+    p->ops = (q35_stage_next){.forward = next_forward, .session = next_session, .sample_next = next_sample,
+                              .snapshot = next_snapshot, .n_micro = p->micro, .micro = next_micro,
+                              .flight = next_flight, .n_stages = p->size, .close = next_close};
     m->next = &p->ops;
     return m;
   }
   send_bytes(&ready, sizeof ready, 0, TAG_READY);
   serve_stage(p);
-  fprintf(stderr, "pipeline: rank %d (layers [%d, %d)) done: peak resident memory %.1f MiB\n", p->rank,
-          m->layer_begin, m->layer_end, peak_rss_kb() / 1024.0);
+  fprintf(stderr, "pipeline: rank %d (layers [%d, %d)) done: peak resident memory %.1f MiB; CPU %.2f s, of it "
+          "%.2f s in MPI waits (%.2f s of wall time)\n", p->rank, m->layer_begin, m->layer_end, peak_rss_kb() / 1024.0,
+          process_cpu_s(), g_wait_cpu, g_wait_wall);
   for (size_t i = 0; i < p->n_snaps; i++) q35_snapshot_free(p->snaps[i].sn);
   free(p->snaps);
   for (size_t i = 0; i < p->n_sess; i++) q35_session_free(p->sess[i].s);
@@ -847,8 +936,9 @@ void q35_pp_finalize(void) {
   if (g_pp.rank == 0 && g_pp.size > 1) {
     quit_chain(&g_pp);
     if (g_pp.end[0] > 0) /* a model was loaded */
-      fprintf(stderr, "pipeline: rank 0 (layers [%d, %d)) done: peak resident memory %.1f MiB\n", g_pp.begin[0],
-              g_pp.end[0], peak_rss_kb() / 1024.0);
+      fprintf(stderr, "pipeline: rank 0 (layers [%d, %d)) done: peak resident memory %.1f MiB; CPU %.2f s, of it "
+              "%.2f s in MPI waits (%.2f s of wall time)\n", g_pp.begin[0], g_pp.end[0], peak_rss_kb() / 1024.0,
+              process_cpu_s(), g_wait_cpu, g_wait_wall);
   }
   MPI_Comm_free(&g_pp.comm);
   MPI_Finalize();

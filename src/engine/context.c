@@ -29,13 +29,25 @@ q35_context *q35_context_new(q35_model *model, const q35_context_params *params,
     return NULL;
   }
   c->model = model;
-  c->fwd.pool = q35_pool_new(nt);
   c->n_cpus = q35_usable_cpus();
+  c->fwd.pool = q35_pool_new(nt);
   if (!c->fwd.pool) {
     free(c);
     q35_seterr(err, "cannot start %d threads", nt);
     return NULL;
   }
+  return c;
+}
+
+q35_context *q35_context_new_sharing(q35_context *ctx, q35_err *err) {
+  q35_context *c = calloc(1, sizeof *c);
+  if (!c) {
+    q35_seterr(err, "out of memory (context)");
+    return NULL;
+  }
+  c->model = ctx->model;
+  c->n_cpus = ctx->n_cpus;
+  c->threads_of = ctx->threads_of ? ctx->threads_of : ctx;
   return c;
 }
 
@@ -61,6 +73,7 @@ void q35_context_free(q35_context *c) {
   if (c->fwd.pool) q35_pool_free(c->fwd.pool);
   free(c->fwd.scratch);
   free(c->fwd.mtp_cat);
+  free(c->flight);
   for (int i = 0; i < c->n_samplers; i++) q35_sampler_free(c->samplers[i]);
   free(c->samplers);
   free_step_buffers(c);
@@ -72,7 +85,9 @@ void q35_context_free(q35_context *c) {
 q35_context *q35_model_context(q35_model *m) { return m->ctx; }
 int32_t q35_model_n_threads(const q35_model *m) { return q35_context_n_threads(m->ctx); }
 double q35_model_sample_seconds(const q35_model *m) { return q35_context_sample_seconds(m->ctx); }
-int32_t q35_context_n_threads(const q35_context *c) { return q35_pool_size(c->fwd.pool); }
+int32_t q35_context_n_threads(const q35_context *c) {
+  return q35_pool_size(c->threads_of ? c->threads_of->fwd.pool : c->fwd.pool);
+}
 double q35_context_sample_seconds(const q35_context *c) { return c->t_sample; }
 
 int q35_context_reserve(q35_context *c, int32_t n_rows, int32_t n_out, q35_err *err) {

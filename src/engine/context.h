@@ -115,7 +115,13 @@ struct q35_context {
   int draft_fixed;               /* q35_context_draft_adapt(ctx, 0): every row drafts its n_draft */
   q35_draft_policy pol;
   q35_draft_bufs dr;
+  q35_context *threads_of;       /* NULL, or the context whose pool and scratch this one uses
+                                  (q35_context_new_sharing) */
+  struct q35_flight *flight;     /* the step begun and not yet ended (step.c; NULL until the first) */
 };
+
+/* The pool and forward scratch a context runs on: its own, or those of threads_of. */
+static inline q35_fwd_ws *q35_context_ws(q35_context *c) { return c->threads_of ? &c->threads_of->fwd : &c->fwd; }
 
 /* q35_context_step for a step with rows on sessions with drafts (draft.c). */
 int q35_draft_step(q35_context *ctx, q35_row *rows, int32_t n_rows, q35_err *err);
@@ -123,7 +129,8 @@ int q35_draft_step(q35_context *ctx, q35_row *rows, int32_t n_rows, q35_err *err
 int q35_draft_eval(q35_context *ctx, q35_fwd_row *row, q35_err *err);
 void q35_draft_bufs_free(q35_draft_bufs *b);
 
-/* step.c: the step of rows without drafts (every check, the forward pass, masks, sampling). */
+/* step.c: the step of rows without drafts (every check, the forward pass, masks, sampling):
+ * q35_context_step_begin then _end. */
 int q35_step_core(q35_context *ctx, q35_row *rows, int32_t n_rows, q35_err *err);
 /* step.c: every row's fields checked as q35_step_core checks them, without running anything. */
 int q35_step_check(q35_context *ctx, const q35_row *rows, int32_t n_rows, q35_err *err);

@@ -215,7 +215,7 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
       }
       if (!nr) break;
       const double t0 = q35_now();
-      if (q35_mtp_forward_rows(m, &c->fwd, b->mrows, nr, K == (int32_t)V ? 0 : K, err)) return -1;
+      if (q35_mtp_forward_rows(m, q35_context_ws(c), b->mrows, nr, K == (int32_t)V ? 0 : K, err)) return -1;
       int32_t i = 0;
       for (int32_t r = r0; r < n_rows; r++) {
         if (b->nd[r] <= j || rows[r].session->mtp->draft_vocab != K) continue;
@@ -323,7 +323,7 @@ static void keep_pending(q35_context *c, q35_row *rows, const int32_t *is, int32
   }
   if (!nf) return;
   q35_err e;
-  const int rc = q35_mtp_forward_rows(m, &c->fwd, b->mrows, nf, 1, &e);
+  const int rc = q35_mtp_forward_rows(m, q35_context_ws(c), b->mrows, nf, 1, &e);
   for (int32_t i = 0; i < nf; i++) {
     q35_mtp_cache *mc = b->mrows[i].c;
     const q35_session *s = NULL;
@@ -474,7 +474,7 @@ int q35_draft_eval(q35_context *c, q35_fwd_row *fr, q35_err *err) {
   float *hid = b->hid + b->at[0] * H;
   memcpy(hid, s->mtp->pend_h, (size_t)b->np0[0] * H * sizeof(float));
   s->hidden_all = hid + (size_t)b->np0[0] * H;
-  const int rc = q35_forward(c->model, &c->fwd, fr, 1, err);
+  const int rc = q35_forward(c->model, q35_context_ws(c), fr, 1, err);
   s->hidden_all = NULL;
   if (rc) return -1;
   b->vrows[0] = row;

@@ -18,10 +18,16 @@
  * are accepted for the mask and rolled back. After sampling, each constraint advances by the
  * samples a verifier accepts (all of a one-position row's one sample). The masks depend only on
  * the row's own tokens, so a row's samples still depend on nothing else.
+ *
+ * A step is q35_context_step_begin (checks, buffers, the mask thread, the forward pass) then
+ * q35_context_step_end (masks, sampling, results). On a pipeline's first stage the forward pass
+ * hands the later stages their part without waiting (q35_stage_next.flight), so one thread may
+ * begin steps on other contexts before ending this one: steps in flight (docs/DESIGN.md).
  */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/buf.h"
@@ -102,7 +108,7 @@ static int32_t step_prepare(q35_context *c, const q35_row *rows, int32_t n_rows,
     n_out += m;
     n_hist += hist_len(&rows[r], m);
   }
-  const int nth = n_out < q35_pool_size(c->fwd.pool) ? n_out : q35_pool_size(c->fwd.pool);
+  const int nth = n_out < q35_pool_size(q35_context_ws(c)->pool) ? n_out : q35_pool_size(q35_context_ws(c)->pool);
   if (q35_context_reserve(c, n_rows, n_out, err) || q35_context_reserve_samplers(c, nth, err) ||
       q35_context_reserve_hist(c, n_hist, err))
     return -1;
@@ -217,7 +223,7 @@ static int apply_masks(q35_context *c, const q35_row *rows, int32_t n_rows, q35_
   if (!n) return 0;
   mask_task t = {.c = c, .rows = rows, .n_rows = n_rows};
   atomic_init(&t.failed, 0);
-  if (n > 1 && q35_pool_size(c->fwd.pool) > 1) q35_pool_run(c->fwd.pool, mask_run, &t);
+  if (n > 1 && q35_pool_size(q35_context_ws(c)->pool) > 1) q35_pool_run(q35_context_ws(c)->pool, mask_run, &t);
   else mask_run(&t, 0, 1);
   if (atomic_load(&t.failed)) {
     *err = t.err;
@@ -246,7 +252,7 @@ static int masks_start(q35_context *c, const q35_row *rows, int32_t n_rows, int3
                        pthread_t *th, q35_err *err) {
   int32_t n = 0;
   for (int32_t r = 0; r < n_rows; r++) n += rows[r].constraint && c->fwd_rows[r].n_out > 0;
-  if (!n || q35_pool_size(c->fwd.pool) >= c->n_cpus) return 0;
+  if (!n || q35_pool_size(q35_context_ws(c)->pool) >= c->n_cpus) return 0;
   const size_t words = ((size_t)c->model->hp.n_vocab + 31) / 32;
   if (q35_grow((void **)&c->masks, &c->masks_cap, (size_t)n_out * words, sizeof *c->masks))
     return q35_seterr(err, "out of memory for the step's token masks");
@@ -330,8 +336,23 @@ static int step_results(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *
   return 0;
 }
 
-int q35_step_core(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
+/* A step between q35_context_step_begin and _end. */
+struct q35_flight {
+  int open;
+  q35_row *rows;
+  int32_t n_rows, n_out;
+  int remote;  /* the last stage samples (no constraints) */
+  int overlap; /* the mask thread runs */
+  mask_task mt;
+  pthread_t mth;
+};
+
+static int step_begin(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
+  if (c->flight && c->flight->open)
+    return q35_seterr(err, "this context has a step in flight (q35_context_step_end it first)");
   if (n_rows < 1 || !rows) return q35_seterr(err, "a step needs at least one row");
+  if (!c->flight && !(c->flight = calloc(1, sizeof *c->flight))) return q35_seterr(err, "out of memory");
+  struct q35_flight *fl = c->flight;
   const int32_t n_out = step_prepare(c, rows, n_rows, err);
   if (n_out < 0) return -1;
   /* a pipeline's first stage: the last stage samples (without constraints, whose masks live here)
@@ -343,16 +364,58 @@ int q35_step_core(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
     for (int32_t r = 0; r < n_rows; r++) constrained |= rows[r].constraint != NULL;
     remote = !constrained && nx->sample_next(nx, rows, n_rows, c->out) == 0;
   }
-  mask_task mt;
-  pthread_t mth;
-  const int overlap = remote ? 0 : masks_start(c, rows, n_rows, n_out, &mt, &mth, err);
+  const int overlap = remote ? 0 : masks_start(c, rows, n_rows, n_out, &fl->mt, &fl->mth, err);
   if (overlap < 0) return -1;
-  const int frc = q35_forward(c->model, &c->fwd, c->fwd_rows, n_rows, err);
+  /* the later stages' results come back at q35_context_step_end */
+  if (nx) nx->flight(nx, Q35_STAGE_FLIGHT_OPEN, c, NULL);
+  const int frc = q35_forward(c->model, q35_context_ws(c), c->fwd_rows, n_rows, err);
+  if (nx) {
+    nx->flight(nx, Q35_STAGE_FLIGHT_CLOSE, c, NULL);
+    q35_err e2;
+    if (frc) nx->flight(nx, Q35_STAGE_FLIGHT_WAIT, c, &e2); /* whatever went down the chain comes back */
+  }
   if (frc && remote) nx->sample_next(nx, NULL, 0, NULL);
+  if (frc && overlap) pthread_join(fl->mth, NULL);
+  if (frc) return -1;
+  fl->open = 1; /* (fl->mt belongs to the mask thread until end joins it) */
+  fl->rows = rows;
+  fl->n_rows = n_rows;
+  fl->n_out = n_out;
+  fl->remote = remote;
+  fl->overlap = overlap;
+  return 0;
+}
+
+/* Steps in flight take no drafts: a draft step verifies and rolls back within one call. */
+int q35_context_step_begin(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
+  if (n_rows < 1 || !rows) return q35_seterr(err, "a step needs at least one row");
+  for (int32_t r = 0; r < n_rows; r++) {
+    if (rows[r].n_draft || (rows[r].session && rows[r].session->mtp))
+      return q35_seterr(err, "row %d: a step in flight (q35_context_step_begin) takes no rows with drafts or on "
+                             "sessions with draft_max (q35_context_step does)", r);
+    rows[r].n_emitted = rows[r].n_drafted = 0;
+  }
+  return step_begin(c, rows, n_rows, err);
+}
+
+int q35_step_core(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
+  if (step_begin(c, rows, n_rows, err)) return -1;
+  return q35_context_step_end(c, err);
+}
+
+int q35_context_step_end(q35_context *c, q35_err *err) {
+  struct q35_flight *fl = c->flight;
+  if (!fl || !fl->open) return q35_seterr(err, "no step in flight on this context (q35_context_step_begin)");
+  fl->open = 0;
+  q35_row *rows = fl->rows;
+  const int32_t n_rows = fl->n_rows, n_out = fl->n_out;
+  const int remote = fl->remote;
+  q35_stage_next *nx = c->model->next;
+  const int frc = nx ? nx->flight(nx, Q35_STAGE_FLIGHT_WAIT, c, err) : 0;
   const double t0 = q35_now();
-  if (overlap) {
+  if (fl->overlap) {
     q35_err merr;
-    const int mrc = masks_finish(c, rows, n_rows, &mt, mth, &merr);
+    const int mrc = masks_finish(c, rows, n_rows, &fl->mt, fl->mth, &merr);
     if (frc) return -1;
     if (mrc) {
       *err = merr;
@@ -361,9 +424,9 @@ int q35_step_core(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
   } else if (frc || (!remote && apply_masks(c, rows, n_rows, err))) {
     return -1;
   }
-  const int nth = n_out < q35_pool_size(c->fwd.pool) ? n_out : q35_pool_size(c->fwd.pool);
+  const int nth = n_out < q35_pool_size(q35_context_ws(c)->pool) ? n_out : q35_pool_size(q35_context_ws(c)->pool);
   sample_task st = {c, rows, n_out};
-  if (!remote && nth > 1) q35_pool_run(c->fwd.pool, sample_run, &st);
+  if (!remote && nth > 1) q35_pool_run(q35_context_ws(c)->pool, sample_run, &st);
   else if (!remote && nth == 1) sample_run(&st, 0, 1);
   int rc = step_results(c, rows, n_rows, err);
   if (rc == 0) rc = advance_constraints(c, rows, n_rows, err);
@@ -382,6 +445,8 @@ int q35_context_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err
   }
   return q35_step_core(c, rows, n_rows, err);
 }
+
+int32_t q35_model_stages(const q35_model *m) { return m->next ? m->next->n_stages : 1; }
 
 int q35_step(q35_model *m, q35_row *rows, int32_t n_rows, q35_err *err) {
   return q35_context_step(m->ctx, rows, n_rows, err);
@@ -410,7 +475,7 @@ int q35_context_eval(q35_context *c, q35_session *s, const int32_t *tokens, int3
       r.n_out = 1;
       r.logits = logits;
     }
-    if (s->mtp ? q35_draft_eval(c, &r, err) : q35_forward(c->model, &c->fwd, &r, 1, err)) return -1;
+    if (s->mtp ? q35_draft_eval(c, &r, err) : q35_forward(c->model, q35_context_ws(c), &r, 1, err)) return -1;
   }
   return 0;
 }

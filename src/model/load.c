@@ -305,40 +305,49 @@ static int cmp_size(const void *a, const void *b) {
 }
 
 /* A stage keeps the data of its own tensors mapped: its layers', the embedding and output head it
- * bound, and any tensor outside the blocks that q35 does not know (kept, to be safe). */
-static long long map_stage(q35_model *m, int huge, q35_err *err) {
-  const gguf_file *f = m->gguf;
+ * bound, and any tensor outside the blocks that q35 does not know (kept, to be safe). Each shard of a
+ * split file is its own mapping: a shard keeps the ranges of the kept tensors it holds, and a shard
+ * holding none of them keeps only its header. With copy (no_mmap) only the kept ranges are read
+ * into memory. Returns the bytes mapped with 2 MiB entries (-1: unknown), or -2 with err. */
+static long long map_stage(q35_model *m, int huge, int copy, q35_err *err) {
+  gguf_file *f = m->gguf;
   const uint8_t *embd = m->tok_embd.data, *out = m->output.data, *onorm = m->output_norm.data;
-  size_t *rng = malloc(2 * (f->n_tensors + 1) * sizeof *rng), n = 0;
-  if (!rng) return q35_seterr(err, "out of memory"), -2;
-  for (uint64_t i = 0; i < f->n_tensors; i++) {
-    const gguf_tensor *t = &f->tensors[i];
-    const int l = tensor_layer(t->name);
-    int keep = l >= 0 ? l >= m->layer_begin && l < m->layer_end : 1;
-    if (gguf_str_eq(t->name, "token_embd.weight")) keep = t->data == (const void *)embd;
-    else if (gguf_str_eq(t->name, "output.weight")) keep = t->data == (const void *)out;
-    else if (gguf_str_eq(t->name, "output_norm.weight")) keep = t->data == (const void *)onorm;
-    if (!keep || !t->nbytes) continue;
-    rng[2 * n] = (size_t)((const uint8_t *)t->data - f->map);
-    rng[2 * n + 1] = t->nbytes;
-    n++;
-  }
-  qsort(rng, n, 2 * sizeof *rng, cmp_size); /* pairs, by offset */
-  size_t *off = malloc((n + 1) * sizeof *off), *len = malloc((n + 1) * sizeof *len), k = 0;
-  if (!off || !len) {
+  size_t *rng = malloc(2 * (f->n_tensors + 1) * sizeof *rng);
+  size_t *off = malloc((f->n_tensors + 1) * sizeof *off), *len = malloc((f->n_tensors + 1) * sizeof *len);
+  long long pmd = 0;
+  if (!rng || !off || !len) {
     free(rng), free(off), free(len);
     return q35_seterr(err, "out of memory"), -2;
   }
-  for (size_t i = 0; i < n; i++) { /* merge touching ranges */
-    if (k && off[k - 1] + len[k - 1] >= rng[2 * i]) {
-      const size_t e = rng[2 * i] + rng[2 * i + 1];
-      if (e > off[k - 1] + len[k - 1]) len[k - 1] = e - off[k - 1];
-      continue;
+  for (uint32_t sh = 0; sh < gguf_n_shards(f) && pmd != -2; sh++) {
+    gguf_file *sf = gguf_shard(f, sh);
+    size_t n = 0, k = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+      const gguf_tensor *t = &f->tensors[i];
+      if (t->shard != sh) continue;
+      const int l = tensor_layer(t->name);
+      int keep = l >= 0 ? l >= m->layer_begin && l < m->layer_end : 1;
+      if (gguf_str_eq(t->name, "token_embd.weight")) keep = t->data == (const void *)embd;
+      else if (gguf_str_eq(t->name, "output.weight")) keep = t->data == (const void *)out;
+      else if (gguf_str_eq(t->name, "output_norm.weight")) keep = t->data == (const void *)onorm;
+      if (!keep || !t->nbytes) continue;
+      rng[2 * n] = (size_t)((const uint8_t *)t->data - sf->map);
+      rng[2 * n + 1] = t->nbytes;
+      n++;
     }
-    off[k] = rng[2 * i];
-    len[k++] = rng[2 * i + 1];
+    qsort(rng, n, 2 * sizeof *rng, cmp_size); /* pairs, by offset */
+    for (size_t i = 0; i < n; i++) { /* merge touching ranges */
+      if (k && off[k - 1] + len[k - 1] >= rng[2 * i]) {
+        const size_t e = rng[2 * i] + rng[2 * i + 1];
+        if (e > off[k - 1] + len[k - 1]) len[k - 1] = e - off[k - 1];
+        continue;
+      }
+      off[k] = rng[2 * i];
+      len[k++] = rng[2 * i + 1];
+    }
+    const long long p = q35_map_keep(sf, off, len, k, huge, copy, err);
+    pmd = p == -2 ? -2 : pmd < 0 || p < 0 ? -1 : pmd + p;
   }
-  const long long pmd = q35_map_keep(m->gguf, off, len, k, huge);
   free(rng), free(off), free(len);
   return pmd;
 }
@@ -384,11 +393,6 @@ q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_
   if (params->progress) fprintf(stderr, "loading %s ...\n", path);
   m->gguf = gguf_open(path, err);
   if (!m->gguf) goto fail;
-  /* a split file: every shard is mapped (and read into memory with no_mmap) on its own */
-  for (uint32_t k = 0; params->no_mmap && k < gguf_n_shards(m->gguf); k++) {
-    gguf_file *s = gguf_shard(m->gguf, k);
-    if (q35_map_into_memory(s, s->path, err)) goto fail;
-  }
   if (load_hparams(m, err)) goto fail;
   m->layer_begin = params->layer_begin;
   m->layer_end = params->layer_end;
@@ -397,6 +401,13 @@ q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_
     q35_seterr(err, "%s: layer range [%d, %d) is not within the model's %d layers", path, params->layer_begin,
                params->layer_end, m->hp.n_layer);
     goto fail;
+  }
+  const int stage = m->layer_begin > 0 || m->layer_end < m->hp.n_layer;
+  /* a split file: every shard is mapped (and read into memory with no_mmap) on its own; a
+   * pipeline stage reads only its own tensors (map_stage below) */
+  for (uint32_t k = 0; params->no_mmap && !stage && k < gguf_n_shards(m->gguf); k++) {
+    gguf_file *s = gguf_shard(m->gguf, k);
+    if (q35_map_into_memory(s, s->path, err)) goto fail;
   }
   {
     const gguf_tensor *te = gguf_find_tensor(m->gguf, "token_embd.weight");
@@ -413,13 +424,8 @@ q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_
     }
   }
   if (load_tensors(m, err)) goto fail;
-  if (m->layer_begin > 0 || m->layer_end < m->hp.n_layer) { /* a pipeline stage */
-    if (gguf_n_shards(m->gguf) > 1) {
-      q35_seterr(err, "%s: a pipeline stage of a split GGUF (%u shards) is not supported yet (merge the shards "
-                      "into one file)", path, (unsigned)gguf_n_shards(m->gguf));
-      goto fail;
-    }
-    m->huge_bytes = map_stage(m, !params->no_mmap && !params->no_huge, err);
+  if (stage) {
+    m->huge_bytes = map_stage(m, !params->no_mmap && !params->no_huge, params->no_mmap, err);
     if (m->huge_bytes == -2) goto fail;
   } else {
     for (uint32_t k = 0; !params->no_mmap && k < gguf_n_shards(m->gguf); k++) {

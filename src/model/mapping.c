@@ -216,18 +216,18 @@ long long q35_map_prefault(const gguf_file *f, int huge, int progress) {
   return pmd;
 }
 
-/* --no-mmap: the file's bytes into anonymous memory, then moved over the file mapping at the same
- * address with mremap, so every pointer into the map stays valid. The default file mapping in
- * 2 MiB pages (q35_map_prefault) decodes at least as fast, without the copy. */
-int q35_map_into_memory(gguf_file *f, const char *path, q35_err *err) {
-  const size_t size = f->size;
+/* [lo, hi) of the file (page-aligned offsets; hi may pass the end of the file within its last page)
+ * into anonymous memory, then moved over the file mapping at the same address with mremap, so
+ * every pointer into the map stays valid. 0, or -1 with err. */
+static int copy_range(gguf_file *f, const char *path, size_t lo, size_t hi, q35_err *err) {
+  const size_t size = hi - lo, end = hi < f->size ? hi : f->size;
+  uint8_t *const at = (uint8_t *)(uintptr_t)(f->map + lo);
 #if defined(__linux__)
   uint8_t *a = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 #else
   /* no mremap (macOS): anonymous memory over the file mapping's address at once (MAP_FIXED
    * replaces it), read into there */
-  uint8_t *a = mmap((void *)(uintptr_t)f->map, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                    -1, 0);
+  uint8_t *a = mmap(at, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 #endif
   if (a == MAP_FAILED) {
     q35_seterr(err, "%s: cannot allocate %.2f GiB to read the weights into memory (no_mmap)", path,
@@ -239,23 +239,23 @@ int q35_map_into_memory(gguf_file *f, const char *path, q35_err *err) {
    * did not decode faster than 4 KiB ones (docs/PERF.md); the file mapping's 2 MiB page-cache
    * folios are the fast path. */
   int fd = open(path, O_RDONLY);
-  size_t done = 0;
-  while (fd >= 0 && done < size) {
-    const ssize_t r = pread(fd, a + done, size - done > (1u << 30) ? (1u << 30) : size - done, (off_t)done);
+  size_t done = lo;
+  while (fd >= 0 && done < end) {
+    const ssize_t r = pread(fd, a + (done - lo), end - done > (1u << 30) ? (1u << 30) : end - done, (off_t)done);
     if (r <= 0) break;
     done += (size_t)r;
   }
   if (fd >= 0) close(fd);
-  if (done != size) {
+  if (done != end) {
     munmap(a, size);
-    q35_seterr(err, "%s: reading the weights into memory failed after %zu of %zu bytes", path, done, size);
+    q35_seterr(err, "%s: reading the weights into memory failed after %zu of %zu bytes", path, done - lo, end - lo);
     return -1;
   }
   if (mprotect(a, size, PROT_READ) != 0 ||
 #if defined(__linux__)
-      mremap(a, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)(uintptr_t)f->map) == MAP_FAILED
+      mremap(a, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED
 #else
-      a != f->map
+      a != at
 #endif
   ) {
     munmap(a, size);
@@ -265,21 +265,46 @@ int q35_map_into_memory(gguf_file *f, const char *path, q35_err *err) {
   return 0;
 }
 
-/* A pipeline stage's mapping: the tensor data of the other stages is unmapped (page-aligned holes
- * between the kept ranges), so the stage's resident memory is its own weights, and a stray read of
- * another stage's tensor faults instead of reading the file behind the stage's back. The header
- * (metadata, the tokenizer's strings) stays. Kept ranges are populated, in 2 MiB pages when huge. */
-long long q35_map_keep(gguf_file *f, const size_t *off, const size_t *len, size_t n, int huge) {
+/* --no-mmap: the file's bytes into anonymous memory at the file mapping's address. The default
+ * file mapping in 2 MiB pages (q35_map_prefault) decodes at least as fast, without the copy. */
+int q35_map_into_memory(gguf_file *f, const char *path, q35_err *err) { return copy_range(f, path, 0, f->size, err); }
+
+/* [off, off + len) of f's mapping no longer maps the file: an inaccessible reservation takes its
+ * place (no memory; a read faults). Not munmap: the hole's addresses would go to the next mmap
+ * (a large malloc, another file), which gguf_close's munmap of the whole range would then take
+ * away from its owner. */
+static void drop_range(gguf_file *f, size_t off, size_t len) {
+  void *p = (void *)(uintptr_t)(f->map + off);
+  if (mmap(p, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+    madvise(p, len, MADV_DONTNEED); /* (no address space for it: at least drop our pages) */
+}
+
+/* A pipeline stage's mapping: the tensor data of the other stages is dropped (page-aligned holes
+ * between the kept ranges, reserved but inaccessible), so the stage's resident memory is its own
+ * weights, and a stray read of another stage's tensor faults instead of reading the file behind
+ * the stage's back. The header (metadata, the tokenizer's strings, the tensor names) stays. Kept
+ * ranges are populated, in 2 MiB pages when huge, or with copy (no_mmap) read into anonymous
+ * memory at their addresses, so only the stage's share of the file is ever copied. */
+long long q35_map_keep(gguf_file *f, const size_t *off, const size_t *len, size_t n, int huge, int copy,
+                       q35_err *err) {
   const size_t page = sysconf(_SC_PAGESIZE) > 0 ? (size_t)sysconf(_SC_PAGESIZE) : 4096;
   size_t from = (f->data_offset + page - 1) & ~(page - 1); /* first byte not yet kept or dropped */
-  for (size_t i = 0; i <= n; i++) {
+  for (size_t i = 0; i <= n;) {
     const size_t lo = i < n ? off[i] & ~(page - 1) : (f->size + page - 1) & ~(page - 1);
-    if (lo > from) munmap((void *)(f->map + from), lo - from);
+    if (lo > from) drop_range(f, from, lo - from);
     if (i == n) break;
-    const size_t hi = (off[i] + len[i] + page - 1) & ~(page - 1);
+    size_t hi = (off[i] + len[i] + page - 1) & ~(page - 1);
+    for (i++; i < n && (off[i] & ~(page - 1)) <= hi; i++) { /* ranges that share a page: one piece */
+      const size_t e = (off[i] + len[i] + page - 1) & ~(page - 1);
+      if (e > hi) hi = e;
+    }
     if (hi > from) from = hi;
-    void *p = (void *)(f->map + (off[i] & ~(page - 1)));
-    const size_t plen = hi - (off[i] & ~(page - 1));
+    if (copy) {
+      if (copy_range(f, f->path, lo, hi, err)) return -2;
+      continue;
+    }
+    void *p = (void *)(f->map + lo);
+    const size_t plen = hi - lo;
 #ifdef MADV_HUGEPAGE
     if (huge) madvise(p, plen, MADV_HUGEPAGE);
 #else
@@ -292,5 +317,5 @@ long long q35_map_keep(gguf_file *f, const size_t *off, const size_t *len, size_
     for (size_t o = 0; o < plen; o += page) sink ^= ((const unsigned char *)p)[o];
     (void)sink;
   }
-  return pmd_mapped_within(f->map, f->size);
+  return copy ? 0 : pmd_mapped_within(f->map, f->size);
 }

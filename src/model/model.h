@@ -83,6 +83,10 @@ enum { Q35_STAGE_SESSION_NEW, Q35_STAGE_SESSION_FREE, Q35_STAGE_SESSION_RESET };
  * travels with the next command) */
 enum { Q35_STAGE_SNAP_SAVE, Q35_STAGE_SNAP_RESTORE, Q35_STAGE_SNAP_FREE };
 enum { Q35_STAGE_MICRO_BEGIN, Q35_STAGE_MICRO_END };
+/* flight(): between OPEN and CLOSE (around the forward pass of q35_context_step_begin) forward()
+ * sends the rows on and returns without waiting for their results; WAIT (q35_context_step_end)
+ * waits for every result sent under that key (0, or -1 with a message) */
+enum { Q35_STAGE_FLIGHT_OPEN, Q35_STAGE_FLIGHT_CLOSE, Q35_STAGE_FLIGHT_WAIT };
 typedef struct q35_stage_next q35_stage_next;
 struct q35_fwd_row;
 struct q35_step_out;
@@ -104,6 +108,9 @@ struct q35_stage_next {
    * END waits for every group's results (0, or -1 with a message) */
   int n_micro;
   int (*micro)(q35_stage_next *nx, int op, q35_err *err);
+  /* steps in flight: key is the stepping context (one step in flight per context) */
+  int (*flight)(q35_stage_next *nx, int op, const void *key, q35_err *err);
+  int n_stages; /* this stage and the later ones */
   void (*close)(q35_stage_next *nx); /* the model is freed: the later stages stop */
 };
 
@@ -190,10 +197,14 @@ int q35_map_into_memory(gguf_file *f, const char *path, q35_err *err);
  * into pipeline stages. */
 int q35_model_plan(const char *path, int *n_layer, uint64_t **layer_bytes, uint64_t *embd_bytes,
                    uint64_t *out_bytes, q35_err *err);
-/* mapping.c: keep only [off[i], off[i] + len[i]) (file offsets, sorted, disjoint) of the tensor data
- * mapped, unmapping the rest (a pipeline stage), and populate those ranges; returns the bytes
- * mapped with 2 MiB entries, -1 where the kernel does not say. */
-long long q35_map_keep(gguf_file *f, const size_t *off, const size_t *len, size_t n, int huge);
+/* mapping.c: keep only [off[i], off[i] + len[i]) (offsets into f's own map, sorted, disjoint) of the
+ * tensor data mapped, the rest replaced by an inaccessible reservation (a pipeline stage; n = 0
+ * drops the whole data section),
+ * and populate those ranges, or with copy (no_mmap) read them into anonymous memory at the same
+ * addresses; returns the bytes mapped with 2 MiB entries (0 with copy), -1 where the kernel does
+ * not say, -2 with err when a copy failed. f is one shard (gguf_shard). */
+long long q35_map_keep(gguf_file *f, const size_t *off, const size_t *len, size_t n, int huge, int copy,
+                       q35_err *err);
 
 /* The scalar path of a full forward pass runs with Q35_SIMD=scalar; see quant.h. */
 

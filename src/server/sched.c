@@ -10,9 +10,20 @@
  * Lists: `queue` (sequences waiting for a slot, FIFO) and `active` (at most `parallel`).
  *
  * The loop: admit queued sequences into free slots (restoring the best prefix state), build
- * one row per active sequence (a prefill chunk or the last sampled token), run q35_step with
+ * one row per active sequence (a prefill chunk or the last sampled token), run the step with
  * the mutex released, then turn each row's token into events. Prefill chunks end exactly at
  * snapshot positions so the state can be saved there.
+ *
+ * Groups (a model split into N pipeline stages, q35_model_stages): the active sequences are
+ * split into N groups whose steps are in flight at once, each on its own context, so that every
+ * stage works on another group's step: the loop takes the groups in turn, ends the group's step
+ * in flight (q35_context_step_end), turns its tokens into events, admits, and begins the group's
+ * next step (q35_context_step_begin), which returns once this process's layers are done. A new
+ * sequence joins the group about to step; a group more than one sequence larger than another
+ * hands its newest sequences over while none of them is in flight. A sequence is in one group's
+ * step at a time and its steps stay in order, and a row's results do not depend on the other
+ * rows of its step, so the output is what one step at a time gives. With one stage there is one
+ * group: begin and end follow each other, as q35_step.
  */
 #define _GNU_SOURCE
 #include "server/sched.h"
@@ -79,7 +90,19 @@ typedef struct seq {
   int32_t n_think;     /* ... reasoning tokens generated so far */
   int32_t force;       /* >= 0: the next token is this one (the budget's </think>), not sampled */
   q35_output *outs;    /* [draft + 1]: the tokens a decode row emits */
+  int grp;             /* the group whose steps it joins (-1: not yet) */
+  int in_flight;       /* its row is in the group's step in flight (never dropped then) */
 } seq;
+
+/* A group of sequences whose steps are in flight at once with the other groups' (see the top). */
+typedef struct grp {
+  q35_context *ctx;   /* group 0: the model's default context; others share its threads */
+  q35_row *rows;      /* [parallel] */
+  seq **row_seq;
+  int n;              /* rows of the step begun */
+  int busy;           /* a step begun and not yet ended */
+  double seconds;     /* in begin and end, this step */
+} grp;
 
 struct srv_sched {
   q35_model *model;
@@ -96,8 +119,8 @@ struct srv_sched {
   int n_named;
   slot *to_free;      /* deleted named slots whose session the scheduler frees */
   uint64_t clock;
-  q35_row *rows;
-  seq **row_seq;
+  grp *grp;           /* [n_grp] */
+  int n_grp;
   uint32_t *cmask;    /* a constraint's token mask (con_dead), words for the model's vocabulary */
   int32_t im_start;
   /* metrics */
@@ -711,6 +734,7 @@ static seq *seq_new(srv_sched *s, srv_job *j, int choice) {
   q->sp.seed = j->sp.seed + (uint64_t)choice;
   q->in_think = j->think_budget > 0;
   q->force = -1;
+  q->grp = -1;
   q->limit = s->o.n_ctx - j->n_prompt;
   if (j->max_tokens > 0 && j->max_tokens < q->limit) q->limit = j->max_tokens;
   q->hist = malloc(sizeof(int32_t) * (size_t)(j->n_prompt + q->limit + 1));
@@ -840,11 +864,12 @@ static void free_deleted(srv_sched *s) {
   }
 }
 
-/* Drop the active sequences whose job was cancelled or failed (mutex held). */
+/* Drop the active sequences whose job was cancelled or failed (mutex held), except those in a
+ * step in flight (their rows, slot and session stay in use until it ends). */
 static void drop_stopped(srv_sched *s) {
   for (seq **pp = &s->active; *pp;) {
     seq *q = *pp;
-    if (q->job->cancelled || q->job->failed) {
+    if ((q->job->cancelled || q->job->failed) && !q->in_flight) {
       *pp = q->next;
       s->n_active--;
       seq_finish(s, q);
@@ -875,120 +900,200 @@ static void wait_for_work(srv_sched *s) {
   }
 }
 
+/* Group g takes the new sequences; then, while it has more than one sequence more than the smallest
+ * other group, it hands its newest over to that group (none of g's is in flight: its step ended). */
+static void group_balance(srv_sched *s, int g) {
+  if (s->n_grp == 1) {
+    for (seq *q = s->active; q; q = q->next) q->grp = 0;
+    return;
+  }
+  int cnt[s->n_grp];
+  memset(cnt, 0, sizeof cnt);
+  for (seq *q = s->active; q; q = q->next) {
+    if (q->grp < 0) q->grp = g;
+    cnt[q->grp]++;
+  }
+  for (;;) {
+    int h = -1;
+    for (int k = 0; k < s->n_grp; k++)
+      if (k != g && (h < 0 || cnt[k] < cnt[h])) h = k;
+    if (cnt[g] <= cnt[h] + 1) return;
+    seq *q = s->active;
+    while (q->grp != g) q = q->next; /* (the active list is newest first) */
+    q->grp = h;
+    cnt[g]--;
+    cnt[h]++;
+  }
+}
+
+/* Turn the tokens of group G's step into events (mutex held); rc, err: the step's outcome. */
+static void group_results(srv_sched *s, grp *G, int rc, const q35_err *err) {
+  const int n = G->n;
+  s->m_steps++;
+  s->m_step_rows += (uint64_t)n;
+  s->m_last_rows = n;
+  s->m_step_seconds += G->seconds;
+  for (int i = 0; i < n; i++) {
+    seq *q = G->row_seq[i];
+    q35_row *r = &G->rows[i];
+    int ended = 0;
+    q->in_flight = 0;
+    if (rc) {
+      job_fail(q->job, 500, err->msg);
+      q35_session_reset(q->sl->sess);
+      slot_clear(q->sl);
+      ended = 1;
+    } else {
+      slot_push_toks(q->sl, r->tokens, r->n_tokens);
+      if (q->fed < q->job->n_prompt) {
+        q->fed += r->n_tokens;
+        if (q->snap_i < q->n_snaps_at && q->snaps_at[q->snap_i] == q->fed) slot_snapshot(s, q->sl);
+        if (q->fed < q->job->n_prompt) continue;
+      }
+      if (r->n_outputs == Q35_OUTPUTS_NONE) { /* forced (see seq_count_think) */
+        q35_output o = {.token = q->force, .logprob = 0.0f};
+        o.top_ids[0] = q->force;
+        q->force = -1;
+        ended = seq_on_token(s, q, &o, 1);
+      } else {
+        ended = seq_on_emitted(s, q, r);
+      }
+    }
+    if (ended) {
+      for (seq **pp = &s->active; *pp; pp = &(*pp)->next)
+        if (*pp == q) {
+          *pp = q->next;
+          break;
+        }
+      s->n_active--;
+      seq_finish(s, q);
+    }
+  }
+  if (rc) s->m_errors++;
+  G->n = 0;
+}
+
+/* End group G's step in flight, if any, and turn its tokens into events (mutex held; released
+ * while waiting). */
+static void group_end(srv_sched *s, grp *G) {
+  if (!G->busy) return;
+  pthread_mutex_unlock(&s->mu);
+  q35_err err = {{0}};
+  const double t0 = q35_now();
+  const int rc = q35_context_step_end(G->ctx, &err);
+  const double dt = q35_now() - t0;
+  pthread_mutex_lock(&s->mu);
+  G->busy = 0;
+  G->seconds += dt;
+  group_results(s, G, rc, &err);
+}
+
+/* Build one row per active sequence of group g (decode rows always, prefill rows within the
+ * budget) and begin its step (mutex held; released while this process computes its part). */
+static void group_begin(srv_sched *s, int g) {
+  grp *G = &s->grp[g];
+  group_balance(s, g);
+  int n = 0;
+  int32_t budget = s->o.chunk;
+  for (seq *q = s->active; q; q = q->next) {
+    if (q->grp != g) continue;
+    q35_row *r = &G->rows[n];
+    memset(r, 0, sizeof *r);
+    r->session = q->sl->sess;
+    r->n_top_logprobs = -1;
+    if (q->fed < q->job->n_prompt) {
+      if (budget <= 0) continue;
+      int32_t take = q->job->n_prompt - q->fed;
+      if (take > budget) take = budget;
+      while (q->snap_i < q->n_snaps_at && q->snaps_at[q->snap_i] <= q->fed) q->snap_i++;
+      if (q->snap_i < q->n_snaps_at && q->snaps_at[q->snap_i] - q->fed < take) take = q->snaps_at[q->snap_i] - q->fed;
+      budget -= take;
+      r->tokens = q->job->prompt + q->fed;
+      r->n_tokens = take;
+      if (q->fed + take < q->job->n_prompt) {
+        r->n_outputs = Q35_OUTPUTS_NONE; /* a chunk before the last: consume it, no logits */
+      } else {
+        r->sampling = &q->sp;
+        r->n_top_logprobs = q->job->n_top_logprobs;
+      }
+    } else {
+      r->tokens = &q->last;
+      r->n_tokens = 1;
+      r->sampling = &q->sp;
+      r->n_top_logprobs = q->job->n_top_logprobs;
+      if (q->force >= 0) { /* the budget's </think>: consume the last token, sample nothing */
+        r->sampling = NULL;
+        r->n_top_logprobs = -1;
+        r->n_outputs = Q35_OUTPUTS_NONE;
+      } else if (s->o.draft > 0) { /* drafts, none past max_tokens */
+        const int32_t room = q->limit - q->n_gen - 1;
+        r->n_draft = s->o.draft < room ? s->o.draft : room > 0 ? room : 0;
+        r->outputs = q->outs;
+      }
+    }
+    if (r->sampling == &q->sp) {
+      q->sp.draw_index = (uint64_t)q->n_sampled;
+      r->history = q->hist;
+      r->n_history = q->n_hist;
+      if (q->con && q->trig_i >= q->job->n_trigger) r->constraint = q->con;
+      if (q->wait_bias && q->trig_i < q->job->n_trigger) {
+        q->sp_wait.draw_index = q->sp.draw_index;
+        r->sampling = &q->sp_wait;
+      }
+      r->n_prompt = q->job->n_prompt;
+    }
+    if (r->constraint && con_dead(s, q)) continue; /* failed: drop_stopped removes it */
+    G->row_seq[n++] = q;
+  }
+  if (!n) return;
+  G->n = n;
+  for (int i = 0; i < n; i++) G->row_seq[i]->in_flight = 1;
+  pthread_mutex_unlock(&s->mu);
+  q35_err err = {{0}};
+  const double t0 = q35_now();
+  /* with drafts (one group: no pipeline) the step verifies and rolls back within one call */
+  const int whole = s->o.draft > 0;
+  const int rc = whole ? q35_context_step(G->ctx, G->rows, n, &err) : q35_context_step_begin(G->ctx, G->rows, n, &err);
+  const double dt = q35_now() - t0;
+  pthread_mutex_lock(&s->mu);
+  G->seconds = dt;
+  if (rc || whole) group_results(s, G, rc, &err); /* done, or refused: nothing in flight */
+  else G->busy = 1;
+}
+
 static void *sched_main(void *arg) {
   srv_sched *s = arg;
   pthread_mutex_lock(&s->mu);
+  int g = 0;
   while (!s->stop) {
+    group_end(s, &s->grp[g]);
     free_deleted(s);
     evict_idle(s);
     admit(s);
     drop_stopped(s);
-    if (!s->active) {
+    int busy = 0;
+    for (int k = 0; k < s->n_grp; k++) busy |= s->grp[k].busy;
+    if (!s->active && !busy) {
       wait_for_work(s);
+      g = 0;
       continue;
     }
-    /* one row per active sequence: decode rows always, prefill rows within the budget */
-    int n = 0;
-    int32_t budget = s->o.chunk;
-    for (seq *q = s->active; q; q = q->next) {
-      q35_row *r = &s->rows[n];
-      memset(r, 0, sizeof *r);
-      r->session = q->sl->sess;
-      r->n_top_logprobs = -1;
-      if (q->fed < q->job->n_prompt) {
-        if (budget <= 0) continue;
-        int32_t take = q->job->n_prompt - q->fed;
-        if (take > budget) take = budget;
-        while (q->snap_i < q->n_snaps_at && q->snaps_at[q->snap_i] <= q->fed) q->snap_i++;
-        if (q->snap_i < q->n_snaps_at && q->snaps_at[q->snap_i] - q->fed < take)
-          take = q->snaps_at[q->snap_i] - q->fed;
-        budget -= take;
-        r->tokens = q->job->prompt + q->fed;
-        r->n_tokens = take;
-        if (q->fed + take < q->job->n_prompt) {
-          r->n_outputs = Q35_OUTPUTS_NONE; /* a chunk before the last: consume it, no logits */
-        } else {
-          r->sampling = &q->sp;
-          r->n_top_logprobs = q->job->n_top_logprobs;
-        }
-      } else {
-        r->tokens = &q->last;
-        r->n_tokens = 1;
-        r->sampling = &q->sp;
-        r->n_top_logprobs = q->job->n_top_logprobs;
-        if (q->force >= 0) { /* the budget's </think>: consume the last token, sample nothing */
-          r->sampling = NULL;
-          r->n_top_logprobs = -1;
-          r->n_outputs = Q35_OUTPUTS_NONE;
-        } else if (s->o.draft > 0) { /* drafts, none past max_tokens */
-          const int32_t room = q->limit - q->n_gen - 1;
-          r->n_draft = s->o.draft < room ? s->o.draft : room > 0 ? room : 0;
-          r->outputs = q->outs;
-        }
-      }
-      if (r->sampling == &q->sp) {
-        q->sp.draw_index = (uint64_t)q->n_sampled;
-        r->history = q->hist;
-        r->n_history = q->n_hist;
-        if (q->con && q->trig_i >= q->job->n_trigger) r->constraint = q->con;
-        if (q->wait_bias && q->trig_i < q->job->n_trigger) {
-          q->sp_wait.draw_index = q->sp.draw_index;
-          r->sampling = &q->sp_wait;
-        }
-        r->n_prompt = q->job->n_prompt;
-      }
-      if (r->constraint && con_dead(s, q)) continue; /* failed: drop_stopped removes it */
-      s->row_seq[n++] = q;
-    }
-    pthread_mutex_unlock(&s->mu);
-    q35_err err = {{0}};
-    const double t0 = q35_now();
-    int rc = q35_step(s->model, s->rows, n, &err);
-    const double dt = q35_now() - t0;
-    pthread_mutex_lock(&s->mu);
-    s->m_steps++;
-    s->m_step_rows += (uint64_t)n;
-    s->m_last_rows = n;
-    s->m_step_seconds += dt;
-    for (int i = 0; i < n; i++) {
-      seq *q = s->row_seq[i];
-      q35_row *r = &s->rows[i];
-      int ended = 0;
-      if (rc) {
-        job_fail(q->job, 500, err.msg);
-        q35_session_reset(q->sl->sess);
-        slot_clear(q->sl);
-        ended = 1;
-      } else {
-        slot_push_toks(q->sl, r->tokens, r->n_tokens);
-        if (q->fed < q->job->n_prompt) {
-          q->fed += r->n_tokens;
-          if (q->snap_i < q->n_snaps_at && q->snaps_at[q->snap_i] == q->fed) slot_snapshot(s, q->sl);
-          if (q->fed < q->job->n_prompt) continue;
-        }
-        if (r->n_outputs == Q35_OUTPUTS_NONE) { /* forced (see seq_count_think) */
-          q35_output o = {.token = q->force, .logprob = 0.0f};
-          o.top_ids[0] = q->force;
-          q->force = -1;
-          ended = seq_on_token(s, q, &o, 1);
-        } else {
-          ended = seq_on_emitted(s, q, r);
-        }
-      }
-      if (ended) {
-        for (seq **pp = &s->active; *pp; pp = &(*pp)->next)
-          if (*pp == q) {
-            *pp = q->next;
-            break;
-          }
-        s->n_active--;
-        seq_finish(s, q);
-      }
-    }
-    if (rc) s->m_errors++;
+    group_begin(s, g);
+    g = (g + 1) % s->n_grp;
   }
+  for (int k = 0; k < s->n_grp; k++) group_end(s, &s->grp[(g + k) % s->n_grp]); /* in the order begun */
   pthread_mutex_unlock(&s->mu);
   return NULL;
+}
+
+static void sched_free_groups(srv_sched *s) {
+  for (int k = 0; s->grp && k < s->n_grp; k++) {
+    if (k && s->grp[k].ctx) q35_context_free(s->grp[k].ctx);
+    free(s->grp[k].rows);
+    free(s->grp[k].row_seq);
+  }
+  free(s->grp);
+  s->grp = NULL;
 }
 
 srv_sched *srv_sched_new(q35_model *model, const q35_tokenizer *tok, const srv_sched_opts *o, q35_err *err) {
@@ -1005,6 +1110,12 @@ srv_sched *srv_sched_new(q35_model *model, const q35_tokenizer *tok, const srv_s
   s->im_start = q35_tokenizer_im_start(tok);
   if (s->o.draft > 0 && !q35_model_has_mtp(model)) {
     q35_seterr(err, "--draft %d needs a model file with an MTP head (this one has none; --draft 0 turns it off)",
+               s->o.draft);
+    free(s);
+    return NULL;
+  }
+  if (s->o.draft > 0 && q35_model_stages(model) > 1) {
+    q35_seterr(err, "--draft %d: speculative decoding is not available in a pipeline (mpirun); --draft 0 turns it off",
                s->o.draft);
     free(s);
     return NULL;
@@ -1034,32 +1145,34 @@ srv_sched *srv_sched_new(q35_model *model, const q35_tokenizer *tok, const srv_s
       return NULL;
     }
   }
+  /* one group per pipeline stage unless the options say otherwise (1 without a pipeline) */
+  s->n_grp = q35_model_stages(model) < 2 ? 1 : s->o.groups > 0 ? s->o.groups : q35_model_stages(model);
   s->anon = calloc((size_t)s->o.parallel, sizeof *s->anon);
-  s->rows = calloc((size_t)s->o.parallel, sizeof *s->rows);
-  s->row_seq = calloc((size_t)s->o.parallel, sizeof *s->row_seq);
+  s->grp = calloc((size_t)s->n_grp, sizeof *s->grp);
   s->cmask = calloc(((size_t)q35_model_n_vocab(model) + 31) / 32, sizeof *s->cmask);
-  if (!s->anon || !s->rows || !s->row_seq || !s->cmask) {
-    free(s->anon);
-    free(s->rows);
-    free(s->row_seq);
-    free(s->cmask);
-    free(s);
-    q35_seterr(err, "out of memory");
-    return NULL;
+  int ok = s->anon && s->grp && s->cmask;
+  for (int k = 0; ok && k < s->n_grp; k++) {
+    grp *G = &s->grp[k];
+    G->ctx = k ? q35_context_new_sharing(q35_model_context(model), err) : q35_model_context(model);
+    G->rows = calloc((size_t)s->o.parallel, sizeof *G->rows);
+    G->row_seq = calloc((size_t)s->o.parallel, sizeof *G->row_seq);
+    ok = G->ctx && G->rows && G->row_seq;
   }
-  pthread_mutex_init(&s->mu, NULL);
-  pthread_cond_init(&s->cv, NULL);
-  if (pthread_create(&s->thread, NULL, sched_main, s)) {
-    q35_seterr(err, "cannot start the scheduler thread");
+  if (ok) {
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->thread, NULL, sched_main, s) == 0) return s;
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
-    free(s->anon);
-    free(s->rows);
-    free(s->row_seq);
-    free(s);
-    return NULL;
+    q35_seterr(err, "cannot start the scheduler thread");
+  } else {
+    q35_seterr(err, "out of memory");
   }
-  return s;
+  sched_free_groups(s);
+  free(s->anon);
+  free(s->cmask);
+  free(s);
+  return NULL;
 }
 
 void srv_sched_free(srv_sched *s) {
@@ -1090,8 +1203,7 @@ void srv_sched_free(srv_sched *s) {
     free(sl);
   }
   free(s->anon);
-  free(s->rows);
-  free(s->row_seq);
+  sched_free_groups(s);
   free(s->cmask);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
@@ -1190,6 +1302,8 @@ char *srv_sched_metrics(srv_sched *s) {
     M("prefix_cache_hits_total", "counter", "Sequences started from a stored prefix (cached_tokens > 0).", "%llu",
       (unsigned long long)s->m_cache_hits);
     M("step_rows", "gauge", "Rows in the latest model step.", "%d", s->m_last_rows);
+    M("step_groups", "gauge", "Groups of sequences whose steps are in flight at once (pipeline stages).", "%d",
+      s->n_grp);
     M("slots_parallel", "gauge", "Rows one step takes at most (--parallel).", "%d", s->o.parallel);
     M("sessions_max", "gauge", "Named sessions kept at most (--max-sessions).", "%d", s->o.max_sessions);
     /* speculative decoding with the MTP head (--draft) */

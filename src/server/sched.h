@@ -118,6 +118,8 @@ typedef struct srv_sched_opts {
   int32_t draft;           /* speculative decoding: at most this many MTP drafts per decode row (0: off) */
   int32_t draft_vocab;     /* the head drafts among ids [0, draft_vocab) (0: all) */
   int draft_fixed;         /* every decode row drafts `draft` (else the context's adaptive policy) */
+  int groups;              /* a pipeline (q35_model_stages > 1): groups of sequences whose steps are in
+                              flight at once (0: one per stage; 1: one step at a time) */
 } srv_sched_opts;
 
 typedef struct srv_sched srv_sched;

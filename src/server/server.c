@@ -442,9 +442,13 @@ static int load_model(srv *S, const q35_server_opts *o, q35_err *err) {
                        .snap_every = o->snap_every,
                        .mem_budget = o->mem_budget,
                        .idle_timeout = o->idle_timeout,
-                       .draft = o->draft >= 0 ? o->draft : S->model && q35_model_has_mtp(S->model) ? Q35_SERVER_DRAFT : 0,
+                       /* the default: speculation with a head, outside a pipeline (not available there) */
+                       .draft = o->draft >= 0                                                       ? o->draft
+                                : S->model && q35_model_has_mtp(S->model) && q35_model_stages(S->model) < 2 ? Q35_SERVER_DRAFT
+                                                                                                             : 0,
                        .draft_vocab = o->draft_vocab,
-                       .draft_fixed = o->draft_fixed};
+                       .draft_fixed = o->draft_fixed,
+                       .groups = o->pp_groups};
   if (S->model) S->sched = srv_sched_new(S->model, S->tok, &so, err);
   if (!S->sched) return -1;
   S->oai.tok = S->tok;

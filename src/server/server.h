@@ -55,6 +55,8 @@ typedef struct q35_server_opts {
   const char *host;        /* numeric address or "localhost" (default 127.0.0.1) */
   int port;                /* default 8080 */
   int parallel;            /* concurrent sequences (rows per step), default 4 */
+  int pp_groups;           /* a pipeline over MPI: groups of sequences whose steps are in flight at
+                              once (0: one per rank, the default; 1: one step at a time) */
   int32_t n_ctx;           /* per-session context, default 4096 */
   const char *alias;       /* model id (default: the file's base name) */
   int max_sessions;        /* named sessions, default 8 */

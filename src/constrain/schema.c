@@ -193,14 +193,54 @@ static int gen_ref(sc *c, json_t *s, char *name) {
 
 /* ---- enum, const, combinators ---- */
 
-static void put_value_literal(q35_buf *b, json_t *v) {
-  char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
-  if (!txt) {
-    b->oom = 1;
-    return;
+/* v as compact JSON, each real number as the shortest decimal that reads back as it (jansson
+ * writes 0.1 as 0.10000000000000001). */
+static void put_json(q35_buf *b, json_t *v) {
+  const char *k;
+  json_t *x;
+  size_t i;
+  if (json_is_object(v)) {
+    q35_buf_char(b, '{');
+    int first = 1;
+    json_object_foreach(v, k, x) {
+      json_t *key = json_string(k);
+      if (!key) b->oom = 1;
+      if (!first) q35_buf_char(b, ',');
+      first = 0;
+      put_json(b, key);
+      json_decref(key);
+      q35_buf_char(b, ':');
+      put_json(b, x);
+    }
+    q35_buf_char(b, '}');
+  } else if (json_is_array(v)) {
+    q35_buf_char(b, '[');
+    json_array_foreach(v, i, x) {
+      if (i) q35_buf_char(b, ',');
+      put_json(b, x);
+    }
+    q35_buf_char(b, ']');
+  } else if (json_is_real(v)) {
+    char num[40];
+    for (int p = 1; p <= 17; p++) {
+      snprintf(num, sizeof num, "%.*g", p, json_real_value(v));
+      if (strtod(num, NULL) == json_real_value(v)) break;
+    }
+    q35_buf_str(b, num);
+  } else {
+    char *txt = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    if (!txt) b->oom = 1;
+    else q35_buf_str(b, txt);
+    free(txt);
   }
-  sc_literal(b, txt, strlen(txt));
-  free(txt);
+}
+
+static void put_value_literal(q35_buf *b, json_t *v) {
+  q35_buf t = {0};
+  put_json(&t, v);
+  if (t.oom) b->oom = 1;
+  else sc_literal(b, t.p, t.n);
+  q35_buf_free(&t);
 }
 
 static int gen_enum(sc *c, json_t *s, char *name) {

@@ -30,6 +30,20 @@ static int gbnf_match(const char *gbnf, const char *s, size_t n) {
 
 static int gm(const char *gbnf, const char *s) { return gbnf_match(gbnf, s, strlen(s)); }
 
+/* 1 when the grammar can still go on after the prefix s (a mask would allow its bytes), 0 when
+ * it refuses it, -1 when it does not compile. */
+static int gm_prefix(const char *gbnf, const char *s) {
+  q35_err err;
+  cn_grammar *g = cn_gbnf_compile(gbnf, strlen(gbnf), &err);
+  if (!g) return -1;
+  cn_matcher *m = cn_matcher_new(g, &err);
+  int32_t st = cn_start(m);
+  for (const char *p = s; *p && st >= 0; p++) st = cn_step(m, st, (uint8_t)*p);
+  cn_matcher_free(m);
+  cn_grammar_free(g);
+  return st >= 0;
+}
+
 static int regex_match(const char *re, const char *s) {
   q35_err err;
   char *expr;
@@ -82,6 +96,11 @@ static void test_gbnf(void) {
   CHECK(gm("root ::= e\ne ::= \"(\" e \")\" | \"x\"", "((x))") == 1, "nesting");
   CHECK(gm("root ::= e\ne ::= \"(\" e \")\" | \"x\"", "((x)") == 0);
   CHECK(gm("root ::= [\\x00-\\x7f]", "\x80") == 0);
+  /* no dead ends: an alternative that can never finish is never entered */
+  CHECK(gm_prefix("root ::= \"a\" x | \"b\"\nx ::= [^\\x00-\\U0010FFFF]", "a") == 0, "a dead end");
+  CHECK(gm_prefix("root ::= \"a\" x | \"ab\"\nx ::= \"c\" y\ny ::= y2\ny2 ::= [^\\x00-\\U0010FFFF] y", "ac") == 0);
+  CHECK(gm("root ::= \"a\" x | \"ab\"\nx ::= \"c\" y\ny ::= y2\ny2 ::= [^\\x00-\\U0010FFFF] y", "ab") == 1);
+  CHECK(gm("root ::= x\nx ::= \"a\" x", "a") == -1, "a language with no string is refused");
   /* refused grammars */
   CHECK(gm("root ::= a\na ::= a \"x\" | \"y\"", "y") == -1, "left recursion");
   CHECK(gm("root ::= undefined-rule", "") == -1);
@@ -165,8 +184,15 @@ static void test_schema(void) {
   CHECK(schema_match(nb, "-2.99") == 1 && schema_match(nb, "0") == 1 && schema_match(nb, "-0.5") == 1);
   CHECK(schema_match(nb, "11.999") == 1 && schema_match(nb, "12") == 0 && schema_match(nb, "12.0") == 0);
   CHECK(schema_match(nb, "13") == 0 && schema_match(nb, "1e2") == 0, "bounded numbers have no exponent");
+  char *fg;
+  q35_err ferr;
+  const char *fp = "{\"type\":\"object\",\"properties\":{\"a\":false,\"b\":{\"type\":\"integer\"}}}";
+  CHECK(cn_schema_to_gbnf(fp, strlen(fp), 0, 0, &fg, &ferr) == 0);
+  CHECK(gm(fg, "{\"b\":1}") == 1 && gm_prefix(fg, "{\"a") == 0 && gm_prefix(fg, "{\"b\":1,") == 0,
+        "a property whose schema is false is never begun");
+  free(fg);
   const char *nx = "{\"type\":\"number\",\"exclusiveMinimum\":2,\"maximum\":2}";
-  CHECK(schema_match(nx, "2") == 0, "an empty range");
+  CHECK(schema_match(nx, "2") == -1, "an empty range is refused (nothing could be generated)");
   const char *nn = "{\"type\":\"number\",\"exclusiveMinimum\":-7,\"maximum\":-2}";
   CHECK(schema_match(nn, "-7") == 0 && schema_match(nn, "-6.9") == 1 && schema_match(nn, "-2") == 1);
   CHECK(schema_match(nn, "-1.9") == 0 && schema_match(nn, "0") == 0 && schema_match(nn, "-7.5") == 0);
@@ -215,7 +241,7 @@ static void test_schema(void) {
   const char *anyall = "{\"allOf\":[{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}]},{\"minimum\":10}]}";
   CHECK(schema_match(anyall, "12") == 1 && schema_match(anyall, "9") == 0 && schema_match(anyall, "\"s\"") == 1);
   const char *disj = "{\"allOf\":[{\"type\":\"string\"},{\"type\":[\"integer\",\"null\"]}]}";
-  CHECK(schema_match(disj, "\"a\"") == 0 && schema_match(disj, "1") == 0 && schema_match(disj, "null") == 0);
+  CHECK(schema_match(disj, "\"a\"") == -1, "no type both allow: refused (nothing could be generated)");
   const char *con = "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"contains\":{\"minimum\":5}}";
   CHECK(schema_match(con, "[1,6]") == 1 && schema_match(con, "[6]") == 1);
   CHECK(schema_match(con, "[1,2]") == 0 && schema_match(con, "[]") == 0 && schema_match(con, "[\"x\",6]") == 0);

@@ -3,8 +3,9 @@
  * (items, prefixItems, counts, contains). Numbers and integers are in schema_number.c.
  *
  * Formats: date (months with their day counts, February up to 29), time (hh:mm:ss, optional
- * fraction, Z or an offset), date-time, uuid, email (ajv-formats' grammar), uri (RFC 3986 with a
- * registered-name host), uri-template (RFC 6570, ajv-formats' check); others are refused.
+ * fraction, Z or an offset), date-time, uuid, email (ajv-formats' grammar), uri and uri-reference
+ * (RFC 3986 with a registered-name host), uri-template (RFC 6570, ajv-formats' check); others
+ * are refused.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +59,20 @@ int sc_gen_string(sc *c, json_t *s, char *name) {
         " ( [a-zA-Z0-9._~!$&'()*+,;=-] | " PCT " )* ( \":\" [0-9]* )? ( \"/\" " PCHAR "* )*"
         " | \"/\" ( " PCHAR "+ ( \"/\" " PCHAR "* )* )? | " PCHAR "+ ( \"/\" " PCHAR "* )* )"
         " ( \"?\" ( " PCHAR " | [/?] )* )? ( \"#\" ( " PCHAR " | [/?] )* )?";
+    /* uri-reference: RFC 3986's URI-reference with a registered-name host, a subset of
+     * ajv-formats' uri-reference: an optional scheme, then "//" authority and path, an absolute
+     * path, or a relative one (without a scheme its first segment has no ':', which would read
+     * as a scheme), or nothing; then an optional query and fragment */
+#define SEG0 "( [a-zA-Z0-9._~!$&'()*+,;=@-] | " PCT " )"
+    static const char uri_reference[] =
+        "( [a-zA-Z] [a-zA-Z0-9+.-]* \":\" ( \"//\" ( ( [a-zA-Z0-9._~!$&'()*+,;=:-] | " PCT " )* \"@\" )?"
+        " ( [a-zA-Z0-9._~!$&'()*+,;=-] | " PCT " )* ( \":\" [0-9]* )? ( \"/\" " PCHAR "* )*"
+        " | \"/\" ( " PCHAR "+ ( \"/\" " PCHAR "* )* )? | " PCHAR "+ ( \"/\" " PCHAR "* )* )?"
+        " | \"//\" ( ( [a-zA-Z0-9._~!$&'()*+,;=:-] | " PCT " )* \"@\" )?"
+        " ( [a-zA-Z0-9._~!$&'()*+,;=-] | " PCT " )* ( \":\" [0-9]* )? ( \"/\" " PCHAR "* )*"
+        " | \"/\" ( " PCHAR "+ ( \"/\" " PCHAR "* )* )? | " SEG0 "+ ( \"/\" " PCHAR "* )* | \"\" )"
+        " ( \"?\" ( " PCHAR " | [/?] )* )? ( \"#\" ( " PCHAR " | [/?] )* )?";
+#undef SEG0
     /* uri-template: RFC 6570 level 4 as ajv-formats checks it: literals, %XX, {op var,var:N,var*} */
     static const char uri_template[] =
         "( [^\\x00-\\x20\"'<>%\\\\^`{|}] | " PCT " | \"{\" [+#./;?&=,!@|]? ut-var ( \",\" ut-var )* \"}\" )*";
@@ -71,9 +86,11 @@ int sc_gen_string(sc *c, json_t *s, char *name) {
     else if (!strcmp(f, "email")) q35_buf_printf(&b, "%s ( \".\" %s )* \"@\" ( %s \".\" )+ %s", atom, atom, label, label);
     else if (!strcmp(f, "uri")) q35_buf_str(&b, uri);
     else if (!strcmp(f, "uri-template")) q35_buf_str(&b, uri_template);
+    else if (!strcmp(f, "uri-reference")) q35_buf_str(&b, uri_reference);
     else {
       q35_buf_free(&b);
-      return sc_fail(c, "format \"%s\" is not supported (date, time, date-time, uuid, email, uri, uri-template are)", f);
+      return sc_fail(c, "format \"%s\" is not supported (date, time, date-time, uuid, email, uri, uri-reference, "
+                        "uri-template are)", f);
     }
     q35_buf_str(&b, " \"\\\"\"");
   } else if (mn || mx) {

@@ -54,13 +54,15 @@ const corpus = [
   { schema: { type: "object", propertyNames: { pattern: "^[a-z]{1,3}$" }, additionalProperties: { type: "integer" }, minProperties: 1, maxProperties: 3 },
     gen: { type: "object", properties: { ab: { type: "integer" }, c: { type: "integer" }, xyz: { type: "integer" }, d1: { type: "integer" }, wxyz: { type: "integer" } } } },
   { schema: { type: "object", properties: { u: { type: "string", format: "uri" }, t: { type: "string", format: "uri-template" },
+      r: { type: "string", format: "uri-reference" },
       e: { oneOf: [{ type: "object", properties: { kind: { enum: ["a"] }, x: { type: "integer" } }, required: ["kind"], additionalProperties: false },
         { type: "object", properties: { kind: { const: "b" }, y: { type: "string", format: "uri" } }, required: ["kind", "y"], additionalProperties: false }] } },
       required: ["u", "t"], additionalProperties: false },
     samples: ["https://api.github.com/repos/o/r", "http://a.b:8080/x?y=1#z", "mailto:someone@example.com", "urn:isbn:0451450523",
       "https://x.com/{owner}/{repo}", "/relative/path", "a:", "ftp://user:pw@host/file", "https://api.github.com/repos/{owner}{/repo}{?since,per_page}",
       "{+path}/here", "x y", "https://ex.com/%7Euser", "https://ex.com/%zz", "{var:30}", "{var*}", "http://a.b/c d", "h://x/'q'", "tel:+1-816-555-1212",
-      "https://h/\u00fc", "news:comp.infosystems.www.servers.unix", "{a,b:0}", "{x}{y}", "s3://bucket/key?versionId=3&x=%41"] },
+      "https://h/\u00fc", "news:comp.infosystems.www.servers.unix", "{a,b:0}", "{x}{y}", "s3://bucket/key?versionId=3&x=%41",
+      "", "#frag", "../a/b?c#d", "//host:80/p", "/abs/x", "./x:y", "?q=1", "a b#c", "%zz", "#a#b", "x/y/z", "//u@h", "#/definitions/x"] },
 ];
 
 let rng = 1;
@@ -76,7 +78,7 @@ function genString(s, samples) {
   if (f === "time") return `${pad(int(0, 24), 2)}:${pad(int(0, 59), 2)}:${pad(int(0, 60), 2)}${pick(["Z", "+01:00", "-23:59", "", ".5z"])}`;
   if (f === "date-time") return `${genString({ format: "date" })}${pick(["T", "t", " "])}${genString({ format: "time" })}`;
   if (f === "uuid") return [8, 4, 4, 4, 12].map((n) => Array.from({ length: n }, () => pick("0123456789abcdefABCDEF")).join("")).join("-");
-  if (f === "uri" || f === "uri-template") return pick(samples);
+  if (f === "uri" || f === "uri-template" || f === "uri-reference") return pick(samples);
   if (f === "email") return pick(["a.b@c.de", "x@y", "first.last+tag@mail.example.org", "bad@-x.com", "q@w.e"]);
   const alphabet = ["a", "b", "Z", " ", "é", "日", "😀", "\"", "\\", "\n", "\u0001", "/", "x"];
   const lo = s.minLength || 0, hi = s.maxLength !== undefined ? s.maxLength : lo + 6;

@@ -253,6 +253,27 @@ static void test_schema(void) {
   const char *pn = "{\"type\":\"object\",\"propertyNames\":{\"maxLength\":2},\"maxProperties\":2}";
   CHECK(schema_match(pn, "{\"ab\":1,\"c\":[]}") == 1 && schema_match(pn, "{\"abc\":1}") == 0);
   CHECK(schema_match(pn, "{\"a\":1,\"b\":2,\"c\":3}") == 0);
+  /* a required name only additionalProperties covers is still required (and written once) */
+  const char *ra = "{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"x\"],\"additionalProperties\":true}";
+  CHECK(schema_match(ra, "{}") == 0 && schema_match(ra, "{\"a\":1}") == 0 && schema_match(ra, "{\"a\":1,\"x\":2}") == 1);
+  CHECK(schema_match("{\"type\":\"object\",\"required\":[\"x\"]}", "{\"y\":1,\"x\":[]}") == 1);
+  CHECK(schema_match("{\"type\":\"object\",\"required\":[\"x\"]}", "{\"y\":1}") == 0);
+  /* enum / const beside other keywords keep only the values those allow */
+  const char *es = "{\"enum\":[1,10,\"a\",\"bb\",null],\"minimum\":5,\"maxLength\":1}";
+  CHECK(schema_match(es, "1") == 0 && schema_match(es, "10") == 1 && schema_match(es, "\"a\"") == 1);
+  CHECK(schema_match(es, "\"bb\"") == 0 && schema_match(es, "null") == 1);
+  CHECK(schema_match("{\"type\":\"string\",\"enum\":[\"a\",1]}", "1") == 0);
+  CHECK(schema_match("{\"const\":1,\"enum\":[2,3]}", "1") == -1, "const outside enum: nothing fits");
+  CHECK(schema_match("{\"const\":0.1}", "0.1") == 1, "a real written as its shortest decimal");
+  /* dependentRequired / dependencies (names), dependentSchemas */
+  const char *dr = "{\"properties\":{\"a\":{},\"b\":{},\"c\":{}},\"dependentRequired\":{\"a\":[\"b\"],\"c\":[\"d\"]}}";
+  CHECK(schema_match(dr, "{\"b\":1}") == 1 && schema_match(dr, "{\"a\":1}") == 0 && schema_match(dr, "{\"b\":1,\"a\":2}") == 1);
+  CHECK(schema_match(dr, "{\"c\":1}") == 0, "c needs d, which cannot be written");
+  const char *dp = "{\"dependencies\":{\"bar\":[\"foo\"]}}";
+  CHECK(schema_match(dp, "{\"bar\":2}") == 0 && schema_match(dp, "{\"foo\":1,\"bar\":2}") == 1 && schema_match(dp, "{\"x\":1}") == 1);
+  const char *ds = "{\"dependentSchemas\":{\"bar\":{\"properties\":{\"foo\":{\"type\":\"integer\"}}}}}";
+  CHECK(schema_match(ds, "{\"foo\":\"s\"}") == 1 && schema_match(ds, "{\"foo\":\"s\",\"bar\":1}") == 0);
+  CHECK(schema_match(ds, "{\"bar\":1,\"foo\":2}") == 1);
   /* refused schemas name the keyword */
   q35_err err;
   char *g;

@@ -92,7 +92,8 @@ static const char *const supported[] = {"type", "enum", "const", "properties", "
                                         "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
                                         "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf", "$ref",
                                         "uniqueItems", "multipleOf", "not", "contains", "propertyNames",
-                                        "minProperties", "maxProperties", NULL};
+                                        "minProperties", "maxProperties", "dependentRequired", "dependentSchemas",
+                                        "dependencies", NULL};
 
 static int in_list(const char *const *l, const char *k) {
   for (; *l; l++)
@@ -119,7 +120,8 @@ static int has_any(json_t *s, const char *const *keys) {
 }
 
 static const char *const object_kw[] = {"properties", "required", "additionalProperties", "propertyNames",
-                                        "minProperties", "maxProperties", NULL};
+                                        "minProperties", "maxProperties", "dependentRequired", "dependentSchemas",
+                                        "dependencies", NULL};
 static const char *const array_kw[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems",
                                        "contains", NULL};
 static const char *const string_kw[] = {"minLength", "maxLength", "pattern", "format", NULL};
@@ -243,21 +245,109 @@ static void put_value_literal(q35_buf *b, json_t *v) {
   q35_buf_free(&t);
 }
 
+
+/* The values of vals (an array) that the schema r (enum's sibling keywords) allows, as a new
+ * array: each value's compact text matched against r's own grammar (compiled apart, with the
+ * same document for $refs), so a value is kept only where r's language takes it (sound: that
+ * language is inside what r allows). NULL (a message set) on failure. */
+static json_t *enum_filter(sc *c, json_t *vals, json_t *r) {
+  sc c2 = {0};
+  q35_err e2;
+  c2.doc = c->doc;
+  c2.err = &e2;
+  c2.depth = c->depth;
+  put_primitives(&c2, 0);
+  char root[SC_NAME];
+  cn_grammar *g = NULL;
+  json_t *keep = NULL;
+  if (!sc_gen(&c2, r, root)) {
+    q35_buf_printf(&c2.out, "root ::= %s\n", root);
+    if (c2.out.oom) q35_seterr(&e2, "json schema: out of memory");
+    else g = cn_gbnf_compile(c2.out.p, c2.out.n, &e2);
+    if (g || strstr(e2.msg, "matches no string")) keep = json_array();
+  }
+  cn_matcher *m = g ? cn_matcher_new(g, &e2) : NULL;
+  size_t i;
+  json_t *v;
+  json_array_foreach(vals, i, v) {
+    if (!m || !keep) break;
+    q35_buf t = {0};
+    put_json(&t, v);
+    int32_t st = cn_start(m);
+    for (size_t k = 0; k < t.n && st >= 0; k++) st = cn_step(m, st, (uint8_t)t.p[k]);
+    if (st >= 0 && cn_complete(m, st)) json_array_append(keep, v);
+    q35_buf_free(&t);
+  }
+  if (g && !m) {
+    json_decref(keep);
+    keep = NULL;
+  }
+  if (!keep && !c->failed) {
+    const char *msg = strncmp(e2.msg, "json schema: ", 13) ? e2.msg : e2.msg + 13;
+    sc_fail(c, "%s", msg);
+  }
+  cn_matcher_free(m);
+  cn_grammar_free(g);
+  for (size_t k = 0; k < c2.n_refs; k++) free(c2.refs[k].ptr);
+  free(c2.refs);
+  q35_buf_free(&c2.out);
+  return keep;
+}
+
 static int gen_enum(sc *c, json_t *s, char *name) {
   json_t *e = json_object_get(s, "enum"), *k = json_object_get(s, "const");
-  q35_buf b = {0};
-  if (k) {
-    put_value_literal(&b, k);
+  if (e && !json_is_array(e)) return sc_fail(c, "enum must be an array");
+  json_t *vals = json_array();
+  if (!vals) return sc_fail(c, "out of memory");
+  size_t i;
+  json_t *v;
+  if (k) { /* const, and beside enum only when enum lists it */
+    int in = !e;
+    json_array_foreach(e, i, v) in |= json_equal(v, k);
+    if (in) json_array_append(vals, k);
   } else {
-    if (!json_is_array(e)) return sc_fail(c, "enum must be an array");
-    size_t i;
-    json_t *v;
-    json_array_foreach(e, i, v) {
-      if (i) q35_buf_str(&b, " | ");
-      put_value_literal(&b, v);
-    }
-    if (json_array_size(e) == 0) q35_buf_str(&b, "nothing");
+    json_array_extend(vals, e);
   }
+  /* sibling constraint keywords (type, bounds, lengths, ...) keep the values they allow */
+  json_t *rest = json_copy(s);
+  json_object_del(rest, "enum");
+  json_object_del(rest, "const");
+  int constrained = 0;
+  const char *key;
+  json_object_foreach(rest, key, v) constrained |= !in_list(annotations, key);
+  if (constrained && json_array_size(vals)) {
+    /* without "type", each value is checked against the keywords of its own kind (a keyword
+     * applies to one kind only: minimum to numbers, maxLength to strings, ...) */
+    static const char *const kinds[] = {"object", "array", "string", "number", "boolean", "null"};
+    json_t *kept = json_array();
+    for (int t = 0; t < 6 && kept; t++) {
+      json_t *group = json_array();
+      json_array_foreach(vals, i, v) {
+        const int kind = json_is_object(v) ? 0 : json_is_array(v) ? 1 : json_is_string(v) ? 2 : json_is_number(v) ? 3
+                         : json_is_boolean(v) ? 4 : 5;
+        if (kind == t) json_array_append(group, v);
+      }
+      json_t *r = json_object_get(rest, "type") ? json_incref(rest) : json_copy(rest);
+      if (!json_object_get(rest, "type")) json_object_set_new(r, "type", json_string(kinds[t]));
+      json_t *k2 = json_array_size(group) ? enum_filter(c, group, r) : json_array();
+      if (k2) json_array_extend(kept, k2);
+      else json_decref(kept), kept = NULL;
+      json_decref(k2);
+      json_decref(r);
+      json_decref(group);
+    }
+    json_decref(vals);
+    vals = kept;
+  }
+  json_decref(rest);
+  if (!vals) return -1;
+  q35_buf b = {0};
+  json_array_foreach(vals, i, v) {
+    if (i) q35_buf_str(&b, " | ");
+    put_value_literal(&b, v);
+  }
+  if (json_array_size(vals) == 0) q35_buf_str(&b, "nothing");
+  json_decref(vals);
   sc_new_name(c, name);
   sc_put_rule(c, name, &b);
   return 0;
@@ -412,8 +502,8 @@ static int other_key(sc *c, const char *const *names, int n, char *name) {
 
 /* Any order, each property at most once: rule H_S for each subset S of the listed properties
  * ("after S, at least one member written"). */
-static void object_any_order(sc *c, const prop *p, int n, const char *extra, uint32_t req, long long pmin,
-                             long long pmax, q35_buf *b) {
+static void object_any_order(sc *c, const prop *p, int n, const char *extra, uint32_t req, const uint32_t *dep,
+                             long long pmin, long long pmax, q35_buf *b) {
   char base[SC_NAME];
   sc_new_name(c, base);
   for (uint32_t S = 0; S < (1u << n); S++) {
@@ -423,7 +513,10 @@ static void object_any_order(sc *c, const prop *p, int n, const char *extra, uin
     for (int i = 0; i < n && (pmax < 0 || cnt < pmax); i++)
       if (!(S >> i & 1)) q35_buf_printf(&h, "%s\",\" ws %s ws %s-%u", alts++ ? " | " : "", p[i].kv, base, S | 1u << i);
     if (extra) q35_buf_printf(&h, "%s\",\" ws %s ws %s-%u", alts++ ? " | " : "", extra, base, S);
-    if ((S & req) == req && cnt >= pmin) q35_buf_printf(&h, "%s\"\"", alts++ ? " | " : "");
+    int deps_met = 1; /* each written property's dependencies are written too */
+    for (int i = 0; i < n; i++)
+      if ((S >> i & 1) && (dep[i] & S) != dep[i]) deps_met = 0;
+    if ((S & req) == req && cnt >= pmin && deps_met) q35_buf_printf(&h, "%s\"\"", alts++ ? " | " : "");
     if (!alts) q35_buf_str(&h, "nothing");
     char nm[SC_NAME + 12];
     snprintf(nm, sizeof nm, "%s-%u", base, S);
@@ -508,14 +601,87 @@ static int key_schema(sc *c, json_t *pn, char *key) {
   return rc;
 }
 
+/* dependentRequired and the array form of dependencies, as {name: [names]} pairs into *out (a
+ * new object); 0 or -1. */
+static int required_deps(sc *c, json_t *s, json_t **out) {
+  *out = json_object();
+  if (!*out) return sc_fail(c, "out of memory");
+  static const char *const kws[] = {"dependentRequired", "dependencies"};
+  for (int k = 0; k < 2; k++) {
+    json_t *d = json_object_get(s, kws[k]), *v;
+    const char *t;
+    if (d && !json_is_object(d)) return sc_fail(c, "%s must be an object", kws[k]);
+    json_object_foreach(d, t, v) {
+      if (!json_is_array(v)) {
+        if (k == 0) return sc_fail(c, "dependentRequired values must be arrays of names");
+        continue; /* a schema dependency: split off before (gen_dep_schema) */
+      }
+      size_t i;
+      json_t *x;
+      json_array_foreach(v, i, x) if (!json_is_string(x)) return sc_fail(c, "%s must list names (strings)", kws[k]);
+      json_t *have = json_object_get(*out, t);
+      if (have) json_array_extend(have, v);
+      else json_object_set(*out, t, v);
+    }
+  }
+  return 0;
+}
+
+/* Names the object must track (required ones, dependentRequired's) that `properties` does not
+ * list, while additional properties are allowed: listed here with the additional schema (an
+ * optional property that is written at most once), so the any-order grammar can count them.
+ * The same language: such a key is an additional property either way. 1 when *out is that
+ * new schema, 0 when nothing changes, -1 on failure. */
+static int promote_names(sc *c, json_t *s, json_t *deps, json_t **out) {
+  json_t *props = json_object_get(s, "properties"), *add = json_object_get(s, "additionalProperties");
+  if (!((add && !json_is_false(add)) || (!add && !props))) return 0;
+  json_t *names = json_array();
+  size_t i;
+  json_t *x, *v;
+  const char *t;
+  json_array_foreach(json_object_get(s, "required"), i, x) json_array_append(names, x);
+  json_object_foreach(deps, t, v) {
+    json_array_append_new(names, json_string(t));
+    json_array_extend(names, v);
+  }
+  json_t *np = NULL;
+  json_array_foreach(names, i, x) {
+    if (!json_is_string(x) || json_object_get(props, json_string_value(x))) continue;
+    if (!np) np = props ? json_copy(props) : json_object();
+    json_object_set(np, json_string_value(x), add ? add : json_true());
+  }
+  json_decref(names);
+  if (!np) return 0;
+  *out = json_copy(s);
+  json_object_set_new(*out, "properties", np);
+  if (!add) json_object_set_new(*out, "additionalProperties", json_true()); /* the policy without properties */
+  return c->failed ? -1 : 1;
+}
+
 static int gen_object(sc *c, json_t *s, char *name) {
   json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
   json_t *add = json_object_get(s, "additionalProperties");
   if (props && !json_is_object(props)) return sc_fail(c, "properties must be an object");
   if (req && !json_is_array(req)) return sc_fail(c, "required must be an array");
+  json_t *deps, *promoted;
+  if (required_deps(c, s, &deps)) {
+    json_decref(deps);
+    return -1;
+  }
+  const int pr = promote_names(c, s, deps, &promoted);
+  if (pr) {
+    json_decref(deps);
+    if (pr < 0) return -1;
+    const int rc = gen_object(c, promoted, name);
+    json_decref(promoted);
+    return rc;
+  }
   const int n = props ? (int)json_object_size(props) : 0;
   prop *p = calloc((size_t)n + 1, sizeof *p);
-  if (!p) return sc_fail(c, "out of memory");
+  if (!p) {
+    json_decref(deps);
+    return sc_fail(c, "out of memory");
+  }
   int i = 0, rc = 0;
   const char *k;
   json_t *v;
@@ -589,6 +755,32 @@ static int gen_object(sc *c, json_t *s, char *name) {
       extra = extra_buf;
     }
   }
+  /* dependencies among the listed properties (others cannot appear: additional properties are
+   * off, or they were promoted above); one that needs an unlistable name can never be written
+   * (bit 31: never set) */
+  uint32_t dep[MAX_ANY_ORDER] = {0};
+  if (!rc && json_object_size(deps)) {
+    if (n > MAX_ANY_ORDER)
+      rc = sc_fail(c, "dependentRequired / dependencies with more than %d listed properties is not supported", MAX_ANY_ORDER);
+    const char *t;
+    json_t *v;
+    json_object_foreach(deps, t, v) {
+      if (rc) break;
+      int ti = -1;
+      for (int j = 0; j < n; j++)
+        if (!strcmp(p[j].key, t)) ti = j;
+      size_t k;
+      json_t *x;
+      json_array_foreach(v, k, x) {
+        if (ti < 0) break;
+        int di = -1;
+        for (int j = 0; j < n; j++)
+          if (!strcmp(p[j].key, json_string_value(x))) di = j;
+        dep[ti] |= di >= 0 ? 1u << di : 1u << 31;
+      }
+    }
+  }
+  json_decref(deps);
   const int counted = pmin > 0 || pmax >= 0;
   if (!rc && counted && extra && n > 0)
     rc = sc_fail(c, "minProperties / maxProperties on an object with listed and additional properties is not supported");
@@ -597,12 +789,79 @@ static int gen_object(sc *c, json_t *s, char *name) {
   if (!rc) {
     q35_buf b = {0};
     if (counted && extra) object_counted_extra(extra, pmin, pmax, &b);
-    else if (n <= MAX_ANY_ORDER) object_any_order(c, p, n, extra, reqmask, pmin, pmax, &b);
+    else if (n <= MAX_ANY_ORDER) object_any_order(c, p, n, extra, reqmask, dep, pmin, pmax, &b);
     else object_in_order(c, p, n, extra, &b);
     sc_new_name(c, name);
     sc_put_rule(c, name, &b);
   }
   free(p);
+  return rc;
+}
+
+/* ---- schema dependencies ----
+ * dependentSchemas {t: D} (and dependencies with a schema value): an object with property t
+ * must also satisfy D. Exactly: anyOf[ the schema with t forbidden (properties.t = false),
+ * allOf[ the schema with t required, D ] ] (allOf merged as usual, refused where that merge
+ * is inexact). Non-objects pass both branches as they pass the schema. One dependency is split
+ * off per step, at most SC_MAX_DEP_SCHEMAS of them (each doubles the alternatives). */
+#define SC_MAX_DEP_SCHEMAS 4
+
+static int dep_schema(json_t *s, const char **kw, const char **t, json_t **d) {
+  static const char *const kws[] = {"dependentSchemas", "dependencies"};
+  for (int k = 0; k < 2; k++) {
+    json_t *o = json_object_get(s, kws[k]), *v;
+    const char *key;
+    json_object_foreach(o, key, v) if (!json_is_array(v)) {
+        *kw = kws[k];
+        *t = key;
+        *d = v;
+        return 1;
+      }
+  }
+  return 0;
+}
+
+static int gen_dep_schema(sc *c, json_t *s, char *name) {
+  const char *kw, *t;
+  json_t *d;
+  dep_schema(s, &kw, &t, &d);
+  int n_deps = 0;
+  json_t *v;
+  const char *key;
+  json_object_foreach(json_object_get(s, "dependentSchemas"), key, v) n_deps++;
+  json_object_foreach(json_object_get(s, "dependencies"), key, v) n_deps += !json_is_array(v);
+  if (n_deps > SC_MAX_DEP_SCHEMAS)
+    return sc_fail(c, "%s with more than %d schema dependencies is not supported", kw, SC_MAX_DEP_SCHEMAS);
+  if (!json_is_object(d) && !json_is_boolean(d)) return sc_fail(c, "%s values must be schemas", kw);
+  json_t *base = json_deep_copy(s);
+  if (!base) return sc_fail(c, "out of memory");
+  json_t *o = json_object_get(base, kw);
+  json_t *dep = json_incref(json_object_get(o, t));
+  json_object_del(o, t);
+  if (!json_object_size(o)) json_object_del(base, kw);
+  /* the policy for a missing additionalProperties, made explicit: listing t must not change it */
+  json_t *props = json_object_get(base, "properties"), *add = json_object_get(base, "additionalProperties");
+  if (!add) json_object_set_new(base, "additionalProperties", json_boolean(!props));
+  add = json_object_get(base, "additionalProperties");
+  const int can_appear = (props && json_object_get(props, t) && !json_is_false(json_object_get(props, t))) ||
+                         (!json_object_get(props, t) && !json_is_false(add));
+  json_t *alt;
+  if (!can_appear) { /* t is never written: the dependency never applies */
+    alt = json_incref(base);
+  } else {
+    json_t *without = json_deep_copy(base), *with = json_deep_copy(base);
+    if (!json_object_get(without, "properties")) json_object_set_new(without, "properties", json_object());
+    json_object_set_new(json_object_get(without, "properties"), t, json_false());
+    json_t *req = json_object_get(with, "required");
+    if (!json_is_array(req)) json_object_set_new(with, "required", req = json_array());
+    json_array_append_new(req, json_string(t));
+    alt = json_pack("{s:[o,{s:[o,O]}]}", "anyOf", without, "allOf", with, dep);
+  }
+  json_decref(dep);
+  json_decref(base);
+  if (!alt) return sc_fail(c, "out of memory");
+  const int rc = sc_gen(c, alt, name);
+  json_decref(alt);
   return rc;
 }
 
@@ -661,6 +920,7 @@ int sc_gen(sc *c, json_t *s, char *name) {
   else if (json_object_get(s, "const") || json_object_get(s, "enum")) rc = gen_enum(c, s, name);
   else if (json_object_get(s, "anyOf")) rc = gen_any_of(c, s, "anyOf", name);
   else if (json_object_get(s, "oneOf")) rc = gen_any_of(c, s, "oneOf", name);
+  else if (dep_schema(s, &(const char *){0}, &(const char *){0}, &(json_t *){0})) rc = gen_dep_schema(c, s, name);
   else if (json_is_string(type)) rc = gen_type(c, s, json_string_value(type), name);
   else if (json_is_array(type)) {
     q35_buf b = {0};

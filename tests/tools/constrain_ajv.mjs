@@ -63,6 +63,16 @@ const corpus = [
       "{+path}/here", "x y", "https://ex.com/%7Euser", "https://ex.com/%zz", "{var:30}", "{var*}", "http://a.b/c d", "h://x/'q'", "tel:+1-816-555-1212",
       "https://h/\u00fc", "news:comp.infosystems.www.servers.unix", "{a,b:0}", "{x}{y}", "s3://bucket/key?versionId=3&x=%41",
       "", "#frag", "../a/b?c#d", "//host:80/p", "/abs/x", "./x:y", "?q=1", "a b#c", "%zz", "#a#b", "x/y/z", "//u@h", "#/definitions/x"] },
+  // dependentRequired / dependentSchemas (exact for up to 8 listed properties), a required name
+  // that only additionalProperties covers, enum beside other keywords (values filtered by them)
+  { schema: { type: "object", properties: { a: { type: "integer" }, b: { type: "string", maxLength: 3 }, c: { type: "boolean" } },
+      dependentRequired: { a: ["b"], c: ["a", "b"] }, additionalProperties: false } },
+  { schema: { type: "object", properties: { kind: { enum: ["x", "y"] }, n: { type: "integer" }, s: { type: "string", maxLength: 2 } },
+      dependentSchemas: { n: { properties: { kind: { const: "x" } }, required: ["kind"] }, s: { required: ["n"] } },
+      additionalProperties: false } },
+  { schema: { type: "object", required: ["id"], additionalProperties: { type: "integer", minimum: 0 } },
+    gen: { type: "object", properties: { id: { type: "integer", minimum: -2, maximum: 9 }, x: { type: "integer", minimum: 0, maximum: 5 } } } },
+  { schema: { enum: [1, 10, "a", "bb", null, 7.5], minimum: 5, maxLength: 1 } },
 ];
 
 let rng = 1;

@@ -274,6 +274,16 @@ static void test_schema(void) {
   const char *ds = "{\"dependentSchemas\":{\"bar\":{\"properties\":{\"foo\":{\"type\":\"integer\"}}}}}";
   CHECK(schema_match(ds, "{\"foo\":\"s\"}") == 1 && schema_match(ds, "{\"foo\":\"s\",\"bar\":1}") == 0);
   CHECK(schema_match(ds, "{\"bar\":1,\"foo\":2}") == 1);
+  /* patternProperties (additional properties off: extra keys match a pattern) */
+  const char *pp = "{\"properties\":{\"id\":{}},\"patternProperties\":{\"^x-\":{\"type\":\"integer\"}}}";
+  CHECK(schema_match(pp, "{\"x-a\":1,\"id\":\"s\",\"x-\":2}") == 1 && schema_match(pp, "{\"x-a\":\"s\"}") == 0);
+  CHECK(schema_match(pp, "{\"y\":1}") == 0, "a key matching no pattern");
+  q35_err perr;
+  char *pg;
+  const char *ppo = "{\"properties\":{\"x-id\":{}},\"patternProperties\":{\"^x-\":{\"type\":\"integer\"}}}";
+  CHECK(cn_schema_to_gbnf(ppo, strlen(ppo), 0, 0, &pg, &perr) == -1 && strstr(perr.msg, "x-id"), "%s", perr.msg);
+  const char *ppa = "{\"patternProperties\":{\"^x-\":{\"type\":\"integer\"}},\"additionalProperties\":true}";
+  CHECK(cn_schema_to_gbnf(ppa, strlen(ppa), 0, 0, &pg, &perr) == -1 && strstr(perr.msg, "patternProperties"), "%s", perr.msg);
   /* refused schemas name the keyword */
   q35_err err;
   char *g;

@@ -93,7 +93,7 @@ static const char *const supported[] = {"type", "enum", "const", "properties", "
                                         "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf", "$ref",
                                         "uniqueItems", "multipleOf", "not", "contains", "propertyNames",
                                         "minProperties", "maxProperties", "dependentRequired", "dependentSchemas",
-                                        "dependencies", NULL};
+                                        "dependencies", "patternProperties", NULL};
 
 static int in_list(const char *const *l, const char *k) {
   for (; *l; l++)
@@ -121,7 +121,7 @@ static int has_any(json_t *s, const char *const *keys) {
 
 static const char *const object_kw[] = {"properties", "required", "additionalProperties", "propertyNames",
                                         "minProperties", "maxProperties", "dependentRequired", "dependentSchemas",
-                                        "dependencies", NULL};
+                                        "dependencies", "patternProperties", NULL};
 static const char *const array_kw[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems",
                                        "contains", NULL};
 static const char *const string_kw[] = {"minLength", "maxLength", "pattern", "format", NULL};
@@ -627,6 +627,87 @@ static int required_deps(sc *c, json_t *s, json_t **out) {
   return 0;
 }
 
+/* Whether keys other than the listed properties may appear: additionalProperties not false;
+ * missing, it is false when properties or patternProperties is given (strict output). */
+static int extras_on(json_t *s) {
+  json_t *add = json_object_get(s, "additionalProperties");
+  if (add) return !json_is_false(add);
+  return !json_object_get(s, "properties") && !json_object_get(s, "patternProperties");
+}
+
+/* Whether the regex re (a search, as `pattern`) matches the string name; 0 / 1, -1 on failure. */
+static int regex_finds(sc *c, const char *re, const char *name) {
+  char *expr;
+  q35_err e;
+  if (cn_regex_to_gbnf(re, strlen(re), 1, &expr, &e)) return sc_fail(c, "patternProperties: %s", e.msg);
+  q35_buf g = {0};
+  q35_buf_printf(&g, "root ::= %s\n", expr);
+  free(expr);
+  cn_grammar *gr = g.oom ? NULL : cn_gbnf_compile(g.p, g.n, &e);
+  q35_buf_free(&g);
+  if (!gr) return strstr(e.msg, "matches no string") ? 0 : sc_fail(c, "patternProperties: %s", e.msg);
+  cn_matcher *m = cn_matcher_new(gr, &e);
+  int found = -1;
+  if (m) {
+    int32_t st = cn_start(m);
+    for (const char *q = name; *q && st >= 0; q++) st = cn_step(m, st, (uint8_t)*q);
+    found = st >= 0 && cn_complete(m, st);
+  }
+  cn_matcher_free(m);
+  cn_grammar_free(gr);
+  return found < 0 ? sc_fail(c, "out of memory") : found;
+}
+
+/* patternProperties: with additional properties off, the keys besides the listed ones are the
+ * strings that match a pattern, and their values follow its schema. Exact when every pattern has
+ * the same schema (a key matching several then needs that one schema) and no listed name matches
+ * a pattern (else that name could be written as a pattern key with only the pattern's schema).
+ * With additional properties on, only patterns whose schema is true are exact (they change
+ * nothing). The key ws ":" ws value rule into extra_buf (empty: no pattern keys); 0 or -1. */
+static int pattern_extra(sc *c, json_t *s, const prop *p, int n, char *extra_buf) {
+  json_t *pp = json_object_get(s, "patternProperties"), *v, *first = NULL;
+  const char *re;
+  extra_buf[0] = 0;
+  if (!pp) return 0;
+  if (!json_is_object(pp)) return sc_fail(c, "patternProperties must be an object");
+  int trivial = 1;
+  json_object_foreach(pp, re, v) {
+    if (!json_is_true(v) && !(json_is_object(v) && !json_object_size(v))) trivial = 0;
+    if (!first) first = v;
+    else if (!json_equal(first, v))
+      return sc_fail(c, "patternProperties whose patterns have different schemas is not supported");
+  }
+  if (!first || (trivial && extras_on(s))) return 0;
+  if (extras_on(s))
+    return sc_fail(c, "patternProperties beside additional properties that are allowed is not supported "
+                      "(additionalProperties false is)");
+  if (json_object_get(s, "propertyNames")) return sc_fail(c, "patternProperties together with propertyNames is not supported");
+  json_t *keys = json_array();
+  json_object_foreach(pp, re, v) {
+    for (int j = 0; j < n; j++) {
+      const int f = regex_finds(c, re, p[j].key);
+      if (f < 0) return -1;
+      if (f) {
+        json_decref(keys);
+        return sc_fail(c, "patternProperties \"%s\" matching the listed property \"%s\" is not supported", re, p[j].key);
+      }
+    }
+    json_array_append_new(keys, json_pack("{s:s,s:s}", "type", "string", "pattern", re));
+  }
+  json_t *ks = json_array_size(keys) == 1 ? json_incref(json_array_get(keys, 0)) : json_pack("{s:O}", "anyOf", keys);
+  json_decref(keys);
+  char key[SC_NAME], val[SC_NAME];
+  int rc = ks ? sc_gen(c, ks, key) : sc_fail(c, "out of memory");
+  json_decref(ks);
+  if (!rc) rc = sc_gen(c, first, val);
+  if (rc) return -1;
+  q35_buf kv = {0};
+  q35_buf_printf(&kv, "%s ws \":\" ws %s", key, val);
+  sc_new_name(c, extra_buf);
+  sc_put_rule(c, extra_buf, &kv);
+  return 0;
+}
+
 /* Names the object must track (required ones, dependentRequired's) that `properties` does not
  * list, while additional properties are allowed: listed here with the additional schema (an
  * optional property that is written at most once), so the any-order grammar can count them.
@@ -634,7 +715,7 @@ static int required_deps(sc *c, json_t *s, json_t **out) {
  * new schema, 0 when nothing changes, -1 on failure. */
 static int promote_names(sc *c, json_t *s, json_t *deps, json_t **out) {
   json_t *props = json_object_get(s, "properties"), *add = json_object_get(s, "additionalProperties");
-  if (!((add && !json_is_false(add)) || (!add && !props))) return 0;
+  if (!extras_on(s)) return 0;
   json_t *names = json_array();
   size_t i;
   json_t *x, *v;
@@ -717,7 +798,7 @@ static int gen_object(sc *c, json_t *s, char *name) {
     json_t *r;
     json_array_foreach(req, j, r) {
       if (!json_is_string(r)) rc = sc_fail(c, "required must list strings");
-      else if (!json_object_get(props, json_string_value(r)) && !(add && !json_is_false(add)))
+      else if (!json_object_get(props, json_string_value(r)) && !extras_on(s))
         rc = sc_fail(c, "required property \"%s\" is not in properties (additional properties are off)",
                      json_string_value(r));
       if (rc) break;
@@ -733,7 +814,9 @@ static int gen_object(sc *c, json_t *s, char *name) {
     pn = NULL;
   }
   char extra_buf[SC_NAME], *extra = NULL;
-  if (!rc && pmax != 0 && ((add && !json_is_false(add)) || (!add && !props))) {
+  if (!rc && pmax != 0 && (rc = pattern_extra(c, s, p, i, extra_buf)) == 0 && extra_buf[0]) {
+    extra = extra_buf;
+  } else if (!rc && pmax != 0 && extras_on(s)) {
     char val[SC_NAME] = "value";
     if (add && !json_is_true(add) && sc_gen(c, add, val)) rc = -1;
     char key[SC_NAME];
@@ -841,10 +924,11 @@ static int gen_dep_schema(sc *c, json_t *s, char *name) {
   if (!json_object_size(o)) json_object_del(base, kw);
   /* the policy for a missing additionalProperties, made explicit: listing t must not change it */
   json_t *props = json_object_get(base, "properties"), *add = json_object_get(base, "additionalProperties");
-  if (!add) json_object_set_new(base, "additionalProperties", json_boolean(!props));
+  if (!add) json_object_set_new(base, "additionalProperties", json_boolean(extras_on(base)));
   add = json_object_get(base, "additionalProperties");
   const int can_appear = (props && json_object_get(props, t) && !json_is_false(json_object_get(props, t))) ||
-                         (!json_object_get(props, t) && !json_is_false(add));
+                         (!json_object_get(props, t) && !json_is_false(add)) ||
+                         json_object_get(base, "patternProperties"); /* t may match a pattern */
   json_t *alt;
   if (!can_appear) { /* t is never written: the dependency never applies */
     alt = json_incref(base);

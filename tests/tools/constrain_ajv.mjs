@@ -73,6 +73,13 @@ const corpus = [
   { schema: { type: "object", required: ["id"], additionalProperties: { type: "integer", minimum: 0 } },
     gen: { type: "object", properties: { id: { type: "integer", minimum: -2, maximum: 9 }, x: { type: "integer", minimum: 0, maximum: 5 } } } },
   { schema: { enum: [1, 10, "a", "bb", null, 7.5], minimum: 5, maxLength: 1 } },
+  // patternProperties with additional properties off: extra keys match a pattern
+  { schema: { type: "object", properties: { id: { type: "integer" } }, required: ["id"],
+      patternProperties: { "^x-[a-z]+$": { type: "string", maxLength: 3 }, "^[0-9]{2}$": { type: "string", maxLength: 3 } },
+      additionalProperties: false },
+    gen: { type: "object", properties: { id: { type: "integer", minimum: 0, maximum: 9 }, "x-ab": { type: "string", maxLength: 4 },
+      "x-": { type: "string", maxLength: 2 }, "12": { type: "string", maxLength: 3 }, "x-Q": { type: "string", maxLength: 1 } },
+      required: ["id"] } },
 ];
 
 let rng = 1;

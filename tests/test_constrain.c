@@ -284,6 +284,15 @@ static void test_schema(void) {
   CHECK(cn_schema_to_gbnf(ppo, strlen(ppo), 0, 0, &pg, &perr) == -1 && strstr(perr.msg, "x-id"), "%s", perr.msg);
   const char *ppa = "{\"patternProperties\":{\"^x-\":{\"type\":\"integer\"}},\"additionalProperties\":true}";
   CHECK(cn_schema_to_gbnf(ppa, strlen(ppa), 0, 0, &pg, &perr) == -1 && strstr(perr.msg, "patternProperties"), "%s", perr.msg);
+  /* if / then / else */
+  const char *it = "{\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]},\"n\":{\"type\":\"integer\"}},\"required\":[\"k\"],"
+                   "\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"n\"]},\"else\":{\"properties\":{\"n\":false}}}";
+  CHECK(schema_match(it, "{\"k\":\"a\",\"n\":1}") == 1 && schema_match(it, "{\"k\":\"a\"}") == 0);
+  CHECK(schema_match(it, "{\"k\":\"b\"}") == 1 && schema_match(it, "{\"n\":2,\"k\":\"b\"}") == 0);
+  const char *in = "{\"type\":\"number\",\"if\":{\"exclusiveMaximum\":0},\"then\":{\"minimum\":-10},\"else\":{\"multipleOf\":2}}";
+  CHECK(schema_match(in, "-3.5") == 1 && schema_match(in, "-11") == 0 && schema_match(in, "4") == 1 && schema_match(in, "3") == 0);
+  const char *ic = "{\"if\":{\"const\":0},\"then\":{\"minimum\":0}}";
+  CHECK(cn_schema_to_gbnf(ic, strlen(ic), 0, 0, &pg, &perr) == -1 && strstr(perr.msg, "if / then / else"), "%s", perr.msg);
   /* refused schemas name the keyword */
   q35_err err;
   char *g;

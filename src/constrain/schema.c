@@ -93,7 +93,7 @@ static const char *const supported[] = {"type", "enum", "const", "properties", "
                                         "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf", "$ref",
                                         "uniqueItems", "multipleOf", "not", "contains", "propertyNames",
                                         "minProperties", "maxProperties", "dependentRequired", "dependentSchemas",
-                                        "dependencies", "patternProperties", NULL};
+                                        "dependencies", "patternProperties", "if", "then", "else", NULL};
 
 static int in_list(const char *const *l, const char *k) {
   for (; *l; l++)
@@ -949,6 +949,130 @@ static int gen_dep_schema(sc *c, json_t *s, char *name) {
   return rc;
 }
 
+/* ---- if / then / else ----
+ * (if and then) or (not if and else), as anyOf[allOf[S, if, then], allOf[S, N, else]...] where
+ * S is the schema without if/then/else and the Ns are schemas whose union is exactly where `if`
+ * fails. Exact where that negation is: `if` a type test (N: not that type); `if` number bounds
+ * (N_k: a number past bound k the other way); `if` requiring names (N_k: an object without name
+ * k); `if` holding one property to enum / const values
+ * (and maybe requiring it) while S gives that property an enum (N: the property present with
+ * one of S's other values; an object without it also fails `if` when `if` requires it).
+ * Non-objects pass `if`'s object keywords, so they take `then`. Others are refused. */
+static int only_keys(json_t *o, const char *const *keys) {
+  const char *k;
+  json_t *v;
+  json_object_foreach(o, k, v) if (!in_list(keys, k) && !in_list(annotations, k)) return 0;
+  return 1;
+}
+
+static int gen_if(sc *c, json_t *s, char *name) {
+  json_t *cond = json_object_get(s, "if"), *then = json_object_get(s, "then"), *els = json_object_get(s, "else");
+  json_t *base = json_copy(s);
+  if (!base) return sc_fail(c, "out of memory");
+  json_object_del(base, "if");
+  json_object_del(base, "then");
+  json_object_del(base, "else");
+  if (!then) then = json_true();
+  if (!els) els = json_true();
+  json_t *neg = json_array(), *out = NULL; /* the Ns */
+  int rc = 0;
+  static const char *const type_only[] = {"type", NULL}, *const req_only[] = {"required", "type", NULL},
+                           *const disc[] = {"properties", "required", "type", NULL},
+                           *const bounds_only[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+  json_t *ct = json_is_object(cond) ? json_object_get(cond, "type") : NULL;
+  const int object_type = !ct || (json_is_string(ct) && !strcmp(json_string_value(ct), "object"));
+  if (!cond) {
+    out = json_incref(base);
+  } else if (json_is_boolean(cond) || (json_is_object(cond) && !json_object_size(cond))) {
+    out = json_pack("{s:[O,O]}", "allOf", base, json_is_false(cond) ? els : then);
+  } else if (!json_is_object(cond)) {
+    rc = sc_fail(c, "if must be a schema");
+  } else if (only_keys(cond, type_only)) {
+    json_array_append_new(neg, json_pack("{s:O}", "not", cond));
+  } else if (only_keys(cond, bounds_only) && json_object_size(cond)) {
+    /* number bounds: each one's opposite (a number that fails it); non-numbers pass `if` */
+    static const char *const opp[4][2] = {{"minimum", "exclusiveMaximum"}, {"exclusiveMinimum", "maximum"},
+                                          {"maximum", "exclusiveMinimum"}, {"exclusiveMaximum", "minimum"}};
+    for (int k = 0; k < 4 && !rc; k++) {
+      json_t *b = json_object_get(cond, opp[k][0]);
+      if (!b) continue;
+      if (!json_is_number(b)) rc = sc_fail(c, "if: %s must be a number (draft 4's boolean forms are not supported here)", opp[k][0]);
+      else json_array_append_new(neg, json_pack("{s:s,s:O}", "type", "number", opp[k][1], b));
+    }
+  } else if (only_keys(cond, req_only) && object_type && json_is_array(json_object_get(cond, "required"))) {
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(cond, "required"), i, r) {
+      if (!json_is_string(r)) rc = sc_fail(c, "required must list strings");
+      else json_array_append_new(neg, json_pack("{s:s,s:{s:b},s:b}", "type", "object", "properties", json_string_value(r),
+                                                0, "additionalProperties", 1));
+    }
+    if (!json_array_size(json_object_get(cond, "required"))) { /* requires nothing: `if` always holds */
+      json_decref(neg);
+      neg = json_array();
+      out = json_pack("{s:[O,O]}", "allOf", base, then);
+    }
+  } else if (only_keys(cond, disc) && object_type && json_is_object(json_object_get(cond, "properties")) &&
+             json_object_size(json_object_get(cond, "properties")) == 1) {
+    const char *p = NULL;
+    json_t *ps, *r, *x;
+    json_object_foreach(json_object_get(cond, "properties"), p, ps) break;
+    json_t *req = json_object_get(cond, "required"), *vals = NULL;
+    size_t i;
+    int req_p = 0, req_other = 0;
+    json_array_foreach(req, i, r) {
+      if (json_is_string(r) && !strcmp(json_string_value(r), p)) req_p = 1;
+      else req_other = 1;
+    }
+    if (json_is_object(ps) && only_keys(ps, (const char *const[]){"const", "enum", NULL}))
+      vals = json_object_get(ps, "const") ? json_pack("[O]", json_object_get(ps, "const")) : json_incref(json_object_get(ps, "enum"));
+    json_t *bp = json_object_get(json_object_get(base, "properties"), p);
+    json_t *be = json_is_object(bp) ? (json_object_get(bp, "const") ? json_pack("[O]", json_object_get(bp, "const"))
+                                                                     : json_incref(json_object_get(bp, "enum")))
+                                    : NULL;
+    if (!json_is_array(vals) || !json_is_array(be) || req_other || (req && !json_is_array(req))) {
+      rc = sc_fail(c, "if / then / else is supported where `if` is a type test, number bounds, a list of required "
+                      "names, or one property's const / enum that the schema also gives as an enum");
+    } else {
+      json_t *rest = json_array(); /* the property's values `if` refuses */
+      json_array_foreach(be, i, x) {
+        int in = 0;
+        size_t j;
+        json_t *y;
+        json_array_foreach(vals, j, y) in |= json_equal(x, y);
+        if (!in) json_array_append(rest, x);
+      }
+      json_array_append_new(neg, json_pack("{s:s,s:{s:{s:o}},s:[s],s:b}", "type", "object", "properties", p, "enum", rest,
+                                           "required", p, "additionalProperties", 1));
+      if (req_p) json_array_append_new(neg, json_pack("{s:s,s:{s:b},s:b}", "type", "object", "properties", p, 0,
+                                                      "additionalProperties", 1));
+    }
+    json_decref(vals);
+    json_decref(be);
+  } else {
+    rc = sc_fail(c, "if / then / else is supported where `if` is a type test, number bounds, a list of required "
+                    "names, or one property's const / enum that the schema also gives as an enum");
+  }
+  if (!rc && !out) {
+    /* S with its additionalProperties policy written out, so merging the Ns' properties keeps it */
+    if (!json_object_get(base, "additionalProperties") &&
+        (json_object_get(base, "properties") || json_object_get(base, "patternProperties")))
+      json_object_set_new(base, "additionalProperties", json_false());
+    json_t *alts = json_array();
+    json_array_append_new(alts, json_pack("{s:[O,O,O]}", "allOf", base, cond, then));
+    size_t i;
+    json_t *n;
+    json_array_foreach(neg, i, n) json_array_append_new(alts, json_pack("{s:[O,O,O]}", "allOf", base, n, els));
+    out = json_pack("{s:o}", "anyOf", alts);
+  }
+  if (!rc && !out) rc = sc_fail(c, "out of memory");
+  if (!rc) rc = sc_gen(c, out, name);
+  json_decref(out);
+  json_decref(neg);
+  json_decref(base);
+  return rc;
+}
+
 /* ---- dispatch ---- */
 
 
@@ -1000,6 +1124,7 @@ int sc_gen(sc *c, json_t *s, char *name) {
   if (check_keywords(c, s)) rc = -1;
   else if (json_object_get(s, "not")) rc = gen_not(c, s, name);
   else if (json_object_get(s, "allOf")) rc = gen_all_of(c, s, name);
+  else if (json_object_get(s, "if") || json_object_get(s, "then") || json_object_get(s, "else")) rc = gen_if(c, s, name);
   else if (json_object_get(s, "$ref")) rc = gen_ref(c, s, name);
   else if (json_object_get(s, "const") || json_object_get(s, "enum")) rc = gen_enum(c, s, name);
   else if (json_object_get(s, "anyOf")) rc = gen_any_of(c, s, "anyOf", name);

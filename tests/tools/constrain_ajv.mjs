@@ -80,6 +80,16 @@ const corpus = [
     gen: { type: "object", properties: { id: { type: "integer", minimum: 0, maximum: 9 }, "x-ab": { type: "string", maxLength: 4 },
       "x-": { type: "string", maxLength: 2 }, "12": { type: "string", maxLength: 3 }, "x-Q": { type: "string", maxLength: 1 } },
       required: ["id"] } },
+  // if / then / else: a discriminator const over an enum, number bounds, required names, a type test
+  { schema: { type: "object", properties: { kind: { enum: ["card", "bank", "cash"] }, number: { type: "string", maxLength: 4 },
+      iban: { type: "string", maxLength: 6 } }, required: ["kind"], additionalProperties: false,
+      if: { properties: { kind: { const: "card" } } }, then: { required: ["number"] }, else: { properties: { number: false } } } },
+  { schema: { type: "number", if: { exclusiveMaximum: 0 }, then: { minimum: -10 }, else: { multipleOf: 2 } },
+    gen: { type: "number", minimum: -20, maximum: 20 } },
+  { schema: { type: "object", properties: { a: { type: "integer" }, b: { type: "string", maxLength: 2 } }, additionalProperties: false,
+      if: { required: ["a"] }, then: { required: ["b"] } } },
+  { schema: { if: { type: "string" }, then: { maxLength: 2 }, else: { type: "integer", minimum: 0 } },
+    gen: { anyOf: [{ type: "string", maxLength: 4 }, { type: "integer", minimum: -3, maximum: 3 }, { type: "boolean" }] } },
 ];
 
 let rng = 1;

@@ -293,6 +293,15 @@ static void test_schema(void) {
   CHECK(schema_match(in, "-3.5") == 1 && schema_match(in, "-11") == 0 && schema_match(in, "4") == 1 && schema_match(in, "3") == 0);
   const char *ic = "{\"if\":{\"const\":0},\"then\":{\"minimum\":0}}";
   CHECK(cn_schema_to_gbnf(ic, strlen(ic), 0, 0, &pg, &perr) == -1 && strstr(perr.msg, "if / then / else"), "%s", perr.msg);
+  /* uniqueItems over a few values */
+  const char *ui = "{\"type\":\"array\",\"items\":{\"enum\":[\"a\",1,null]},\"uniqueItems\":true,\"maxItems\":2}";
+  CHECK(schema_match(ui, "[]") == 1 && schema_match(ui, "[1,\"a\"]") == 1 && schema_match(ui, "[1,1]") == 0);
+  CHECK(schema_match(ui, "[null,1,\"a\"]") == 0 && schema_match(ui, "[2]") == 0);
+  CHECK(schema_match("{\"items\":{\"type\":\"boolean\"},\"uniqueItems\":true}", "[true,false]") == 1);
+  CHECK(schema_match("{\"items\":{\"type\":\"boolean\"},\"uniqueItems\":true}", "[true,true]") == 0);
+  CHECK(schema_match("{\"items\":{\"type\":\"string\"},\"uniqueItems\":true,\"maxItems\":1}", "[\"x\"]") == 1);
+  const char *uo = "{\"items\":{\"type\":\"string\"},\"uniqueItems\":true}";
+  CHECK(cn_schema_to_gbnf(uo, strlen(uo), 0, 0, &pg, &perr) == -1 && strstr(perr.msg, "uniqueItems"), "%s", perr.msg);
   /* refused schemas name the keyword */
   q35_err err;
   char *g;

@@ -109,7 +109,7 @@ static int check_keywords(sc *c, json_t *s) {
     return sc_fail(c, "keyword \"%s\" is not supported", k);
   }
   v = json_object_get(s, "uniqueItems");
-  if (v && json_is_true(v)) return sc_fail(c, "keyword \"uniqueItems\" (true) is not supported");
+  if (v && !json_is_boolean(v)) return sc_fail(c, "uniqueItems must be a boolean");
   return 0;
 }
 
@@ -293,6 +293,45 @@ static json_t *enum_filter(sc *c, json_t *vals, json_t *r) {
   q35_buf_free(&c2.out);
   return keep;
 }
+
+int sc_finite_values(sc *c, json_t *s, json_t **out) {
+  *out = NULL;
+  while (json_is_object(s) && json_is_string(json_object_get(s, "$ref")) && json_object_size(s) == 1)
+    s = sc_resolve(c, json_string_value(json_object_get(s, "$ref")));
+  if (!json_is_object(s)) return 0;
+  json_t *e = json_object_get(s, "enum"), *k = json_object_get(s, "const"), *t = json_object_get(s, "type");
+  json_t *vals = NULL;
+  if (k) vals = json_pack("[O]", k);
+  else if (json_is_array(e)) vals = json_copy(e);
+  else if (t) { /* only booleans and null */
+    json_t *ts = json_is_string(t) ? json_pack("[O]", t) : json_incref(t);
+    vals = json_array();
+    size_t i;
+    json_t *x;
+    json_array_foreach(ts, i, x) {
+      const char *n = json_string_value(x);
+      if (n && !strcmp(n, "boolean")) {
+        json_array_append_new(vals, json_true());
+        json_array_append_new(vals, json_false());
+      } else if (n && !strcmp(n, "null")) {
+        json_array_append_new(vals, json_null());
+      } else {
+        json_decref(vals);
+        vals = NULL;
+        break;
+      }
+    }
+    json_decref(ts);
+  }
+  if (!vals) return 0;
+  json_t *kept = enum_filter(c, vals, s); /* the values the whole schema takes */
+  json_decref(vals);
+  if (!kept) return -1;
+  *out = kept;
+  return 0;
+}
+
+void sc_put_value(q35_buf *b, json_t *v) { put_value_literal(b, v); }
 
 static int gen_enum(sc *c, json_t *s, char *name) {
   json_t *e = json_object_get(s, "enum"), *k = json_object_get(s, "const");
@@ -1152,7 +1191,7 @@ int sc_gen(sc *c, json_t *s, char *name) {
     }
   } else if (type) rc = sc_fail(c, "type must be a string or an array of strings");
   else if (has_any(s, object_kw)) rc = gen_object(c, s, name);
-  else if (has_any(s, array_kw)) rc = sc_gen_array(c, s, name);
+  else if (has_any(s, array_kw) || json_is_true(json_object_get(s, "uniqueItems"))) rc = sc_gen_array(c, s, name);
   else if (has_any(s, string_kw)) rc = sc_gen_string(c, s, name);
   else if (has_any(s, number_kw)) rc = sc_gen_number(c, s, 0, name);
   else {

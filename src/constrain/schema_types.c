@@ -129,6 +129,54 @@ static int gen_contains(sc *c, json_t *tuple, json_t *mn, json_t *mx, json_t *re
   return 0;
 }
 
+/* uniqueItems over a finite set of values V (|V| <= UNIQUE_MAX): the arrays of distinct members
+ * of V, between lo and hi of them (hi < 0: any), as rules U_S ("after the set S, written"). */
+#define UNIQUE_MAX 8
+
+static int gen_unique(sc *c, json_t *vals, long long lo, long long hi, char *name) {
+  const int k = (int)json_array_size(vals);
+  char base[SC_NAME], nm[SC_NAME + 16];
+  sc_new_name(c, base);
+  for (uint32_t S = 0; S < (1u << k); S++) {
+    q35_buf b = {0};
+    int alts = 0;
+    const int cnt = __builtin_popcount(S);
+    if (cnt >= lo) {
+      q35_buf_str(&b, "\"]\"");
+      alts++;
+    }
+    for (int i = 0; i < k && (hi < 0 || cnt < hi); i++) {
+      if (S >> i & 1) continue;
+      q35_buf_str(&b, alts++ ? " | \",\" ws " : "\",\" ws ");
+      sc_put_value(&b, json_array_get(vals, (size_t)i));
+      q35_buf_printf(&b, " ws %s-%u", base, S | 1u << i);
+    }
+    if (!alts || !S) { /* S empty is written by the opening below */
+      q35_buf_free(&b);
+      if (S) q35_buf_str(&b, "nothing");
+      else continue;
+    }
+    snprintf(nm, sizeof nm, "%s-%u", base, S);
+    sc_put_rule(c, nm, &b);
+  }
+  q35_buf b = {0};
+  int alts = 0;
+  q35_buf_str(&b, "\"[\" ws ( ");
+  if (lo <= 0) {
+    q35_buf_str(&b, "\"]\"");
+    alts++;
+  }
+  for (int i = 0; i < k && hi != 0; i++) {
+    q35_buf_str(&b, alts++ ? " | " : "");
+    sc_put_value(&b, json_array_get(vals, (size_t)i));
+    q35_buf_printf(&b, " ws %s-%u", base, 1u << i);
+  }
+  q35_buf_str(&b, alts ? " )" : "nothing )");
+  sc_new_name(c, name);
+  sc_put_rule(c, name, &b);
+  return 0;
+}
+
 int sc_gen_array(sc *c, json_t *s, char *name) {
   json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
   json_t *addi = json_object_get(s, "additionalItems");
@@ -148,6 +196,19 @@ int sc_gen_array(sc *c, json_t *s, char *name) {
     tuple = prefix;
   }
   json_t *cont = json_object_get(s, "contains");
+  if (json_is_true(json_object_get(s, "uniqueItems")) && !(mx && json_integer_value(mx) <= 1)) {
+    /* distinct items: exact over a small finite set of values; at most one item is always unique */
+    json_t *vals = NULL;
+    if (!tuple && !cont && rest && sc_finite_values(c, rest, &vals)) return -1;
+    if (!vals || json_array_size(vals) > UNIQUE_MAX) {
+      json_decref(vals);
+      return sc_fail(c, "uniqueItems true is supported for items with at most %d values (enum, const, booleans, null), "
+                        "without prefixItems or contains, or with maxItems <= 1", UNIQUE_MAX);
+    }
+    const int rc = gen_unique(c, vals, json_integer_value(mn), mx ? json_integer_value(mx) : -1, name);
+    json_decref(vals);
+    return rc;
+  }
   if (cont) return gen_contains(c, tuple, mn, mx, rest, cont, name);
   /* additionalItems without a tuple has no effect in every draft that has it */
   const long long k = tuple ? (long long)json_array_size(tuple) : 0;

@@ -90,6 +90,8 @@ const corpus = [
       if: { required: ["a"] }, then: { required: ["b"] } } },
   { schema: { if: { type: "string" }, then: { maxLength: 2 }, else: { type: "integer", minimum: 0 } },
     gen: { anyOf: [{ type: "string", maxLength: 4 }, { type: "integer", minimum: -3, maximum: 3 }, { type: "boolean" }] } },
+  // uniqueItems over a small enum
+  { schema: { type: "array", items: { enum: ["r", "w", "x", 1, null] }, uniqueItems: true, minItems: 1, maxItems: 4 } },
 ];
 
 let rng = 1;

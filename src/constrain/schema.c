@@ -1092,11 +1092,18 @@ static int gen_if(sc *c, json_t *s, char *name) {
     rc = sc_fail(c, "if / then / else is supported where `if` is a type test, number bounds, a list of required "
                     "names, or one property's const / enum that the schema also gives as an enum");
   }
+  if (!rc && !out && ct && json_array_size(neg) && !only_keys(cond, type_only)) /* `if` tests for an object: */
+    json_array_append_new(neg, json_pack("{s:{s:s}}", "not", "type", "object")); /* non-objects fail it */
   if (!rc && !out) {
-    /* S with its additionalProperties policy written out, so merging the Ns' properties keeps it */
-    if (!json_object_get(base, "additionalProperties") &&
-        (json_object_get(base, "properties") || json_object_get(base, "patternProperties")))
-      json_object_set_new(base, "additionalProperties", json_false());
+    /* S with its additionalProperties policy written out (where S is about objects), so merging
+     * the branches' properties keeps it */
+    json_t *bt = json_object_get(base, "type");
+    int objecty = has_any(base, object_kw) || (json_is_string(bt) && !strcmp(json_string_value(bt), "object"));
+    size_t ti;
+    json_t *tv;
+    json_array_foreach(bt, ti, tv) objecty |= json_is_string(tv) && !strcmp(json_string_value(tv), "object");
+    if (objecty && !json_object_get(base, "additionalProperties"))
+      json_object_set_new(base, "additionalProperties", json_boolean(extras_on(base)));
     json_t *alts = json_array();
     json_array_append_new(alts, json_pack("{s:[O,O,O]}", "allOf", base, cond, then));
     size_t i;

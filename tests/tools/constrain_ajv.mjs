@@ -90,6 +90,11 @@ const corpus = [
       if: { required: ["a"] }, then: { required: ["b"] } } },
   { schema: { if: { type: "string" }, then: { maxLength: 2 }, else: { type: "integer", minimum: 0 } },
     gen: { anyOf: [{ type: "string", maxLength: 4 }, { type: "integer", minimum: -3, maximum: 3 }, { type: "boolean" }] } },
+  { schema: { type: ["object", "null", "integer"], properties: { a: { type: "integer" }, b: { type: "string", maxLength: 1 } },
+      additionalProperties: false, if: { type: "object", required: ["a"] }, then: { required: ["b"] },
+      else: { type: ["null", "object"], maxProperties: 0 } },
+    gen: { anyOf: [{ type: "null" }, { type: "integer", minimum: 0, maximum: 3 },
+      { type: "object", properties: { a: { type: "integer", minimum: 0, maximum: 3 }, b: { type: "string", maxLength: 2 } } }] } },
   // uniqueItems over a small enum
   { schema: { type: "array", items: { enum: ["r", "w", "x", 1, null] }, uniqueItems: true, minItems: 1, maxItems: 4 } },
 ];

@@ -317,6 +317,10 @@ static void test_schema(void) {
   strcat(big, "},\"required\":[\"p0\",\"p11\"],\"additionalProperties\":false}");
   CHECK(schema_match(big, "{\"p0\":1,\"p3\":2,\"p11\":3}") == 1);
   CHECK(schema_match(big, "{\"p0\":1,\"p11\":3,\"p3\":2}") == 0, "schema order past 8 properties");
+  big[strlen(big) - 1] = 0; /* the same with dependencies: p3 needs p5, p4 needs an unlisted name */
+  strcat(big, ",\"dependentRequired\":{\"p3\":[\"p5\"],\"p4\":[\"zz\"]}}");
+  CHECK(schema_match(big, "{\"p0\":1,\"p3\":2,\"p11\":3}") == 0 && schema_match(big, "{\"p0\":1,\"p3\":2,\"p5\":0,\"p11\":3}") == 1);
+  CHECK(schema_match(big, "{\"p0\":1,\"p5\":0,\"p11\":3}") == 1 && schema_match(big, "{\"p0\":1,\"p4\":0,\"p11\":3}") == 0);
   /* json_object: any object at the top */
   CHECK(cn_schema_to_gbnf(NULL, 0, 1, 0, &g, &err) == 0);
   CHECK(gm(g, "{\"a\":[1,2.5e3,\"x\",null]}") == 1);

@@ -570,32 +570,56 @@ static void object_any_order(sc *c, const prop *p, int n, const char *extra, uin
   q35_buf_str(b, " ) \"}\"");
 }
 
-/* Schema order: F_i (nothing written yet) and G_i (something written) from property i on. */
-static void object_in_order(sc *c, const prop *p, int n, const char *extra, q35_buf *b) {
+/* Schema order: F_i^S (nothing written yet) and G_i^S (something written) from property i on,
+ * S the set of dependency-relevant properties written so far (rel: per property its index
+ * among those, or -1; rdep: per relevant property the relevant ones it needs, bit 31 never
+ * set). Without dependencies S stays empty. Rules are made for the (i, S) that occur. */
+typedef struct {
+  sc *c;
+  const prop *p;
+  int n, nr;
+  const char *extra;
+  const int *rel;
+  const uint32_t *rdep;
+  uint8_t *seen; /* per (i, S, g) */
   char base[SC_NAME];
-  sc_new_name(c, base);
-  for (int i = n; i >= 0; i--) {
-    q35_buf f = {0}, g = {0};
-    if (i == n) {
-      if (extra) {
-        q35_buf_printf(&f, "( %s ws ( \",\" ws %s ws )* )?", extra, extra);
-        q35_buf_printf(&g, "( \",\" ws %s ws )*", extra);
-      }
-    } else {
-      q35_buf_printf(&f, "%s ws %s-g%d", p[i].kv, base, i + 1);
-      q35_buf_printf(&g, "\",\" ws %s ws %s-g%d", p[i].kv, base, i + 1);
-      if (!p[i].required) {
-        q35_buf_printf(&f, " | %s-f%d", base, i + 1);
-        q35_buf_printf(&g, " | %s-g%d", base, i + 1);
-      }
+} in_order;
+
+static void in_order_rule(in_order *o, int i, uint32_t S, int g) {
+  const size_t k = ((size_t)i << o->nr | S) * 2 + (size_t)g;
+  if (o->seen[k]) return;
+  o->seen[k] = 1;
+  q35_buf r = {0};
+  if (i == o->n) {
+    int ok = 1;
+    for (int j = 0; j < o->nr; j++)
+      if ((S >> j & 1) && (o->rdep[j] & S) != o->rdep[j]) ok = 0;
+    if (!ok) q35_buf_str(&r, "nothing");
+    else if (o->extra && !g) q35_buf_printf(&r, "( %s ws ( \",\" ws %s ws )* )?", o->extra, o->extra);
+    else if (o->extra) q35_buf_printf(&r, "( \",\" ws %s ws )*", o->extra);
+  } else {
+    const uint32_t S2 = o->rel[i] >= 0 ? S | 1u << o->rel[i] : S;
+    q35_buf_printf(&r, "%s%s ws %s-g%d-%u", g ? "\",\" ws " : "", o->p[i].kv, o->base, i + 1, S2);
+    in_order_rule(o, i + 1, S2, 1);
+    if (!o->p[i].required) {
+      q35_buf_printf(&r, " | %s-%c%d-%u", o->base, g ? 'g' : 'f', i + 1, S);
+      in_order_rule(o, i + 1, S, g);
     }
-    char nf[SC_NAME + 16], ng[SC_NAME + 16];
-    snprintf(nf, sizeof nf, "%s-f%d", base, i);
-    snprintf(ng, sizeof ng, "%s-g%d", base, i);
-    sc_put_rule(c, nf, &f);
-    sc_put_rule(c, ng, &g);
   }
-  q35_buf_printf(b, "\"{\" ws %s-f0 \"}\"", base);
+  char nm[SC_NAME + 32];
+  snprintf(nm, sizeof nm, "%s-%c%d-%u", o->base, g ? 'g' : 'f', i, S);
+  sc_put_rule(o->c, nm, &r);
+}
+
+static int object_in_order(sc *c, const prop *p, int n, const char *extra, const int *rel, const uint32_t *rdep, int nr,
+                           q35_buf *b) {
+  in_order o = {c, p, n, nr, extra, rel, rdep, calloc(((size_t)n + 1) << nr, 2), {0}};
+  if (!o.seen) return sc_fail(c, "out of memory");
+  sc_new_name(c, o.base);
+  in_order_rule(&o, 0, 0, 0);
+  free(o.seen);
+  q35_buf_printf(b, "\"{\" ws %s-f0-0 \"}\"", o.base);
+  return 0;
 }
 
 /* minProperties / maxProperties into *pmin / *pmax (-1: no upper bound). */
@@ -880,10 +904,13 @@ static int gen_object(sc *c, json_t *s, char *name) {
   /* dependencies among the listed properties (others cannot appear: additional properties are
    * off, or they were promoted above); one that needs an unlistable name can never be written
    * (bit 31: never set) */
-  uint32_t dep[MAX_ANY_ORDER] = {0};
+  uint32_t dep[MAX_ANY_ORDER] = {0}, rdep[MAX_ANY_ORDER] = {0};
+  int *rel = calloc((size_t)n + 1, sizeof *rel), nr = 0;
+  if (!rel && !rc) rc = sc_fail(c, "out of memory");
+  for (int j = 0; rel && j < n; j++) rel[j] = -1;
   if (!rc && json_object_size(deps)) {
-    if (n > MAX_ANY_ORDER)
-      rc = sc_fail(c, "dependentRequired / dependencies with more than %d listed properties is not supported", MAX_ANY_ORDER);
+    /* with more than MAX_ANY_ORDER listed properties (schema order) the properties that take
+     * part in a dependency are tracked apart: at most MAX_ANY_ORDER of them */
     const char *t;
     json_t *v;
     json_object_foreach(deps, t, v) {
@@ -894,11 +921,26 @@ static int gen_object(sc *c, json_t *s, char *name) {
       size_t k;
       json_t *x;
       json_array_foreach(v, k, x) {
-        if (ti < 0) break;
+        if (ti < 0 || rc) break;
         int di = -1;
         for (int j = 0; j < n; j++)
           if (!strcmp(p[j].key, json_string_value(x))) di = j;
-        dep[ti] |= di >= 0 ? 1u << di : 1u << 31;
+        if (n <= MAX_ANY_ORDER) {
+          dep[ti] |= di >= 0 ? 1u << di : 1u << 31;
+          continue;
+        }
+        for (int w = 0; w < 2; w++) {
+          const int j = w ? di : ti;
+          if (j >= 0 && rel[j] < 0) {
+            if (nr == MAX_ANY_ORDER) {
+              rc = sc_fail(c, "dependentRequired / dependencies among more than %d properties of an object with more "
+                              "than %d is not supported", MAX_ANY_ORDER, MAX_ANY_ORDER);
+              break;
+            }
+            rel[j] = nr++;
+          }
+        }
+        if (!rc) rdep[rel[ti]] |= di >= 0 ? 1u << rel[di] : 1u << 31;
       }
     }
   }
@@ -912,10 +954,11 @@ static int gen_object(sc *c, json_t *s, char *name) {
     q35_buf b = {0};
     if (counted && extra) object_counted_extra(extra, pmin, pmax, &b);
     else if (n <= MAX_ANY_ORDER) object_any_order(c, p, n, extra, reqmask, dep, pmin, pmax, &b);
-    else object_in_order(c, p, n, extra, &b);
+    else rc = object_in_order(c, p, n, extra, rel, rdep, nr, &b);
     sc_new_name(c, name);
     sc_put_rule(c, name, &b);
   }
+  free(rel);
   free(p);
   return rc;
 }

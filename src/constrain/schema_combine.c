@@ -229,7 +229,11 @@ static int merge_key(sc *c, json_t *out, const char *k, json_t *a, json_t *b) {
   if ((!strcmp(k, "items") && json_is_object(a) && json_is_object(b)) || !strcmp(k, "additionalProperties") ||
       !strcmp(k, "contains") || !strcmp(k, "propertyNames")) {
     if (!strcmp(k, "contains")) return sc_fail(c, "allOf: two branches with contains are not supported");
-    json_object_set_new(out, k, json_pack("{s:[O,O]}", "allOf", a, b));
+    const int a_true = json_is_true(a) || (json_is_object(a) && !json_object_size(a));
+    const int b_true = json_is_true(b) || (json_is_object(b) && !json_object_size(b));
+    if (json_is_false(a) || json_is_false(b)) json_object_set_new(out, k, json_false()); /* booleans stay booleans */
+    else if (a_true || b_true) json_object_set(out, k, a_true ? b : a);
+    else json_object_set_new(out, k, json_pack("{s:[O,O]}", "allOf", a, b));
     return 0;
   }
   if (!strcmp(k, "multipleOf")) {

@@ -353,8 +353,35 @@ static int gen_enum(sc *c, json_t *s, char *name) {
   json_object_del(rest, "const");
   int constrained = 0;
   const char *key;
-  json_object_foreach(rest, key, v) constrained |= !in_list(annotations, key);
-  if (constrained && json_array_size(vals)) {
+  json_object_foreach(rest, key, v) constrained += !in_list(annotations, key);
+  json_t *types = json_object_get(rest, "type");
+  if (constrained == 1 && json_array_size(vals) && types) {
+    /* only "type" (common: {"type": "string", "enum": [...]}): a value stays if its kind is listed */
+    json_t *tl = json_is_array(types) ? json_incref(types) : json_pack("[O]", types), *kept = json_array();
+    json_array_foreach(vals, i, v) {
+      int ok = 0;
+      size_t j;
+      json_t *t;
+      json_array_foreach(tl, j, t) {
+        const char *n = json_string_value(t);
+        if (!n) continue;
+        if (!strcmp(n, "integer") && json_is_real(v)) { /* an integral real is written as an integer */
+          q35_buf txt = {0};
+          put_json(&txt, v);
+          ok |= txt.p && strspn(txt.p + (txt.p[0] == '-'), "0123456789") == strlen(txt.p + (txt.p[0] == '-'));
+          q35_buf_free(&txt);
+        }
+        ok |= (!strcmp(n, "object") && json_is_object(v)) || (!strcmp(n, "array") && json_is_array(v)) ||
+              (!strcmp(n, "string") && json_is_string(v)) || (!strcmp(n, "number") && json_is_number(v)) ||
+              (!strcmp(n, "integer") && json_is_integer(v)) || (!strcmp(n, "boolean") && json_is_boolean(v)) ||
+              (!strcmp(n, "null") && json_is_null(v));
+      }
+      if (ok) json_array_append(kept, v);
+    }
+    json_decref(tl);
+    json_decref(vals);
+    vals = kept;
+  } else if (constrained && json_array_size(vals)) {
     /* without "type", each value is checked against the keywords of its own kind (a keyword
      * applies to one kind only: minimum to numbers, maxLength to strings, ...) */
     static const char *const kinds[] = {"object", "array", "string", "number", "boolean", "null"};

@@ -776,10 +776,9 @@ static int pattern_extra(sc *c, json_t *s, const prop *p, int n, char *extra_buf
   json_object_foreach(pp, re, v) {
     for (int j = 0; j < n; j++) {
       const int f = regex_finds(c, re, p[j].key);
-      if (f < 0) return -1;
       if (f) {
         json_decref(keys);
-        return sc_fail(c, "patternProperties \"%s\" matching the listed property \"%s\" is not supported", re, p[j].key);
+        return f < 0 ? -1 : sc_fail(c, "patternProperties \"%s\" matching the listed property \"%s\" is not supported", re, p[j].key);
       }
     }
     json_array_append_new(keys, json_pack("{s:s,s:s}", "type", "string", "pattern", re));

@@ -447,7 +447,8 @@ int32_t q35_constraint_vocab_n(const q35_constraint_vocab *v);
 
 /* Compile text (len bytes) of the given kind (params may be NULL). NULL with a message naming
  * the problem: a syntax error with its position, an unsupported JSON Schema keyword by name, a
- * remote $ref. */
+ * remote $ref, a language with no string at all (nothing could be generated). Every state the
+ * constraint reaches can still complete: a mask never leads into a dead end. */
 q35_constraint *q35_constraint_new(const q35_constraint_vocab *v, q35_constraint_kind kind, const char *text,
                                    size_t len, const q35_constraint_params *params, q35_err *err);
 /* An independent copy in the same state (shares the compiled grammar); NULL when out of memory. */

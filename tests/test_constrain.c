@@ -30,6 +30,20 @@ static int gbnf_match(const char *gbnf, const char *s, size_t n) {
 
 static int gm(const char *gbnf, const char *s) { return gbnf_match(gbnf, s, strlen(s)); }
 
+/* 1 when the grammar can still go on after the prefix s (a mask would allow its bytes), 0 when
+ * it refuses it, -1 when it does not compile. */
+static int gm_prefix(const char *gbnf, const char *s) {
+  q35_err err;
+  cn_grammar *g = cn_gbnf_compile(gbnf, strlen(gbnf), &err);
+  if (!g) return -1;
+  cn_matcher *m = cn_matcher_new(g, &err);
+  int32_t st = cn_start(m);
+  for (const char *p = s; *p && st >= 0; p++) st = cn_step(m, st, (uint8_t)*p);
+  cn_matcher_free(m);
+  cn_grammar_free(g);
+  return st >= 0;
+}
+
 static int regex_match(const char *re, const char *s) {
   q35_err err;
   char *expr;
@@ -82,6 +96,11 @@ static void test_gbnf(void) {
   CHECK(gm("root ::= e\ne ::= \"(\" e \")\" | \"x\"", "((x))") == 1, "nesting");
   CHECK(gm("root ::= e\ne ::= \"(\" e \")\" | \"x\"", "((x)") == 0);
   CHECK(gm("root ::= [\\x00-\\x7f]", "\x80") == 0);
+  /* no dead ends: an alternative that can never finish is never entered */
+  CHECK(gm_prefix("root ::= \"a\" x | \"b\"\nx ::= [^\\x00-\\U0010FFFF]", "a") == 0, "a dead end");
+  CHECK(gm_prefix("root ::= \"a\" x | \"ab\"\nx ::= \"c\" y\ny ::= y2\ny2 ::= [^\\x00-\\U0010FFFF] y", "ac") == 0);
+  CHECK(gm("root ::= \"a\" x | \"ab\"\nx ::= \"c\" y\ny ::= y2\ny2 ::= [^\\x00-\\U0010FFFF] y", "ab") == 1);
+  CHECK(gm("root ::= x\nx ::= \"a\" x", "a") == -1, "a language with no string is refused");
   /* refused grammars */
   CHECK(gm("root ::= a\na ::= a \"x\" | \"y\"", "y") == -1, "left recursion");
   CHECK(gm("root ::= undefined-rule", "") == -1);
@@ -165,8 +184,15 @@ static void test_schema(void) {
   CHECK(schema_match(nb, "-2.99") == 1 && schema_match(nb, "0") == 1 && schema_match(nb, "-0.5") == 1);
   CHECK(schema_match(nb, "11.999") == 1 && schema_match(nb, "12") == 0 && schema_match(nb, "12.0") == 0);
   CHECK(schema_match(nb, "13") == 0 && schema_match(nb, "1e2") == 0, "bounded numbers have no exponent");
+  char *fg;
+  q35_err ferr;
+  const char *fp = "{\"type\":\"object\",\"properties\":{\"a\":false,\"b\":{\"type\":\"integer\"}}}";
+  CHECK(cn_schema_to_gbnf(fp, strlen(fp), 0, 0, &fg, &ferr) == 0);
+  CHECK(gm(fg, "{\"b\":1}") == 1 && gm_prefix(fg, "{\"a") == 0 && gm_prefix(fg, "{\"b\":1,") == 0,
+        "a property whose schema is false is never begun");
+  free(fg);
   const char *nx = "{\"type\":\"number\",\"exclusiveMinimum\":2,\"maximum\":2}";
-  CHECK(schema_match(nx, "2") == 0, "an empty range");
+  CHECK(schema_match(nx, "2") == -1, "an empty range is refused (nothing could be generated)");
   const char *nn = "{\"type\":\"number\",\"exclusiveMinimum\":-7,\"maximum\":-2}";
   CHECK(schema_match(nn, "-7") == 0 && schema_match(nn, "-6.9") == 1 && schema_match(nn, "-2") == 1);
   CHECK(schema_match(nn, "-1.9") == 0 && schema_match(nn, "0") == 0 && schema_match(nn, "-7.5") == 0);
@@ -215,7 +241,7 @@ static void test_schema(void) {
   const char *anyall = "{\"allOf\":[{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}]},{\"minimum\":10}]}";
   CHECK(schema_match(anyall, "12") == 1 && schema_match(anyall, "9") == 0 && schema_match(anyall, "\"s\"") == 1);
   const char *disj = "{\"allOf\":[{\"type\":\"string\"},{\"type\":[\"integer\",\"null\"]}]}";
-  CHECK(schema_match(disj, "\"a\"") == 0 && schema_match(disj, "1") == 0 && schema_match(disj, "null") == 0);
+  CHECK(schema_match(disj, "\"a\"") == -1, "no type both allow: refused (nothing could be generated)");
   const char *con = "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"contains\":{\"minimum\":5}}";
   CHECK(schema_match(con, "[1,6]") == 1 && schema_match(con, "[6]") == 1);
   CHECK(schema_match(con, "[1,2]") == 0 && schema_match(con, "[]") == 0 && schema_match(con, "[\"x\",6]") == 0);
@@ -227,6 +253,55 @@ static void test_schema(void) {
   const char *pn = "{\"type\":\"object\",\"propertyNames\":{\"maxLength\":2},\"maxProperties\":2}";
   CHECK(schema_match(pn, "{\"ab\":1,\"c\":[]}") == 1 && schema_match(pn, "{\"abc\":1}") == 0);
   CHECK(schema_match(pn, "{\"a\":1,\"b\":2,\"c\":3}") == 0);
+  /* a required name only additionalProperties covers is still required (and written once) */
+  const char *ra = "{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"x\"],\"additionalProperties\":true}";
+  CHECK(schema_match(ra, "{}") == 0 && schema_match(ra, "{\"a\":1}") == 0 && schema_match(ra, "{\"a\":1,\"x\":2}") == 1);
+  CHECK(schema_match("{\"type\":\"object\",\"required\":[\"x\"]}", "{\"y\":1,\"x\":[]}") == 1);
+  CHECK(schema_match("{\"type\":\"object\",\"required\":[\"x\"]}", "{\"y\":1}") == 0);
+  /* enum / const beside other keywords keep only the values those allow */
+  const char *es = "{\"enum\":[1,10,\"a\",\"bb\",null],\"minimum\":5,\"maxLength\":1}";
+  CHECK(schema_match(es, "1") == 0 && schema_match(es, "10") == 1 && schema_match(es, "\"a\"") == 1);
+  CHECK(schema_match(es, "\"bb\"") == 0 && schema_match(es, "null") == 1);
+  CHECK(schema_match("{\"type\":\"string\",\"enum\":[\"a\",1]}", "1") == 0);
+  CHECK(schema_match("{\"const\":1,\"enum\":[2,3]}", "1") == -1, "const outside enum: nothing fits");
+  CHECK(schema_match("{\"const\":0.1}", "0.1") == 1, "a real written as its shortest decimal");
+  /* dependentRequired / dependencies (names), dependentSchemas */
+  const char *dr = "{\"properties\":{\"a\":{},\"b\":{},\"c\":{}},\"dependentRequired\":{\"a\":[\"b\"],\"c\":[\"d\"]}}";
+  CHECK(schema_match(dr, "{\"b\":1}") == 1 && schema_match(dr, "{\"a\":1}") == 0 && schema_match(dr, "{\"b\":1,\"a\":2}") == 1);
+  CHECK(schema_match(dr, "{\"c\":1}") == 0, "c needs d, which cannot be written");
+  const char *dp = "{\"dependencies\":{\"bar\":[\"foo\"]}}";
+  CHECK(schema_match(dp, "{\"bar\":2}") == 0 && schema_match(dp, "{\"foo\":1,\"bar\":2}") == 1 && schema_match(dp, "{\"x\":1}") == 1);
+  const char *ds = "{\"dependentSchemas\":{\"bar\":{\"properties\":{\"foo\":{\"type\":\"integer\"}}}}}";
+  CHECK(schema_match(ds, "{\"foo\":\"s\"}") == 1 && schema_match(ds, "{\"foo\":\"s\",\"bar\":1}") == 0);
+  CHECK(schema_match(ds, "{\"bar\":1,\"foo\":2}") == 1);
+  /* patternProperties (additional properties off: extra keys match a pattern) */
+  const char *pp = "{\"properties\":{\"id\":{}},\"patternProperties\":{\"^x-\":{\"type\":\"integer\"}}}";
+  CHECK(schema_match(pp, "{\"x-a\":1,\"id\":\"s\",\"x-\":2}") == 1 && schema_match(pp, "{\"x-a\":\"s\"}") == 0);
+  CHECK(schema_match(pp, "{\"y\":1}") == 0, "a key matching no pattern");
+  q35_err perr;
+  char *pg;
+  const char *ppo = "{\"properties\":{\"x-id\":{}},\"patternProperties\":{\"^x-\":{\"type\":\"integer\"}}}";
+  CHECK(cn_schema_to_gbnf(ppo, strlen(ppo), 0, 0, &pg, &perr) == -1 && strstr(perr.msg, "x-id"), "%s", perr.msg);
+  const char *ppa = "{\"patternProperties\":{\"^x-\":{\"type\":\"integer\"}},\"additionalProperties\":true}";
+  CHECK(cn_schema_to_gbnf(ppa, strlen(ppa), 0, 0, &pg, &perr) == -1 && strstr(perr.msg, "patternProperties"), "%s", perr.msg);
+  /* if / then / else */
+  const char *it = "{\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]},\"n\":{\"type\":\"integer\"}},\"required\":[\"k\"],"
+                   "\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"n\"]},\"else\":{\"properties\":{\"n\":false}}}";
+  CHECK(schema_match(it, "{\"k\":\"a\",\"n\":1}") == 1 && schema_match(it, "{\"k\":\"a\"}") == 0);
+  CHECK(schema_match(it, "{\"k\":\"b\"}") == 1 && schema_match(it, "{\"n\":2,\"k\":\"b\"}") == 0);
+  const char *in = "{\"type\":\"number\",\"if\":{\"exclusiveMaximum\":0},\"then\":{\"minimum\":-10},\"else\":{\"multipleOf\":2}}";
+  CHECK(schema_match(in, "-3.5") == 1 && schema_match(in, "-11") == 0 && schema_match(in, "4") == 1 && schema_match(in, "3") == 0);
+  const char *ic = "{\"if\":{\"const\":0},\"then\":{\"minimum\":0}}";
+  CHECK(cn_schema_to_gbnf(ic, strlen(ic), 0, 0, &pg, &perr) == -1 && strstr(perr.msg, "if / then / else"), "%s", perr.msg);
+  /* uniqueItems over a few values */
+  const char *ui = "{\"type\":\"array\",\"items\":{\"enum\":[\"a\",1,null]},\"uniqueItems\":true,\"maxItems\":2}";
+  CHECK(schema_match(ui, "[]") == 1 && schema_match(ui, "[1,\"a\"]") == 1 && schema_match(ui, "[1,1]") == 0);
+  CHECK(schema_match(ui, "[null,1,\"a\"]") == 0 && schema_match(ui, "[2]") == 0);
+  CHECK(schema_match("{\"items\":{\"type\":\"boolean\"},\"uniqueItems\":true}", "[true,false]") == 1);
+  CHECK(schema_match("{\"items\":{\"type\":\"boolean\"},\"uniqueItems\":true}", "[true,true]") == 0);
+  CHECK(schema_match("{\"items\":{\"type\":\"string\"},\"uniqueItems\":true,\"maxItems\":1}", "[\"x\"]") == 1);
+  const char *uo = "{\"items\":{\"type\":\"string\"},\"uniqueItems\":true}";
+  CHECK(cn_schema_to_gbnf(uo, strlen(uo), 0, 0, &pg, &perr) == -1 && strstr(perr.msg, "uniqueItems"), "%s", perr.msg);
   /* refused schemas name the keyword */
   q35_err err;
   char *g;
@@ -242,6 +317,10 @@ static void test_schema(void) {
   strcat(big, "},\"required\":[\"p0\",\"p11\"],\"additionalProperties\":false}");
   CHECK(schema_match(big, "{\"p0\":1,\"p3\":2,\"p11\":3}") == 1);
   CHECK(schema_match(big, "{\"p0\":1,\"p11\":3,\"p3\":2}") == 0, "schema order past 8 properties");
+  big[strlen(big) - 1] = 0; /* the same with dependencies: p3 needs p5, p4 needs an unlisted name */
+  strcat(big, ",\"dependentRequired\":{\"p3\":[\"p5\"],\"p4\":[\"zz\"]}}");
+  CHECK(schema_match(big, "{\"p0\":1,\"p3\":2,\"p11\":3}") == 0 && schema_match(big, "{\"p0\":1,\"p3\":2,\"p5\":0,\"p11\":3}") == 1);
+  CHECK(schema_match(big, "{\"p0\":1,\"p5\":0,\"p11\":3}") == 1 && schema_match(big, "{\"p0\":1,\"p4\":0,\"p11\":3}") == 0);
   /* json_object: any object at the top */
   CHECK(cn_schema_to_gbnf(NULL, 0, 1, 0, &g, &err) == 0);
   CHECK(gm(g, "{\"a\":[1,2.5e3,\"x\",null]}") == 1);

@@ -4,7 +4,9 @@
 #   1. differential: instances generated from a corpus of 2020-12 schemas (prefixItems, $defs,
 #      formats, bounds, optional properties, additionalProperties schemas), half of them mutated,
 #      walked token by token through the masks by `q35 schema-check` with the real Qwen3
-#      tokenizer; every verdict must equal ajv's (tests/tools/constrain_ajv.mjs);
+#      tokenizer; every verdict must equal ajv's (tests/tools/constrain_ajv.mjs); one more schema
+#      takes long numerals next to fractional number bounds, expected accepted iff ajv (doubles)
+#      and an exact BigInt decimal comparison both accept them (docs/CONSTRAIN.md, "Numbers");
 #   2. generation: a tiny random test model under `q35 run --json-schema` for several seeds;
 #      every output that ends with end-of-generation (stop) validates with ajv, and outputs cut by
 #      the token limit (length) are counted apart;

@@ -678,6 +678,54 @@ static int check_left_recursion(const cn_grammar *g, q35_err *err) {
   return rc;
 }
 
+/* Unproductive alternatives are dropped: one with an element that matches no string (an empty
+ * byte class, or a rule whose every alternative is unproductive: "nothing", a property whose
+ * schema is false) could be entered but never finished, and a mask would let a model write
+ * into that dead end. After this every stack the matcher builds can still complete. A root
+ * that matches no string at all is refused. */
+static int prune_unproductive(builder *b, int32_t root) {
+  uint8_t *prod = calloc((size_t)b->n_rules, 1);
+  if (!prod) return oom(b);
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (int32_t r = 0; r < b->n_rules; r++)
+      for (int32_t a = 0; a < b->rules[r].n && !prod[r]; a++) {
+        const evec *v = &b->rules[r].alts[a];
+        int ok = 1;
+        for (int32_t k = 0; k < v->n && ok; k++) {
+          const cn_elem e = v->e[k];
+          ok = e.kind == CN_REF ? prod[e.arg]
+                                : (b->cls[e.arg][0] | b->cls[e.arg][1] | b->cls[e.arg][2] | b->cls[e.arg][3]) != 0;
+        }
+        if (ok) prod[r] = changed = 1;
+      }
+  }
+  for (int32_t r = 0; r < b->n_rules; r++) {
+    brule *br = &b->rules[r];
+    int32_t w = 0;
+    for (int32_t a = 0; a < br->n; a++) {
+      int ok = 1;
+      for (int32_t k = 0; k < br->alts[a].n && ok; k++) {
+        const cn_elem e = br->alts[a].e[k];
+        ok = e.kind == CN_REF ? prod[e.arg]
+                              : (b->cls[e.arg][0] | b->cls[e.arg][1] | b->cls[e.arg][2] | b->cls[e.arg][3]) != 0;
+      }
+      if (ok) br->alts[w++] = br->alts[a];
+      else free(br->alts[a].e);
+    }
+    if (w < br->n) br->chain = 0; /* no longer the "X Q_{k-1} | """ layout counter states need */
+    br->n = w;
+  }
+  const int root_ok = prod[root];
+  free(prod);
+  if (!root_ok) {
+    q35_seterr(b->err, "grammar: rule %s matches no string at all (nothing could be generated)", b->rules[root].name);
+    b->failed = 1;
+    return -1;
+  }
+  return 0;
+}
+
 static cn_grammar *flatten(builder *b, q35_err *err) {
   cn_grammar *g = calloc(1, sizeof *g);
   if (!g) return NULL;
@@ -755,7 +803,7 @@ cn_grammar *cn_gbnf_compile_root(const char *text, size_t len, const char *root_
       if (!strcmp(b.rules[r].name, root_name)) root = r;
     }
     if (!b.failed && root < 0) q35_seterr(err, "grammar: no rule named %s", root_name);
-    else if (!b.failed && (g = flatten(&b, err))) {
+    else if (!b.failed && !prune_unproductive(&b, root) && (g = flatten(&b, err))) {
       g->root = root;
       if (check_left_recursion(g, err)) {
         cn_grammar_free(g);

@@ -58,6 +58,12 @@ int sc_disjoint(sc *c, json_t *a, json_t *b, int depth);
 /* s without "not", its types restricted to keep (a new reference). */
 json_t *sc_restrict_types(json_t *s, unsigned keep);
 
+/* The values of a schema with finitely many (enum, const, or only booleans / null), each one the
+ * schema takes, as a new array into *out; *out NULL when the schema is not of that kind. 0 or -1. */
+int sc_finite_values(sc *c, json_t *s, json_t **out);
+/* A JSON value as a GBNF literal of its compact text. */
+void sc_put_value(q35_buf *b, json_t *v);
+
 /* Type-specific generators (schema_types.c), each writing a rule into name. */
 int sc_gen_string(sc *c, json_t *s, char *name);
 int sc_gen_number(sc *c, json_t *s, int integer, char *name);

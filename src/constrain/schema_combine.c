@@ -7,7 +7,9 @@
  * (minimum, minLength, minItems, minProperties) take the largest, upper ones the smallest;
  * items take both schemas; integer multipleOf the least common multiple; enum / const keep the
  * values both allow; a keyword set in two branches with different values that has no merge rule
- * (pattern, format, a tuple, draft 4's boolean exclusive bounds, ...) is refused by name. A
+ * (pattern, format, a tuple, ...) is refused by name; draft 4's boolean exclusive bounds are
+ * first written in the draft 6 form ({minimum: m, exclusiveMinimum: true} as
+ * {exclusiveMinimum: m}), so they merge like the others. A
  * branch with anyOf is distributed over (allOf[anyOf[a, b], c] = anyOf[allOf[a, c], allOf[b, c]]).
  * additionalProperties in one branch must list every property the others name (otherwise the
  * branches disagree on what "additional" means and the merge is refused); absent everywhere,
@@ -91,8 +93,38 @@ static json_t *enum_of(json_t *s) {
 
 static int merge_key(sc *c, json_t *out, const char *k, json_t *a, json_t *b);
 
+/* Draft 4's boolean exclusive bounds in the draft 6 form, in the object s itself, so bounds
+ * merge keyword by keyword: {minimum: m, exclusiveMinimum: true} is {exclusiveMinimum: m}. */
+static void bounds_as_numbers(json_t *s) {
+  static const char *const pairs[2][2] = {{"minimum", "exclusiveMinimum"}, {"maximum", "exclusiveMaximum"}};
+  for (int k = 0; k < 2; k++) {
+    json_t *in = json_object_get(s, pairs[k][0]), *ex = json_object_get(s, pairs[k][1]);
+    if (!json_is_boolean(ex) || !in) continue; /* a lone boolean is refused by the number generator */
+    if (json_is_true(ex)) {
+      json_object_set(s, pairs[k][1], in);
+      json_object_del(s, pairs[k][0]);
+    } else {
+      json_object_del(s, pairs[k][1]);
+    }
+  }
+}
+
+static int merge_into_object(sc *c, json_t *out, json_t *b);
+
 /* Merge schema b into the object out (a copy of a). */
 static int merge_into(sc *c, json_t *out, json_t *b) {
+  if (!json_is_object(b) || (!json_is_boolean(json_object_get(b, "exclusiveMinimum")) &&
+                             !json_is_boolean(json_object_get(b, "exclusiveMaximum"))))
+    return merge_into_object(c, out, b);
+  json_t *nb = json_copy(b);
+  if (!nb) return sc_fail(c, "out of memory");
+  bounds_as_numbers(nb);
+  const int rc = merge_into_object(c, out, nb);
+  json_decref(nb);
+  return rc;
+}
+
+static int merge_into_object(sc *c, json_t *out, json_t *b) {
   if (json_is_true(b)) return 0;
   if (json_is_false(b)) {
     json_object_clear(out);
@@ -152,7 +184,8 @@ static int merge_key(sc *c, json_t *out, const char *k, json_t *a, json_t *b) {
   }
   if (!strcmp(k, "exclusiveMinimum") || !strcmp(k, "exclusiveMaximum")) {
     if (!json_is_number(a) || !json_is_number(b))
-      return sc_fail(c, "allOf: two branches with boolean %s are not supported", k);
+      return sc_fail(c, "%s must be a number (or, in draft 4, a boolean beside %s)", k,
+                     strstr(k, "Min") ? "minimum" : "maximum");
     const int hi = !strcmp(k, "exclusiveMaximum");
     const double x = json_number_value(a), y = json_number_value(b);
     json_object_set(out, k, (hi ? y < x : y > x) ? b : a);
@@ -196,7 +229,11 @@ static int merge_key(sc *c, json_t *out, const char *k, json_t *a, json_t *b) {
   if ((!strcmp(k, "items") && json_is_object(a) && json_is_object(b)) || !strcmp(k, "additionalProperties") ||
       !strcmp(k, "contains") || !strcmp(k, "propertyNames")) {
     if (!strcmp(k, "contains")) return sc_fail(c, "allOf: two branches with contains are not supported");
-    json_object_set_new(out, k, json_pack("{s:[O,O]}", "allOf", a, b));
+    const int a_true = json_is_true(a) || (json_is_object(a) && !json_object_size(a));
+    const int b_true = json_is_true(b) || (json_is_object(b) && !json_object_size(b));
+    if (json_is_false(a) || json_is_false(b)) json_object_set_new(out, k, json_false()); /* booleans stay booleans */
+    else if (a_true || b_true) json_object_set(out, k, a_true ? b : a);
+    else json_object_set_new(out, k, json_pack("{s:[O,O]}", "allOf", a, b));
     return 0;
   }
   if (!strcmp(k, "multipleOf")) {
@@ -220,6 +257,7 @@ int sc_merge_all_of(sc *c, json_t *s, json_t **out) {
   const char *k;
   json_t *v;
   json_object_foreach(s, k, v) if (strcmp(k, "allOf")) json_object_set(m, k, v);
+  bounds_as_numbers(m);
   size_t i;
   json_array_foreach(l, i, v) {
     json_t *b = deref(c, v);

@@ -54,13 +54,49 @@ const corpus = [
   { schema: { type: "object", propertyNames: { pattern: "^[a-z]{1,3}$" }, additionalProperties: { type: "integer" }, minProperties: 1, maxProperties: 3 },
     gen: { type: "object", properties: { ab: { type: "integer" }, c: { type: "integer" }, xyz: { type: "integer" }, d1: { type: "integer" }, wxyz: { type: "integer" } } } },
   { schema: { type: "object", properties: { u: { type: "string", format: "uri" }, t: { type: "string", format: "uri-template" },
+      r: { type: "string", format: "uri-reference" },
       e: { oneOf: [{ type: "object", properties: { kind: { enum: ["a"] }, x: { type: "integer" } }, required: ["kind"], additionalProperties: false },
         { type: "object", properties: { kind: { const: "b" }, y: { type: "string", format: "uri" } }, required: ["kind", "y"], additionalProperties: false }] } },
       required: ["u", "t"], additionalProperties: false },
     samples: ["https://api.github.com/repos/o/r", "http://a.b:8080/x?y=1#z", "mailto:someone@example.com", "urn:isbn:0451450523",
       "https://x.com/{owner}/{repo}", "/relative/path", "a:", "ftp://user:pw@host/file", "https://api.github.com/repos/{owner}{/repo}{?since,per_page}",
       "{+path}/here", "x y", "https://ex.com/%7Euser", "https://ex.com/%zz", "{var:30}", "{var*}", "http://a.b/c d", "h://x/'q'", "tel:+1-816-555-1212",
-      "https://h/\u00fc", "news:comp.infosystems.www.servers.unix", "{a,b:0}", "{x}{y}", "s3://bucket/key?versionId=3&x=%41"] },
+      "https://h/\u00fc", "news:comp.infosystems.www.servers.unix", "{a,b:0}", "{x}{y}", "s3://bucket/key?versionId=3&x=%41",
+      "", "#frag", "../a/b?c#d", "//host:80/p", "/abs/x", "./x:y", "?q=1", "a b#c", "%zz", "#a#b", "x/y/z", "//u@h", "#/definitions/x"] },
+  // dependentRequired / dependentSchemas (exact for up to 8 listed properties), a required name
+  // that only additionalProperties covers, enum beside other keywords (values filtered by them)
+  { schema: { type: "object", properties: { a: { type: "integer" }, b: { type: "string", maxLength: 3 }, c: { type: "boolean" } },
+      dependentRequired: { a: ["b"], c: ["a", "b"] }, additionalProperties: false } },
+  { schema: { type: "object", properties: { kind: { enum: ["x", "y"] }, n: { type: "integer" }, s: { type: "string", maxLength: 2 } },
+      dependentSchemas: { n: { properties: { kind: { const: "x" } }, required: ["kind"] }, s: { required: ["n"] } },
+      additionalProperties: false } },
+  { schema: { type: "object", required: ["id"], additionalProperties: { type: "integer", minimum: 0 } },
+    gen: { type: "object", properties: { id: { type: "integer", minimum: -2, maximum: 9 }, x: { type: "integer", minimum: 0, maximum: 5 } } } },
+  { schema: { enum: [1, 10, "a", "bb", null, 7.5], minimum: 5, maxLength: 1 } },
+  // patternProperties with additional properties off: extra keys match a pattern
+  { schema: { type: "object", properties: { id: { type: "integer" } }, required: ["id"],
+      patternProperties: { "^x-[a-z]+$": { type: "string", maxLength: 3 }, "^[0-9]{2}$": { type: "string", maxLength: 3 } },
+      additionalProperties: false },
+    gen: { type: "object", properties: { id: { type: "integer", minimum: 0, maximum: 9 }, "x-ab": { type: "string", maxLength: 4 },
+      "x-": { type: "string", maxLength: 2 }, "12": { type: "string", maxLength: 3 }, "x-Q": { type: "string", maxLength: 1 } },
+      required: ["id"] } },
+  // if / then / else: a discriminator const over an enum, number bounds, required names, a type test
+  { schema: { type: "object", properties: { kind: { enum: ["card", "bank", "cash"] }, number: { type: "string", maxLength: 4 },
+      iban: { type: "string", maxLength: 6 } }, required: ["kind"], additionalProperties: false,
+      if: { properties: { kind: { const: "card" } } }, then: { required: ["number"] }, else: { properties: { number: false } } } },
+  { schema: { type: "number", if: { exclusiveMaximum: 0 }, then: { minimum: -10 }, else: { multipleOf: 2 } },
+    gen: { type: "number", minimum: -20, maximum: 20 } },
+  { schema: { type: "object", properties: { a: { type: "integer" }, b: { type: "string", maxLength: 2 } }, additionalProperties: false,
+      if: { required: ["a"] }, then: { required: ["b"] } } },
+  { schema: { if: { type: "string" }, then: { maxLength: 2 }, else: { type: "integer", minimum: 0 } },
+    gen: { anyOf: [{ type: "string", maxLength: 4 }, { type: "integer", minimum: -3, maximum: 3 }, { type: "boolean" }] } },
+  { schema: { type: ["object", "null", "integer"], properties: { a: { type: "integer" }, b: { type: "string", maxLength: 1 } },
+      additionalProperties: false, if: { type: "object", required: ["a"] }, then: { required: ["b"] },
+      else: { type: ["null", "object"], maxProperties: 0 } },
+    gen: { anyOf: [{ type: "null" }, { type: "integer", minimum: 0, maximum: 3 },
+      { type: "object", properties: { a: { type: "integer", minimum: 0, maximum: 3 }, b: { type: "string", maxLength: 2 } } }] } },
+  // uniqueItems over a small enum
+  { schema: { type: "array", items: { enum: ["r", "w", "x", 1, null] }, uniqueItems: true, minItems: 1, maxItems: 4 } },
 ];
 
 let rng = 1;
@@ -76,7 +112,7 @@ function genString(s, samples) {
   if (f === "time") return `${pad(int(0, 24), 2)}:${pad(int(0, 59), 2)}:${pad(int(0, 60), 2)}${pick(["Z", "+01:00", "-23:59", "", ".5z"])}`;
   if (f === "date-time") return `${genString({ format: "date" })}${pick(["T", "t", " "])}${genString({ format: "time" })}`;
   if (f === "uuid") return [8, 4, 4, 4, 12].map((n) => Array.from({ length: n }, () => pick("0123456789abcdefABCDEF")).join("")).join("-");
-  if (f === "uri" || f === "uri-template") return pick(samples);
+  if (f === "uri" || f === "uri-template" || f === "uri-reference") return pick(samples);
   if (f === "email") return pick(["a.b@c.de", "x@y", "first.last+tag@mail.example.org", "bad@-x.com", "q@w.e"]);
   const alphabet = ["a", "b", "Z", " ", "é", "日", "😀", "\"", "\\", "\n", "\u0001", "/", "x"];
   const lo = s.minLength || 0, hi = s.maxLength !== undefined ? s.maxLength : lo + 6;
@@ -149,6 +185,103 @@ function mutate(v) {
   return pick([0, "", null, [], {}, true, -3]);
 }
 
+// ---- number bounds: long numerals next to the bounds ----
+// q35's policy (docs/CONSTRAIN.md, "Numbers"): under a bound a numeral (no exponent, not -0) is
+// accepted iff its value satisfies each bound both as a double (what ajv sees after JSON.parse)
+// and exactly as a decimal (checked here with BigInt; a bound's decimal is String(bound), the
+// shortest decimal of the schema's double). The numerals: the exact decimal expansions of the
+// bound's double and its neighbours, the midpoints between them (where rounding changes), each
+// a tiny bit above and below (1e-25), and String() of the three doubles.
+const numericCorpus = [
+  { type: "number", exclusiveMinimum: 0.5, maximum: 2.75 },
+  { type: "number", minimum: 0.1, exclusiveMaximum: 0.3 },
+  { type: "number", exclusiveMinimum: -1.25, exclusiveMaximum: 1e-7 },
+  { type: "number", minimum: -123.456, maximum: -0.001 },
+  { type: "integer", exclusiveMinimum: 2.5, maximum: 9007199254740993 },
+  { type: "number", exclusiveMaximum: 0.30000000000000004, minimum: 0.2999999999999999 },
+  { type: "number", exclusiveMaximum: 0 },
+];
+
+function bitsOf(x) { const dv = new DataView(new ArrayBuffer(8)); dv.setFloat64(0, x); return dv.getBigUint64(0); }
+function ofBits(b) { const dv = new DataView(new ArrayBuffer(8)); dv.setBigUint64(0, b); return dv.getFloat64(0); }
+function nextUp(x) { if (x === 0) return Number.MIN_VALUE; const b = bitsOf(x); return ofBits(x > 0 ? b + 1n : b - 1n); }
+function nextDown(x) { return -nextUp(-x); }
+// x as m * 2^e with m a BigInt
+function dyadic(x) {
+  const b = bitsOf(x), neg = b >> 63n, be = Number((b >> 52n) & 0x7ffn), frac = b & ((1n << 52n) - 1n);
+  const m = be ? frac | (1n << 52n) : frac, e = (be ? be : 1) - 1075;
+  return { m: neg ? -m : m, e };
+}
+// the exact decimal of m * 2^e (plain, no trailing zeros)
+function decOf(m, e) {
+  const neg = m < 0n;
+  if (neg) m = -m;
+  let s;
+  if (e >= 0) s = (m << BigInt(e)).toString();
+  else {
+    const k = -e, digits = (m * 5n ** BigInt(k)).toString().padStart(k + 1, "0");
+    s = (digits.slice(0, digits.length - k) + "." + digits.slice(digits.length - k)).replace(/\.?0+$/, "");
+  }
+  return (neg && s !== "0" ? "-" : "") + s;
+}
+function exactOf(x) { const d = dyadic(x); return decOf(d.m, d.e); }
+function midOf(a, b) {
+  const da = dyadic(a), db = dyadic(b), e = Math.min(da.e, db.e);
+  return decOf((da.m << BigInt(da.e - e)) + (db.m << BigInt(db.e - e)), e - 1);
+}
+// a plain decimal string as [BigInt numerator, scale]
+function rat(s) {
+  const neg = s.startsWith("-"), t = neg ? s.slice(1) : s;
+  let [ip, fp = ""] = t.split(".");
+  if (t.includes("e") || t.includes("E")) { // String(1e-7): rewrite plainly
+    const [mant, ex] = t.toLowerCase().split("e");
+    const [mi, mf = ""] = mant.split("."), digits = mi + mf, pt = mi.length + Number(ex);
+    if (pt <= 0) { ip = "0"; fp = "0".repeat(-pt) + digits; } else { ip = digits.slice(0, pt).padEnd(pt, "0"); fp = digits.slice(pt); }
+  }
+  const n = BigInt(ip + fp) * (neg ? -1n : 1n);
+  return [n, fp.length];
+}
+function cmpDec(a, b) {
+  const [na, sa] = rat(a), [nb, sb] = rat(b);
+  const x = na * 10n ** BigInt(Math.max(sb - sa, 0)), y = nb * 10n ** BigInt(Math.max(sa - sb, 0));
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+function exactOk(schema, text) {
+  if (schema.type === "integer" && text.includes(".")) return false; // an integer has no fraction
+  const ops = { minimum: (c) => c >= 0, exclusiveMinimum: (c) => c > 0, maximum: (c) => c <= 0, exclusiveMaximum: (c) => c < 0 };
+  for (const [k, ok] of Object.entries(ops))
+    if (schema[k] !== undefined && !ok(cmpDec(text, String(schema[k])))) return false;
+  return true;
+}
+function numerals(schema) {
+  const out = new Set(["0", "1", "0.5"]);
+  const around = (s) => {
+    s = s.replace(/^-/, "");
+    out.add(s);
+    out.add(s + (s.includes(".") ? "" : ".") + "0".repeat(24) + "1");
+    if (s.includes(".")) out.add(s.slice(0, -1) + String(Number(s.slice(-1)) - 1) + "9".repeat(25));
+    else if (s !== "0") out.add((BigInt(s) - 1n).toString() + "." + "9".repeat(25));
+  };
+  for (const k of ["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"]) {
+    if (schema[k] === undefined) continue;
+    const X = schema[k], nb = [nextDown(X), X, nextUp(X)];
+    for (const y of nb) {
+      around(exactOf(y));
+      around(plain(...rat(String(y))));
+    }
+    around(midOf(nb[0], nb[1]));
+    around(midOf(nb[1], nb[2]));
+  }
+  const all = [...out];
+  for (const s of all) out.add("-" + s);
+  return [...out].filter((s) => !/^-0(\.0*)?$/.test(s));
+}
+function plain(n, scale) {
+  const neg = n < 0n, d = (neg ? -n : n).toString().padStart(scale + 1, "0");
+  const s = scale ? (d.slice(0, d.length - scale) + "." + d.slice(d.length - scale)).replace(/\.?0+$/, "") : d;
+  return (neg ? "-" : "") + s;
+}
+
 function ajvFor(schema) {
   const ajv = new Ajv2020({ strict: false, allErrors: false });
   addFormats(ajv);
@@ -177,7 +310,22 @@ if (cmd === "gen") {
     fs.writeFileSync(`${dir}/${k}.jsonl`, lines.join("\n") + "\n");
     fs.writeFileSync(`${dir}/${k}.expect`, expect.join("\n") + "\n");
   });
-  console.log(corpus.length);
+  { // one object schema whose property nJ is numericCorpus[J]; each instance sets one of them
+    const props = Object.fromEntries(numericCorpus.map((sc, j) => [`n${j}`, sc]));
+    const schema = { type: "object", properties: props, additionalProperties: false };
+    const validate = ajvFor(schema), lines = [], expect = [];
+    numericCorpus.forEach((sc, j) => {
+      for (const t of numerals(sc)) {
+        lines.push(`{"n${j}":${t}}`);
+        expect.push(validate(JSON.parse(lines[lines.length - 1])) && exactOk(sc, t) ? "accept" : "reject");
+      }
+    });
+    const k = corpus.length;
+    fs.writeFileSync(`${dir}/${k}.schema.json`, JSON.stringify(schema));
+    fs.writeFileSync(`${dir}/${k}.jsonl`, lines.join("\n") + "\n");
+    fs.writeFileSync(`${dir}/${k}.expect`, expect.join("\n") + "\n");
+  }
+  console.log(corpus.length + 1);
 } else if (cmd === "validate") {
   const validate = ajvFor(JSON.parse(fs.readFileSync(args[0], "utf8")));
   for (const f of args.slice(1)) {

@@ -169,14 +169,15 @@ await section('chat: GBNF grammar', async () => {
     check(re.test(c.message.content), 'the output matches the grammar', c.message.content);
   }
   await expectError('a grammar with no first token', 400, () => oa.chat.completions.create({ model: MODEL,
-    messages: msgs, grammar: 'root ::= [^\\x00-\\U0010FFFF]', ...think(false) }), 'allows no output');
-  // a language that dead-ends after "a": that request fails alone (500), its batch neighbour is unharmed
+    messages: msgs, grammar: 'root ::= [^\\x00-\\U0010FFFF]', ...think(false) }), 'matches no string');
+  // a language that dead-ends after "a" is refused when it compiles (its dead end is never entered,
+  // so it has no string at all); a request beside it is unharmed
   const [dead, fine] = await Promise.allSettled([
     oa.chat.completions.create({ model: MODEL, messages: msgs, max_tokens: 10, ...think(false),
       grammar: 'root ::= "a" [^\\x00-\\U0010FFFF]' }),
     oa.chat.completions.create({ model: MODEL, messages: msgs, max_tokens: 80, ...think(false),
       response_format: { type: 'json_schema', json_schema: { name: 'pick', schema: pick } } })]);
-  check(dead.status === 'rejected' && dead.reason.status === 500 && /no token here/.test(dead.reason.message),
+  check(dead.status === 'rejected' && dead.reason.status === 400 && /matches no string/.test(dead.reason.message),
         'a dead-end constraint fails its own request', dead.reason && dead.reason.message);
   check(fine.status === 'fulfilled', 'its neighbour completes', fine.reason && fine.reason.message);
   if (fine.status === 'fulfilled') validJson('the neighbour', fine.value.choices[0].message.content,

@@ -407,6 +407,7 @@ static QS_TARGET void quant_q8_0z_512(const float *x, void *dst, int64_t n) {
 void q35_kernels_avx512(q35_kernels *k) {
   QS_SET(k, Q35_TYPE_Q8_0, t_q8y);
   QS_SET(k, Q35_TYPE_Q4_0, t_q4_0);
+  k->q4_0_act = Q35_TYPE_Q8_0X; /* over the AVX2 level's Q8_0Z kernel; VBMI takes Q8_0Z again below */
   QS_SET(k, Q35_TYPE_Q5_0, t_q5_0);
   QS_SET(k, Q35_TYPE_Q4_K, t_q4k5);
   QS_SET(k, Q35_TYPE_Q5_K, t_q5_k);

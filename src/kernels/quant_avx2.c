@@ -111,7 +111,7 @@ QSI void t_q4z2(const int R, const int C, TILE_ARGS) {
 /* Micro-tile shapes R x C (16 vector registers) */
 QS_TILE(t_q8_0, 2, 2)
 QS_TILE(t_q4_0, 2, 2)
-QS_TILE(t_q4z2, 1, 4)
+QS_TILE(t_q4z2, 1, 8)
 QS_TILE(t_q5_0, 2, 2)
 QS_TILE(t_q4_k, 1, 4)
 QS_TILE(t_q5_k, 1, 4)

@@ -115,18 +115,6 @@ static const int16_t k6_idx[4][32] = {
 
 QSF __m512i ld_idx(const int16_t *p) { return _mm512_loadu_si512(p); }
 
-/* a Q4_K/Q5_K block's 6-bit scales and mins as 16 bytes: sc0..3 mn0..3 sc4..7 mn4..7 (the
- * 16-byte load stays inside the block: scales sit at bytes 4..15, qs follow) */
-QSF __m128i q4k_sm8(const uint8_t *s) {
-  const __m128i v = _mm_loadu_si128((const __m128i *)s);
-  const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 1, 0)); /* u0 u1 u2 u2 */
-  const __m128i b = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 0, 0)); /* -- -- u0 u1 */
-  const __m128i lo = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
-                                   _mm_setr_epi32(0x3f3f3f3f, 0x3f3f3f3f, 0x0f0f0f0f, 0x0f0f0f0f));
-  const __m128i hi = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0, 0x30303030, 0x30303030));
-  return _mm_or_si128(lo, hi);
-}
-
 /* the 8 lanes the 256-bit templates's kernels hold: lanes j + 8 + j */
 QSF __m256i k5_fold(__m512i t) { return _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1)); }
 

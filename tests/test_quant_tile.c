@@ -236,6 +236,38 @@ static void kquant_cross_level(void) {
   printf("k-quant cross-level: %ld pairs, %ld finite and nonzero\n", pairs, finite);
 }
 
+/* Q8_0 weights of raw bytes (-128 included) with finite fp16 scales: the level's vec_dot and
+ * tiles against a float64 dot of the dequantized rows (the Q8_0Z kernels take |w| = 128 through
+ * vpsignb). */
+static void q8_0_raw_weights(const char *lvl, const q35_kernels *k) {
+  const int64_t n = 32 * 37;
+  const int nr = 3, nc = 5, vt = q35_kernels_vec_dot_type(k, Q35_TYPE_Q8_0);
+  const size_t ws = q35_row_size(Q35_TYPE_Q8_0, n), xs = q35_row_size(vt, n);
+  uint8_t *w = malloc(ws * nr), *xb;
+  for (size_t i = 0; i < ws * nr; i++) w[i] = rng_u64() % 4 == 0 ? 0x80 : (uint8_t)rng_u64();
+  for (int64_t b = 0; b < (n / 32) * nr; b++) {
+    const uint16_t d = (uint16_t)(0x2000 + rng_u64() % 0x1800); /* finite, about 2^-7 .. 2^-1 */
+    memcpy(w + 34 * (size_t)b, &d, 2);
+  }
+  const uint8_t *x = make_rows(vt, n, nc, xs, 0, 1, &xb);
+  float *dw = malloc(sizeof(float) * n), *dx = malloc(sizeof(float) * n), got[15];
+  q35_tile_run(k, Q35_TYPE_Q8_0, n, w, ws, nr, x, xs, nc, got, (size_t)nc, 1);
+  for (int r = 0; r < nr; r++)
+    for (int c = 0; c < nc; c++) {
+      q35_dequantize_row_ref(Q35_TYPE_Q8_0, w + (size_t)r * ws, dw, n);
+      q35_dequantize_row_ref(vt, x + (size_t)c * xs, dx, n);
+      double f = 0, mag = 0;
+      for (int64_t i = 0; i < n; i++) {
+        f += (double)dw[i] * dx[i];
+        mag += fabs((double)dw[i] * dx[i]);
+      }
+      const float v = k->vec_dot[Q35_TYPE_Q8_0](n, w + (size_t)r * ws, x + (size_t)c * xs);
+      CHECK(fabs(v - f) <= 1e-5 * mag, "%s q8_0 raw weights vec_dot %.9g vs f64 %.9g", lvl, v, f);
+      CHECK(same_float(got[r * nc + c], v), "%s q8_0 raw weights tile != vec_dot", lvl);
+    }
+  free(w); free(xb); free(dw); free(dx);
+}
+
 /*
  * Cross-level identity for Q4_0 x Q8_0Z: where both the avx2 level (256-bit halves, maddubs)
  * and the avx512 level (512-bit, vpdpbusd, VBMI) take Q8_0Z, they must give the same bits, as
@@ -316,6 +348,7 @@ int main(void) {
       continue;
     }
     const int before = failures;
+    q8_0_raw_weights(q35_simd_name(level), &k);
     for (int t = 0; t < NTYPES; t++) {
       const int type = types[t];
       const int blk = q35_type_block(type) < 32 ? 8 : q35_type_block(type);

@@ -23,11 +23,16 @@
 #include "kernels/quant.h"
 #include "kernels/quant_internal.h"
 
-/* Activation bytes per row that every level's kernels may read: Q4_0 takes Q8_0Z at the AVX-512
- * VBMI level and Q8_0X below it (one buffer serves all levels here; only the speed is measured). */
+/* Activation bytes per row that every level's kernels may read: Q4_0 and Q8_0 take Q8_0X,
+ * Q8_0Y or Q8_0Z depending on the level (one buffer serves all levels here; only the speed is
+ * measured). */
 static size_t act_row(int vt, int64_t n) {
-  const size_t a = q35_row_size(vt, n), b = q35_row_size(Q35_TYPE_Q8_0X, n);
-  return vt == Q35_TYPE_Q8_0Z && b > a ? b : a;
+  size_t a = q35_row_size(vt, n);
+  if (vt == Q35_TYPE_Q8_0X || vt == Q35_TYPE_Q8_0Y || vt == Q35_TYPE_Q8_0Z) {
+    const int lay[3] = {Q35_TYPE_Q8_0X, Q35_TYPE_Q8_0Y, Q35_TYPE_Q8_0Z};
+    for (int i = 0; i < 3; i++) a = q35_row_size(lay[i], n) > a ? q35_row_size(lay[i], n) : a;
+  }
+  return a;
 }
 
 static double now(void) {

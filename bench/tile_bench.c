@@ -9,6 +9,7 @@
  *   cc -O2 -Iinclude -Isrc bench/tile_bench.c build/libq35.a -o build/tile_bench \
  *      $(pkg-config --libs jansson libpcre2-8 libutf8proc) -lm -pthread
  * Run: Q35_SIMD=avx2 build/tile_bench [ROWS] [N] [C] [REPS]
+ *   env TYPES=q4_0,q8_0 runs only those types. Times are the thread's CPU time (best pass).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,9 +19,10 @@
 #include "format/tensor_types.h"
 #include "kernels/quant.h"
 
+/* this thread's CPU time: the best pass is then the one least disturbed on a shared machine */
 static double now(void) {
   struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -36,7 +38,9 @@ int main(int argc, char **argv) {
   srand(1);
   for (int64_t i = 0; i < n * (rows > cols ? rows : cols); i++) f[i] = (float)rand() / RAND_MAX - 0.5f;
   float *out = malloc(sizeof(float) * (size_t)rows * (size_t)cols);
+  const char *only = getenv("TYPES");
   for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+    if (only && !strstr(only, types[t].name)) continue;
     const int ty = types[t].type, xt = q35_vec_dot_type(ty);
     const size_t ws = q35_row_size(ty, n), xs = q35_row_size(xt, n);
     unsigned char *w = malloc(ws * (size_t)rows), *x = malloc(xs * (size_t)cols);

@@ -524,8 +524,9 @@ static void test_public_api(void) {
   CHECK(lvl == Q35_SIMD_SCALAR || lvl == Q35_SIMD_AVX2 || lvl == Q35_SIMD_AVX512 || lvl == Q35_SIMD_NEON,
         "simd level %s", q35_simd_name(lvl));
   CHECK((q35_vec_dot_type(Q35_TYPE_Q4_0) == Q35_TYPE_Q8_0X ||
-         (q35_vec_dot_type(Q35_TYPE_Q4_0) == Q35_TYPE_Q8_0Z && lvl == Q35_SIMD_AVX512)) &&
-            q35_vec_dot_type(Q35_TYPE_Q8_0) == Q35_TYPE_Q8_0Y &&
+         (q35_vec_dot_type(Q35_TYPE_Q4_0) == Q35_TYPE_Q8_0Z && (lvl == Q35_SIMD_AVX512 || lvl == Q35_SIMD_AVX2))) &&
+            (q35_vec_dot_type(Q35_TYPE_Q8_0) == Q35_TYPE_Q8_0Y ||
+             (q35_vec_dot_type(Q35_TYPE_Q8_0) == Q35_TYPE_Q8_0Z && lvl == Q35_SIMD_AVX2)) &&
             q35_vec_dot_type(Q35_TYPE_Q5_0) == Q35_TYPE_Q8_0 &&
             q35_vec_dot_type(Q35_TYPE_Q4_K) == Q35_TYPE_Q8_K && q35_vec_dot_type(Q35_TYPE_IQ4_XS) == Q35_TYPE_Q8_K &&
             q35_vec_dot_type(Q35_TYPE_Q6_K) == Q35_TYPE_Q8_K && q35_vec_dot_type(Q35_TYPE_BF16) == Q35_TYPE_BF16 &&

@@ -236,9 +236,107 @@ static void kquant_cross_level(void) {
   printf("k-quant cross-level: %ld pairs, %ld finite and nonzero\n", pairs, finite);
 }
 
+/* Q8_0 weights of raw bytes (-128 included) with finite fp16 scales: the level's vec_dot and
+ * tiles against a float64 dot of the dequantized rows (the Q8_0Z kernels take |w| = 128 through
+ * vpsignb). */
+static void q8_0_raw_weights(const char *lvl, const q35_kernels *k) {
+  const int64_t n = 32 * 37;
+  const int nr = 3, nc = 5, vt = q35_kernels_vec_dot_type(k, Q35_TYPE_Q8_0);
+  const size_t ws = q35_row_size(Q35_TYPE_Q8_0, n), xs = q35_row_size(vt, n);
+  uint8_t *w = malloc(ws * nr), *xb;
+  for (size_t i = 0; i < ws * nr; i++) w[i] = rng_u64() % 4 == 0 ? 0x80 : (uint8_t)rng_u64();
+  for (int64_t b = 0; b < (n / 32) * nr; b++) {
+    const uint16_t d = (uint16_t)(0x2000 + rng_u64() % 0x1800); /* finite, about 2^-7 .. 2^-1 */
+    memcpy(w + 34 * (size_t)b, &d, 2);
+  }
+  const uint8_t *x = make_rows(vt, n, nc, xs, 0, 1, &xb);
+  float *dw = malloc(sizeof(float) * n), *dx = malloc(sizeof(float) * n), got[15];
+  q35_tile_run(k, Q35_TYPE_Q8_0, n, w, ws, nr, x, xs, nc, got, (size_t)nc, 1);
+  for (int r = 0; r < nr; r++)
+    for (int c = 0; c < nc; c++) {
+      q35_dequantize_row_ref(Q35_TYPE_Q8_0, w + (size_t)r * ws, dw, n);
+      q35_dequantize_row_ref(vt, x + (size_t)c * xs, dx, n);
+      double f = 0, mag = 0;
+      for (int64_t i = 0; i < n; i++) {
+        f += (double)dw[i] * dx[i];
+        mag += fabs((double)dw[i] * dx[i]);
+      }
+      const float v = k->vec_dot[Q35_TYPE_Q8_0](n, w + (size_t)r * ws, x + (size_t)c * xs);
+      CHECK(fabs(v - f) <= 1e-5 * mag, "%s q8_0 raw weights vec_dot %.9g vs f64 %.9g", lvl, v, f);
+      CHECK(same_float(got[r * nc + c], v), "%s q8_0 raw weights tile != vec_dot", lvl);
+    }
+  free(w); free(xb); free(dw); free(dx);
+}
+
+/*
+ * Cross-level identity for Q4_0 x Q8_0Z: where both the avx2 level (256-bit halves, maddubs)
+ * and the avx512 level (512-bit, vpdpbusd, VBMI) take Q8_0Z, they must give the same bits, as
+ * vec_dot and as tiles. Rows are raw random nibble bytes with finite fp16 scales (edge values
+ * too); activation blocks hold random, all -128, all 127 and alternating extreme bytes (the
+ * avx2 kernel's int16 sums peak there) with every kind of scale; lengths include a last group of
+ * 1..15 blocks.
+ */
+static void q4_0z_cross_level(void) {
+  q35_kernels k1, k2;
+  if (q35_kernels_get(Q35_SIMD_AVX2, &k1) != 0 || q35_kernels_get(Q35_SIMD_AVX512, &k2) != 0 ||
+      q35_kernels_vec_dot_type(&k1, Q35_TYPE_Q4_0) != Q35_TYPE_Q8_0Z ||
+      q35_kernels_vec_dot_type(&k2, Q35_TYPE_Q4_0) != Q35_TYPE_Q8_0Z) {
+    printf("q4_0 x q8_0z cross-level: not both levels take Q8_0Z here, skipped\n");
+    return;
+  }
+  const int64_t nmax = 32 * 16 * 5;
+  const int NR = 7, NC = 7;
+  const size_t wmax = q35_row_size(Q35_TYPE_Q4_0, nmax), xmax = q35_row_size(Q35_TYPE_Q8_0Z, nmax);
+  uint8_t *w = malloc(wmax * NR + 1), *x = malloc(xmax * NC);
+  float got[NR * NC], want[NR * NC];
+  long pairs = 0, finite = 0;
+  for (int rep = 0; rep < 200; rep++) {
+    const int64_t n = 32 * (1 + (int64_t)(rng_u64() % (nmax / 32)));
+    const size_t ws = q35_row_size(Q35_TYPE_Q4_0, n), xs = q35_row_size(Q35_TYPE_Q8_0Z, n);
+    const int nr = 1 + (int)(rng_u64() % NR), nc = 1 + (int)(rng_u64() % NC);
+    uint8_t *wo = w + rep % 2; /* odd addresses too */
+    for (size_t i = 0; i < ws * (size_t)nr; i++) wo[i] = (uint8_t)rng_u64();
+    for (int64_t b = 0; b < (n / 32) * nr; b++) {
+      const uint16_t d = rnd_fp16();
+      memcpy(wo + 18 * (size_t)b, &d, 2);
+    }
+    for (int c = 0; c < nc; c++) {
+      uint8_t *row = x + (size_t)c * xs;
+      memset(row, 0, xs);
+      const int mode = (int)(rng_u64() % 5);
+      for (int64_t b = 0; b < n / 32; b++) {
+        blk_q8_0 q;
+        for (int j = 0; j < 32; j++)
+          q.qs[j] = (int8_t)(mode == 1 ? -128 : mode == 2 ? 127 : mode == 3 ? (j % 2 ? -128 : 127) : (int)rng_u64());
+        q.d = rnd_fp16();
+        q35_act_put(Q35_TYPE_Q8_0Z, row, n / 32, b, &q);
+      }
+    }
+    int bad = 0;
+    for (int r = 0; r < nr; r++)
+      for (int c = 0; c < nc; c++) {
+        want[r * nc + c] = k2.vec_dot[Q35_TYPE_Q4_0](n, wo + (size_t)r * ws, x + (size_t)c * xs);
+        const float v = k1.vec_dot[Q35_TYPE_Q4_0](n, wo + (size_t)r * ws, x + (size_t)c * xs);
+        bad += !same_float(v, want[r * nc + c]);
+        pairs++;
+        finite += isfinite(v) && v != 0;
+      }
+    CHECK(!bad, "q4_0 n=%lld: avx2 vec_dot != avx512 vec_dot in %d of %d pairs", (long long)n, bad, nr * nc);
+    q35_tile_run(&k1, Q35_TYPE_Q4_0, n, wo, ws, nr, x, xs, nc, got, (size_t)nc, 1);
+    bad = 0;
+    for (int i = 0; i < nr * nc; i++) bad += !same_float(got[i], want[i]);
+    CHECK(!bad, "q4_0 n=%lld %dx%d: avx2 tile != avx512 vec_dot in %d pairs", (long long)n, nr, nc, bad);
+  }
+  free(w);
+  free(x);
+  CHECK(finite * 4 > pairs * 3, "q4_0 cross-level: only %ld of %ld results finite and nonzero", finite, pairs);
+  printf("q4_0 x q8_0z cross-level: %ld pairs, %ld finite and nonzero\n", pairs, finite);
+}
+
 int main(void) {
   public_api();
   kquant_cross_level();
+  q4_0z_cross_level();
   long cases = 0;
   /* under an emulator (tests/test_aarch64.sh sets Q35_EMULATED): the SIMD level only */
   const int emu = getenv("Q35_EMULATED") != NULL;
@@ -250,6 +348,7 @@ int main(void) {
       continue;
     }
     const int before = failures;
+    q8_0_raw_weights(q35_simd_name(level), &k);
     for (int t = 0; t < NTYPES; t++) {
       const int type = types[t];
       const int blk = q35_type_block(type) < 32 ? 8 : q35_type_block(type);

@@ -39,7 +39,7 @@ enum q35_type {
    * (see kernels/act_layout.h). GGML's ids end below 40. */
   Q35_TYPE_Q8_0X = 40,
   Q35_TYPE_Q8_0Y = 41, /* the same for Q8_0 weights */
-  Q35_TYPE_Q8_0Z = 42, /* Q4_0's activation type where the AVX-512 VBMI kernels run */
+  Q35_TYPE_Q8_0Z = 42, /* Q4_0's activation type at AVX2 and AVX-512 VBMI, Q8_0's at AVX2 */
   Q35_TYPE_COUNT = 43, /* upper bound of the type ids above */
 };
 

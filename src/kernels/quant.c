@@ -20,6 +20,7 @@
 /* Overlay a level's entries onto a table (NULL entries keep what is there). */
 static void overlay(q35_kernels *dst, const q35_kernels *src) {
   if (src->q4_0_act) dst->q4_0_act = src->q4_0_act;
+  if (src->q8_0_act) dst->q8_0_act = src->q8_0_act;
   for (int t = 0; t < Q35_TYPE_COUNT; t++) {
     if (src->vec_dot[t]) dst->vec_dot[t] = src->vec_dot[t];
     if (src->quantize[t]) dst->quantize[t] = src->quantize[t];
@@ -82,7 +83,7 @@ static inline const q35_kernels *kern_ref(void) {
 int q35_kernels_vec_dot_type(const q35_kernels *k, int type) {
   switch (type) {
   case Q35_TYPE_F32: case Q35_TYPE_F16: case Q35_TYPE_BF16: return type;
-  case Q35_TYPE_Q8_0: return Q35_TYPE_Q8_0Y;
+  case Q35_TYPE_Q8_0: return k->q8_0_act ? k->q8_0_act : Q35_TYPE_Q8_0Y;
   case Q35_TYPE_Q4_0: return k->q4_0_act ? k->q4_0_act : Q35_TYPE_Q8_0X;
   case Q35_TYPE_Q5_0: return Q35_TYPE_Q8_0;
   case Q35_TYPE_Q4_K: case Q35_TYPE_Q5_K: case Q35_TYPE_Q6_K: case Q35_TYPE_IQ4_XS: return Q35_TYPE_Q8_K;
@@ -96,16 +97,17 @@ int q35_kernels_vec_dot_type(const q35_kernels *k, int type) {
 int q35_vec_dot_type(int type) { return q35_kernels_vec_dot_type(kern(), type); }
 
 /* The _ref entry points take activations in q35_vec_dot_type's layout; where that is not the
- * reference table's own (Q8_0Z), they read the same Q8_0 blocks into the reference's layout
- * first. Returns x itself or a malloc'ed copy in *tmp (NULL on allocation failure). */
+ * reference table's own (Q8_0Z for Q4_0 or Q8_0), they read the same Q8_0 blocks into the
+ * reference's layout first. Returns x itself or a malloc'ed copy in *tmp (NULL on allocation failure). */
 static const void *ref_act(int type, int64_t n, const void *x, size_t xs, int nc, size_t *rxs, void **tmp) {
   *tmp = NULL;
   *rxs = xs;
-  if (type != Q35_TYPE_Q4_0 || kern()->q4_0_act != Q35_TYPE_Q8_0Z) return x;
-  const size_t rs = q35_row_size(Q35_TYPE_Q8_0X, n);
+  const int have = q35_kernels_vec_dot_type(kern(), type), want = q35_kernels_vec_dot_type(kern_ref(), type);
+  if (have == want) return x;
+  const size_t rs = q35_row_size(want, n);
   uint8_t *o = malloc(rs * (size_t)(nc > 0 ? nc : 1));
   if (!o) return NULL;
-  q35_act_convert(Q35_TYPE_Q8_0Z, x, xs, Q35_TYPE_Q8_0X, o, rs, n, nc);
+  q35_act_convert(have, x, xs, want, o, rs, n, nc);
   *tmp = o;
   *rxs = rs;
   return o;

@@ -9,9 +9,10 @@
  * F16 -> F16, BF16 -> BF16, F32 -> F32); the dot product then runs on the weight blocks and
  * the converted activation blocks (integer dot products for the quantized types). Q4_0 takes
  * Q8_0X and Q8_0 takes Q8_0Y: the same Q8_0 values (byte-identical quantization), laid out so
- * the kernels need no shuffles of the activation (act_layout.h). Where the AVX-512 VBMI
- * kernels run, Q4_0 takes Q8_0Z instead (one int32 lane per block: q35_vec_dot_type says which;
- * the _ref entry points accept it and read the same Q8_0 values).
+ * the kernels need no shuffles of the activation (act_layout.h). At the AVX2 level (Q4_0 and
+ * Q8_0) and where the AVX-512 VBMI kernels run (Q4_0), they take Q8_0Z instead (one int32 lane
+ * per block: q35_vec_dot_type says which; the _ref entry points accept it and read the same Q8_0
+ * values).
  *
  * Every kernel has a plain scalar reference twin (suffix _ref, quant_ref.c) and SIMD paths
  * (quant_avx2.c, quant_avx512.c) run at the level base/cpu.h chose (q35_simd_active(): the

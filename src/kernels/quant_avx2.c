@@ -1,10 +1,12 @@
 /*
  * quant_avx2.c - the AVX2 level (AVX2 + FMA + F16C) of the weight kernels: the 256-bit templates
  * of quant_256*.inc compiled with maddubs / madd integer dot products. Kernels by type:
- *   Q8_0 x Q8_0Y, Q5_0 x Q8_0, Q4_0 x Q8_0X    t_q8_0, t_q5_0, t_q4_0 (quant_256_q4_0_q5_0_q8_0.inc)
+ *   Q4_0 x Q8_0Z, Q8_0 x Q8_0Z                 t_q4z2, t_q8z2 (here: one int32 lane per block)
+ *   Q5_0 x Q8_0                                 t_q5_0 (quant_256_q4_0_q5_0_q8_0.inc)
+ *   Q4_0 x Q8_0X (testing aid Q35_Q4_0_X)       t_q4_0 (quant_256_q4_0_q5_0_q8_0.inc)
  *   Q4_K, Q5_K, Q6_K, IQ4_XS x Q8_K             t_q4_k, t_q5_k, t_q6_k, t_iq4_xs (quant_256_kquants.inc)
  *   F32, F16, BF16                              t_f32, t_f16, t_bf16 (quant_256_float.inc)
- *   quantize Q8_0, Q8_K, Q8_0X, Q8_0Y; dequantize F16, BF16, Q8_0, Q4_0 (quant_256_convert.inc)
+ *   quantize Q8_0, Q8_K, Q8_0X, Q8_0Y, Q8_0Z; dequantize F16, BF16, Q8_0, Q4_0 (quant_256_convert.inc)
  * The rest (weight quantizers, other dequantizers) is the reference's. quant.c selects this level
  * when q35_simd_active() is avx2 and lays the AVX-512 level over it above that.
  */
@@ -16,9 +18,182 @@
 #include "kernels/quant_256_float.inc"
 #include "kernels/quant_256_convert.inc"
 
+/*
+ * Q4_0 x Q8_0Z (layout in act_layout.h) on 256-bit vectors: quant_avx512.c's t_q4z arithmetic,
+ * one int32 lane per block, with the 16 lanes of a group held as two halves of 8 (lanes 0..7:
+ * blocks 4k+s, s = 0, 1; lanes 8..15: s = 2, 3) and the AVX-512 VNNI dot product replaced by
+ * exact integer steps. Per half, per row: the nibbles of its 8 blocks go through a 4 x 4 dword
+ * transpose inside each 128-bit lane (low lane blocks 4k+2h, high lane 4k+2h+1), which puts
+ * bytes 4j..4j+3 of each block in its own lane of V_j, Q8_0Z's lane order. Per pair:
+ *   s16 = sum over j of maddubs(V_j & 15, YL_j) + maddubs(V_j >> 4, YH_j)    (int16, exact)
+ *   p   = madd(s16, 1) + off                                               (int32, exact)
+ *   acc = fma(float(p), d_w * d_x, acc)
+ * Each int16 lane sums 8 pairs of products of a nibble (<= 15) and an int8, |sum| <= 8 * 2 * 15
+ * * 128 = 30720, so nothing saturates and p is the exact integer vpdpbusd gives there: every lane
+ * goes through t_q4z's float steps in its order, and the result hsum8(half 0 + half 1) is t_q4z's
+ * hsum16, bit for bit (tests/test_quant_tile.c compares the levels).
+ * The halves run as two passes over the row (the second reads it from L1), so a pair keeps one
+ * accumulator live at a time. A last group of fewer than 16 blocks is copied into a zeroed
+ * buffer first: missing blocks read as zero bytes, as t_q4z's masked loads give them.
+ */
+QSF __m256i q4z2_ld2(const uint8_t *a, int b0) { /* nibbles of blocks b0 (low lane) and b0 + 1 (high) */
+  return _mm256_loadu2_m128i((const __m128i *)(a + 18 * (b0 + 1) + 2), (const __m128i *)(a + 18 * b0 + 2));
+}
+
+/* the fp16 scales (at the start of each block of bs bytes) of blocks b0, b0 + 4, b0 + 8, b0 + 12 */
+QSF uint64_t z2_d4(const uint8_t *a, int bs, int b0) {
+  uint16_t d[4];
+  for (int k = 0; k < 4; k++) memcpy(&d[k], a + bs * (b0 + 4 * k), 2);
+  return (uint64_t)d[0] | (uint64_t)d[1] << 16 | (uint64_t)d[2] << 32 | (uint64_t)d[3] << 48;
+}
+
+/* half h of group q (16 blocks at a, per row) for every pair */
+QSI void q4z2_half(const int R, const int C, const uint8_t *const *ga, const uint8_t *x, size_t xs, int64_t q, int h,
+                   const int pf, const uint8_t *const *pfa, __m256 acc[TRM][TCM]) {
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  __m256i L[TRM][4], H[TRM][4];
+  __m256 D[TRM];
+  FOR_R {
+    const uint8_t *a = ga[r];
+    if (pf) pf_span(pfa[r], 16 * sizeof(blk_q4_0));
+    const __m256i y0 = q4z2_ld2(a, 2 * h), y1 = q4z2_ld2(a, 4 + 2 * h), y2 = q4z2_ld2(a, 8 + 2 * h),
+                  y3 = q4z2_ld2(a, 12 + 2 * h);
+    const __m256i t0 = _mm256_unpacklo_epi32(y0, y1), t1 = _mm256_unpackhi_epi32(y0, y1);
+    const __m256i t2 = _mm256_unpacklo_epi32(y2, y3), t3 = _mm256_unpackhi_epi32(y2, y3);
+    const __m256i V[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
+                          _mm256_unpackhi_epi64(t1, t3)};
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+      L[r][j] = _mm256_and_si256(V[j], m4);
+      H[r][j] = _mm256_and_si256(_mm256_srli_epi16(V[j], 4), m4);
+    }
+    D[r] = _mm256_cvtph_ps(_mm_set_epi64x((long long)z2_d4(a, 18, 2 * h + 1), (long long)z2_d4(a, 18, 2 * h)));
+  }
+  FOR_C {
+    const uint8_t *b = x + (size_t)c * xs + (size_t)q * Q8Z_GROUP + 32 * h;
+    const __m256 yd = _mm256_loadu_ps((const float *)(const void *)(b + 576));
+    const __m256i off = loadu256(b + 512);
+    FOR_R {
+      __m256i s16 = _mm256_maddubs_epi16(L[r][0], loadu256(b));
+      s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(H[r][0], loadu256(b + 256)));
+      _Pragma("GCC unroll 3") for (int j = 1; j < 4; j++) {
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(L[r][j], loadu256(b + 64 * j)));
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(H[r][j], loadu256(b + 256 + 64 * j)));
+      }
+      const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)), off);
+      acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(D[r], yd), acc[r][c]);
+    }
+  }
+}
+
+QSI void t_q4z2(const int R, const int C, TILE_ARGS) {
+  const int64_t nb = n / QK8_0, ng = nb / 16, kb = nb % 16;
+  const size_t gsz = 16 * sizeof(blk_q4_0);
+  uint8_t tail[TRM][16 * sizeof(blk_q4_0)]; /* a last group of kb < 16 blocks, zero-padded */
+  if (kb) FOR_R {
+      memset(tail[r], 0, gsz);
+      memcpy(tail[r], w + (size_t)r * ws + (size_t)ng * gsz, (size_t)kb * sizeof(blk_q4_0));
+    }
+  __m256 acc[2][TRM][TCM];
+  _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+    FOR_R FOR_C acc[h][r][c] = _mm256_setzero_ps();
+    for (int64_t q = 0; q < ng; q++) {
+      const uint8_t *ga[TRM], *pfa[TRM];
+      /* the same group four tiles ahead, on the first pass (as t_q4z) */
+      FOR_R ga[r] = w + (size_t)r * ws + (size_t)q * gsz, pfa[r] = ga[r] + (size_t)4 * R * ws;
+      q4z2_half(R, C, ga, x, xs, q, h, h == 0, pfa, acc[h]);
+    }
+    if (kb) {
+      const uint8_t *ga[TRM];
+      FOR_R ga[r] = tail[r];
+      q4z2_half(R, C, ga, x, xs, ng, h, 0, ga, acc[h]);
+    }
+  }
+  FOR_R FOR_C OUT(r, c) = hsum8(_mm256_add_ps(acc[0][r][c], acc[1][r][c]));
+}
+
+/*
+ * Q8_0 x Q8_0Z: the same one-lane-per-block scheme for Q8_0 weights, whose 32 signed bytes meet
+ * the activation bytes of Q8_0Z's YL_0..3 (elements 0..15) and YH_0..3 (16..31); the off field is
+ * not used. Per half, per row: two 4 x 4 dword transposes per 128-bit lane (elements 0..15 into
+ * V_0..3, 16..31 into V_4..7) and their absolute values; per pair:
+ *   p   = sum over j of madd(maddubs(|V_j|, sign(Y_j, V_j)), 1)    (int32, exact)
+ *   acc = fma(float(p), d_w * d_x, acc)
+ * Each maddubs pair is at most 2 * 128 * 127 (the activations come from the Q8_0 quantizer, so
+ * |y| <= 127; a weight byte may be -128, whose magnitude 128 vpsignb leaves as the unsigned 128):
+ * no saturation. The halves and a short last group go as in t_q4z2. These bits differ from the
+ * AVX-512 level's Q8_0 x Q8_0Y (16 float lanes per block pair) in rounding only.
+ */
+QSF __m256i q8z2_ld2(const uint8_t *a, int b0, int part) { /* bytes 16part.. of blocks b0 (low lane), b0 + 1 */
+  return _mm256_loadu2_m128i((const __m128i *)(a + 34 * (b0 + 1) + 2 + 16 * part),
+                             (const __m128i *)(a + 34 * b0 + 2 + 16 * part));
+}
+
+QSI void q8z2_half(const int R, const int C, const uint8_t *const *ga, const uint8_t *x, size_t xs, int64_t q, int h,
+                   const int pf, const uint8_t *const *pfa, __m256 acc[TRM][TCM]) {
+  __m256i P[TRM][TCM];
+  __m256 D[TRM];
+  FOR_R FOR_C P[r][c] = _mm256_setzero_si256();
+  /* elements 0..15 (part 0) then 16..31: four transposed vectors per row live at a time */
+  _Pragma("GCC unroll 2") for (int part = 0; part < 2; part++) {
+    __m256i S[TRM][4];
+    FOR_R {
+      const uint8_t *a = ga[r];
+      if (pf && part == 0) pf_span(pfa[r], 16 * sizeof(blk_q8_0));
+      const __m256i y0 = q8z2_ld2(a, 2 * h, part), y1 = q8z2_ld2(a, 4 + 2 * h, part),
+                    y2 = q8z2_ld2(a, 8 + 2 * h, part), y3 = q8z2_ld2(a, 12 + 2 * h, part);
+      const __m256i t0 = _mm256_unpacklo_epi32(y0, y1), t1 = _mm256_unpackhi_epi32(y0, y1);
+      const __m256i t2 = _mm256_unpacklo_epi32(y2, y3), t3 = _mm256_unpackhi_epi32(y2, y3);
+      S[r][0] = _mm256_unpacklo_epi64(t0, t2);
+      S[r][1] = _mm256_unpackhi_epi64(t0, t2);
+      S[r][2] = _mm256_unpacklo_epi64(t1, t3);
+      S[r][3] = _mm256_unpackhi_epi64(t1, t3);
+    }
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+      __m256i A[TRM];
+      FOR_R A[r] = _mm256_sign_epi8(S[r][j], S[r][j]);
+      FOR_C {
+        const __m256i y = loadu256(x + (size_t)c * xs + (size_t)q * Q8Z_GROUP + 32 * h + 256 * part + 64 * j);
+        FOR_R P[r][c] = _mm256_add_epi32(
+            P[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(A[r], _mm256_sign_epi8(y, S[r][j])), _mm256_set1_epi16(1)));
+      }
+    }
+  }
+  FOR_R D[r] = _mm256_cvtph_ps(_mm_set_epi64x((long long)z2_d4(ga[r], 34, 2 * h + 1), (long long)z2_d4(ga[r], 34, 2 * h)));
+  FOR_C {
+    const __m256 yd = _mm256_loadu_ps((const float *)(const void *)(x + (size_t)c * xs + (size_t)q * Q8Z_GROUP + 32 * h + 576));
+    FOR_R acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P[r][c]), _mm256_mul_ps(D[r], yd), acc[r][c]);
+  }
+}
+
+QSI void t_q8z2(const int R, const int C, TILE_ARGS) {
+  const int64_t nb = n / QK8_0, ng = nb / 16, kb = nb % 16;
+  const size_t gsz = 16 * sizeof(blk_q8_0);
+  uint8_t tail[TRM][16 * sizeof(blk_q8_0)]; /* a last group of kb < 16 blocks, zero-padded */
+  if (kb) FOR_R {
+      memset(tail[r], 0, gsz);
+      memcpy(tail[r], w + (size_t)r * ws + (size_t)ng * gsz, (size_t)kb * sizeof(blk_q8_0));
+    }
+  __m256 acc[2][TRM][TCM];
+  _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+    FOR_R FOR_C acc[h][r][c] = _mm256_setzero_ps();
+    for (int64_t q = 0; q < ng; q++) {
+      const uint8_t *ga[TRM], *pfa[TRM];
+      FOR_R ga[r] = w + (size_t)r * ws + (size_t)q * gsz, pfa[r] = ga[r] + (size_t)4 * R * ws;
+      q8z2_half(R, C, ga, x, xs, q, h, h == 0, pfa, acc[h]);
+    }
+    if (kb) {
+      const uint8_t *ga[TRM];
+      FOR_R ga[r] = tail[r];
+      q8z2_half(R, C, ga, x, xs, ng, h, 0, ga, acc[h]);
+    }
+  }
+  FOR_R FOR_C OUT(r, c) = hsum8(_mm256_add_ps(acc[0][r][c], acc[1][r][c]));
+}
+
 /* Micro-tile shapes R x C (16 vector registers) */
-QS_TILE(t_q8_0, 2, 2)
 QS_TILE(t_q4_0, 2, 2)
+QS_TILE(t_q4z2, 1, 8)
+QS_TILE(t_q8z2, 1, 6)
 QS_TILE(t_q5_0, 2, 2)
 QS_TILE(t_q4_k, 1, 4)
 QS_TILE(t_q5_k, 1, 4)
@@ -29,8 +204,17 @@ QS_TILE(t_f16, 1, 2)
 QS_TILE(t_bf16, 1, 2)
 
 void q35_kernels_avx2(q35_kernels *k) {
-  QS_SET(k, Q35_TYPE_Q8_0, t_q8_0);
-  QS_SET(k, Q35_TYPE_Q4_0, t_q4_0);
+  QS_SET(k, Q35_TYPE_Q8_0, t_q8z2);
+  k->gemv[Q35_TYPE_Q8_0] = t_q8z2_tile; /* one row at a time with the prefetch */
+  k->q8_0_act = Q35_TYPE_Q8_0Z;
+  if (q35_cpu_q4_0_x()) { /* testing aid: the Q8_0X kernels (four lanes per block) */
+    QS_SET(k, Q35_TYPE_Q4_0, t_q4_0);
+    k->q4_0_act = Q35_TYPE_Q8_0X;
+  } else {
+    QS_SET(k, Q35_TYPE_Q4_0, t_q4z2);
+    k->gemv[Q35_TYPE_Q4_0] = t_q4z2_tile; /* one row at a time with the prefetch (vec_dot has no stride) */
+    k->q4_0_act = Q35_TYPE_Q8_0Z;
+  }
   QS_SET(k, Q35_TYPE_Q5_0, t_q5_0);
   QS_SET(k, Q35_TYPE_Q4_K, t_q4_k);
   QS_SET(k, Q35_TYPE_Q5_K, t_q5_k);

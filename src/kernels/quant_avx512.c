@@ -12,8 +12,9 @@
  * quant.c lays this table over the AVX2 level's when q35_simd_active() is avx512.
  *
  * The 512-bit kernels hold the 16 float lanes of a pair in one register where the 256-bit
- * templates keep two 256-bit halves (same integers, same fused multiply-adds in the same order,
- * same final sum), so their results are bit-identical to the 256-bit kernels'.
+ * kernels keep two 256-bit halves (same integers, same fused multiply-adds in the same order,
+ * same final sum), so their results are bit-identical to the 256-bit kernels' (Q4_0 x Q8_0X,
+ * Q4_0 x Q8_0Z: quant_avx2.c's t_q4z2; the K-quants).
  */
 #define QS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define QS_VNNI 1
@@ -34,7 +35,8 @@ QS_TILE(t_bf16, 2, 2)
 
 /* two 256-bit halves -> one 512-bit register */
 QSF __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
-/* Q8_0 x Q8_0Y: quant_256_q4_0_q5_0_q8_0.inc's two halves in one register (block 2g in lanes 0..7, 2g+1 in 8..15) */
+/* Q8_0 x Q8_0Y (layout in act_layout.h): per pair 16 float lanes, block 2g in lanes 0..7 and 2g+1
+ * in 8..15; per block and lane acc = fma(float(exact int lane), wd * yd, acc), result hsum16 */
 QSI void q8y_group(const int R, const int C, const int FULL, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
                    int64_t g, __m512 acc[TRM][TCM]) {
   const __m512i bias = _mm512_set1_epi8((char)0x80);
@@ -114,18 +116,6 @@ static const int16_t k6_idx[4][32] = {
     {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13, 14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
 
 QSF __m512i ld_idx(const int16_t *p) { return _mm512_loadu_si512(p); }
-
-/* a Q4_K/Q5_K block's 6-bit scales and mins as 16 bytes: sc0..3 mn0..3 sc4..7 mn4..7 (the
- * 16-byte load stays inside the block: scales sit at bytes 4..15, qs follow) */
-QSF __m128i q4k_sm8(const uint8_t *s) {
-  const __m128i v = _mm_loadu_si128((const __m128i *)s);
-  const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 1, 0)); /* u0 u1 u2 u2 */
-  const __m128i b = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 0, 0)); /* -- -- u0 u1 */
-  const __m128i lo = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
-                                   _mm_setr_epi32(0x3f3f3f3f, 0x3f3f3f3f, 0x0f0f0f0f, 0x0f0f0f0f));
-  const __m128i hi = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0, 0x30303030, 0x30303030));
-  return _mm_or_si128(lo, hi);
-}
 
 /* the 8 lanes the 256-bit templates's kernels hold: lanes j + 8 + j */
 QSF __m256i k5_fold(__m512i t) { return _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1)); }
@@ -406,7 +396,9 @@ static QS_TARGET void quant_q8_0z_512(const float *x, void *dst, int64_t n) {
 
 void q35_kernels_avx512(q35_kernels *k) {
   QS_SET(k, Q35_TYPE_Q8_0, t_q8y);
+  k->q8_0_act = Q35_TYPE_Q8_0Y; /* over the AVX2 level's Q8_0Z kernel */
   QS_SET(k, Q35_TYPE_Q4_0, t_q4_0);
+  k->q4_0_act = Q35_TYPE_Q8_0X; /* over the AVX2 level's Q8_0Z kernel; VBMI takes Q8_0Z again below */
   QS_SET(k, Q35_TYPE_Q5_0, t_q5_0);
   QS_SET(k, Q35_TYPE_Q4_K, t_q4k5);
   QS_SET(k, Q35_TYPE_Q5_K, t_q5_k);

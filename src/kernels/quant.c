@@ -101,7 +101,7 @@ int q35_vec_dot_type(int type) { return q35_kernels_vec_dot_type(kern(), type); 
 static const void *ref_act(int type, int64_t n, const void *x, size_t xs, int nc, size_t *rxs, void **tmp) {
   *tmp = NULL;
   *rxs = xs;
-  if (type != Q35_TYPE_Q4_0 || kern()->q4_0_act != Q35_TYPE_Q8_0Z) return x;
+  if (q35_kernels_vec_dot_type(kern(), type) != Q35_TYPE_Q8_0Z) return x; /* Q4_0, IQ4_NL, MXFP4 */
   const size_t rs = q35_row_size(Q35_TYPE_Q8_0X, n);
   uint8_t *o = malloc(rs * (size_t)(nc > 0 ? nc : 1));
   if (!o) return NULL;

@@ -3,8 +3,6 @@
  * The 256-bit templates of quant_lowbit_256.inc (maddubs + madd integer sums), bit-identical to
  * the reference; dequantize and the quantizers are the reference's.
  */
-/* no fused multiply-adds: the float steps must round as the reference's (quant_lowbit_256.inc) */
-#pragma GCC optimize("fp-contract=off")
 #define QS_TARGET __attribute__((target("avx2,fma,f16c")))
 #define QS_VNNI 0
 #include "kernels/quant_256.inc"
@@ -17,12 +15,6 @@ QS_TILE(t_mxfp4, 2, 2)
 QS_TILE(t_iq4_nl, 2, 2)
 QS_TILE(t_q4_1, 2, 2)
 QS_TILE(t_q5_1, 2, 2)
-LB_GEMV(t_q3_k)
-LB_GEMV(t_q2_k)
-LB_GEMV(t_mxfp4)
-LB_GEMV(t_iq4_nl)
-LB_GEMV(t_q4_1)
-LB_GEMV(t_q5_1)
 
 void q35_kernels_lowbit_avx2(q35_kernels *k) {
   LB_SET(k, Q35_TYPE_Q3_K, t_q3_k);

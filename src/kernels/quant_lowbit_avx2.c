@@ -13,8 +13,8 @@ QS_TILE(t_q3_k, 1, 4)
 QS_TILE(t_q2_k, 1, 4)
 QS_TILE(t_mxfp4, 2, 2)
 QS_TILE(t_iq4_nl, 2, 2)
-QS_TILE(t_q4_1, 2, 2)
-QS_TILE(t_q5_1, 2, 2)
+QS_TILE(t_q4_1, 2, 3)
+QS_TILE(t_q5_1, 1, 4)
 
 void q35_kernels_lowbit_avx2(q35_kernels *k) {
   LB_SET(k, Q35_TYPE_Q3_K, t_q3_k);

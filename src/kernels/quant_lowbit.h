@@ -3,8 +3,10 @@
  * Q5_1, and Q8_1, the activation type of Q4_1/Q5_1), byte for byte GGML's (ggml-common.h), with
  * the decoding helpers the reference and SIMD kernels of the family share.
  *
- * Activation types (as ggml-cpu pairs them): Q2_K, Q3_K -> Q8_K; MXFP4, IQ4_NL -> Q8_0;
- * Q4_1, Q5_1 -> Q8_1 (Q8_0's values plus s = d * sum(q) as fp16).
+ * Activation types: Q2_K, Q3_K -> Q8_K; Q4_1, Q5_1 -> Q8_1 (Q8_0's values plus s = d * sum(q)
+ * as fp16), as ggml-cpu pairs them; MXFP4, IQ4_NL -> Q4_0's (ggml's Q8_0 values in Q8_0X, or Q8_0Z
+ * where the level's Q4_0 kernels take it: act_layout.h), whose blocks are Q4_0's nibbles with a
+ * code book instead of q - 8.
  */
 #ifndef Q35_QUANT_LOWBIT_H
 #define Q35_QUANT_LOWBIT_H

@@ -44,7 +44,6 @@ QSI void k23_t(const int Q3, const int R, const int C, TILE_ARGS) {
     __m256i s16[TRM], mn16[TRM];
     FOR_R {
       const uint8_t *a = w + (size_t)r * ws + (size_t)i * bs;
-      lb_pf(a + (size_t)R * ws, bs);
       if (Q3) {
         s16[r] = _mm256_cvtepi8_epi16(q3k_scales16(((const blk_q3_k *)(const void *)a)->scales));
         hm[r] = _mm512_broadcast_i64x4(loadu256(((const blk_q3_k *)(const void *)a)->hmask));
@@ -156,7 +155,6 @@ QSI void nz_group(const int TY, const int R, const int C, const int FULL, const 
   __m512 D[TRM];
   FOR_R {
     const uint8_t *a = w + (size_t)r * ws + (size_t)q * 16 * NX_WB(TY);
-    if (FULL) lb_pf(a + (size_t)4 * R * ws, 16 * NX_WB(TY)); /* four tiles ahead, as t_q4z */
     __m512i Q[4], R0[4];
     _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
       const uint8_t *ak = a + 4 * NX_WB(TY) * k;

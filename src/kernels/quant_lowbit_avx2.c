@@ -14,13 +14,15 @@ QS_TILE(t_q2_k, 1, 4)
 QS_TILE(t_mxfp4, 2, 2)
 QS_TILE(t_iq4_nl, 2, 2)
 QS_TILE(t_q4_1, 2, 3)
+LB_GEMV1(t_q4_1, LB_Q4_1)
 QS_TILE(t_q5_1, 1, 4)
+LB_GEMV1(t_q5_1, LB_Q5_1)
 
 void q35_kernels_lowbit_avx2(q35_kernels *k) {
   LB_SET(k, Q35_TYPE_Q3_K, t_q3_k);
   LB_SET(k, Q35_TYPE_Q2_K, t_q2_k);
   LB_SET(k, Q35_TYPE_MXFP4, t_mxfp4);
   LB_SET(k, Q35_TYPE_IQ4_NL, t_iq4_nl);
-  LB_SET(k, Q35_TYPE_Q4_1, t_q4_1);
-  LB_SET(k, Q35_TYPE_Q5_1, t_q5_1);
+  LB_SET1(k, Q35_TYPE_Q4_1, t_q4_1);
+  LB_SET1(k, Q35_TYPE_Q5_1, t_q5_1);
 }

@@ -13,7 +13,9 @@
 QS_TILE(t_mxfp4, 2, 4)
 QS_TILE(t_iq4_nl, 2, 4)
 QS_TILE(t_q4_1, 2, 4)
+LB_GEMV1(t_q4_1, LB_Q4_1)
 QS_TILE(t_q5_1, 2, 4)
+LB_GEMV1(t_q5_1, LB_Q5_1)
 
 /*
  * Q2_K / Q3_K x Q8_K with 512-bit integer sums (as quant_avx512.c's t_q4k5 / t_q6k5 do for Q4_K /
@@ -214,8 +216,8 @@ QS_TILE(t_iq4_nlz, 2, 4)
 void q35_kernels_lowbit_avx512(q35_kernels *k) {
   LB_SET(k, Q35_TYPE_Q3_K, t_q3_k5);
   LB_SET(k, Q35_TYPE_Q2_K, t_q2_k5);
-  LB_SET(k, Q35_TYPE_Q4_1, t_q4_1);
-  LB_SET(k, Q35_TYPE_Q5_1, t_q5_1);
+  LB_SET1(k, Q35_TYPE_Q4_1, t_q4_1);
+  LB_SET1(k, Q35_TYPE_Q5_1, t_q5_1);
   /* IQ4_NL and MXFP4 take Q4_0's activations (q35_lowbit_vec_dot_type): Q8_0Z where
    * q35_kernels_avx512 set it, else Q8_0X */
   if (k->q4_0_act == Q35_TYPE_Q8_0Z) {

@@ -11,8 +11,8 @@
 /* Micro-tile shapes R x C (16 vector registers) */
 QS_TILE(t_q3_k, 1, 4)
 QS_TILE(t_q2_k, 1, 4)
-QS_TILE(t_mxfp4, 2, 2)
-QS_TILE(t_iq4_nl, 2, 2)
+QS_TILE(t_mxfp4, 2, 3)
+QS_TILE(t_iq4_nl, 2, 3)
 QS_TILE(t_q4_1, 2, 3)
 LB_GEMV1(t_q4_1, LB_Q4_1)
 QS_TILE(t_q5_1, 1, 4)

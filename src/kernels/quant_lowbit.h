@@ -67,6 +67,9 @@ _Static_assert(sizeof(blk_q8_1) == 36, "q8_1 size");
 /* MXFP4's code book: the E2M1 values doubled (so they are integers; the scale is halved). */
 extern const int8_t q35_kvalues_mxfp4[16];
 
+/* q35_e8m0_half(e) for every byte e, as float bit patterns (a table for the SIMD kernels) */
+extern const uint32_t q35_e8m0_half_bits[256];
+
 /* The E8M0 scale e as a float, halved (2^(e - 128)), exactly as ggml's GGML_E8M0_TO_FP32_HALF:
  * e < 2 gives the subnormals 2^-128 and 2^-127. */
 static inline float q35_e8m0_half(uint8_t e) {

@@ -21,6 +21,17 @@
 
 const int8_t q35_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
+/* q35_e8m0_half(e) as bit patterns, for every byte e */
+#define E8(e) ((e) < 2 ? 0x00200000u << (e) : (uint32_t)((e) - 1) << 23)
+#define E8x4(e) E8(e), E8((e) + 1), E8((e) + 2), E8((e) + 3)
+#define E8x16(e) E8x4(e), E8x4((e) + 4), E8x4((e) + 8), E8x4((e) + 12)
+#define E8x64(e) E8x16(e), E8x16((e) + 16), E8x16((e) + 32), E8x16((e) + 48)
+const uint32_t q35_e8m0_half_bits[256] = {E8x64(0), E8x64(64), E8x64(128), E8x64(192)};
+#undef E8
+#undef E8x4
+#undef E8x16
+#undef E8x64
+
 /* ============================== dequantize ============================== */
 
 static void dequant_q2_k(const void *src, float *y, int64_t n) {

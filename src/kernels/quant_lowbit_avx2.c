@@ -1,7 +1,7 @@
 /*
  * quant_lowbit_avx2.c - kernels of the Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, MXFP4 weight types: AVX2 + FMA + F16C.
- * The 256-bit templates of quant_lowbit_256.inc (maddubs + madd integer sums), bit-identical to
- * the reference; dequantize and the quantizers are the reference's.
+ * The 256-bit templates of quant_lowbit_256.inc (maddubs + madd integer sums, float lanes with
+ * fused multiply-adds); dequantize and the quantizers are the reference's.
  */
 #define QS_TARGET __attribute__((target("avx2,fma,f16c")))
 #define QS_VNNI 0

@@ -1,6 +1,7 @@
 /*
- * lowbit_bench.c - the lowbit types' kernels (Q3_K, Q2_K, MXFP4, IQ4_NL, Q4_1, Q5_1, with Q4_0
- * and Q4_K as yardsticks) at each SIMD level this CPU has, the paths the forward pass takes:
+ * lowbit_bench.c - the kernels of the types issue 16 added (Q3_K, Q2_K, MXFP4, IQ4_NL, Q4_1, Q5_1,
+ * IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, with Q4_0 and Q4_K as yardsticks) at each
+ * SIMD level this CPU has, the paths the forward pass takes:
  *   decode   one activation column times a weight matrix far bigger than the caches
  *            (q35_tile_run with nc = 1: the level's gemv), GB/s of weights streamed, THREADS
  *            threads each on its own slice of rows
@@ -13,7 +14,9 @@
  * Build (after cmake --build build):
  *   cc -O2 -Iinclude -Isrc bench/lowbit_bench.c build/libq35.a -o build/lowbit_bench \
  *      $(pkg-config --libs jansson libpcre2-8 libutf8proc) -lm -pthread
- * Run: build/lowbit_bench [MiB of weights per matrix, default 512] [THREADS, default 1]
+ * Run: build/lowbit_bench [MiB of weights per matrix, default 512] [THREADS, default 1] [types: comma
+ *      list of names, default all]
+ * The IQ types have no q35 quantizer: their rows are random bytes with normal fp16 scales.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -22,6 +25,7 @@
 #include <time.h>
 
 #include "base/cpu.h"
+#include "base/util.h"
 #include "kernels/quant.h"
 #include "kernels/quant_internal.h"
 
@@ -54,8 +58,37 @@ static void *run_job(void *p) {
   return NULL;
 }
 
-static const int types[] = {Q35_TYPE_Q3_K, Q35_TYPE_Q2_K, Q35_TYPE_MXFP4, Q35_TYPE_IQ4_NL, Q35_TYPE_Q4_1,
-                            Q35_TYPE_Q5_1, Q35_TYPE_Q4_0, Q35_TYPE_Q4_K};
+static const int types[] = {Q35_TYPE_Q3_K,   Q35_TYPE_Q2_K,   Q35_TYPE_MXFP4,   Q35_TYPE_IQ4_NL, Q35_TYPE_Q4_1,
+                            Q35_TYPE_Q5_1,   Q35_TYPE_IQ2_XXS, Q35_TYPE_IQ2_XS, Q35_TYPE_IQ2_S,  Q35_TYPE_IQ3_XXS,
+                            Q35_TYPE_IQ3_S,  Q35_TYPE_IQ1_S,  Q35_TYPE_IQ1_M,   Q35_TYPE_Q4_0,   Q35_TYPE_Q4_K};
+static const char *only; /* comma list of type names, NULL: all */
+
+static int wanted(int type) {
+  if (!only) return 1;
+  const char *name = q35_type_name(type);
+  const size_t n = strlen(name);
+  for (const char *p = only; (p = strstr(p, name)) != NULL; p += n)
+    if ((p == only || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) return 1;
+  return 0;
+}
+
+/* one row of n elements of `type`: q35's quantizer on f, or (types without one: IQ) random bytes
+ * with the fp16 super-block scale set to a normal value */
+static void make_row(int type, const float *f, uint8_t *dst, int64_t n, uint64_t seed) {
+  if (q35_type_quantizable(type)) {
+    q35_quantize_row_ref(type, f, dst, n);
+    return;
+  }
+  const size_t bs = q35_type_size(type), nb = (size_t)(n / q35_type_block(type));
+  for (size_t i = 0; i < bs * nb; i++) dst[i] = (uint8_t)((seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 56);
+  for (size_t b = 0; b < nb; b++) {
+    const uint16_t d = q35_fp32_to_fp16(1e-3f * (float)(1 + (b * 37 + seed % 97) % 100));
+    uint8_t *p = dst + b * bs;
+    if (type == Q35_TYPE_IQ1_M)
+      for (int k = 0; k < 4; k++) p[48 + 2 * k + 1] = (uint8_t)((p[48 + 2 * k + 1] & 0x0F) | (((d >> (4 * k)) & 0xF) << 4));
+    else memcpy(p, &d, 2);
+  }
+}
 #define NT (int)(sizeof types / sizeof types[0])
 
 static void bench_decode(size_t mib, int nth) {
@@ -74,7 +107,8 @@ static void bench_decode(size_t mib, int nth) {
     const int type = types[t];
     const size_t rb = q35_row_size(type, n);
     const int rows = (int)(total / rb);
-    q35_quantize_row_ref(type, wf, src, n); /* one real row, replicated */
+    if (!wanted(type)) continue;
+    make_row(type, wf, src, n, 1); /* one row, replicated */
     for (int r = 1; r < rows; r++) memcpy(src + (size_t)r * rb, src, rb);
     float *o = malloc(sizeof(float) * (size_t)rows);
     printf("%-7s", q35_type_name(type));
@@ -124,9 +158,10 @@ static void bench_prefill(void) {
     const int type = types[t];
     const size_t wrs = q35_row_size(type, n);
     uint8_t *w = malloc(wrs * (size_t)rows);
+    if (!wanted(type)) continue;
     for (int r = 0; r < rows; r++) {
       for (int64_t i = 0; i < n; i++) f[i] = (float)((i * 131 + r * 7) % 1000) / 50000.0f - 0.01f;
-      q35_quantize_row_ref(type, f, w + (size_t)r * wrs, n);
+      make_row(type, f, w + (size_t)r * wrs, n, (uint64_t)r + 1);
     }
     printf("%-7s", q35_type_name(type));
     for (int l = 0; l <= Q35_SIMD_AVX512; l++) {
@@ -166,6 +201,7 @@ static void bench_prefill(void) {
 int main(int argc, char **argv) {
   const size_t mib = argc > 1 ? (size_t)atoi(argv[1]) : 512;
   const int nth = argc > 2 ? atoi(argv[2]) : 1;
+  only = argc > 3 ? argv[3] : NULL;
   bench_decode(mib, nth);
   bench_prefill();
   return 0;

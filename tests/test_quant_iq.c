@@ -5,7 +5,8 @@
  *     (every grid index, sign pattern and scale; finite fp16 scales incl. zero and subnormal)
  *     against Q8_K activations from q35's quantizer and with extreme bytes (+-127);
  *   - the level's tile product == its own vec_dot per pair, bit for bit, for odd tile shapes,
- *     odd row strides and byte offsets, both output layouts, and a tile crossing the cache panels;
+ *     odd row strides and byte offsets, both output layouts, and tiles crossing the cache panels
+ *     and the x86 prefill tiles' chunks (more than 4 columns: rows decoded once, quant_iq_256.inc);
  *   - the reference itself against a float64 dot of the dequantized rows (1e-5 of sum |w*x|),
  *     so a wrong reference cannot hold the kernels to itself (ggml holds it in test_quant_iq_peer).
  * Runs per level too (test_quant_iq@avx2, @scalar: the public entry points at that level), and
@@ -183,9 +184,11 @@ int main(void) {
           tile_case(q35_simd_name(level), &k, &ref, t, QK_K * (1 + (int64_t)(rng_u64() % 3)), nr, nc);
           cases++;
         }
-      if (!emu) { /* crosses the column panel (NEON has no tile kernels: the emulated run skips it) */
+      if (!emu) { /* crosses the column panel (NEON has no tile kernels: the emulated run skips it);
+                   * x86 prefill tiles: rows decoded 8 super-blocks at a time, 64-column panels */
         tile_case(q35_simd_name(level), &k, &ref, t, 4096, 11, 67);
-        cases++;
+        tile_case(q35_simd_name(level), &k, &ref, t, 17 * QK_K, 7, 70);
+        cases += 2;
       }
     }
     printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");

@@ -154,8 +154,11 @@ static void run_cpu_variant(void *cpu, void *base, const char *variant) {
       vec_dot_fn gdot = (vec_dot_fn)must(cpu, types[t].dot);
       const uint8_t *rows[2] = {a, b};
       for (int r = 0; r < 2; r++) {
-        q35_quantize_row(vt, x, c, n); /* Q8_K / Q8_0 / Q8_1: ggml's formats, byte-identical */
-        memcpy(cq, c, q35_row_size(vt, n));
+        /* Q8_K / Q8_0 / Q8_1: ggml's formats, byte-identical; IQ4_NL / MXFP4 take Q4_0's layout
+         * (Q8_0X or Q8_0Z) of the same Q8_0 blocks */
+        const int gt = vt == Q35_TYPE_Q8_0X || vt == Q35_TYPE_Q8_0Z ? Q35_TYPE_Q8_0 : vt;
+        q35_quantize_row(gt, x, c, n);
+        q35_quantize_row(vt, x, cq, n);
         float want = 0;
         gdot(n, &want, 0, rows[r], 0, c, 0, 1);
         const float got = q35_vec_dot(type, n, rows[r], cq), ref = q35_vec_dot_ref(type, n, rows[r], cq);

@@ -21,6 +21,7 @@
 static void overlay(q35_kernels *dst, const q35_kernels *src) {
   if (src->q4_0_act) dst->q4_0_act = src->q4_0_act;
   if (src->q8_0_act) dst->q8_0_act = src->q8_0_act;
+  if (src->nl_act) dst->nl_act = src->nl_act;
   for (int t = 0; t < Q35_TYPE_COUNT; t++) {
     if (src->vec_dot[t]) dst->vec_dot[t] = src->vec_dot[t];
     if (src->quantize[t]) dst->quantize[t] = src->quantize[t];

@@ -42,6 +42,7 @@ typedef struct {
   q35_tile_fn tile[Q35_TYPE_COUNT]; /* NULL: loop over this table's vec_dot (see q35_tile_run) */
   int q4_0_act; /* the activation type this table's Q4_0 kernels take (0: unset, Q8_0X) */
   int q8_0_act; /* the activation type this table's Q8_0 kernels take (0: unset, Q8_0Y) */
+  int nl_act;   /* ... its IQ4_NL and MXFP4 kernels take (0: unset, Q8_0X) */
   q35_tile_fn gemv[Q35_TYPE_COUNT]; /* one activation column (nc = 1) where a tile kernel beats a loop
                                      * of vec_dot calls: the AVX-512 Q4_0 x Q8_0Z one, whose one-row
                                      * tiles prefetch the rows ahead (vec_dot has no row stride) */

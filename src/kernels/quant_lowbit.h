@@ -3,8 +3,10 @@
  * Q5_1, and Q8_1, the activation type of Q4_1/Q5_1), byte for byte GGML's (ggml-common.h), with
  * the decoding helpers the reference and SIMD kernels of the family share.
  *
- * Activation types (as ggml-cpu pairs them): Q2_K, Q3_K -> Q8_K; MXFP4, IQ4_NL -> Q8_0;
- * Q4_1, Q5_1 -> Q8_1 (Q8_0's values plus s = d * sum(q) as fp16).
+ * Activation types: Q2_K, Q3_K -> Q8_K; Q4_1, Q5_1 -> Q8_1 (Q8_0's values plus s = d * sum(q)
+ * as fp16), as ggml-cpu pairs them; MXFP4, IQ4_NL -> Q4_0's (ggml's Q8_0 values in Q8_0X, or Q8_0Z
+ * where the level's Q4_0 kernels take it: act_layout.h), whose blocks are Q4_0's nibbles with a
+ * code book instead of q - 8.
  */
 #ifndef Q35_QUANT_LOWBIT_H
 #define Q35_QUANT_LOWBIT_H
@@ -64,6 +66,9 @@ _Static_assert(sizeof(blk_q8_1) == 36, "q8_1 size");
 
 /* MXFP4's code book: the E2M1 values doubled (so they are integers; the scale is halved). */
 extern const int8_t q35_kvalues_mxfp4[16];
+
+/* q35_e8m0_half(e) for every byte e, as float bit patterns (a table for the SIMD kernels) */
+extern const uint32_t q35_e8m0_half_bits[256];
 
 /* The E8M0 scale e as a float, halved (2^(e - 128)), exactly as ggml's GGML_E8M0_TO_FP32_HALF:
  * e < 2 gives the subnormals 2^-128 and 2^-127. */

@@ -1,10 +1,8 @@
 /*
  * quant_lowbit_avx2.c - kernels of the Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, MXFP4 weight types: AVX2 + FMA + F16C.
- * The 256-bit templates of quant_lowbit_256.inc (maddubs + madd integer sums), bit-identical to
- * the reference; dequantize and the quantizers are the reference's.
+ * The 256-bit templates of quant_lowbit_256.inc (maddubs + madd integer sums, float lanes with
+ * fused multiply-adds); dequantize and the quantizers are the reference's.
  */
-/* no fused multiply-adds: the float steps must round as the reference's (quant_lowbit_256.inc) */
-#pragma GCC optimize("fp-contract=off")
 #define QS_TARGET __attribute__((target("avx2,fma,f16c")))
 #define QS_VNNI 0
 #include "kernels/quant_256.inc"
@@ -13,22 +11,19 @@
 /* Micro-tile shapes R x C (16 vector registers) */
 QS_TILE(t_q3_k, 1, 4)
 QS_TILE(t_q2_k, 1, 4)
-QS_TILE(t_mxfp4, 2, 2)
-QS_TILE(t_iq4_nl, 2, 2)
-QS_TILE(t_q4_1, 2, 2)
-QS_TILE(t_q5_1, 2, 2)
-LB_GEMV(t_q3_k)
-LB_GEMV(t_q2_k)
-LB_GEMV(t_mxfp4)
-LB_GEMV(t_iq4_nl)
-LB_GEMV(t_q4_1)
-LB_GEMV(t_q5_1)
+QS_TILE(t_mxfp4, 2, 3)
+QS_TILE(t_iq4_nl, 2, 3)
+QS_TILE(t_q4_1, 2, 3)
+LB_GEMV1(t_q4_1, LB_Q4_1)
+QS_TILE(t_q5_1, 1, 4)
+LB_GEMV1(t_q5_1, LB_Q5_1)
 
 void q35_kernels_lowbit_avx2(q35_kernels *k) {
   LB_SET(k, Q35_TYPE_Q3_K, t_q3_k);
   LB_SET(k, Q35_TYPE_Q2_K, t_q2_k);
   LB_SET(k, Q35_TYPE_MXFP4, t_mxfp4);
   LB_SET(k, Q35_TYPE_IQ4_NL, t_iq4_nl);
-  LB_SET(k, Q35_TYPE_Q4_1, t_q4_1);
-  LB_SET(k, Q35_TYPE_Q5_1, t_q5_1);
+  k->nl_act = Q35_TYPE_Q8_0X; /* (Q4_0 takes Q8_0Z at this level) */
+  LB_SET1(k, Q35_TYPE_Q4_1, t_q4_1);
+  LB_SET1(k, Q35_TYPE_Q5_1, t_q5_1);
 }

@@ -1,34 +1,231 @@
 /*
  * quant_lowbit_avx512.c - kernels of the Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, MXFP4 weight types: AVX-512.
  * The 256-bit templates of quant_lowbit_256.inc with VNNI (vpdpbusd / vpdpwssd) and the larger
- * tiles 32 vector registers allow; bit-identical to the reference (and so to the AVX2 level).
+ * tiles 32 vector registers allow; where the CPU has VBMI (as Q4_0, whose activations they take),
+ * IQ4_NL and MXFP4 x Q8_0Z with 512-bit registers (below).
  */
-/* no fused multiply-adds: the float steps must round as the reference's (quant_lowbit_256.inc) */
-#pragma GCC optimize("fp-contract=off")
 #define QS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define QS_VNNI 1
 #include "kernels/quant_256.inc"
 #include "kernels/quant_lowbit_256.inc"
 
 /* Micro-tile shapes R x C (32 vector registers) */
-QS_TILE(t_q3_k, 2, 4)
-QS_TILE(t_q2_k, 2, 4)
 QS_TILE(t_mxfp4, 2, 4)
 QS_TILE(t_iq4_nl, 2, 4)
 QS_TILE(t_q4_1, 2, 4)
+LB_GEMV1(t_q4_1, LB_Q4_1)
 QS_TILE(t_q5_1, 2, 4)
-LB_GEMV(t_q3_k)
-LB_GEMV(t_q2_k)
-LB_GEMV(t_mxfp4)
-LB_GEMV(t_iq4_nl)
-LB_GEMV(t_q4_1)
-LB_GEMV(t_q5_1)
+LB_GEMV1(t_q5_1, LB_Q5_1)
+
+/*
+ * Q2_K / Q3_K x Q8_K with 512-bit integer sums (as quant_avx512.c's t_q4k5 / t_q6k5 do for Q4_K /
+ * Q6_K): one 512-bit step covers two of the 256-bit templates' 32-byte steps, s = 2p and 2p + 1 of
+ * half h, side by side (the 32 qs bytes of half h in both halves, shifted by 2s resp. 2s + 2),
+ * against the 64 contiguous activation bytes 128h + 64p ..; each 256-bit half's int16 lanes carry
+ * its two sub-block scales (one vpermw). The 8 lanes the float steps see are lanes j + 8 + j:
+ * the same exact int32 sums as the 256-bit templates', so the same bits.
+ */
+static const int16_t k23_idx[4][32] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13, 14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
+
+/* the 8 lanes of the 256-bit templates: lanes j + 8 + j */
+QSF __m256i k23_fold(__m512i t) { return _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1)); }
+
+/* Q3 = 1: Q3_K (u = 2 bits + 4 * hmask bit, the -4 through bsums), else Q2_K (mins through bsums) */
+QSI void k23_t(const int Q3, const int R, const int C, TILE_ARGS) {
+  const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+  const size_t bs = Q3 ? sizeof(blk_q3_k) : sizeof(blk_q2_k);
+  const size_t qoff = Q3 ? offsetof(blk_q3_k, qs) : offsetof(blk_q2_k, qs);
+  __m256 acc[TRM][TCM];
+  FOR_R FOR_C acc[r][c] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    __m512i isum[TRM][TCM], sc[TRM], hm[TRM];
+    __m256i s16[TRM], mn16[TRM];
+    FOR_R {
+      const uint8_t *a = w + (size_t)r * ws + (size_t)i * bs;
+      if (Q3) {
+        s16[r] = _mm256_cvtepi8_epi16(q3k_scales16(((const blk_q3_k *)(const void *)a)->scales));
+        hm[r] = _mm512_broadcast_i64x4(loadu256(((const blk_q3_k *)(const void *)a)->hmask));
+      } else {
+        const __m128i s8 = _mm_loadu_si128((const __m128i *)(const void *)((const blk_q2_k *)(const void *)a)->scales);
+        s16[r] = _mm256_cvtepu8_epi16(_mm_and_si128(s8, _mm_set1_epi8(0xF)));
+        mn16[r] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(0xF)));
+      }
+      sc[r] = _mm512_castsi256_si512(s16[r]);
+    }
+    FOR_R FOR_C isum[r][c] = _mm512_setzero_si512();
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+      __m512i qb[TRM];
+      FOR_R qb[r] = _mm512_broadcast_i64x4(loadu256(w + (size_t)r * ws + (size_t)i * bs + qoff + 32 * h));
+      _Pragma("GCC unroll 2") for (int p = 0; p < 2; p++) {
+        /* steps s = 2p (half 0) and 2p + 1 (half 1): bits 2s of the qs bytes, hmask bit 4h + s */
+        const __m512i cnt = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * p)), _mm256_set1_epi16((short)(4 * p + 2)), 1);
+        const __m512i hbit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * h + 2 * p))),
+                                                _mm256_set1_epi8((char)(1 << (4 * h + 2 * p + 1))), 1);
+        __m512i q[TRM], s[TRM];
+        FOR_R {
+          q[r] = _mm512_and_si512(_mm512_srlv_epi16(qb[r], cnt), m3);
+          if (Q3) q[r] = _mm512_mask_add_epi8(q[r], _mm512_test_epi8_mask(hm[r], hbit), q[r], four);
+          s[r] = _mm512_permutexvar_epi16(_mm512_loadu_si512(k23_idx[2 * h + p]), sc[r]);
+        }
+        FOR_C {
+          const blk_q8_k *b = (const blk_q8_k *)(x + (size_t)c * xs) + i;
+          const __m512i y = _mm512_loadu_si512(b->qs + 128 * h + 64 * p);
+          FOR_R isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q[r], y), s[r]);
+        }
+      }
+    }
+    FOR_R {
+      const uint8_t *a = w + (size_t)r * ws + (size_t)i * bs;
+      FOR_C {
+        const blk_q8_k *b = (const blk_q8_k *)(x + (size_t)c * xs) + i;
+        const __m256i bsum = loadu256(b->bsums);
+        if (Q3) {
+          const float d = h2f(((const blk_q3_k *)(const void *)a)->d);
+          const __m256i corr = _mm256_madd_epi16(bsum, s16[r]);
+          const __m256i is = _mm256_sub_epi32(k23_fold(isum[r][c]), _mm256_slli_epi32(corr, 2));
+          acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(d * b->d), _mm256_cvtepi32_ps(is), acc[r][c]);
+        } else {
+          const blk_q2_k *a2 = (const blk_q2_k *)(const void *)a;
+          const float wd = h2f(a2->d), wm = h2f(a2->dmin);
+          const __m256i msum = _mm256_madd_epi16(bsum, mn16[r]);
+          acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wd * b->d), _mm256_cvtepi32_ps(k23_fold(isum[r][c])), acc[r][c]);
+          acc[r][c] = _mm256_fnmadd_ps(_mm256_set1_ps(wm * b->d), _mm256_cvtepi32_ps(msum), acc[r][c]);
+        }
+      }
+    }
+  }
+  FOR_R FOR_C OUT(r, c) = hsum8(acc[r][c]);
+}
+QSI void t_q3_k5(const int R, const int C, TILE_ARGS) { k23_t(1, R, C, n, w, ws, x, xs, o, ors, ocs); }
+QSI void t_q2_k5(const int R, const int C, TILE_ARGS) { k23_t(0, R, C, n, w, ws, x, xs, o, ors, ocs); }
+QS_TILE(t_q3_k5, 2, 4)
+QS_TILE(t_q2_k5, 2, 4)
+
+/*
+ * IQ4_NL / MXFP4 x Q8_0Z (act_layout.h): Q4_0's 512-bit kernel (quant_avx512.c, t_q4z) with the
+ * code book. One int32 lane per block: per group of 16 blocks, the four groups of four blocks'
+ * nibble bytes (four 16-byte loads each) are transposed 4 x 4 by dwords, so lane 4s + k holds
+ * block 4k + s, Q8_0Z's lane order. Values u = v + bias (nx_table) go through vpshufb, and
+ * the bias comes back through Q8_0Z's offset lane (-8 * sum(y), shifted). Per block and
+ * column: acc[lane] = fma(float(exact int32 total), d_w * d_x, acc[lane]); the result is
+ * hsum16(acc), groups in order. In a last group of fewer than 16 blocks the missing blocks read
+ * as zeros (never past the row) against Q8_0Z's zero padding and add 0 * 0.
+ */
+#undef QS_TARGET
+#define QS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
+
+QSF float nz_hsum16(__m512 v) {
+  return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+}
+
+/* word / byte permute indices of the weight scales: lane 4s + k <- block 4k + s's scale, which
+ * sits at byte WB * s of the group's k-th 64-byte load */
+static const int16_t nz_widx[32] = {0, 0, 0, 0, 9, 9, 9, 9, 18, 18, 18, 18, 27, 27, 27, 27}; /* IQ4_NL: word 9s */
+static const int8_t nz_bidx[64] = {0, 0, 0, 0, 0, 0, 0, 0, 17, 17, 17, 17, 17, 17, 17, 17,
+                                   34, 34, 34, 34, 34, 34, 34, 34, 51, 51, 51, 51, 51, 51, 51, 51}; /* MXFP4: byte 17s */
+
+/* the 16 weight scales of a group as floats in Q8_0Z's lane order, from the four raw loads */
+QSF __m512 nz_scales(const int TY, const __m512i R0[4]) {
+  if (TY == LB_IQ4_NL) {
+    const __m512i sidx = _mm512_loadu_si512(nz_widx);
+    __m512i dw = _mm512_maskz_permutexvar_epi16(0x1111, sidx, R0[0]);
+    dw = _mm512_mask_permutexvar_epi16(dw, 0x2222, sidx, R0[1]);
+    dw = _mm512_mask_permutexvar_epi16(dw, 0x4444, sidx, R0[2]);
+    dw = _mm512_mask_permutexvar_epi16(dw, 0x8888, sidx, R0[3]);
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(dw));
+  }
+  const __m512i bidx = _mm512_loadu_si512(nz_bidx);
+  const __mmask64 m = 0x01010101; /* bytes 8s: word 4s (the low byte of the e's word) */
+  __m512i e = _mm512_maskz_permutexvar_epi8(m, bidx, R0[0]);
+  e = _mm512_mask_permutexvar_epi8(e, m << 2, bidx, R0[1]);
+  e = _mm512_mask_permutexvar_epi8(e, m << 4, bidx, R0[2]);
+  e = _mm512_mask_permutexvar_epi8(e, m << 6, bidx, R0[3]);
+  const __m512i v = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(e));
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(v, _mm512_set1_epi32(1)), 23);
+  const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), v); /* e < 2: subnormal */
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(v, _mm512_set1_epi32(2)), normal, sub));
+}
+
+QSI void nz_group(const int TY, const int R, const int C, const int FULL, const uint8_t *w, size_t ws, const uint8_t *x,
+                  size_t xs, int64_t q, int kb, __m512i table, __m512 acc[TRM][TCM]) {
+  const __m512i m4 = _mm512_set1_epi8(0xF);
+  __m512i L[TRM][4], H[TRM][4];
+  __m512 D[TRM];
+  FOR_R {
+    const uint8_t *a = w + (size_t)r * ws + (size_t)q * 16 * NX_WB(TY);
+    __m512i Q[4], R0[4];
+    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+      const uint8_t *ak = a + 4 * NX_WB(TY) * k;
+      const int nk = FULL ? 4 : kb - 4 * k >= 4 ? 4 : kb - 4 * k > 0 ? kb - 4 * k : 0;
+      const int nbytes = NX_WB(TY) * nk; /* the 64-byte load stays inside four blocks */
+      R0[k] = FULL || nbytes >= 64 ? _mm512_loadu_si512(ak) : _mm512_maskz_loadu_epi8(((__mmask64)1 << nbytes) - 1, ak);
+      __m512i v = _mm512_setzero_si512();
+      _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) if (p < nk) {
+        const __m128i t = _mm_loadu_si128((const __m128i *)(const void *)(ak + NX_WB(TY) * p + NX_QOFF(TY)));
+        v = _mm512_inserti32x4(v, t, p);
+      }
+      Q[k] = v;
+    }
+    const __m512i t0 = _mm512_unpacklo_epi32(Q[0], Q[1]), t1 = _mm512_unpackhi_epi32(Q[0], Q[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(Q[2], Q[3]), t3 = _mm512_unpackhi_epi32(Q[2], Q[3]);
+    const __m512i V[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3),
+                          _mm512_unpackhi_epi64(t1, t3)};
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+      L[r][j] = _mm512_shuffle_epi8(table, _mm512_and_si512(V[j], m4));
+      H[r][j] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(V[j], 4), m4));
+    }
+    D[r] = nz_scales(TY, R0);
+  }
+  FOR_C {
+    const uint8_t *b = x + (size_t)c * xs + (size_t)q * Q8Z_GROUP;
+    const __m512 yd = _mm512_loadu_ps(b + 576);
+    const __m512i off = _mm512_slli_epi32(_mm512_loadu_si512(b + 512), NX_OFFSHIFT(TY)); /* -bias * sum(y) */
+    FOR_R {
+      __m512i p = off;
+      _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) p = _mm512_dpbusd_epi32(p, L[r][j], _mm512_loadu_si512(b + 64 * j));
+      _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)
+        p = _mm512_dpbusd_epi32(p, H[r][j], _mm512_loadu_si512(b + 256 + 64 * j));
+      acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(D[r], yd), acc[r][c]);
+    }
+  }
+}
+
+QSI void nz_t(const int TY, const int R, const int C, TILE_ARGS) {
+  const __m512i table = _mm512_broadcast_i32x4(_mm256_castsi256_si128(nx_table(TY)));
+  const int64_t nb = n / QK8_0, ng = nb / 16;
+  __m512 acc[TRM][TCM];
+  FOR_R FOR_C acc[r][c] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < ng; g++) nz_group(TY, R, C, 1, w, ws, x, xs, g, 16, table, acc);
+  if (nb % 16) nz_group(TY, R, C, 0, w, ws, x, xs, ng, (int)(nb % 16), table, acc);
+  FOR_R FOR_C OUT(r, c) = nz_hsum16(acc[r][c]);
+}
+QSI void t_mxfp4z(const int R, const int C, TILE_ARGS) { nz_t(LB_MXFP4, R, C, n, w, ws, x, xs, o, ors, ocs); }
+QSI void t_iq4_nlz(const int R, const int C, TILE_ARGS) { nz_t(LB_IQ4_NL, R, C, n, w, ws, x, xs, o, ors, ocs); }
+/* as t_q4z: one-row tiles up to 8 columns */
+#undef QS_NARROW
+#define QS_NARROW 8
+QS_TILE(t_mxfp4z, 2, 4)
+QS_TILE(t_iq4_nlz, 2, 4)
+#undef QS_NARROW
+#define QS_NARROW 4
 
 void q35_kernels_lowbit_avx512(q35_kernels *k) {
-  LB_SET(k, Q35_TYPE_Q3_K, t_q3_k);
-  LB_SET(k, Q35_TYPE_Q2_K, t_q2_k);
-  LB_SET(k, Q35_TYPE_MXFP4, t_mxfp4);
-  LB_SET(k, Q35_TYPE_IQ4_NL, t_iq4_nl);
-  LB_SET(k, Q35_TYPE_Q4_1, t_q4_1);
-  LB_SET(k, Q35_TYPE_Q5_1, t_q5_1);
+  LB_SET(k, Q35_TYPE_Q3_K, t_q3_k5);
+  LB_SET(k, Q35_TYPE_Q2_K, t_q2_k5);
+  LB_SET1(k, Q35_TYPE_Q4_1, t_q4_1);
+  LB_SET1(k, Q35_TYPE_Q5_1, t_q5_1);
+  /* IQ4_NL and MXFP4 take Q8_0Z where Q4_0 does (q35_kernels_avx512 with VBMI), else Q8_0X */
+  if (k->q4_0_act == Q35_TYPE_Q8_0Z) {
+    LB_SET(k, Q35_TYPE_MXFP4, t_mxfp4z);
+    LB_SET(k, Q35_TYPE_IQ4_NL, t_iq4_nlz);
+    k->nl_act = Q35_TYPE_Q8_0Z;
+  } else {
+    LB_SET(k, Q35_TYPE_MXFP4, t_mxfp4);
+    LB_SET(k, Q35_TYPE_IQ4_NL, t_iq4_nl);
+    k->nl_act = Q35_TYPE_Q8_0X;
+  }
 }

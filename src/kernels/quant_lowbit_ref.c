@@ -5,8 +5,9 @@
  *   dequant_TYPE  block -> floats with GGML's formulas, float operations in the same order (so
  *                 the values are bit-identical to ggml's dequantize_row_*).
  *   dot_TYPE      weight row . activation row: integer sums per (sub-)block, scaled in float
- *                 per block. Activations: Q8_K (Q2_K, Q3_K), Q8_0 (MXFP4, IQ4_NL), Q8_1 (Q4_1,
- *                 Q5_1: Q8_0's values plus s = d * sum(q), which carries the weights' offset m).
+ *                 per block. Activations: Q8_K (Q2_K, Q3_K), Q4_0's Q8_0X (MXFP4, IQ4_NL: Q8_0
+ *                 blocks in the layout of act_layout.h, read back block by block here), Q8_1
+ *                 (Q4_1, Q5_1: Q8_0's values plus s = d * sum(q), which carries the weights' offset m).
  *   quant_q8_1    the Q8_1 activation quantizer, ggml-cpu's x86 one (Q8_0's rounding).
  *
  * The weight quantizers of the family are in quantize_lowbit.c.
@@ -19,6 +20,17 @@
 #include "kernels/quant_lowbit.h"
 
 const int8_t q35_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* q35_e8m0_half(e) as bit patterns, for every byte e */
+#define E8(e) ((e) < 2 ? 0x00200000u << (e) : (uint32_t)((e) - 1) << 23)
+#define E8x4(e) E8(e), E8((e) + 1), E8((e) + 2), E8((e) + 3)
+#define E8x16(e) E8x4(e), E8x4((e) + 4), E8x4((e) + 8), E8x4((e) + 12)
+#define E8x64(e) E8x16(e), E8x16((e) + 16), E8x16((e) + 32), E8x16((e) + 48)
+const uint32_t q35_e8m0_half_bits[256] = {E8x64(0), E8x64(64), E8x64(128), E8x64(192)};
+#undef E8
+#undef E8x4
+#undef E8x16
+#undef E8x64
 
 /* ============================== dequantize ============================== */
 
@@ -175,29 +187,34 @@ static float dot_q3_k(int64_t n, const void *w, const void *x) {
   return sumf;
 }
 
-/* MXFP4 / IQ4_NL x Q8_0: code book values (kv) times int8, scaled per block */
+/* MXFP4 / IQ4_NL x Q4_0's activations (Q8_0X: the Q8_0 blocks read back from their places):
+ * code book values (kv) times int8, scaled per block */
 static float dot_mxfp4(int64_t n, const void *w, const void *x) {
   const blk_mxfp4 *a = w;
-  const blk_q8_0 *b = x;
+  const int64_t nb = n / QK8_0;
   float sumf = 0;
-  for (int64_t i = 0; i < n / QK8_0; i++) {
+  for (int64_t i = 0; i < nb; i++) {
+    blk_q8_0 b;
+    q8x_get(x, nb, i, &b);
     int isum = 0;
     for (int j = 0; j < 16; j++)
-      isum += q35_kvalues_mxfp4[a[i].qs[j] & 0xF] * b[i].qs[j] + q35_kvalues_mxfp4[a[i].qs[j] >> 4] * b[i].qs[j + 16];
-    sumf += q35_fp16_to_fp32(b[i].d) * q35_e8m0_half(a[i].e) * (float)isum;
+      isum += q35_kvalues_mxfp4[a[i].qs[j] & 0xF] * b.qs[j] + q35_kvalues_mxfp4[a[i].qs[j] >> 4] * b.qs[j + 16];
+    sumf += q35_fp16_to_fp32(b.d) * q35_e8m0_half(a[i].e) * (float)isum;
   }
   return sumf;
 }
 
 static float dot_iq4_nl(int64_t n, const void *w, const void *x) {
   const blk_iq4_nl *a = w;
-  const blk_q8_0 *b = x;
+  const int64_t nb = n / QK8_0;
   float sumf = 0;
-  for (int64_t i = 0; i < n / QK8_0; i++) {
+  for (int64_t i = 0; i < nb; i++) {
+    blk_q8_0 b;
+    q8x_get(x, nb, i, &b);
     int isum = 0;
     for (int j = 0; j < 16; j++)
-      isum += q35_kvalues_iq4nl[a[i].qs[j] & 0xF] * b[i].qs[j] + q35_kvalues_iq4nl[a[i].qs[j] >> 4] * b[i].qs[j + 16];
-    sumf += q35_fp16_to_fp32(b[i].d) * q35_fp16_to_fp32(a[i].d) * (float)isum;
+      isum += q35_kvalues_iq4nl[a[i].qs[j] & 0xF] * b.qs[j] + q35_kvalues_iq4nl[a[i].qs[j] >> 4] * b.qs[j + 16];
+    sumf += q35_fp16_to_fp32(b.d) * q35_fp16_to_fp32(a[i].d) * (float)isum;
   }
   return sumf;
 }
@@ -246,10 +263,11 @@ void q35_kernels_lowbit_ref(q35_kernels *k) {
 }
 
 int q35_lowbit_vec_dot_type(const q35_kernels *k, int type) {
-  (void)k;
   switch (type) {
   case Q35_TYPE_Q2_K: case Q35_TYPE_Q3_K: return Q35_TYPE_Q8_K;
-  case Q35_TYPE_MXFP4: case Q35_TYPE_IQ4_NL: return Q35_TYPE_Q8_0;
+  /* a layout of Q4_0's (the same nibble blocks with other values): Q8_0X, or Q8_0Z where the
+   * level has those kernels (nl_act) */
+  case Q35_TYPE_MXFP4: case Q35_TYPE_IQ4_NL: return k->nl_act ? k->nl_act : Q35_TYPE_Q8_0X;
   case Q35_TYPE_Q4_1: case Q35_TYPE_Q5_1: return Q35_TYPE_Q8_1;
   default: return -1;
   }

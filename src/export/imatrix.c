@@ -124,6 +124,6 @@ int q35_imatrix_type_weighted(int type) {
 }
 
 void q35_quantize_row_imatrix(int type, const float *src, void *dst, int64_t n, const float *qw) {
-  if (qw && q35_imatrix_type_weighted(type) && !q35_lowbit_quantize_weighted(type, src, dst, n, qw)) return;
+  if (qw && !q35_quantize_row_weighted(type, src, dst, n, qw)) return;
   q35_quantize_row(type, src, dst, n);
 }

@@ -343,3 +343,8 @@ void q35_kernels_weight_quantizers(q35_kernels *k) {
   k->quantize[Q35_TYPE_Q6_K] = quant_q6_k;
   k->quantize[Q35_TYPE_IQ4_XS] = quant_iq4_xs;
 }
+
+int q35_weights_quantize_weighted(int type, const float *src, void *dst, int64_t n, const float *qw) {
+  (void)type, (void)src, (void)dst, (void)n, (void)qw;
+  return -1;
+}

@@ -74,8 +74,8 @@ static int add_entry(q35_imatrix *im, const gguf_file *f, const gguf_tensor *t, 
 int q35_imatrix_count(const q35_imatrix *im) { return im ? (int)im->n : 0; }
 
 void q35_imatrix_report(const q35_imatrix *im, const char *path) {
-  fprintf(stderr, "q35 export: --imatrix %s: %d weights; used by the q2_K, q3_K, iq4_nl, q4_1 and q5_1 quantizers "
-                  "(q35's others have no importance-weighted form and quantize unweighted)\n",
+  fprintf(stderr, "q35 export: --imatrix %s: %d weights; used by every quantizer but q8_0 and mxfp4 (which have no "
+                  "importance-weighted form, as in ggml)\n",
           path, q35_imatrix_count(im));
 }
 
@@ -118,9 +118,29 @@ const float *q35_imatrix_weights(const q35_imatrix *im, const char *name, int64_
   return NULL;
 }
 
+int q35_imatrix_check(const q35_imatrix *im, const char *name, int type, int need, int64_t n_per_row, int64_t n_mat,
+                      int dry_run, int *missing, q35_err *err) {
+  int bad;
+  const float *w = q35_imatrix_weights(im, name, n_per_row, n_mat - 1, &bad, err);
+  if (bad) return -1;
+  if (need && !w && dry_run) {
+    if (missing) *missing = 1;
+    return 0;
+  }
+  if (need && !w && !im)
+    return q35_seterr(err, "%s: %s needs an importance matrix (as in llama-quantize): give one with --imatrix FILE "
+                           "(q35 imatrix -m MODEL -f TEXT writes it)", name, q35_type_name(type));
+  if (need && !w)
+    return q35_seterr(err, "%s: %s needs importance weights and the imatrix has none for this tensor", name,
+                      q35_type_name(type));
+  return 0;
+}
+
 int q35_imatrix_type_weighted(int type) {
-  return type == Q35_TYPE_Q2_K || type == Q35_TYPE_Q3_K || type == Q35_TYPE_IQ4_NL || type == Q35_TYPE_Q4_1 ||
-         type == Q35_TYPE_Q5_1;
+  switch (type) {
+    case Q35_TYPE_F32: case Q35_TYPE_F16: case Q35_TYPE_BF16: case Q35_TYPE_Q8_0: case Q35_TYPE_MXFP4: return 0;
+    default: return q35_type_quantizable(type);
+  }
 }
 
 void q35_quantize_row_imatrix(int type, const float *src, void *dst, int64_t n, const float *qw) {

@@ -1,8 +1,8 @@
 /*
  * test_quantize_peer.c - q35's weight quantizers against ggml's own (ggml_quantize_chunk of the
  * prebuilt libggml-base in .peer/, docs/peers.md), on the same rows and the same importance
- * vector, for the types whose quantizers this test covers: the IQ1/IQ2/IQ3 family and the
- * importance-weighted forms of Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, IQ4_XS.
+ * vector: the IQ1/IQ2/IQ3 family (with and without importance), and the importance-weighted
+ * forms of Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, IQ4_XS, Q2_K, Q3_K, IQ4_NL, Q4_1, Q5_1.
  *   - q35's blocks dequantize bit-identically under ggml's dequantize_row_* and q35's;
  *   - error: with an importance vector qw, sum qw * (x - q)^2 (the error llama.cpp's imatrix
  *     weights measure); without one, the error under the weights ggml's unweighted quantizer
@@ -55,6 +55,14 @@ static const struct {
     {Q35_TYPE_IQ2_S, "dequantize_row_iq2_s", 1.00, 1.00},    {Q35_TYPE_IQ3_XXS, "dequantize_row_iq3_xxs", 1.00, 1.00},
     {Q35_TYPE_IQ3_S, "dequantize_row_iq3_s", 1.00, 1.00},    {Q35_TYPE_IQ1_S, "dequantize_row_iq1_s", 1.00, 0},
     {Q35_TYPE_IQ1_M, "dequantize_row_iq1_m", 1.00, 1.00},
+    /* the importance-weighted forms of the older types (their plain forms: test_quant_peer and
+     * test_quant_lowbit_peer) */
+    {Q35_TYPE_Q4_0, "dequantize_row_q4_0", 1.05, 0},         {Q35_TYPE_Q5_0, "dequantize_row_q5_0", 1.05, 0},
+    {Q35_TYPE_Q4_K, "dequantize_row_q4_K", 1.05, 0},         {Q35_TYPE_Q5_K, "dequantize_row_q5_K", 1.05, 0},
+    {Q35_TYPE_Q6_K, "dequantize_row_q6_K", 1.05, 0},         {Q35_TYPE_IQ4_XS, "dequantize_row_iq4_xs", 1.05, 0},
+    {Q35_TYPE_Q2_K, "dequantize_row_q2_K", 1.05, 0},         {Q35_TYPE_Q3_K, "dequantize_row_q3_K", 1.05, 0},
+    {Q35_TYPE_IQ4_NL, "dequantize_row_iq4_nl", 1.05, 0},     {Q35_TYPE_Q4_1, "dequantize_row_q4_1", 1.05, 0},
+    {Q35_TYPE_Q5_1, "dequantize_row_q5_1", 1.05, 0},
 };
 #define NTYPES (int)(sizeof types / sizeof types[0])
 

@@ -186,11 +186,9 @@ static const grid_tab *grid_get(int gi) {
   return grids[gi].map ? &grids[gi] : NULL;
 }
 
-/* The grid entry of least weighted distance to targets t (in grid units): the elementwise
- * rounding when it is on the grid, else the best of the rounding's neighbour list. (dim is a
- * constant in each caller below, so the loops unroll.) */
-static inline __attribute__((always_inline)) int nearest_dim(const grid_tab *g, const float *t, const float *w,
-                                                              const int dim) {
+/* The key of the elementwise rounding of targets t (in grid units) to the grid's levels. (dim is
+ * a constant in each caller below, so the loops unroll.) */
+static inline __attribute__((always_inline)) int key_dim(const grid_tab *g, const float *t, const int dim) {
   const int nt = g->nlev - 1;
   int key = 0;
   for (int i = 0; i < dim; i++) {
@@ -198,9 +196,13 @@ static inline __attribute__((always_inline)) int nearest_dim(const grid_tab *g, 
     for (int k = 0; k < nt; k++) l += t[i] > g->thr[k];
     key |= l << (g->kbits * i);
   }
-  const int32_t m = g->map[key];
-  if (m >= 0) return m;
-  const uint16_t *nb = g->nb + (-m - 1);
+  return key;
+}
+
+/* The best (least weighted distance to t) entry of off-grid key `key`'s neighbour list. */
+static inline __attribute__((always_inline)) int search_dim(const grid_tab *g, int key, const float *t,
+                                                             const float *w, const int dim) {
+  const uint16_t *nb = g->nb + (-g->map[key] - 1);
   int best = nb[1];
   float best_e = INFINITY;
   for (int j = 1; j <= nb[0]; j++) {
@@ -215,8 +217,28 @@ static inline __attribute__((always_inline)) int nearest_dim(const grid_tab *g, 
   return best;
 }
 
+/* The grid entry of least weighted distance to targets t: the elementwise rounding when it is on
+ * the grid, else the best of the rounding's neighbour list. */
 static int grid_nearest(const grid_tab *g, const float *t, const float *w) {
-  return g->dim == 8 ? nearest_dim(g, t, w, 8) : nearest_dim(g, t, w, 4);
+  if (g->dim == 8) {
+    const int key = key_dim(g, t, 8);
+    return g->map[key] >= 0 ? g->map[key] : search_dim(g, key, t, w, 8);
+  }
+  const int key = key_dim(g, t, 4);
+  return g->map[key] >= 0 ? g->map[key] : search_dim(g, key, t, w, 4);
+}
+
+/* The same, remembering per group the last off-grid key searched and its answer (*ckey, *cidx):
+ * the scans of nearby scales meet the same rounding again and again, and its neighbour search
+ * (the costly step) is then not repeated. */
+static int grid_nearest_cached(const grid_tab *g, const float *t, const float *w, int *ckey, uint16_t *cidx) {
+  const int key = g->dim == 8 ? key_dim(g, t, 8) : key_dim(g, t, 4);
+  if (g->map[key] >= 0) return g->map[key];
+  if (key != *ckey) {
+    *ckey = key;
+    *cidx = (uint16_t)(g->dim == 8 ? search_dim(g, key, t, w, 8) : search_dim(g, key, t, w, 4));
+  }
+  return *cidx;
 }
 
 /* ------------------------------ the sub-block fit ------------------------------ */
@@ -232,15 +254,17 @@ typedef struct {
 
 #define MAX_SUB 32
 
-/* The entries of every group of a sub-block (xv, w: n values) at inverse scale id; sums in f. */
-static void assign_at(const grid_tab *g, const float *xv, const float *w, int n, float id, sub_fit *f) {
+/* The entries of every group of a sub-block (xv, w: n values) at inverse scale id; sums in f.
+ * ckey / cidx: a search cache per group (grid_nearest_cached), or NULL. */
+static void assign_at(const grid_tab *g, const float *xv, const float *w, int n, float id, sub_fit *f, int *ckey,
+                      uint16_t *cidx) {
   const int dim = g->dim;
   float t[8];
   f->sxg = f->sgg = 0;
   for (int k = 0; k < n / dim; k++) {
     const float *x = xv + k * dim, *ww = w + k * dim;
     for (int i = 0; i < dim; i++) t[i] = id * x[i];
-    const int j = grid_nearest(g, t, ww);
+    const int j = ckey ? grid_nearest_cached(g, t, ww, &ckey[k], &cidx[k]) : grid_nearest(g, t, ww);
     f->idx[k] = (uint16_t)j;
     const int8_t *v = g->val + (size_t)j * dim;
     for (int i = 0; i < dim; i++) {
@@ -265,17 +289,19 @@ static void fit_grid(const grid_tab *g, const float *xv, const float *w, int n, 
   f->sxx = sxx;
   if (!(max > 0) || !isfinite(max)) return; /* zero sub-block: entry 0 (the smallest values), scale field 0 */
   const float top = g->lev[g->nlev - 1];
+  int ckey[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+  uint16_t cidx[8];
   sub_fit c;
   c.sxx = sxx;
   float best = -1;
   for (int k = 0; k < ncand; k++) {
     const float id = top * (lo + (hi - lo) * (float)k / (float)(ncand - 1)) / max;
-    assign_at(g, xv, w, n, id, &c);
+    assign_at(g, xv, w, n, id, &c, ckey, cidx);
     const float s = fit_score(&c);
     if (s > best) best = s, *f = c;
   }
   if (f->sxg > 0 && f->sgg > 0) {
-    assign_at(g, xv, w, n, f->sgg / f->sxg, &c);
+    assign_at(g, xv, w, n, f->sgg / f->sxg, &c, NULL, NULL);
     if (fit_score(&c) > best) *f = c;
   }
 }
@@ -511,7 +537,7 @@ static uint16_t fit_superblock(const iq_spec *sp, const grid_tab *g, const float
           }
         }
       } else {
-        assign_at(g, xs, ws, sp->sub, 1.0f / S, &c);
+        assign_at(g, xs, ws, sp->sub, 1.0f / S, &c, NULL, NULL);
       }
       if (S * S * c.sgg - 2 * S * c.sxg < S * S * f[j].sgg - 2 * S * f[j].sxg) f[j] = c;
     }

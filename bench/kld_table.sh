@@ -20,6 +20,9 @@
 # DIR/kld.jsonl. Not part of ctest.
 # Environment: Q35_BUILD (default <repo>/build), CTX (128), CHUNKS (4), THREADS (2), SHAPE, OUT;
 # REUSE=1 with OUT keeps the source and base pass already there (more sets for the same table).
+# IMATRIX=1: an importance matrix of the source (q35 imatrix over CHUNKS chunks of CTX other random
+# tokens) is given to both quantizers (q35 export --imatrix, ggml_requant --imatrix); the IQ1/IQ2
+# types and the iq recipes need one, e.g. IMATRIX=1 bench/kld_table.sh "iq2_xxs=--type iq2_xxs".
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build=${Q35_BUILD:-$root/build}
@@ -62,6 +65,16 @@ else
     --save-base "$W/base.bin" >/dev/null 2>"$W/base.log" || { cat "$W/base.log"; exit 1; }
   : >"$W/kld.jsonl"
 fi
+imq=() iml=()
+if [ "${IMATRIX:-0}" = 1 ]; then
+  if [ ! -f "$W/imatrix.gguf" ]; then
+    "$py" -c "import numpy as np; r=np.random.default_rng(2); print(','.join(map(str, r.integers(0, $VOCAB, $((CTX * CHUNKS))))))" >"$W/imtoks.txt"
+    log "importance matrix of the source (q35 imatrix, $CHUNKS chunks of $CTX other tokens)"
+    "$q35" imatrix -m "$W/src.gguf" --tokens "$(cat "$W/imtoks.txt")" --chunk "$CTX" -t "$THREADS" \
+      -o "$W/imatrix.gguf" >/dev/null 2>"$W/imatrix.log" || { cat "$W/imatrix.log"; exit 1; }
+  fi
+  imq=(--imatrix "$W/imatrix.gguf") iml=(--imatrix "$W/imatrix.gguf")
+fi
 
 # rules for ggml_requant (at most 64): each tensor of FILE to the type it has there (f32 ones
 # kept); one rule per tensor name with the layer number generalized when every layer agrees
@@ -92,9 +105,11 @@ for s in "${sets[@]}"; do
   label=${s%%=*}
   args=${s#*=}
   # shellcheck disable=SC2086
-  "$q35" export --tiny-test -o "$W/q35.gguf" $SHAPE $args >"$W/export.log" 2>&1 || { cat "$W/export.log"; exit 1; }
+  "$q35" export --tiny-test -o "$W/q35.gguf" $SHAPE $args "${imq[@]}" >"$W/export.log" 2>&1 ||
+    { cat "$W/export.log"; exit 1; }
   mapfile -t rules < <(rules_of "$W/q35.gguf")
-  "$req" "$W/src.gguf" "$W/llama.gguf" "${rules[@]}" -t "$THREADS" 2>"$W/req.log" || { cat "$W/req.log"; exit 1; }
+  "$req" "$W/src.gguf" "$W/llama.gguf" "${rules[@]}" "${iml[@]}" -t "$THREADS" 2>"$W/req.log" ||
+    { cat "$W/req.log"; exit 1; }
   if [ "$(rules_of "$W/q35.gguf")" != "$(rules_of "$W/llama.gguf")" ]; then
     echo "kld_table: $label: the two files' tensor types differ" >&2
     exit 1

@@ -74,7 +74,11 @@ check_model() {
     # depend on the batch (test_invariance.sh). So position 0 is held to 1e-4 only for prompts
     # llama.cpp runs through its small-batch kernels.
     local opts=("${cmp_opts[@]}")
-    if [ "$mode" = quant ] && [ "$n" -gt 64 ]; then opts=(--quant --tol 0.5 --mean-tol 2e-2 --tie 5e-2 --first-tol 5e-2); fi
+    # (and over 300 positions one MoE router near-tie may tip after a flip: one isolated spike is
+    # left out, as in test_requant_peer; compare_logits.py --spikes)
+    if [ "$mode" = quant ] && [ "$n" -gt 64 ]; then
+      opts=(--quant --tol 0.5 --mean-tol 2e-2 --tie 5e-2 --first-tol 5e-2 --spikes 1)
+    fi
     local toks
     toks=$(ids "$n" "$vocab" "$seed")
     if ! "$Q35" logits -m "$m" --tokens "$toks" --all -t $THREADS --kv f32 -o "$W/q.bin" \

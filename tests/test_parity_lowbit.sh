@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Parity of q35 against the prebuilt llama.cpp (tests/peer/llama_peer, docs/peers.md) on tiny
 # generated models whose weights are the lowbit types (Q3_K, Q2_K, MXFP4, IQ4_NL, Q4_1, Q5_1),
-# one type per model and per-tensor mixes; blocks from q35's quantizers, read by both engines, and
+# one type per model and per-tensor mixes, and the IQ1/IQ2/IQ3 types (two mixed models); blocks
+# from q35's quantizers, read by both engines, and
 # (where tests/peer/ggml_requant is built) blocks from ggml_quantize_chunk.
 # Tolerances are test_parity_llama.sh's for quantized files (both engines quantize every matmul
 # input the same way: Q8_K for Q2_K/Q3_K, Q8_0 for MXFP4/IQ4_NL, Q8_1 for Q4_1/Q5_1; an
@@ -114,6 +115,22 @@ done
 check_model moe_mix 2048 quant --arch qwen35moe $Q --experts 4 --experts-used 2 --type q3_k \
   --down-type q2_k --output-type q5_1 --embd-type iq4_nl --seed 30
 check_model dense_mix 1024 quant --arch qwen35 $Q --type mxfp4 --down-type q4_1 --output-type q3_k --seed 31
+
+# The IQ1/IQ2/IQ3 types from q35's quantizers, with an importance matrix from q35 imatrix on the
+# f32 model of the same seed (iq2_xxs, iq2_xs and iq1_s need one): two models carrying all seven
+# (the shared expert's rows of 64 fall back to iq4_nl, as llama-quantize does)
+M="--arch qwen35moe $Q --experts 4 --experts-used 2"
+# shellcheck disable=SC2086
+if "$Q35" export --tiny-test -o "$W/iq_src.gguf" --vocab 2048 $M --type f32 --seed 32 >"$W/iq.log" 2>&1 &&
+  "$Q35" imatrix -m "$W/iq_src.gguf" --tokens "$(ids 256 2048 5)" --chunk 64 -o "$W/iq_im.gguf" -t $THREADS \
+    >>"$W/iq.log" 2>&1; then
+  check_model moe_iq_a 2048 quant $M --type iq2_xxs --down-type iq3_s --output-type iq1_m --embd-type iq2_s \
+    --seed 32 --imatrix "$W/iq_im.gguf"
+  check_model moe_iq_b 2048 quant $M --type iq3_xxs --down-type iq2_xs --output-type iq1_s --embd-type iq3_s \
+    --seed 32 --imatrix "$W/iq_im.gguf"
+else
+  fail "IQ models: f32 source or q35 imatrix failed: $(tail -3 "$W/iq.log")"
+fi
 
 # Blocks llama.cpp itself quantized: an f32 tiny model rewritten by tests/peer/ggml_requant
 # (ggml_quantize_chunk on every linear weight; norms, routers, DeltaNet's a/dt/conv stay f32).

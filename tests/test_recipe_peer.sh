@@ -11,7 +11,9 @@
 #   - a dense model of 17 layers (n/16 and n/8 layer tests),
 #   - a Hugging Face checkpoint (q35 export -m DIR --qtype q4_k_m vs llama on q35's BF16 export:
 #     the HF plan's names, MTP block and tied embedding; rows of 64, Qwen3's real vocabulary);
-# plus the override rules (--down-type / --qlinear win over the recipe) and the refusals.
+# the IQ recipes and q2_k_s (with an importance matrix from q35 imatrix) through both engines'
+# dry runs on those shapes, and two of them written for real; plus the override rules
+# (--down-type / --qlinear win over the recipe) and the refusals (no imatrix, unknown names).
 # Skips (exit 0) only when the llama.cpp peer is not installed.
 set -u
 SRC=${Q35_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -117,15 +119,81 @@ grep -q "^blk.1.ffn_down_exps.weight 8$" "$W/o.txt" && grep -q "^blk.3.attn_v.we
   grep -q "^blk.0.attn_qkv.weight 14$" "$W/o.txt" && grep -q "^blk.1.attn_qkv.weight 12$" "$W/o.txt" ||
   fail "--down-type q8_0 did not override q4_k_m's ffn_down / attn_v alone"
 
-# refusals: a recipe whose quantizer q35 lacks names it; an unknown name lists the recipes
-for r in iq2_xxs:iq2_xxs IQ3_XXS:iq3_xxs iq1_m:iq1_m iq2_m:iq2_s iq3_m:iq3_s; do
-  "$Q35" export --tiny-test -o "$W/x.gguf" --qtype "${r%%:*}" 2>"$W/x.log" && fail "--qtype ${r%%:*} accepted"
-  grep -q "q35 has no ${r##*:} quantizer" "$W/x.log" || fail "--qtype ${r%%:*}: $(cat "$W/x.log")"
+# The IQ recipes and q2_k_s (which llama-quantize writes only with an importance matrix), through
+# both engines' dry runs (the types chosen, nothing quantized: llama_model_quantize's dry run read
+# from its log by llama_quantize_peer --dry-run, q35 export --dry-run), with an imatrix from
+# q35 imatrix on each shape, and a few without one (the rules that change with it).
+IQ_RECIPES="iq2_xxs:19 iq2_xs:20 iq2_s:28 iq2_m:29 iq3_xxs:23 iq3_xs:22 iq3_s:26 iq3_m:27 iq1_s:24 iq1_m:31
+  q2_k_s:21"
+# dry LABEL "RECIPES" IMATRIX|- SHAPE...
+dry() {
+  local label=$1 list=$2 im=$3
+  shift 3
+  "$Q35" export --tiny-test -o "$W/dsrc.gguf" "$@" --type bf16 2>"$W/e.log" ||
+    { fail "$label: export: $(tail -2 "$W/e.log")"; return; }
+  local imq=() iml=()
+  if [ "$im" != - ]; then
+    "$Q35" imatrix -m "$W/dsrc.gguf" --tokens "$(seq -s, 1 7 448)" --chunk 32 -o "$W/im.gguf" -t 2 2>"$W/i.log" ||
+      { fail "$label: q35 imatrix: $(tail -2 "$W/i.log")"; return; }
+    imq=(--imatrix "$W/im.gguf") iml=(--imatrix "$W/im.gguf")
+  fi
+  local r n ft
+  for r in $list; do
+    n=${r%%:*} ft=${r##*:}
+    "$LQ" "$W/dsrc.gguf" "$W/l.gguf" "$ft" "${iml[@]}" --dry-run 2>"$W/l.log" | sort >"$W/l.txt" ||
+      { fail "$label $n: llama dry run: $(grep -i error "$W/l.log" | tail -2)"; continue; }
+    "$Q35" export --tiny-test -o "$W/q.gguf" "$@" --qtype "$n" "${imq[@]}" --dry-run 2>"$W/q.log" | sort >"$W/q.txt" ||
+      { fail "$label $n: q35 export --dry-run: $(tail -2 "$W/q.log")"; continue; }
+    [ -s "$W/l.txt" ] || { fail "$label $n: llama's dry run listed no tensors"; continue; }
+    diff "$W/l.txt" "$W/q.txt" >"$W/d.txt" ||
+      fail "$label $n (dry run): q35's types differ from llama.cpp's (< llama, > q35): $(head -8 "$W/d.txt" | tr '\n' ' ')"
+  done
+}
+# shellcheck disable=SC2086
+dry a3b "$IQ_RECIPES" im $A3B
+# shellcheck disable=SC2086
+dry a3b-noim "iq3_xxs:23 iq4_xs:30 iq3_m:27" - $A3B
+dry e8-tied "iq2_xxs:19 iq2_m:29 iq3_xxs:23 iq3_m:27 iq1_s:24 q2_k_s:21" im \
+  --layers 4 --interval 2 --embd 256 --heads 4 --kv-heads 2 --head-dim 64 --ff 64 --shexp-ff 64 \
+  --experts 8 --experts-used 2 --vocab 512 --tied
+dry dense17 "iq2_xxs:19 iq2_s:28 iq3_xxs:23 iq3_xs:22 iq3_m:27 iq1_m:31 q2_k_s:21" im \
+  --arch qwen35 --layers 17 --interval 4 --embd 256 --heads 4 --kv-heads 2 --head-dim 64 --ff 256 --vocab 512
+
+# an IQ recipe written for real by both (a file whose blocks are q35's IQ quantizers', and the
+# dry run's types are the file's)
+SMALL="--layers 4 --interval 2 --embd 256 --heads 4 --kv-heads 2 --head-dim 64 --ff 256 --shexp-ff 256
+  --ssm-k-heads 2 --ssm-v-heads 4 --ssm-head-dim 64 --experts 2 --experts-used 1 --vocab 512"
+# shellcheck disable=SC2086
+if "$Q35" export --tiny-test -o "$W/s.gguf" $SMALL --type bf16 2>"$W/e.log" &&
+    "$Q35" imatrix -m "$W/s.gguf" --tokens "$(seq -s, 3 5 320)" --chunk 32 -o "$W/sim.gguf" -t 2 2>"$W/i.log"; then
+  for r in iq2_xxs:19; do
+    n=${r%%:*} ft=${r##*:}
+    "$LQ" "$W/s.gguf" "$W/l.gguf" "$ft" --imatrix "$W/sim.gguf" >"$W/l.log" 2>&1 ||
+      { fail "small $n: llama_model_quantize: $(grep -i error "$W/l.log" | tail -2)"; continue; }
+    "$Q35" export --tiny-test -o "$W/q.gguf" $SMALL --qtype "$n" --imatrix "$W/sim.gguf" 2>"$W/q.log" ||
+      { fail "small $n: q35 export: $(tail -2 "$W/q.log")"; continue; }
+    same_types "small $n" "$W/l.gguf" "$W/q.gguf"
+    "$Q35" export --tiny-test -o "$W/q.gguf" $SMALL --qtype "$n" --imatrix "$W/sim.gguf" --dry-run 2>/dev/null |
+      sort >"$W/qd.txt"
+    types "$W/q.gguf" | grep -v '^file_type' | sed 's/ [0-9]*$//' >"$W/qn.txt"
+    [ "$(cut -d' ' -f1 "$W/qd.txt")" = "$(cut -d' ' -f1 "$W/qn.txt" | sort)" ] ||
+      fail "small $n: the dry run's tensors are not the file's"
+  done
+else
+  fail "small: export / imatrix: $(tail -2 "$W/e.log" "$W/i.log")"
+fi
+
+# refusals: the very-low-bit recipes and types without an importance matrix name --imatrix; an
+# unknown name lists the recipes; types that need none are written without one
+for r in iq2_xxs iq1_m iq3_xxs q2_k_s; do
+  "$Q35" export --tiny-test -o "$W/x.gguf" --qtype "$r" 2>"$W/x.log" && fail "--qtype $r accepted without --imatrix"
+  grep -q "needs an importance matrix.*--imatrix FILE" "$W/x.log" || fail "--qtype $r: $(cat "$W/x.log")"
 done
+"$Q35" export --tiny-test -o "$W/x.gguf" --type iq2_xs 2>"$W/x.log" && fail "--type iq2_xs accepted without --imatrix"
+grep -q "iq2_xs needs an importance matrix" "$W/x.log" || fail "--type iq2_xs: $(cat "$W/x.log")"
+[ -e "$W/x.gguf" ] && fail "a refused export left a file"
+"$Q35" export --tiny-test -o "$W/x.gguf" --type iq3_s 2>"$W/x.log" || fail "--type iq3_s refused: $(cat "$W/x.log")"
 "$Q35" export --tiny-test -o "$W/x.gguf" --qtype q4_k_x 2>"$W/x.log" && fail "--qtype q4_k_x accepted"
 grep -q "unknown recipe 'q4_k_x'.*q4_k_m" "$W/x.log" || fail "--qtype q4_k_x: $(cat "$W/x.log")"
-"$Q35" export -m "$W/none" -o "$W/x.gguf" --qtype q2_k_s 2>"$W/x.log" && fail "--qtype q2_k_s accepted"
-grep -q "q2_k_s" "$W/x.log" || fail "--qtype q2_k_s: $(cat "$W/x.log")"
-[ -e "$W/x.gguf" ] && fail "a refused export left a file"
 
 [ $fails -eq 0 ] && echo "PASS" || { echo "$fails failure(s)"; exit 1; }

@@ -23,15 +23,19 @@ static void usage(void) {
       "Everything is validated before OUT.gguf is written; it appears only when complete.\n"
       "  --qtype NAME       a llama-quantize recipe: each weight's type chosen as llama-quantize's NAME\n"
       "                     chooses it (README.md, \"Export recipes\"); NAME, any case: q4_0 q4_1 q5_0 q5_1 q8_0\n"
-      "                     q2_k q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k iq4_nl iq4_xs mxfp4_moe\n"
-      "                     bf16 f16 f32. --qlinear / --qembedding / --qoutput override it for their tensors\n"
-      "  --imatrix FILE     importance weights (llama.cpp's imatrix GGUF, e.g. from q35 imatrix) for the\n"
-      "                     quantizers that take them (q2_k q3_k iq4_nl q4_1 q5_1; others quantize unweighted)\n"
+      "                     q2_k q2_k_s q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k iq1_s iq1_m iq2_xxs\n"
+      "                     iq2_xs iq2_s iq2_m iq3_xxs iq3_xs iq3_s iq3_m iq4_nl iq4_xs mxfp4_moe bf16 f16 f32\n"
+      "                     (the iq1/iq2, iq3_xxs and q2_k_s recipes need --imatrix, as in llama-quantize).\n"
+      "                     --qlinear / --qembedding / --qoutput override it for their tensors\n"
+      "  --imatrix FILE     importance weights (llama.cpp's imatrix GGUF or its legacy .dat, e.g. from q35\n"
+      "                     imatrix) for every quantizer but q8_0 and mxfp4 (which have no weighted form)\n"
+      "  --dry-run          print each tensor's name and type on stdout and write nothing\n"
       "  --qlinear TYPE     linear weights (attention, DeltaNet, experts, shared expert)  default bf16\n"
       "  --qembedding TYPE  token_embd                                                    default bf16\n"
       "  --qoutput TYPE     output.weight (untied models)     default: q6_k if --qlinear q4_k, else --qlinear\n"
       "      TYPE: q4_0 | q4_k | q5_0 | q5_k | q6_k | q8_0 | iq4_xs | q2_k | q3_k | mxfp4 | iq4_nl | q4_1 | q5_1\n"
-      "            | bf16 | f16 | f32, or 4w (= q4_0), 8w (= q8_0).\n"
+      "            | iq2_xxs | iq2_xs | iq2_s | iq3_xxs | iq3_s | iq1_s | iq1_m | bf16 | f16 | f32, or 4w (= q4_0),\n"
+      "            8w (= q8_0); iq2_xxs, iq2_xs and iq1_s need --imatrix (as ggml's quantizer).\n"
       "      Norms, ssm_conv1d, ssm_a, ssm_dt.bias and the routers (ffn_gate_inp, ffn_gate_inp_shexp) stay f32.\n"
       "  --fallback         a tensor whose row length the type cannot hold (not a multiple of its block:\n"
       "                     32 for q*_0, 256 for k-quants/iq4_xs) falls back like llama-quantize\n"
@@ -51,7 +55,8 @@ static int parse_type(const char *flag, const char *v) {
   if (!strcmp(v, "8w")) return Q35_TYPE_Q8_0;
   int t = q35_type_from_name(v);
   if (t < 0 || !q35_type_supported(t) || !q35_type_quantizable(t) || t == Q35_TYPE_Q8_K)
-    die("%s: unknown or unsupported type '%s' (q4_0, q4_k, q5_0, q5_k, q6_k, q8_0, iq4_xs, q2_k, q3_k, mxfp4, iq4_nl, q4_1, q5_1, bf16, f16, f32, 4w, 8w)",
+    die("%s: unknown or unsupported type '%s' (q4_0, q4_k, q5_0, q5_k, q6_k, q8_0, iq4_xs, q2_k, q3_k, mxfp4, iq4_nl, "
+        "q4_1, q5_1, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m, bf16, f16, f32, 4w, 8w)",
         flag, v);
   return t;
 }
@@ -100,6 +105,10 @@ int cmd_export_hf(int argc, char **argv) {
       o.fallback = 1;
       continue;
     }
+    if (arg_is(argc, argv, &i, "--dry_run")) {
+      o.dry_run = 1;
+      continue;
+    }
     if (arg_is(argc, argv, &i, "--no_mtp")) {
       o.no_mtp = 1;
       continue;
@@ -143,6 +152,10 @@ int cmd_export_hf(int argc, char **argv) {
   if (rc) {
     fprintf(stderr, "q35 export: %s\n", err.msg);
     return 1;
+  }
+  if (o.dry_run) {
+    fprintf(stderr, "q35 export: dry run, %s not written\n", o.out);
+    return 0;
   }
   fprintf(stderr, "q35 export: wrote %s: %d tensors, %.1f MiB (largest tensor %.1f MiB)\n", o.out, st.n_tensors,
           (double)st.bytes_out / MIB, (double)st.largest_out / MIB);

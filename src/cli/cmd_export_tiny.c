@@ -40,12 +40,14 @@ static void tiny_usage(void) {
       "                    (a generation starting there stays there: the 'frequent' ids a draft over a\n"
       "                    reduced vocabulary, --draft-vocab K, covers)\n"
       "  --type T          f32 | f16 | bf16 | q8_0 | q4_0 | q5_0 | q4_k | q5_k | q6_k | iq4_xs | q2_k | q3_k\n"
-      "                    | mxfp4 | iq4_nl | q4_1 | q5_1, or the\n"
+      "                    | mxfp4 | iq4_nl | q4_1 | q5_1 | iq2_xxs | iq2_xs | iq2_s | iq3_xxs | iq3_s | iq1_s\n"
+      "                    | iq1_m (iq2_xxs, iq2_xs, iq1_s need --imatrix), or the\n"
       "                    presets q4_k_m (q4_k + q6_k for ffn_down/attn_v/output)  (default f32)\n"
       "  --down-type T, --output-type T, --embd-type T   per-tensor overrides\n"
       "  --qtype NAME      a llama-quantize recipe (q4_k_m, q8_0, ...: see q35 export --help); --type and the\n"
       "                    per-tensor flags override it for their tensors\n"
       "  --imatrix FILE    importance weights (llama.cpp's imatrix GGUF) for the quantizers\n"
+      "  --dry-run         print each tensor's name and type on stdout and write nothing\n"
       "  --rope-theta F    1e7         --seed N   %llu\n"
       "Split output (OUT-00001-of-0000N.gguf ...):\n",
       d.n_layer, d.interval, d.n_embd, d.n_vocab, d.n_head, d.n_head_kv, d.head_dim, d.n_rot, d.ssm_k_heads,
@@ -172,6 +174,10 @@ int cmd_export_tiny(int argc, char **argv) {
       imatrix_path = arg_value(argc, argv, &i);
       continue;
     }
+    if (arg_is(argc, argv, &i, "--dry_run")) {
+      o.dry_run = 1;
+      continue;
+    }
     if (arg_is(argc, argv, &i, "--down_type")) { o.type_down = parse_type("--down-type", arg_value(argc, argv, &i)); continue; }
     if (arg_is(argc, argv, &i, "--output_type")) { o.type_output = parse_type("--output-type", arg_value(argc, argv, &i)); continue; }
     if (arg_is(argc, argv, &i, "--embd_type")) { o.type_embd = parse_type("--embd-type", arg_value(argc, argv, &i)); continue; }
@@ -201,7 +207,8 @@ int cmd_export_tiny(int argc, char **argv) {
     fprintf(stderr, "q35 export: %s\n", err.msg);
     return 1;
   }
-  if (gguf_split_wanted(&o.split)) export_split_report(out, &o.split, n_shards);
+  if (o.dry_run) fprintf(stderr, "q35 export: dry run, %s not written\n", out);
+  else if (gguf_split_wanted(&o.split)) export_split_report(out, &o.split, n_shards);
   else fprintf(stderr, "wrote %s\n", out);
   return 0;
 }

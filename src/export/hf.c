@@ -280,6 +280,14 @@ int q35_export_hf(const q35_export_opts *o, q35_export_stats *st, q35_err *err) 
   size_t maxbuf;
   int64_t maxrow;
   if (declare_tensors(w, &p, o->out, st, &maxbuf, &maxrow, err)) goto done;
+  if (o->dry_run) {
+    for (int i = 0; i < p.n; i++) printf("%s %s\n", p.t[i].name, q35_type_name(p.t[i].type));
+    if (p.missing_imatrix)
+      fprintf(stderr, "q35 export: dry run: writing this file needs importance weights (--imatrix FILE) for some "
+                      "tensors\n");
+    rc = 0;
+    goto done;
+  }
   int nthreads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (nthreads < 1) nthreads = 1;
   if (nthreads > HF_MAX_THREADS) nthreads = HF_MAX_THREADS;

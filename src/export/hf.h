@@ -39,6 +39,8 @@ typedef struct q35_export_opts {
                       given explicitly (bits of `given`) overrides it for its tensors */
   unsigned given;  /* Q35_EXPORT_GIVEN_*: which of qlinear / qembedding / qoutput were given */
   const struct q35_imatrix *imatrix; /* importance weights for the quantizers (export/imatrix.h), or NULL */
+  int dry_run;     /* 1: print each tensor's name and type on stdout instead of writing (the checks
+                      still run), as llama-quantize --dry-run lists them */
 } q35_export_opts;
 
 #define Q35_EXPORT_GIVEN_LINEAR 1u

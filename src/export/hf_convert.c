@@ -11,6 +11,7 @@
 
 #include "export/hf_internal.h"
 #include "export/imatrix.h"
+#include "export/recipe.h"
 #include "format/tensor_types.h"
 #include "kernels/quant.h"
 
@@ -84,10 +85,11 @@ static void *conv_worker(void *arg) {
   return NULL;
 }
 
-int hf_check_imatrix(const plan *p, const otensor *t, q35_err *err) {
-  int bad = 0;
-  if (t->type != Q35_TYPE_F32) q35_imatrix_weights(p->o->imatrix, t->name, t->ne[0], t->ne[2] - 1, &bad, err);
-  return bad ? -1 : 0;
+int hf_check_imatrix(plan *p, const otensor *t, q35_err *err) {
+  if (t->type == Q35_TYPE_F32) return 0;
+  const int need = q35_recipe_needs_imatrix(p->o->recipe, t->name, t->type);
+  return q35_imatrix_check(p->o->imatrix, t->name, t->type, need, t->ne[0], t->ne[2], p->o->dry_run, &p->missing_imatrix,
+                           err);
 }
 
 int hf_convert_tensor(const plan *p, const otensor *t, void *buf, float *scratch, int64_t maxrow,

@@ -81,6 +81,7 @@ typedef struct plan {
   q35_err *err;
   const q35_export_opts *o;
   int t_lin, t_emb, t_out;
+  int missing_imatrix; /* dry run: a tensor needs importance weights it has not got */
 } plan;
 
 /* Fill p->t from p->cfg and p->st (p->used marks the source tensors taken); every source
@@ -94,8 +95,9 @@ void hf_plan_free(plan *p);
 /* Convert every row of t into buf (q35_row_size(t->type, t->ne[0]) bytes per row) with
  * nthreads threads (1..HF_MAX_THREADS); scratch holds 2 * nthreads * maxrow floats, maxrow >=
  * t->ne[0]. Returns -1 and the first row holding a non-finite value in *bad_row, else 0. */
-/* -1 (message in err) when the importance matrix has an entry for t of the wrong size. */
-int hf_check_imatrix(const plan *p, const otensor *t, q35_err *err);
+/* -1 (message in err) when the importance matrix has an entry for t of the wrong size, or none
+ * where t's type needs one (q35_imatrix_check; a dry run only notes it in p->missing_imatrix). */
+int hf_check_imatrix(plan *p, const otensor *t, q35_err *err);
 int hf_convert_tensor(const plan *p, const otensor *t, void *buf, float *scratch, int64_t maxrow,
                       int nthreads, int64_t *bad_row);
 

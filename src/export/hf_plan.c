@@ -89,7 +89,7 @@ static int recipe_type(plan *p, q35_gguf_tensor_id id, const char *name, int n_d
   const hfcfg *c = &p->cfg;
   const q35_recipe_model m = {.n_layer_all = (int)c->L + (p->mtp_pfx ? 1 : 0), .n_expert = c->moe ? (int)c->E : 0,
                               .n_head = (int)c->nh, .n_head_kv = (int)c->nkv, .tied = c->tied,
-                              .has_imatrix = p->o->imatrix != NULL};
+                              .has_imatrix = p->o->imatrix != NULL, .n_down_per_layer = c->moe && c->Is > 0 ? 2 : 1};
   const int t = q35_recipe_tensor_type(p->o->recipe, &m, name, n_dims, ne0, ne2, Q35_TYPE_F32, p->err);
   if (t < 0) return -1;
   *type = t;

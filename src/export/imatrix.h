@@ -29,7 +29,15 @@ void q35_imatrix_report(const q35_imatrix *im, const char *path);
  * entry for it. *bad = 1 (and a message in err) when it has one of another row length. */
 const float *q35_imatrix_weights(const q35_imatrix *im, const char *name, int64_t n_per_row, int64_t mat,
                                  int *bad, q35_err *err);
-/* Does q35 have an importance-weighted quantizer for `type`? (The others quantize unweighted.) */
+/* Check tensor `name` (quantized to `type`, n_mat matrices of rows of n_per_row) against im
+ * (NULL: no imatrix): 0, or -1 with a message naming the tensor when im's entry for it has
+ * another size, or when the tensor needs importance weights (need: its type's quantizer or the
+ * recipe's rule, q35_recipe_needs_imatrix) and there are none for it; with dry_run that last case
+ * is not an error: it only sets *missing (when missing is not NULL). */
+int q35_imatrix_check(const q35_imatrix *im, const char *name, int type, int need, int64_t n_per_row, int64_t n_mat,
+                      int dry_run, int *missing, q35_err *err);
+/* Does q35 have an importance-weighted quantizer for `type`? (Every weight type but Q8_0, MXFP4
+ * and the float types, which quantize as without an imatrix, as in ggml.) */
 int q35_imatrix_type_weighted(int type);
 /* Quantize a row with weights qw (NULL: unweighted) where the type has a weighted quantizer. */
 void q35_quantize_row_imatrix(int type, const float *src, void *dst, int64_t n, const float *qw);

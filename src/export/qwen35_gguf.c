@@ -54,6 +54,9 @@ int q35_export_fallback_type(int type, int64_t ne0, int q5_k_to_q5_0) {
   const int four_bit = type == Q35_TYPE_Q4_K || type == Q35_TYPE_IQ4_XS || type == Q35_TYPE_Q4_0 ||
                        (q5_k_to_q5_0 && type == Q35_TYPE_Q5_K);
   if (ne0 % FALLBACK_BLOCK) return Q35_TYPE_F16;
-  if (type == Q35_TYPE_Q2_K || type == Q35_TYPE_Q3_K) return Q35_TYPE_IQ4_NL; /* as llama-quantize */
+  if (type == Q35_TYPE_Q2_K || type == Q35_TYPE_Q3_K || type == Q35_TYPE_IQ2_XXS || type == Q35_TYPE_IQ2_XS ||
+      type == Q35_TYPE_IQ2_S || type == Q35_TYPE_IQ3_XXS || type == Q35_TYPE_IQ3_S || type == Q35_TYPE_IQ1_S ||
+      type == Q35_TYPE_IQ1_M)
+    return Q35_TYPE_IQ4_NL; /* as llama-quantize */
   return four_bit ? Q35_TYPE_Q5_0 : Q35_TYPE_Q8_0;
 }

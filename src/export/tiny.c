@@ -197,17 +197,18 @@ static void gen_rows(void *ctx, int ith, int nth) {
 }
 
 static int add(gguf_writer *w, keep *k, rng *r, const char *name, int type, int n_dims, int64_t ne0, int64_t ne1,
-               int64_t ne2, init_kind kind, tiny_agree *ag) {
+               int64_t ne2, init_kind kind, tiny_agree *ag, int recipe, int dry_run, int *missing) {
   int64_t ne[4] = {ne0, ne1, ne2, 1};
   if (type != Q35_TYPE_F32) type = q35_export_fallback_type(type, ne0, 0);
   gen_task g = {rng_next(r), type, ne0, ne1 * ne2, kind, NULL, ag, name, ne1, type == Q35_TYPE_F32 ? NULL : k->im};
-  int bad;
   q35_err e;
-  q35_imatrix_weights(g.im, name, ne0, ne2 - 1, &bad, &e);
-  if (bad) {
+  if (type != Q35_TYPE_F32 &&
+      q35_imatrix_check(k->im, name, type, q35_recipe_needs_imatrix(recipe, name, type), ne0, ne2, dry_run, missing,
+                        &e)) {
     fprintf(stderr, "q35 export: %s\n", e.msg);
     return -1;
   }
+  if (dry_run) return printf("%s %s\n", name, q35_type_name(type)) < 0 ? -1 : 0;
   if (kind == INIT_EMBD) ag->embd_key = g.key;
   g.data = keep_add(k, q35_row_size(type, ne0) * (size_t)g.rows);
   if (!g.data) return -1;
@@ -375,6 +376,7 @@ typedef struct tiny_ctx {
   q35_gguf_name name; /* the tensor being added (for the error message) */
   tiny_agree ag;
   q35_recipe_model rm; /* what the recipe's rules look at (o->recipe >= 0) */
+  int missing_imatrix;  /* dry run: a tensor needs importance weights it has not got */
 } tiny_ctx;
 
 /* Was tensor id's type given explicitly (so that it overrides the recipe)? */
@@ -403,7 +405,8 @@ static int tensor(tiny_ctx *c, q35_gguf_tensor_id id, int il, int type, int n_di
       return -1;
     }
   }
-  return add(c->w, &c->k, &c->r, c->name.s, type, n_dims, ne0, ne1, ne2, kind, &c->ag);
+  return add(c->w, &c->k, &c->r, c->name.s, type, n_dims, ne0, ne1, ne2, kind, &c->ag, c->o->recipe, c->o->dry_run,
+             &c->missing_imatrix);
 }
 
 static int add_attention(tiny_ctx *c, int il) {
@@ -533,7 +536,7 @@ int q35_tiny_write(const q35_tiny_opts *o, const char *path, q35_err *err) {
   c.k.im = o->imatrix;
   c.rm = (q35_recipe_model){.n_layer_all = o->n_layer + (o->mtp ? 1 : 0), .n_expert = o->moe ? o->n_expert : 0,
                             .n_head = o->n_head, .n_head_kv = o->n_head_kv, .tied = o->tied,
-                            .has_imatrix = o->imatrix != NULL};
+                            .has_imatrix = o->imatrix != NULL, .n_down_per_layer = o->moe && o->n_ff_shexp > 0 ? 2 : 1};
   int rc = -1;
   if (!c.w || !c.k.pool) {
     rc = q35_seterr(err, "tiny model: out of memory");
@@ -544,6 +547,12 @@ int q35_tiny_write(const q35_tiny_opts *o, const char *path, q35_err *err) {
     if (write_vocab(c.w, o, &c.V, err) == 0) {
       if (o->mtp_agree >= 0 && agree_init(&c)) rc = q35_seterr(err, "tiny model: out of memory");
       else if (add_tensors(&c)) rc = q35_seterr(err, "tiny model: could not add tensor '%s'", c.name.s);
+      else if (o->dry_run) {
+        rc = 0;
+        if (c.missing_imatrix)
+          fprintf(stderr, "q35 export: dry run: writing this file needs importance weights (--imatrix FILE) for some "
+                          "tensors\n");
+      }
       else {
         gguf_writer_set_split(c.w, &o->split);
         rc = gguf_writer_save(c.w, path, err);

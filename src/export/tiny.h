@@ -46,6 +46,8 @@ typedef struct q35_tiny_opts {
                               override it for their tensors */
   int type_set;            /* 1: `type` was given (it overrides the recipe for the linear weights) */
   const struct q35_imatrix *imatrix; /* importance weights for the quantizers, or NULL */
+  int dry_run;             /* 1: print each tensor's name and type on stdout instead of writing (the
+                              checks still run), as llama-quantize --dry-run lists them */
 } q35_tiny_opts;
 
 /* A small MoE default: 4 layers (interval 4), embd 256, 4/2 heads of 64, DeltaNet 4 key

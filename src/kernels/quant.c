@@ -16,6 +16,7 @@
 #include "base/cpu.h"
 #include "kernels/quant.h"
 #include "kernels/quant_internal.h"
+#include "kernels/quant_lowbit.h"
 
 /* Overlay a level's entries onto a table (NULL entries keep what is there). */
 static void overlay(q35_kernels *dst, const q35_kernels *src) {
@@ -141,6 +142,21 @@ void q35_quantize_row_ref(int type, const float *src, void *dst, int64_t n) {
 }
 
 int q35_type_quantizable(int type) { return type_ok(type) && kern_ref()->quantize[type] != NULL; }
+
+int q35_quantize_row_weighted(int type, const float *src, void *dst, int64_t n, const float *qw) {
+  if (!type_ok(type) || !kern_ref()->quantize[type]) return -1;
+  if (!qw) {
+    q35_quantize_row(type, src, dst, n);
+    return 0;
+  }
+  if (!q35_lowbit_quantize_weighted(type, src, dst, n, qw)) return 0;
+  if (!q35_iq_quantize_weighted(type, src, dst, n, qw)) return 0;
+  return q35_weights_quantize_weighted(type, src, dst, n, qw);
+}
+
+int q35_type_requires_imatrix(int type) {
+  return type == Q35_TYPE_IQ2_XXS || type == Q35_TYPE_IQ2_XS || type == Q35_TYPE_IQ1_S;
+}
 
 float q35_vec_dot(int type, int64_t n, const void *w, const void *x) {
   const q35_kernels *k = kern();

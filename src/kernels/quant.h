@@ -40,9 +40,17 @@ void q35_dequantize_row_ref(int type, const void *src, float *dst, int64_t n);
 void q35_quantize_row(int type, const float *src, void *dst, int64_t n);
 void q35_quantize_row_ref(int type, const float *src, void *dst, int64_t n);
 
-/* Can q35_quantize_row write `type` (a weight quantizer exists)? Types q35 reads but cannot yet
- * write (the IQ1/IQ2/IQ3 family) answer 0: exporters refuse them as targets. */
+/* Can q35_quantize_row write `type` (a weight quantizer exists)? */
 int q35_type_quantizable(int type);
+
+/* The importance-weighted form of a weight quantizer: qw holds n importance values, one per
+ * column (llama.cpp's imatrix: the mean squared activation that met the column); NULL quantizes
+ * as q35_quantize_row. Returns 0, or -1 (nothing written) when `type` has no weighted form. */
+int q35_quantize_row_weighted(int type, const float *src, void *dst, int64_t n, const float *qw);
+/* Does `type` need an importance vector (ggml_quantize_requires_imatrix: IQ2_XXS, IQ2_XS,
+ * IQ1_S)? q35_quantize_row still writes them (with unit importance); exporters refuse them as
+ * targets without --imatrix, as llama.cpp does. */
+int q35_type_requires_imatrix(int type);
 
 /* Dot product of n elements: a weight row of `type` with an activation row already converted
  * to q35_vec_dot_type(type). */

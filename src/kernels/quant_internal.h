@@ -62,6 +62,9 @@ int q35_kernels_get(q35_simd level, q35_kernels *out);
 /* Each file's entries (NULL where it has none). */
 void q35_kernels_ref(q35_kernels *k);              /* quant_ref.c: the whole reference level */
 void q35_kernels_weight_quantizers(q35_kernels *k); /* quantize_weights.c: quantize[] of the weight types */
+/* quantize_weights.c: the importance-weighted form of its types (qw NULL = unweighted): 0, or -1
+ * if `type` is not one of them */
+int q35_weights_quantize_weighted(int type, const float *src, void *dst, int64_t n, const float *qw);
 void q35_kernels_act_layouts(q35_kernels *k);      /* act_layout.c: Q8_0X/Y/Z quantize[], dequantize[] */
 void q35_kernels_avx2(q35_kernels *k);             /* quant_avx2.c: AVX2 + FMA + F16C */
 void q35_kernels_avx512(q35_kernels *k);           /* quant_avx512.c: AVX-512 F/BW/VL/DQ/VNNI (+ VBMI) */
@@ -78,6 +81,11 @@ void q35_kernels_iq_ref(q35_kernels *k);
 void q35_kernels_iq_avx2(q35_kernels *k);
 void q35_kernels_iq_avx512(q35_kernels *k);
 void q35_kernels_iq_neon(q35_kernels *k);
+/* quantize_iq.c: quantize[] of the IQ family (called by the reference table; every level uses them) */
+void q35_kernels_iq_quantizers(q35_kernels *k);
+/* The importance-weighted quantizer of an IQ-family type (qw: n importance values, NULL = as
+ * quantize[]): 0, or -1 if `type` is not the family's. */
+int q35_iq_quantize_weighted(int type, const float *src, void *dst, int64_t n, const float *qw);
 /* The activation type each family's kernels take for weights of `type` (-1: not the family's). */
 int q35_lowbit_vec_dot_type(const q35_kernels *k, int type);
 int q35_iq_vec_dot_type(const q35_kernels *k, int type);

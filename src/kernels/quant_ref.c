@@ -432,5 +432,6 @@ void q35_kernels_ref(q35_kernels *k) {
   k->q4_0_act = Q35_TYPE_Q8_0X;
   q35_kernels_lowbit_ref(k);
   q35_kernels_iq_ref(k);
+  q35_kernels_iq_quantizers(k);
 }
 

@@ -16,112 +16,16 @@
 
 #include "base/util.h"
 #include "kernels/quant_lowbit.h"
+#include "kernels/quantize_fit.h"
 
 /* round(v) clamped to [lo, hi]; NaN -> lo */
-static inline int round_clamp(float v, int lo, int hi) {
-  if (!(v >= (float)lo)) return lo;
-  if (v >= (float)hi) return hi;
-  return (int)lrintf(v);
-}
+static inline int round_clamp(float v, int lo, int hi) { return q35_clampi(q35_nearest_int(v), lo, hi); }
 
-/* The element of largest magnitude (the first of equals; 0 if none is non-zero and finite). */
-static float signed_absmax(const float *x, int n) {
-  float max = 0, a = 0;
-  for (int i = 0; i < n; i++)
-    if (fabsf(x[i]) > a && isfinite(x[i])) {
-      a = fabsf(x[i]);
-      max = x[i];
-    }
-  return max;
-}
+static inline float signed_absmax(const float *x, int n) { return q35_signed_absmax(x, n); }
 
-/* Symmetric grid x ~ d*L, L in [lo, hi] (lo < 0 < hi): the largest-magnitude element mapped to
- * a few points near either end of the grid; d by weighted least squares per rounding; returns
- * the d of least weighted error (0 if the block is zero). */
-static float fit_symmetric(const float *x, const float *w, int n, int lo, int hi) {
-  const float max = signed_absmax(x, n);
-  if (max == 0) return 0;
-  float best_d = max / (float)lo;
-  double best_err = INFINITY;
-  for (int c = 0; c < 14; c++) {
-    const float target = c < 7 ? (float)lo + 0.2f * (float)(c - 1) : (float)hi - 0.2f * (float)(c - 8);
-    const float t = target / max;
-    double sxl = 0, sll = 0;
-    for (int i = 0; i < n; i++) {
-      const int l = round_clamp(t * x[i], lo, hi);
-      sxl += (double)w[i] * x[i] * l;
-      sll += (double)w[i] * l * l;
-    }
-    if (!(sll > 0)) continue;
-    const float d = (float)(sxl / sll);
-    if (d == 0 || !isfinite(d)) continue;
-    double err = 0;
-    for (int i = 0; i < n; i++) {
-      const double e = x[i] - (double)d * round_clamp(x[i] / d, lo, hi);
-      err += w[i] * e * e;
-    }
-    if (err < best_err) {
-      best_err = err;
-      best_d = d;
-    }
-  }
-  return best_d;
-}
-
-/* Affine grid x ~ a*L + b, L in [0, nmax], a >= 0; with neg_offset, b <= 0 (the K-quants store
- * -b as an unsigned min). Weighted least squares over candidate roundings: the range mapped onto
- * nmax + step*c levels, c_lo <= c <= c_hi. */
-static void fit_affine(const float *x, const float *w, int n, int nmax, int neg_offset, int c_lo, int c_hi,
-                       float step, float *a_out, float *b_out) {
-  float mn = INFINITY, mx = -INFINITY;
-  for (int i = 0; i < n; i++)
-    if (isfinite(x[i])) {
-      mn = fminf(mn, x[i]);
-      mx = fmaxf(mx, x[i]);
-    }
-  if (mn > mx) mn = mx = 0;
-  if (neg_offset && mn > 0) mn = 0;
-  *a_out = 0;
-  *b_out = mn;
-  if (!(mx > mn) || !isfinite(mx - mn)) return;
-  float best_a = (mx - mn) / (float)nmax, best_b = mn;
-  double best_err = INFINITY;
-  double sw = 0, swx = 0;
-  for (int i = 0; i < n; i++) {
-    sw += w[i];
-    swx += (double)w[i] * x[i];
-  }
-  for (int c = c_lo; c <= c_hi; c++) {
-    const float t = ((float)nmax + step * (float)c) / (mx - mn);
-    double sl = 0, sll = 0, sxl = 0;
-    for (int i = 0; i < n; i++) {
-      const int l = round_clamp(t * (x[i] - mn), 0, nmax);
-      sl += (double)w[i] * l;
-      sll += (double)w[i] * l * l;
-      sxl += (double)w[i] * x[i] * l;
-    }
-    const double det = sw * sll - sl * sl;
-    if (!(det > 0)) continue;
-    double a = (sw * sxl - sl * swx) / det, b = (sll * swx - sl * sxl) / det;
-    if (neg_offset && b > 0) {
-      b = 0;
-      a = sxl / sll;
-    }
-    if (!(a > 0) || !isfinite(a)) continue;
-    double err = 0;
-    for (int i = 0; i < n; i++) {
-      const int l = round_clamp((float)((x[i] - b) / a), 0, nmax);
-      const double e = x[i] - (a * l + b);
-      err += w[i] * e * e;
-    }
-    if (err < best_err) {
-      best_err = err;
-      best_a = (float)a;
-      best_b = (float)b;
-    }
-  }
-  *a_out = best_a;
-  *b_out = best_b;
+static inline void fit_affine(const float *x, const float *w, int n, int nmax, int neg_offset, int c_lo, int c_hi,
+                              float step, float *a_out, float *b_out) {
+  q35_fit_aff(x, w, n, nmax, neg_offset, c_lo, c_hi, step, a_out, b_out);
 }
 
 /* Element weights of one block: 1, or the importance form (see the top of the file). */
@@ -160,17 +64,19 @@ static void quant_q2_k_w(const float *x, void *dst, int64_t n, const float *qw) 
       const float *xs = x + 16 * j, *ws = w + 16 * j;
       const int sc0 = d > 0 ? round_clamp(a[j] / d, 0, 15) : 0, mn0 = dmin > 0 ? round_clamp(m[j] / dmin, 0, 15) : 0;
       int best_sc = sc0, best_mn = mn0;
-      double best_err = INFINITY;
+      float best_err = INFINITY;
       for (int sc = sc0 - 1; sc <= sc0 + 1; sc++)
         for (int mn = mn0 - 1; mn <= mn0 + 1; mn++) {
           if (sc < 0 || sc > 15 || mn < 0 || mn > 15) continue;
-          const float da = d * (float)sc, dm = dmin * (float)mn;
-          double err = 0;
-          for (int l = 0; l < 16; l++) {
-            const int q = da > 0 ? round_clamp((xs[l] + dm) / da, 0, 3) : 0;
-            const double e = xs[l] - ((double)da * q - dm);
-            err += ws[l] * e * e;
-          }
+          const float da = d * (float)sc, dm = dmin * (float)mn, ia = da > 0 ? 1.0f / da : 0;
+          float acc[4] = {0, 0, 0, 0};
+          for (int l = 0; l < 16; l += 4)
+            for (int k = 0; k < 4; k++) {
+              const float q = q35_round_clampf((xs[l + k] + dm) * ia, 0, 3);
+              const float e = xs[l + k] - (da * q - dm);
+              acc[k] += ws[l + k] * e * e;
+            }
+          const float err = (acc[0] + acc[1]) + (acc[2] + acc[3]);
           if (err < best_err) {
             best_err = err;
             best_sc = sc;
@@ -178,8 +84,8 @@ static void quant_q2_k_w(const float *x, void *dst, int64_t n, const float *qw) 
           }
         }
       y[i].scales[j] = (uint8_t)(best_sc | (best_mn << 4));
-      const float da = d * (float)best_sc, dm = dmin * (float)best_mn;
-      for (int l = 0; l < 16; l++) L[16 * j + l] = (uint8_t)(da > 0 ? round_clamp((xs[l] + dm) / da, 0, 3) : 0);
+      const float da = d * (float)best_sc, dm = dmin * (float)best_mn, ia = da > 0 ? 1.0f / da : 0;
+      for (int l = 0; l < 16; l++) L[16 * j + l] = (uint8_t)(ia > 0 ? round_clamp((xs[l] + dm) * ia, 0, 3) : 0);
     }
     for (int h = 0; h < 2; h++)
       for (int l = 0; l < 32; l++) {
@@ -197,7 +103,10 @@ static void quant_q3_k_w(const float *x, void *dst, int64_t n, const float *qw) 
   for (int64_t i = 0; i < n / QK_K; i++, x += QK_K, qw = qw ? qw + QK_K : NULL) {
     float w[QK_K], s[16];
     block_weights(x, qw, QK_K, sigma2, w);
-    for (int j = 0; j < 16; j++) s[j] = fit_symmetric(x + 16 * j, w + 16 * j, 16, -4, 3);
+    /* the largest element mapped near either end of the 8 levels: more candidates hardly lower
+     * the error (measured against 14 from -4.2 to 4.2) */
+    static const float tg[] = {-4.2f, -4.0f, -3.8f, -3.5f, -3.2f, 3.2f, 3.0f, 2.8f};
+    for (int j = 0; j < 16; j++) s[j] = q35_fit_sym(x + 16 * j, w + 16 * j, 16, -4, 3, tg, 8);
     const float smax = signed_absmax(s, 16);
     y[i].d = q35_fp32_to_fp16(smax / -32.f);
     const float d = q35_fp16_to_fp32(y[i].d);
@@ -207,16 +116,17 @@ static void quant_q3_k_w(const float *x, void *dst, int64_t n, const float *qw) 
     for (int j = 0; j < 16; j++) {
       const int sc0 = d != 0 ? round_clamp(s[j] / d, -32, 31) : 0;
       int sc = sc0;
-      double best_err = INFINITY;
+      float best_err = INFINITY;
       for (int c = sc0 - 1; c <= sc0 + 1 && d != 0; c++) {
         if (c < -32 || c > 31) continue;
-        const float ds = d * (float)c;
-        double err = 0;
-        for (int l = 0; l < 16; l++) {
-          const float v = x[16 * j + l];
-          const double e = v - (double)ds * (ds != 0 ? round_clamp(v / ds, -4, 3) : 0);
-          err += w[16 * j + l] * e * e;
-        }
+        const float ds = d * (float)c, ids = ds != 0 ? 1.0f / ds : 0;
+        float acc[4] = {0, 0, 0, 0};
+        for (int l = 0; l < 16; l += 4)
+          for (int k = 0; k < 4; k++) {
+            const float v = x[16 * j + l + k], e = v - ds * q35_round_clampf(v * ids, -4, 3);
+            acc[k] += w[16 * j + l + k] * e * e;
+          }
+        const float err = (acc[0] + acc[1]) + (acc[2] + acc[3]);
         if (err < best_err) {
           best_err = err;
           sc = c;
@@ -225,10 +135,10 @@ static void quant_q3_k_w(const float *x, void *dst, int64_t n, const float *qw) 
       const int u = sc + 32;
       y[i].scales[j % 8] |= (uint8_t)((u & 0xF) << (j < 8 ? 0 : 4));
       y[i].scales[8 + j % 4] |= (uint8_t)((u >> 4) << (2 * (j / 4)));
-      const float ds = d * (float)sc;
+      const float ds = d * (float)sc, ids = ds != 0 ? 1.0f / ds : 0;
       const int h = j / 8, sh = (j % 8) / 2, half = j % 2;
       for (int l = 0; l < 16; l++) {
-        const int q = (ds != 0 ? round_clamp(x[16 * j + l] / ds, -4, 3) : 0) + 4; /* 0..7 */
+        const int q = (ids != 0 ? round_clamp(x[16 * j + l] * ids, -4, 3) : 0) + 4; /* 0..7 */
         const int e = 16 * half + l;
         y[i].qs[32 * h + e] |= (uint8_t)((q & 3) << (2 * sh));
         if (q & 4) y[i].hmask[e] |= (uint8_t)(1u << (4 * h + sh));
@@ -280,56 +190,16 @@ static void quant_mxfp4(const float *x, void *dst, int64_t n) {
 
 /* ------------------------------ IQ4_NL ------------------------------ */
 
-/* Index of the IQ4_NL code book value nearest to v. */
-static inline int iq4_nearest(float v) {
-  if (!(v > q35_kvalues_iq4nl[0])) return 0;
-  if (v >= q35_kvalues_iq4nl[15]) return 15;
-  int lo = 0, hi = 15;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (v < q35_kvalues_iq4nl[mid]) hi = mid;
-    else lo = mid;
-  }
-  return v - q35_kvalues_iq4nl[lo] <= q35_kvalues_iq4nl[hi] - v ? lo : hi;
-}
-
 static void quant_iq4_nl_w(const float *x, void *dst, int64_t n, const float *qw) {
   blk_iq4_nl *y = dst;
   const float sigma2 = qw ? row_sigma2(x, n) : 0;
   for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0, qw = qw ? qw + QK8_0 : NULL) {
     float w[QK8_0];
     block_weights(x, qw, QK8_0, sigma2, w);
-    const float max = signed_absmax(x, QK8_0);
-    uint16_t best = 0;
-    double best_err = INFINITY;
-    for (int c = 0; c < 24 && max != 0; c++) {
-      /* max -> near the negative end (-127) or the positive end (113) of the code book */
-      const float target = c < 12 ? -127.f + 2.0f * (float)(c - 4) : 113.f + 2.0f * (float)(c - 16);
-      const float t = target / max;
-      double sxk = 0, skk = 0;
-      for (int j = 0; j < QK8_0; j++) {
-        const int k = q35_kvalues_iq4nl[iq4_nearest(t * x[j])];
-        sxk += (double)w[j] * x[j] * k;
-        skk += (double)w[j] * k * k;
-      }
-      if (!(skk > 0)) continue;
-      const uint16_t dh = q35_fp32_to_fp16((float)(sxk / skk));
-      const float d = q35_fp16_to_fp32(dh);
-      if (d == 0 || !isfinite(d)) continue;
-      double err = 0;
-      for (int j = 0; j < QK8_0; j++) {
-        const double e = x[j] - (double)d * q35_kvalues_iq4nl[iq4_nearest(x[j] / d)];
-        err += w[j] * e * e;
-      }
-      if (err < best_err) {
-        best_err = err;
-        best = dh;
-      }
-    }
-    y[i].d = best;
-    const float d = q35_fp16_to_fp32(best);
+    y[i].d = q35_fp32_to_fp16(q35_fit_iq4(x, w, QK8_0));
+    const float d = q35_fp16_to_fp32(y[i].d), id = d != 0 ? 1.0f / d : 0;
     for (int j = 0; j < 16; j++) {
-      const int a = d != 0 ? iq4_nearest(x[j] / d) : 8, b = d != 0 ? iq4_nearest(x[j + 16] / d) : 8;
+      const int a = id != 0 ? q35_iq4_nearest(x[j] * id) : 8, b = id != 0 ? q35_iq4_nearest(x[j + 16] * id) : 8;
       y[i].qs[j] = (uint8_t)(a | (b << 4));
     }
   }
@@ -344,7 +214,8 @@ static void affine_block(const float *x, const float *w, int nmax, uint16_t *dh,
   *dh = q35_fp32_to_fp16(a);
   *mh = q35_fp32_to_fp16(b);
   const float d = q35_fp16_to_fp32(*dh), m = q35_fp16_to_fp32(*mh);
-  for (int j = 0; j < QK8_0; j++) L[j] = (uint8_t)(d > 0 ? round_clamp((x[j] - m) / d, 0, nmax) : 0);
+  const float id = d > 0 ? 1.0f / d : 0;
+  for (int j = 0; j < QK8_0; j++) L[j] = (uint8_t)(id > 0 ? round_clamp((x[j] - m) * id, 0, nmax) : 0);
 }
 
 static void quant_q4_1_w(const float *x, void *dst, int64_t n, const float *qw) {

@@ -3,7 +3,12 @@
  * the engine behind llama-quantize) on one file, so tests can compare q35's export recipes
  * (q35 export --qtype) with the per-tensor types llama.cpp picks for the same model.
  *
- *   llama_quantize_peer IN.gguf OUT.gguf FTYPE [--imatrix F.gguf] [-t N]
+ *   llama_quantize_peer IN.gguf OUT.gguf FTYPE [--imatrix F.gguf] [-t N] [--dry-run]
+ *
+ * --dry-run: llama_model_quantize's dry run (the types chosen, nothing quantized or written); the
+ * tensors' names and the types they get are taken from its log lines ("[ i/ n] NAME - [shape],
+ * type = T, size = ... (NEW)" when converted, "... size = ..." when kept) and printed on stdout,
+ * one "NAME TYPE" line each (the output of q35 export --dry-run).
  *
  * FTYPE is a llama_ftype number (LLAMA_FTYPE_MOSTLY_Q4_K_M = 15, ...). With --imatrix, the
  * imatrix GGUF (NAME.in_sum2 [n_per_row, n_mat], NAME.counts [1, n_mat]) is read with ggml's
@@ -52,6 +57,8 @@ typedef struct {
 wide_params llama_model_quantize_default_params(void);
 uint32_t llama_model_quantize(const char *fname_inp, const char *fname_out, const llama_model_quantize_params *params);
 void llama_backend_init(void);
+typedef void (*ggml_log_callback)(int level, const char *text, void *user_data);
+void llama_log_set(ggml_log_callback cb, void *user_data);
 
 /* ggml's GGUF reader (libggml-base) */
 struct gguf_context;
@@ -142,9 +149,40 @@ static imatrix_set load_imatrix(const char *path) {
   return s;
 }
 
+/* --dry-run: a log line is complete at its newline; tensor lines give "NAME TYPE" on stdout */
+static char logline[4096];
+static size_t loglen;
+
+static void dry_run_line(const char *l) {
+  const char *rb = strstr(l, "] "), *dash = rb ? strstr(rb, " - [") : NULL, *ty = dash ? strstr(dash, "type = ") : NULL;
+  if (l[0] != '[' || !rb || !dash || !ty) return;
+  const char *nm = rb + 2;
+  while (*nm == ' ') nm++;
+  int nl = (int)(dash - nm);
+  while (nl > 0 && nm[nl - 1] == ' ') nl--;
+  char cur[32] = "", now[32] = "";
+  if (sscanf(ty + 7, " %31[^, ]", cur) != 1) return;
+  const char *op = strrchr(l, '(');
+  if (op && sscanf(op + 1, "%31[^)]", now) == 1) printf("%.*s %s\n", nl, nm, now);
+  else printf("%.*s %s\n", nl, nm, cur);
+}
+
+static void dry_run_log(int level, const char *text, void *user) {
+  (void)level, (void)user;
+  for (; *text; text++) {
+    if (*text == '\n') {
+      logline[loglen] = 0;
+      dry_run_line(logline);
+      loglen = 0;
+    } else if (loglen + 1 < sizeof logline) {
+      logline[loglen++] = *text;
+    }
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: llama_quantize_peer IN.gguf OUT.gguf FTYPE [--imatrix F.gguf] [-t N]\n");
+    fprintf(stderr, "usage: llama_quantize_peer IN.gguf OUT.gguf FTYPE [--imatrix F.gguf] [-t N] [--dry-run]\n");
     return 2;
   }
   llama_backend_init();
@@ -161,6 +199,9 @@ int main(int argc, char **argv) {
       p.imatrix = im.e;
     } else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
       p.nthread = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--dry-run")) {
+      p.dry_run = true;
+      llama_log_set(dry_run_log, NULL);
     } else {
       die("unknown argument ", argv[i]);
     }

@@ -7,6 +7,12 @@
       imatrix.chunk_size) for every 2-D/3-D weight of MODEL that llama-quantize quantizes,
       random positive sums (log-uniform over 1/16..16 times the count) and counts 1..100
       (one expert of each 3-D tensor gets count 0).
+  imatrix_tool.py write-dat MODEL.gguf OUT.dat SEED
+      the same entries (same draws as write with SEED) in llama.cpp's legacy .dat format
+      (common/imatrix-loader.cpp: i32 n_entries; per entry i32 name length, name, i32 ncall,
+      i32 nval, nval f32; then i32 chunk count, i32 length + dataset name), with ncall = 1 and
+      the values the weights the GGUF gives (sum / count, 1 where the count is 0), so that both
+      files mean the same importance
   imatrix_tool.py werr LIB_DIR SRC.gguf A.gguf B.gguf TENSOR IMATRIX.gguf
       the importance-weighted squared error sum_j w_j (x_j - q_j)^2 of TENSOR in A and in B
       against SRC (bf16/f32), each expert with its own weights, dequantized with ggml's own
@@ -42,10 +48,11 @@ def gguf_str(s):
     return struct.pack("<Q", len(b)) + b
 
 
-def write(model, out, seed):
+def draws(model, seed):
+    """(name, n_per_row, sums [n_mat, n_per_row], counts [n_mat]) for every quantized weight"""
     d = info(model)
     rng = np.random.default_rng(int(seed))
-    tensors = []
+    out = []
     for name, t in sorted(d["tensors"].items()):
         ne = t["ne"]
         if len(ne) < 2 or not name.endswith("weight") or "_norm.weight" in name or "ffn_gate_inp" in name \
@@ -56,9 +63,28 @@ def write(model, out, seed):
         if n_mat > 1:
             counts[n_mat // 2] = 0
         sums = (np.exp(rng.uniform(np.log(1 / 16), np.log(16), (n_mat, ne[0]))) * counts[:, None]).astype(np.float32)
-        base = name
-        tensors.append((base + ".in_sum2", [ne[0], n_mat], sums))
-        tensors.append((base + ".counts", [1, n_mat], counts))
+        out.append((name, ne[0], sums, counts))
+    return out
+
+
+def write_dat(model, out, seed):
+    with open(out, "wb") as f:
+        entries = draws(model, seed)
+        f.write(struct.pack("<i", len(entries)))
+        for name, _, sums, counts in entries:
+            w = np.where(counts[:, None] > 0, sums / np.maximum(counts[:, None], np.float32(1)), np.float32(1))
+            w = w.astype(np.float32).reshape(-1)
+            b = name.encode()
+            f.write(struct.pack("<i", len(b)) + b + struct.pack("<ii", 1, w.size) + w.tobytes())
+        f.write(struct.pack("<i", 10) + struct.pack("<i", 13) + b"synthetic.txt")
+
+
+def write(model, out, seed):
+    tensors = []
+    for name, n_per_row, sums, counts in draws(model, seed):
+        n_mat = len(counts)
+        tensors.append((name + ".in_sum2", [n_per_row, n_mat], sums))
+        tensors.append((name + ".counts", [1, n_mat], counts))
     kv = gguf_str("imatrix.datasets") + struct.pack("<II", 9, 8) + struct.pack("<Q", 1) + gguf_str("synthetic.txt")
     kv += gguf_str("imatrix.chunk_count") + struct.pack("<II", 4, 10)
     kv += gguf_str("imatrix.chunk_size") + struct.pack("<II", 4, 512)
@@ -80,9 +106,11 @@ def write(model, out, seed):
 
 
 TYPE_NAME = {0: "f32", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0", 10: "q2_K", 11: "q3_K", 12: "q4_K",
-             13: "q5_K", 14: "q6_K", 20: "iq4_nl", 23: "iq4_xs", 39: "mxfp4"}
+             13: "q5_K", 14: "q6_K", 16: "iq2_xxs", 17: "iq2_xs", 18: "iq3_xxs", 19: "iq1_s", 20: "iq4_nl",
+             21: "iq3_s", 22: "iq2_s", 23: "iq4_xs", 29: "iq1_m", 39: "mxfp4"}
 BLOCK = {2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 10: (256, 84), 11: (256, 110),
-         12: (256, 144), 13: (256, 176), 14: (256, 210), 20: (32, 18), 23: (256, 136), 39: (32, 17)}
+         12: (256, 144), 13: (256, 176), 14: (256, 210), 16: (256, 66), 17: (256, 74), 18: (256, 98),
+         19: (256, 50), 20: (32, 18), 21: (256, 110), 22: (256, 82), 23: (256, 136), 29: (256, 56), 39: (32, 17)}
 
 
 def tensor_f32(lib, path, d, name):
@@ -161,6 +189,8 @@ def check(model, imatrix, tokens, chunk):
 if __name__ == "__main__":
     if sys.argv[1] == "write":
         write(*sys.argv[2:5])
+    elif sys.argv[1] == "write-dat":
+        write_dat(*sys.argv[2:5])
     elif sys.argv[1] == "werr":
         werr(*sys.argv[2:8])
     elif sys.argv[1] == "check":

@@ -238,7 +238,9 @@ static void attn_dot(const q35_attn_job *j) {
  * dequantized keys and values. */
 static void attn_dot_ref(const q35_attn_job *j) {
   const int hd = j->hd, np = j->npos, etype = j->type;
-  const int qtype = q35_vec_dot_type(etype);
+  /* the query rounds through the cache's own block type (F16, or Q8_0 blocks: whatever layout the
+   * level's weight kernels take their Q8_0 activations in, the values are the same) */
+  const int qtype = etype;
   const char *K = j->k, *V = j->v;
   float qh[Q35_ATTN_MAX_HEAD_DIM], row[Q35_ATTN_MAX_HEAD_DIM];
   for (int h = 0; h < j->grp; h++) {

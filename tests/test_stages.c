@@ -116,13 +116,14 @@ static int unmapped(const gguf_file *f, const char *name) {
 }
 
 /* Whether a stage of layers [b, e) binds tensor t (its layers', the embedding for the first stage,
- * output_norm and output for the last; never the MTP block). */
+ * output_norm and output for the last; the MTP block, with output_norm and output for its head, for
+ * the first: it runs the draft step of speculative decoding). */
 static int stage_tensor(const gguf_tensor *t, int b, int e) {
   char name[96];
   snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
   int l = -1;
-  if (sscanf(name, "blk.%d.", &l) == 1) return l >= b && l < e;
-  return !strcmp(name, "token_embd.weight") ? b == 0 : e == NL; /* output_norm, output */
+  if (sscanf(name, "blk.%d.", &l) == 1) return (l >= b && l < e) || (l == NL && b == 0);
+  return !strcmp(name, "token_embd.weight") ? b == 0 : e == NL || b == 0; /* output_norm, output */
 }
 
 /* A stage of layers [b, e) of a split file: the middle of every tensor it binds is mapped and every
@@ -408,7 +409,7 @@ int main(void) {
   o.n_embd = 128;
   o.n_vocab = 512;
   o.type = Q35_TYPE_Q8_0;
-  o.mtp = 1; /* a stage never binds the MTP block */
+  o.mtp = 1; /* only the first stage binds the MTP block */
   o.seed = 5;
   q35_err err;
   if (q35_tiny_write(&o, path, &err)) return fprintf(stderr, "FAIL q35_tiny_write: %s\n", err.msg), 1;

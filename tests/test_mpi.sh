@@ -112,6 +112,37 @@ same "$a" "$b" "dense: seeded text of a prompt on stdin (rank 0 reads it), 2 ran
 a=$("$Q35" run -m "$tmp/moe.gguf" -p "x" -n 12 -t 1 --seed 3 --regex '[a-d]+' 2>/dev/null)
 b=$(mpi 2 run -m "$tmp/moe.gguf" -p "x" -n 12 -t 1 --seed 3 --regex '[a-d]+' 2>/dev/null || true)
 same "$a" "$b" "moe: constrained seeded text of 2 ranks (logits to rank 0, masks there) = one process"
+
+# speculation (MTP drafts, issue 19): rank 0 binds the head and drafts; every stage checkpoints its
+# own layers' state in a verify row and restores it on a rollback (CKPT_RESTORE); the last rank
+# samples the verify rows and returns every position's hidden state (the head's input). --draft N
+# under 2 and 3 ranks prints the ids of one process's --draft N and --draft 0 (greedy, seeded with
+# penalties, a regex constraint: logits to rank 0) with the same drafts and acceptances, on a head
+# that agrees with the trunk at a set rate (whose trunk maps each token to the next, whatever the
+# state) and on random weights (nearly every draft rejected; a stage that kept a rejected draft's
+# state would change the tokens)
+"$Q35" export --tiny-test -o "$tmp/mtp.gguf" --layers 6 --mtp-agree 0.7 --type q8_0 >/dev/null 2>&1
+"$Q35" export --tiny-test -o "$tmp/rmtp.gguf" --layers 6 --mtp --type q8_0 >/dev/null 2>&1
+dstats() { grep -o '"draft_tokens": [0-9]*, "draft_accepted": [0-9]*' "$1" | tail -1 || true; }
+for m in mtp rmtp; do
+  for s in "--temperature 0" "--seed 5 --temperature 0.8 --top-k 40 --repetition-penalty 1.2 --presence-penalty 0.3"; do
+    ids=(-m "$tmp/$m.gguf" --tokens 1,2,3,4,5,6,7,8,9,10,11,12 -n 40 --print-ids -t 1)
+    a=$("$Q35" run "${ids[@]}" $s --draft 0 2>/dev/null || true)
+    a2=$("$Q35" run "${ids[@]}" $s --draft 2 2>"$tmp/d1" || true)
+    same "$a" "$a2" "$m ($s): one process, --draft 2 = --draft 0"
+    for np in 2 3; do
+      b=$(mpi $np run "${ids[@]}" $s --draft 2 2>"$tmp/d$np" || true)
+      same "$a" "$b" "$m ($s): --draft 2 on $np ranks = one process's --draft 0"
+      same "$(dstats "$tmp/d1")" "$(dstats "$tmp/d$np")" "$m ($s): $np ranks drafted and accepted as one process"
+      # (the agreeing head: drafts accepted and rejected, so every stage rolls back at every depth)
+      [ $m = rmtp ] || dstats "$tmp/d$np" | awk '{d = $2 + 0; a = $4 + 0; exit !(a > 0 && a < d)}' ||
+        bad "$m ($s): $np ranks: drafts all or none accepted ($(dstats "$tmp/d$np"))"
+    done
+  done
+done
+a=$("$Q35" run -m "$tmp/mtp.gguf" -p "x" -n 16 -t 1 --seed 3 --regex '[a-d]+( [a-d]+)*' 2>/dev/null)
+b=$(mpi 2 run -m "$tmp/mtp.gguf" -p "x" -n 16 -t 1 --seed 3 --regex '[a-d]+( [a-d]+)*' --draft 3 2>/dev/null || true)
+same "$a" "$b" "mtp: constrained seeded text, --draft 3 on 2 ranks = one process's --draft 0"
 mpi 2 bench -m "$tmp/a3b.gguf" -t 1 -p 8 -n 4 -r 1 --json >"$tmp/bench.json" 2>/dev/null || true
 grep -q '"decode_tok_s"' "$tmp/bench.json" && ok "bench on 2 ranks: $(head -c 80 "$tmp/bench.json")" || bad "bench on 2 ranks"
 

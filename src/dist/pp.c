@@ -5,15 +5,20 @@
  * Messages go down the chain, rank r to r + 1, each as a fixed header (TAG_HDR) and, when it has
  * one, a payload (TAG_DATA, in pieces of at most PIECE bytes: MPI counts are ints). The last rank
  * answers rank 0 directly (TAG_REPLY):
- *   SESSION_NEW  id, n_ctx, kv_type, mem_budget; each stage makes its state, or forwards the first
- *                failure; the last rank replies with the status (rank 0 waits for it)
+ *   SESSION_NEW  id, n_ctx, kv_type, mem_budget, draft_max (checkpoint slots for speculation);
+ *                each stage makes its state, or forwards the first failure; the last rank
+ *                replies with the status (rank 0 waits for it)
  *   SESSION_FREE / SESSION_RESET  id (no reply)
- *   FORWARD      rows (id, n, n_out, hidden wanted) + the residual stream [T][n_embd] after the
- *                sender's layers (+ for a step, each row's sampling parameters and penalty history);
+ *   FORWARD      rows (id, n, n_out, hidden wanted, checkpoints to arm) + the residual stream
+ *                [T][n_embd] after the sender's layers (+ for a step, each row's sampling
+ *                parameters and penalty history);
  *                the last rank runs its layers and the output head and replies, when rows want
  *                outputs, the logits of their n_out positions or, for a step, the samples (token,
  *                logprob, alternatives: a few hundred bytes, not n_vocab floats), then the hidden
- *                states asked for
+ *                states asked for (the n_out positions', then every position's for the rows of
+ *                sessions that draft: the MTP head on rank 0 reads them)
+ *   CKPT_RESTORE id, slot: each stage restores its session's checkpoint (a speculative rollback;
+ *                no reply)
  *   QUIT         every rank frees its model and exits
  * A session's id is rank 0's q35_session pointer (unique while it lives). MPI's ordering (one
  * sender, one receiver, one tag) keeps the chain's commands in order, so rank 0 sends a step on

@@ -11,8 +11,12 @@
  * contexts sharing one's threads) through a two-stage chain whose later stage (an in-process
  * stand-in for dist/pp.c's q35_stage_next) computes only when a step is waited for, in the order
  * sent: the samples of 4 sessions in 2 groups, one constrained by a regex, equal q35_step on the
- * whole model one step at a time. The MPI driver on top of this (src/dist/pp.c) is tested by
- * test_mpi.sh.
+ * whole model one step at a time. Speculative decoding through two stages (the first binds the
+ * MTP head and drafts; the stand-in later stage arms and restores its own checkpoints and returns
+ * every position's hidden state, as dist/pp.c does): --draft 0 and 3, greedy and seeded, with a
+ * snapshot restored mid-way, give the tokens and logprobs of the whole model one token a step; a
+ * chain without checkpoint support refuses draft_max. The MPI driver on top of this
+ * (src/dist/pp.c) is tested by test_mpi.sh.
  */
 #include <stdint.h>
 #include <stdio.h>

@@ -14,7 +14,8 @@
  * whole model one step at a time. Speculative decoding through two stages (the first binds the
  * MTP head and drafts; the stand-in later stage arms and restores its own checkpoints and returns
  * every position's hidden state, as dist/pp.c does): --draft 0 and 3, greedy and seeded, with a
- * snapshot restored mid-way, give the tokens and logprobs of the whole model one token a step; a
+ * snapshot restored mid-way and with emitted drafts trimmed (q35_session_draft_keep), give the
+ * tokens and logprobs of the whole model one token a step; a
  * chain without checkpoint support refuses draft_max. The MPI driver on top of this
  * (src/dist/pp.c) is tested by test_mpi.sh.
  */
@@ -190,6 +191,7 @@ typedef struct {
   int32_t ckpt[8];     /* speculation, as dist/pp.c sends it: checkpoints the row arms (the first
                         * stage's ckpt_n), and where every position's hidden state goes (its hidden_all) */
   float *all[8];
+  int32_t pos0[8]; /* the first stage's position before the row: the later stage's must be the same */
   float *x;
 } fk_fwd;
 
@@ -229,6 +231,8 @@ static void fk_compute(fake_next *f, fk_fwd *w) {
     rows[r].tokens = NULL;
     rows[r].x_in = w->x + t * H;
     t += rows[r].n;
+    CHECK(rows[r].s->pos == w->pos0[r], "the later stage's session is at position %d, the first stage's at %d",
+          rows[r].s->pos, w->pos0[r]);
     q35_err e;
     if (w->ckpt[r] > 0) CHECK(q35_session_ckpt_arm(rows[r].s, w->ckpt[r], &e) == 0, "arm: %s", e.msg);
     else q35_session_ckpt_disarm(rows[r].s);
@@ -250,7 +254,10 @@ static int fk_forward(q35_stage_next *nx, const q35_fwd_row *rows, int n_rows, c
   w->key = f->key;
   w->n_rows = n_rows;
   memcpy(w->rows, rows, sizeof *rows * (size_t)n_rows);
-  for (int r = 0; r < n_rows; r++) w->ckpt[r] = rows[r].s->ckpt_n, w->all[r] = rows[r].s->hidden_all;
+  for (int r = 0; r < n_rows; r++) {
+    w->ckpt[r] = rows[r].s->ckpt_n, w->all[r] = rows[r].s->hidden_all;
+    w->pos0[r] = rows[r].s->pos - rows[r].n; /* (forward.c has moved it on) */
+  }
   w->x = malloc(sizeof(float) * (size_t)T * H);
   memcpy(w->x, x, sizeof(float) * (size_t)T * H);
   f->sent++;
@@ -451,7 +458,11 @@ static const int32_t sp_prompt[SP_PROMPT] = {5, 17, 3, 99, 250, 7, 1};
 /* SP_GEN tokens (and their logprobs) after sp_prompt on one session of m with draft_max dmax, n_draft
  * nd a step (temperature 0: greedy; else seeded). snap_at > 0: a snapshot once snap_at tokens are
  * out; after the last one the session restores it and generates the rest again, which must repeat
- * the first run bit for bit. Returns the drafts accepted; *drafted: the drafts fed. */
+ * the first run bit for bit. With g_trim, every third step that emitted drafts keeps one token
+ * fewer (q35_session_draft_keep: a restore on every stage; the next step samples the dropped
+ * position again, so the tokens stay the reference's), counted in g_trims. Returns the drafts
+ * accepted; *drafted: the drafts fed. */
+static int g_trim, g_trims;
 static int gen(q35_model *m, int32_t dmax, int32_t nd, float temp, int snap_at, int32_t *tok, float *lp, int *drafted) {
   q35_err err;
   q35_session_params ps = q35_session_default_params();
@@ -496,7 +507,11 @@ static int gen(q35_model *m, int32_t dmax, int32_t nd, float temp, int snap_at, 
     sp.draw_index = (uint64_t)n;
     ok = q35_step(m, &row, 1, &err) == 0;
     CHECK(ok, "step at %d: %s", n, err.msg);
-    const int k = row.n_emitted > 0 ? row.n_emitted : 1;
+    int k = row.n_emitted > 0 ? row.n_emitted : 1;
+    if (g_trim && !pass && row.n_emitted > 1 && g_trims++ % 3 == 0) {
+      ok = q35_session_draft_keep(s, --k, &err) == 0;
+      CHECK(ok, "draft keep %d: %s", k, err.msg);
+    }
     for (int j = 0; ok && j < k; j++, n++) {
       const int use = row.n_emitted > 0 && row.outputs;
       const int32_t t = use ? row.outputs[j].token : row.token;
@@ -523,7 +538,7 @@ static int gen(q35_model *m, int32_t dmax, int32_t nd, float temp, int snap_at, 
  * returns every position's hidden state and checkpoints and restores its own layers' state as the
  * first's): the tokens and logprobs of --draft 3 and of a drafting session with --draft 0 equal the
  * whole model's one token a step, greedy and seeded, and a snapshot restored mid-way repeats them. */
-static void test_spec(const char *dir) {
+static void test_spec(const char *dir, int agree) {
   char path[512];
   snprintf(path, sizeof path, "%s/mtp.gguf", dir);
   q35_tiny_opts o = q35_tiny_default();
@@ -532,7 +547,12 @@ static void test_spec(const char *dir) {
   o.n_embd = 128;
   o.n_vocab = 512;
   o.mtp = 1;
-  o.mtp_agree = 0.7f; /* drafts accepted, partly accepted and rejected */
+  /* agree: a head agreeing with the trunk on about 70% of tokens (drafts accepted, partly accepted
+   * and rejected), whose trunk maps each token to the next whatever the state (so a stage state
+   * left wrong shows only as positions out of step, checked in fk_compute); else random weights
+   * (nearly every draft rejected: a rollback after the first token, and a stage whose state kept a
+   * rejected draft changes the tokens) */
+  o.mtp_agree = agree ? 0.7f : -1.0f;
   o.seed = 9;
   q35_err err;
   CHECK(q35_tiny_write(&o, path, &err) == 0, "%s", err.msg);
@@ -566,9 +586,19 @@ static void test_spec(const char *dir) {
         const int acc = gen(m0, 3, nd, temp, 15, gt, gl, &drafted);
         CHECK(memcmp(rt, gt, sizeof rt) == 0 && memcmp(rl, gl, sizeof rl) == 0,
               "two stages, temperature %g, --draft %d: tokens or logprobs differ from the whole model's", temp, nd);
-        if (nd) CHECK(acc > 0 && acc < drafted && f.restores > 0, "temperature %g: %d of %d drafts accepted, %d "
-                      "restores on the later stage", temp, acc, drafted, f.restores);
+        if (nd) CHECK((acc > 0 || !agree) && acc < drafted && f.restores > 0, "temperature %g: %d of %d drafts "
+                      "accepted, %d restores on the later stage", temp, acc, drafted, f.restores);
         else CHECK(drafted == 0);
+        if (!nd || !agree) continue;
+        /* emitted drafts trimmed (q35_session_draft_keep), as the server does at a stop sequence */
+        memset(gt, 0, sizeof gt);
+        g_trim = 1, g_trims = 0;
+        const int r0 = f.restores;
+        gen(m0, 3, nd, temp, 0, gt, gl, &drafted);
+        g_trim = 0;
+        CHECK(g_trims > 3 && f.restores > r0, "temperature %g: %d steps emitted drafts", temp, g_trims);
+        CHECK(memcmp(rt, gt, sizeof rt) == 0 && memcmp(rl, gl, sizeof rl) == 0,
+              "two stages, temperature %g, --draft %d, drafts trimmed: tokens or logprobs differ", temp, nd);
       }
     }
     CHECK(f.n_sess == 0 && f.n_snaps == 0, "%d sessions, %d snapshots left on the later stage", f.n_sess, f.n_snaps);
@@ -640,7 +670,8 @@ int main(void) {
   CHECK(load_range(path, 3, 3, &err) == NULL && strstr(err.msg, "not within"), "%s", err.msg);
 
   test_flight(path, whole);
-  test_spec(dir);
+  test_spec(dir, 1);
+  test_spec(dir, 0);
 
   /* the same model as a split GGUF (shards of at most 7 tensors), and read into memory */
   char spath[512], sbase[512];

@@ -112,6 +112,37 @@ same "$a" "$b" "dense: seeded text of a prompt on stdin (rank 0 reads it), 2 ran
 a=$("$Q35" run -m "$tmp/moe.gguf" -p "x" -n 12 -t 1 --seed 3 --regex '[a-d]+' 2>/dev/null)
 b=$(mpi 2 run -m "$tmp/moe.gguf" -p "x" -n 12 -t 1 --seed 3 --regex '[a-d]+' 2>/dev/null || true)
 same "$a" "$b" "moe: constrained seeded text of 2 ranks (logits to rank 0, masks there) = one process"
+
+# speculation (MTP drafts, issue 19): rank 0 binds the head and drafts; every stage checkpoints its
+# own layers' state in a verify row and restores it on a rollback (CKPT_RESTORE); the last rank
+# samples the verify rows and returns every position's hidden state (the head's input). --draft N
+# under 2 and 3 ranks prints the ids of one process's --draft N and --draft 0 (greedy, seeded with
+# penalties, a regex constraint: logits to rank 0) with the same drafts and acceptances, on a head
+# that agrees with the trunk at a set rate (whose trunk maps each token to the next, whatever the
+# state) and on random weights (nearly every draft rejected; a stage that kept a rejected draft's
+# state would change the tokens)
+"$Q35" export --tiny-test -o "$tmp/mtp.gguf" --layers 6 --mtp-agree 0.7 --type q8_0 >/dev/null 2>&1
+"$Q35" export --tiny-test -o "$tmp/rmtp.gguf" --layers 6 --mtp --type q8_0 >/dev/null 2>&1
+dstats() { grep -o '"draft_tokens": [0-9]*, "draft_accepted": [0-9]*' "$1" | tail -1 || true; }
+for m in mtp rmtp; do
+  for s in "--temperature 0" "--seed 5 --temperature 0.8 --top-k 40 --repetition-penalty 1.2 --presence-penalty 0.3"; do
+    ids=(-m "$tmp/$m.gguf" --tokens 1,2,3,4,5,6,7,8,9,10,11,12 -n 40 --print-ids -t 1)
+    a=$("$Q35" run "${ids[@]}" $s --draft 0 2>/dev/null || true)
+    a2=$("$Q35" run "${ids[@]}" $s --draft 2 2>"$tmp/d1" || true)
+    same "$a" "$a2" "$m ($s): one process, --draft 2 = --draft 0"
+    for np in 2 3; do
+      b=$(mpi $np run "${ids[@]}" $s --draft 2 2>"$tmp/d$np" || true)
+      same "$a" "$b" "$m ($s): --draft 2 on $np ranks = one process's --draft 0"
+      same "$(dstats "$tmp/d1")" "$(dstats "$tmp/d$np")" "$m ($s): $np ranks drafted and accepted as one process"
+      # (the agreeing head: drafts accepted and rejected, so every stage rolls back at every depth)
+      [ $m = rmtp ] || dstats "$tmp/d$np" | awk '{d = $2 + 0; a = $4 + 0; exit !(a > 0 && a < d)}' ||
+        bad "$m ($s): $np ranks: drafts all or none accepted ($(dstats "$tmp/d$np"))"
+    done
+  done
+done
+a=$("$Q35" run -m "$tmp/mtp.gguf" -p "x" -n 16 -t 1 --seed 3 --regex '[a-d]+( [a-d]+)*' 2>/dev/null)
+b=$(mpi 2 run -m "$tmp/mtp.gguf" -p "x" -n 16 -t 1 --seed 3 --regex '[a-d]+( [a-d]+)*' --draft 3 2>/dev/null || true)
+same "$a" "$b" "mtp: constrained seeded text, --draft 3 on 2 ranks = one process's --draft 0"
 mpi 2 bench -m "$tmp/a3b.gguf" -t 1 -p 8 -n 4 -r 1 --json >"$tmp/bench.json" 2>/dev/null || true
 grep -q '"decode_tok_s"' "$tmp/bench.json" && ok "bench on 2 ranks: $(head -c 80 "$tmp/bench.json")" || bad "bench on 2 ranks"
 
@@ -244,6 +275,58 @@ wait "$s1" 2>/dev/null || true
 wait "$s2" 2>/dev/null || true
 wait "$s3" 2>/dev/null || true
 bg=
+
+# serve with speculation under mpirun: --draft N steps one group (q35_context_step: the draft step
+# verifies and rolls back within the call). Seeded chat with logprobs, n = 2, and a session's
+# follow-up turn (a prefix restore, the head's state with it) equal a one-process server with the
+# same --draft byte for byte, with drafts accepted on the pipeline; --draft with --pp-groups 2 is
+# refused with a message.
+dopts=(--parallel 4 --ctx 512 -t 1 --no-think --max-sessions 4 --draft 2 --draft-fixed)
+p1=$(free_port)
+"$Q35" serve -m "$tmp/mtp.gguf" --port "$p1" "${dopts[@]}" >"$tmp/d1.log" 2>&1 &
+s1=$!
+p2=$(free_port)
+timeout 300 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none \
+  -np 2 "$mpiq" serve -m "$tmp/mtp.gguf" --port "$p2" "${dopts[@]}" >"$tmp/d2.log" 2>&1 &
+s2=$!
+bg="$s1 $s2"
+if wait_health "$p1" && wait_health "$p2"; then
+  dchat='{"model":"mtp.gguf","messages":['"$sys,$u1"'],"max_tokens":24,"seed":31,"temperature":0.8,"logprobs":true,"top_logprobs":2}'
+  dn2='{"model":"mtp.gguf","prompt":"speculate","max_tokens":20,"seed":32,"n":2,"temperature":0.7}'
+  for k in dchat dn2; do
+    path=/v1/chat/completions
+    [ $k = dn2 ] && path=/v1/completions
+    a=$(post "$p1" $path "${!k}")
+    b=$(post "$p2" $path "${!k}")
+    same "$a" "$b" "serve --draft 2: $k, 2 ranks = one process"
+  done
+  a1=$(post "$p1" /v1/chat/completions '{"model":"mtp.gguf","messages":['"$sys,$u1"'],"max_tokens":8,"seed":33}' ds)
+  b1=$(post "$p2" /v1/chat/completions '{"model":"mtp.gguf","messages":['"$sys,$u1"'],"max_tokens":8,"seed":33}' ds)
+  reply=$(echo "$b1" | /usr/bin/python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["message"]["content"]))' || echo '""')
+  m='['"$sys,$u1"',{"role":"assistant","content":'"$reply"'},{"role":"user","content":"And then?"}]'
+  a=$(post "$p1" /v1/chat/completions '{"model":"mtp.gguf","messages":'"$m"',"max_tokens":16,"seed":34}' ds)
+  b=$(post "$p2" /v1/chat/completions '{"model":"mtp.gguf","messages":'"$m"',"max_tokens":16,"seed":34}' ds)
+  c=$(echo "$b" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["usage"]["prompt_tokens_details"]["cached_tokens"])' 2>/dev/null || echo 0)
+  same "$a1$a" "$b1$b" "serve --draft 2: a session's two turns, 2 ranks = one process"
+  [ "${c:-0}" -gt 0 ] && ok "serve --draft 2: the follow-up reused $c prompt tokens under mpirun" ||
+    bad "serve --draft 2: the follow-up reused no prefix: $b"
+  acc=$(metric "$p2" draft_accepted_tokens_total)
+  [ "$(metric "$p2" step_groups)" = 1 ] && [ "${acc:-0}" -gt 0 ] &&
+    ok "serve --draft 2 on 2 ranks: one group, $acc drafts accepted of $(metric "$p2" draft_tokens_total)" ||
+    bad "serve --draft 2 on 2 ranks: step_groups '$(metric "$p2" step_groups)', accepted '$acc'"
+else
+  bad "the --draft servers did not become healthy: $(tail -5 "$tmp/d1.log" "$tmp/d2.log")"
+fi
+kill "$s1" "$s2" 2>/dev/null || true
+wait "$s1" 2>/dev/null || true
+wait "$s2" 2>/dev/null || true
+bg=
+if mpi 2 serve -m "$tmp/mtp.gguf" --port "$(free_port)" --draft 2 --pp-groups 2 >/dev/null 2>"$tmp/err"; then
+  bad "serve --draft 2 --pp-groups 2 under mpirun ran"
+else
+  grep -q "speculation steps one group" "$tmp/err" && ok "serve --draft 2 --pp-groups 2: $(grep -o 'draft 2 with.*' "$tmp/err" | head -1)" ||
+    bad "serve --draft 2 --pp-groups 2: $(head -c 300 "$tmp/err")"
+fi
 
 # refusals: a clear message, a non-zero exit, no hang
 if mpi 3 logits -m "$tmp/moe.gguf" --tokens 1,2 -t 1 --pp-split 0:2,3:6,6:6 -o "$tmp/x" >/dev/null 2>"$tmp/err"; then

@@ -11,8 +11,13 @@
  * contexts sharing one's threads) through a two-stage chain whose later stage (an in-process
  * stand-in for dist/pp.c's q35_stage_next) computes only when a step is waited for, in the order
  * sent: the samples of 4 sessions in 2 groups, one constrained by a regex, equal q35_step on the
- * whole model one step at a time. The MPI driver on top of this (src/dist/pp.c) is tested by
- * test_mpi.sh.
+ * whole model one step at a time. Speculative decoding through two stages (the first binds the
+ * MTP head and drafts; the stand-in later stage arms and restores its own checkpoints and returns
+ * every position's hidden state, as dist/pp.c does): --draft 0 and 3, greedy and seeded, with a
+ * snapshot restored mid-way and with emitted drafts trimmed (q35_session_draft_keep), give the
+ * tokens and logprobs of the whole model one token a step; a
+ * chain without checkpoint support refuses draft_max. The MPI driver on top of this
+ * (src/dist/pp.c) is tested by test_mpi.sh.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -26,6 +31,7 @@
 #include "export/tiny.h"
 #include "format/tensor_types.h"
 #include "model/model.h"
+#include "model/mtp.h"
 
 enum { NL = 6, NT = 11 };
 static const int32_t toks[NT] = {5, 17, 3, 99, 250, 7, 1, 64, 300, 2, 11};
@@ -116,13 +122,14 @@ static int unmapped(const gguf_file *f, const char *name) {
 }
 
 /* Whether a stage of layers [b, e) binds tensor t (its layers', the embedding for the first stage,
- * output_norm and output for the last; never the MTP block). */
+ * output_norm and output for the last; the MTP block, with output_norm and output for its head, for
+ * the first: it runs the draft step of speculative decoding). */
 static int stage_tensor(const gguf_tensor *t, int b, int e) {
   char name[96];
   snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
   int l = -1;
-  if (sscanf(name, "blk.%d.", &l) == 1) return l >= b && l < e;
-  return !strcmp(name, "token_embd.weight") ? b == 0 : e == NL; /* output_norm, output */
+  if (sscanf(name, "blk.%d.", &l) == 1) return (l >= b && l < e) || (l == NL && b == 0);
+  return !strcmp(name, "token_embd.weight") ? b == 0 : e == NL || b == 0; /* output_norm, output */
 }
 
 /* A stage of layers [b, e) of a split file: the middle of every tensor it binds is mapped and every
@@ -181,8 +188,17 @@ typedef struct {
   const void *key;
   int n_rows;
   q35_fwd_row rows[8]; /* s: the first stage's session; logits: where the results go */
+  int32_t ckpt[8];     /* speculation, as dist/pp.c sends it: checkpoints the row arms (the first
+                        * stage's ckpt_n), and where every position's hidden state goes (its hidden_all) */
+  float *all[8];
+  int32_t pos0[8]; /* the first stage's position before the row: the later stage's must be the same */
   float *x;
 } fk_fwd;
+
+typedef struct {
+  uint64_t id;
+  q35_snapshot *sn;
+} fk_snap;
 
 typedef struct {
   q35_stage_next ops;
@@ -193,6 +209,10 @@ typedef struct {
   int n_q;
   const void *key;
   int sent, computed, max_in_flight;
+  fk_snap snaps[8];
+  int n_snaps;
+  uint64_t next_snap;
+  int restores; /* CKPT_RESTORE commands */
 } fake_next;
 
 static q35_session *fk_find(fake_next *f, const q35_session *s0) {
@@ -211,9 +231,16 @@ static void fk_compute(fake_next *f, fk_fwd *w) {
     rows[r].tokens = NULL;
     rows[r].x_in = w->x + t * H;
     t += rows[r].n;
+    CHECK(rows[r].s->pos == w->pos0[r], "the later stage's session is at position %d, the first stage's at %d",
+          rows[r].s->pos, w->pos0[r]);
+    q35_err e;
+    if (w->ckpt[r] > 0) CHECK(q35_session_ckpt_arm(rows[r].s, w->ckpt[r], &e) == 0, "arm: %s", e.msg);
+    else q35_session_ckpt_disarm(rows[r].s);
+    rows[r].s->hidden_all = w->all[r];
   }
   q35_err err;
   CHECK(q35_forward(f->m1, &f->m1->ctx->fwd, rows, w->n_rows, &err) == 0, "later stage: %s", err.msg);
+  for (int r = 0; r < w->n_rows; r++) rows[r].s->hidden_all = NULL;
   free(w->x);
   f->computed++;
 }
@@ -227,6 +254,10 @@ static int fk_forward(q35_stage_next *nx, const q35_fwd_row *rows, int n_rows, c
   w->key = f->key;
   w->n_rows = n_rows;
   memcpy(w->rows, rows, sizeof *rows * (size_t)n_rows);
+  for (int r = 0; r < n_rows; r++) {
+    w->ckpt[r] = rows[r].s->ckpt_n, w->all[r] = rows[r].s->hidden_all;
+    w->pos0[r] = rows[r].s->pos - rows[r].n; /* (forward.c has moved it on) */
+  }
   w->x = malloc(sizeof(float) * (size_t)T * H);
   memcpy(w->x, x, sizeof(float) * (size_t)T * H);
   f->sent++;
@@ -242,8 +273,11 @@ static int fk_session(q35_stage_next *nx, int op, const q35_session *s, q35_err 
   fake_next *f = (fake_next *)nx;
   if (op == Q35_STAGE_SESSION_NEW) {
     if (f->n_sess == 16) return q35_seterr(err, "fake: too many sessions");
-    q35_session *s1 = q35_session_new(f->m1, &s->params, err);
+    q35_session_params sp = s->params; /* a later stage holds no head: only checkpoint slots for drafts */
+    sp.draft_max = sp.draft_vocab = 0;
+    q35_session *s1 = q35_session_new(f->m1, &sp, err);
     if (!s1) return -1;
+    if (q35_session_ckpt_reserve(s1, s->params.draft_max, err)) return q35_session_free(s1), -1;
     f->sess[f->n_sess++] = (fk_sess){(q35_session *)s, s1};
   } else {
     for (int i = 0; i < f->n_sess; i++)
@@ -266,8 +300,29 @@ static int fk_sample(q35_stage_next *nx, const q35_row *rows, int n_rows, struct
 }
 
 static int fk_snapshot(q35_stage_next *nx, int op, const q35_session *s, uint64_t *id, q35_err *err) {
-  (void)nx, (void)op, (void)s, (void)id;
-  return q35_seterr(err, "fake: no snapshots");
+  fake_next *f = (fake_next *)nx;
+  if (op == Q35_STAGE_SNAP_SAVE) {
+    if (f->n_snaps == 8) return q35_seterr(err, "fake: too many snapshots");
+    q35_snapshot *sn = q35_session_snapshot(fk_find(f, s), err);
+    if (!sn) return -1;
+    f->snaps[f->n_snaps++] = (fk_snap){*id = ++f->next_snap, sn};
+    return 0;
+  }
+  for (int i = 0; i < f->n_snaps; i++)
+    if (f->snaps[i].id == *id) {
+      if (op == Q35_STAGE_SNAP_RESTORE) return q35_session_restore(fk_find(f, s), f->snaps[i].sn, err);
+      q35_snapshot_free(f->snaps[i].sn);
+      f->snaps[i] = f->snaps[--f->n_snaps];
+      return 0;
+    }
+  return op == Q35_STAGE_SNAP_RESTORE ? q35_seterr(err, "fake: no snapshot %llu", (unsigned long long)*id) : 0;
+}
+
+static void fk_ckpt(q35_stage_next *nx, int op, const q35_session *s, int32_t arg) {
+  fake_next *f = (fake_next *)nx;
+  CHECK(op == Q35_STAGE_CKPT_RESTORE);
+  q35_session_ckpt_restore(fk_find(f, s), arg);
+  f->restores++;
 }
 
 static int fk_micro(q35_stage_next *nx, int op, q35_err *err) {
@@ -373,7 +428,7 @@ static void test_flight(const char *path, q35_model *whole) {
     memset(&f, 0, sizeof f);
     f.ops = (q35_stage_next){.forward = fk_forward, .session = fk_session, .sample_next = fk_sample,
                              .snapshot = fk_snapshot, .n_micro = 0, .micro = fk_micro, .flight = fk_flight,
-                             .n_stages = 2, .close = fk_close};
+                             .ckpt = fk_ckpt, .n_stages = 2, .close = fk_close};
     f.m1 = m1;
     m0->next = &f.ops;
     CHECK(q35_model_stages(m0) == 2);
@@ -397,6 +452,164 @@ static void test_flight(const char *path, q35_model *whole) {
   q35_constraint_vocab_free(v);
 }
 
+enum { SP_PROMPT = 7, SP_GEN = 40 };
+static const int32_t sp_prompt[SP_PROMPT] = {5, 17, 3, 99, 250, 7, 1};
+
+/* SP_GEN tokens (and their logprobs) after sp_prompt on one session of m with draft_max dmax, n_draft
+ * nd a step (temperature 0: greedy; else seeded). snap_at > 0: a snapshot once snap_at tokens are
+ * out; after the last one the session restores it and generates the rest again, which must repeat
+ * the first run bit for bit. With g_trim, every third step that emitted drafts keeps one token
+ * fewer (q35_session_draft_keep: a restore on every stage; the next step samples the dropped
+ * position again, so the tokens stay the reference's), counted in g_trims. Returns the drafts
+ * accepted; *drafted: the drafts fed. */
+static int g_trim, g_trims;
+static int gen(q35_model *m, int32_t dmax, int32_t nd, float temp, int snap_at, int32_t *tok, float *lp, int *drafted) {
+  q35_err err;
+  q35_session_params ps = q35_session_default_params();
+  ps.n_ctx = 64;
+  ps.kv_type = Q35_KV_F32;
+  ps.draft_max = dmax;
+  q35_session *s = q35_session_new(m, &ps, &err);
+  CHECK(s != NULL, "%s", err.msg);
+  if (!s) return 0;
+  q35_sampling sp = q35_sampling_default();
+  sp.temperature = temp;
+  sp.seed = 42;
+  sp.top_k = 40;
+  int32_t hist[SP_PROMPT + SP_GEN], cur = 0;
+  memcpy(hist, sp_prompt, sizeof sp_prompt);
+  q35_output outs[Q35_DRAFT_MAX + 1];
+  q35_snapshot *sn = NULL;
+  int n = 0, n_snap = 0, pass = 0, accepted = 0, ok = 1;
+  *drafted = 0;
+  while (ok) {
+    if (n >= SP_GEN) {
+      if (!sn || pass) break;
+      ok = q35_session_restore(s, sn, &err) == 0;
+      CHECK(ok, "restore: %s", err.msg);
+      pass = 1, n = n_snap, cur = tok[n - 1];
+      continue;
+    }
+    q35_row row;
+    memset(&row, 0, sizeof row);
+    row.session = s;
+    row.sampling = &sp;
+    row.history = hist;
+    row.n_history = SP_PROMPT + n;
+    row.n_prompt = SP_PROMPT;
+    row.n_top_logprobs = -1;
+    if (n == 0) {
+      row.tokens = sp_prompt, row.n_tokens = SP_PROMPT;
+    } else {
+      row.tokens = &cur, row.n_tokens = 1, row.outputs = outs;
+      row.n_draft = nd < SP_GEN - n - 1 ? nd : SP_GEN - n - 1;
+    }
+    sp.draw_index = (uint64_t)n;
+    ok = q35_step(m, &row, 1, &err) == 0;
+    CHECK(ok, "step at %d: %s", n, err.msg);
+    int k = row.n_emitted > 0 ? row.n_emitted : 1;
+    if (g_trim && !pass && row.n_emitted > 1 && g_trims++ % 3 == 0) {
+      ok = q35_session_draft_keep(s, --k, &err) == 0;
+      CHECK(ok, "draft keep %d: %s", k, err.msg);
+    }
+    for (int j = 0; ok && j < k; j++, n++) {
+      const int use = row.n_emitted > 0 && row.outputs;
+      const int32_t t = use ? row.outputs[j].token : row.token;
+      const float l = use ? row.outputs[j].logprob : row.logprob;
+      if (pass) ok = t == tok[n] && memcmp(&l, &lp[n], sizeof l) == 0;
+      CHECK(ok, "after the restore, token %d: %d (%g), the first run %d (%g)", n, t, l, tok[n], lp[n]);
+      tok[n] = t, lp[n] = l;
+      hist[SP_PROMPT + n] = cur = t;
+    }
+    if (!pass) *drafted += row.n_drafted, accepted += k - 1;
+    if (snap_at && !sn && n >= snap_at) {
+      sn = q35_session_snapshot(s, &err);
+      CHECK(sn != NULL, "snapshot: %s", err.msg);
+      n_snap = n;
+    }
+  }
+  CHECK(!snap_at || pass, "no restore ran");
+  q35_snapshot_free(sn);
+  q35_session_free(s);
+  return accepted;
+}
+
+/* Speculative decoding through two stages (the first drafts with the MTP head; the later one
+ * returns every position's hidden state and checkpoints and restores its own layers' state as the
+ * first's): the tokens and logprobs of --draft 3 and of a drafting session with --draft 0 equal the
+ * whole model's one token a step, greedy and seeded, and a snapshot restored mid-way repeats them. */
+static void test_spec(const char *dir, int agree) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/mtp.gguf", dir);
+  q35_tiny_opts o = q35_tiny_default();
+  o.n_layer = NL;
+  o.interval = 2;
+  o.n_embd = 128;
+  o.n_vocab = 512;
+  o.mtp = 1;
+  /* agree: a head agreeing with the trunk on about 70% of tokens (drafts accepted, partly accepted
+   * and rejected), whose trunk maps each token to the next whatever the state (so a stage state
+   * left wrong shows only as positions out of step, checked in fk_compute); else random weights
+   * (nearly every draft rejected: a rollback after the first token, and a stage whose state kept a
+   * rejected draft changes the tokens) */
+  o.mtp_agree = agree ? 0.7f : -1.0f;
+  o.seed = 9;
+  q35_err err;
+  CHECK(q35_tiny_write(&o, path, &err) == 0, "%s", err.msg);
+  q35_model *whole = load_range(path, 0, 0, &err);
+  const int split = 3;
+  q35_model *m0 = load_range(path, 0, split, &err), *m1 = load_range(path, split, NL, &err);
+  CHECK(whole && m0 && m1, "%s", err.msg);
+  if (whole && m0 && m1) {
+    CHECK(m0->has_mtp && !m1->has_mtp && !m0->output.data, "the first stage binds the head only");
+    static fake_next f;
+    memset(&f, 0, sizeof f);
+    f.ops = (q35_stage_next){.forward = fk_forward, .session = fk_session, .sample_next = fk_sample,
+                             .snapshot = fk_snapshot, .n_micro = 0, .micro = fk_micro, .flight = fk_flight,
+                             .ckpt = NULL, .n_stages = 2, .close = fk_close};
+    f.m1 = m1;
+    m0->next = &f.ops;
+    q35_session_params ps = q35_session_default_params();
+    ps.n_ctx = 64;
+    ps.draft_max = 2;
+    CHECK(q35_session_new(m0, &ps, &err) == NULL && strstr(err.msg, "not available"), "%s", err.msg);
+    f.ops.ckpt = fk_ckpt;
+    q35_context_draft_adapt(q35_model_context(m0), 0); /* n_draft drafts every step (not the measured policy's) */
+    for (int kind = 0; kind < 2; kind++) {
+      const float temp = kind ? 0.8f : 0.0f;
+      int32_t rt[SP_GEN], gt[SP_GEN];
+      float rl[SP_GEN], gl[SP_GEN];
+      int drafted = 0;
+      gen(whole, 0, 0, temp, 0, rt, rl, &drafted);
+      for (int nd = 0; nd <= 3; nd += 3) {
+        memset(gt, 0, sizeof gt);
+        const int acc = gen(m0, 3, nd, temp, 15, gt, gl, &drafted);
+        CHECK(memcmp(rt, gt, sizeof rt) == 0 && memcmp(rl, gl, sizeof rl) == 0,
+              "two stages, temperature %g, --draft %d: tokens or logprobs differ from the whole model's", temp, nd);
+        if (nd) CHECK((acc > 0 || !agree) && acc < drafted && f.restores > 0, "temperature %g: %d of %d drafts "
+                      "accepted, %d restores on the later stage", temp, acc, drafted, f.restores);
+        else CHECK(drafted == 0);
+        if (!nd || !agree) continue;
+        /* emitted drafts trimmed (q35_session_draft_keep), as the server does at a stop sequence */
+        memset(gt, 0, sizeof gt);
+        g_trim = 1, g_trims = 0;
+        const int r0 = f.restores;
+        gen(m0, 3, nd, temp, 0, gt, gl, &drafted);
+        g_trim = 0;
+        CHECK(g_trims > 3 && f.restores > r0, "temperature %g: %d steps emitted drafts", temp, g_trims);
+        CHECK(memcmp(rt, gt, sizeof rt) == 0 && memcmp(rl, gl, sizeof rl) == 0,
+              "two stages, temperature %g, --draft %d, drafts trimmed: tokens or logprobs differ", temp, nd);
+      }
+    }
+    CHECK(f.n_sess == 0 && f.n_snaps == 0, "%d sessions, %d snapshots left on the later stage", f.n_sess, f.n_snaps);
+    m0->next = NULL;
+  }
+  q35_model_free(whole);
+  q35_model_free(m0);
+  q35_model_free(m1);
+  unlink(path);
+}
+
 int main(void) {
   char dir[] = "/tmp/q35_test_stages_XXXXXX";
   if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
@@ -408,7 +621,7 @@ int main(void) {
   o.n_embd = 128;
   o.n_vocab = 512;
   o.type = Q35_TYPE_Q8_0;
-  o.mtp = 1; /* a stage never binds the MTP block */
+  o.mtp = 1; /* only the first stage binds the MTP block */
   o.seed = 5;
   q35_err err;
   if (q35_tiny_write(&o, path, &err)) return fprintf(stderr, "FAIL q35_tiny_write: %s\n", err.msg), 1;
@@ -457,6 +670,8 @@ int main(void) {
   CHECK(load_range(path, 3, 3, &err) == NULL && strstr(err.msg, "not within"), "%s", err.msg);
 
   test_flight(path, whole);
+  test_spec(dir, 1);
+  test_spec(dir, 0);
 
   /* the same model as a split GGUF (shards of at most 7 tensors), and read into memory */
   char spath[512], sbase[512];

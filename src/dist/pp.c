@@ -5,15 +5,20 @@
  * Messages go down the chain, rank r to r + 1, each as a fixed header (TAG_HDR) and, when it has
  * one, a payload (TAG_DATA, in pieces of at most PIECE bytes: MPI counts are ints). The last rank
  * answers rank 0 directly (TAG_REPLY):
- *   SESSION_NEW  id, n_ctx, kv_type, mem_budget; each stage makes its state, or forwards the first
- *                failure; the last rank replies with the status (rank 0 waits for it)
+ *   SESSION_NEW  id, n_ctx, kv_type, mem_budget, draft_max (checkpoint slots for speculation);
+ *                each stage makes its state, or forwards the first failure; the last rank
+ *                replies with the status (rank 0 waits for it)
  *   SESSION_FREE / SESSION_RESET  id (no reply)
- *   FORWARD      rows (id, n, n_out, hidden wanted) + the residual stream [T][n_embd] after the
- *                sender's layers (+ for a step, each row's sampling parameters and penalty history);
+ *   FORWARD      rows (id, n, n_out, hidden wanted, checkpoints to arm) + the residual stream
+ *                [T][n_embd] after the sender's layers (+ for a step, each row's sampling
+ *                parameters and penalty history);
  *                the last rank runs its layers and the output head and replies, when rows want
  *                outputs, the logits of their n_out positions or, for a step, the samples (token,
  *                logprob, alternatives: a few hundred bytes, not n_vocab floats), then the hidden
- *                states asked for
+ *                states asked for (the n_out positions', then every position's for the rows of
+ *                sessions that draft: the MTP head on rank 0 reads them)
+ *   CKPT_RESTORE id, slot: each stage restores its session's checkpoint (a speculative rollback;
+ *                no reply)
  *   QUIT         every rank frees its model and exits
  * A session's id is rank 0's q35_session pointer (unique while it lives). MPI's ordering (one
  * sender, one receiver, one tag) keeps the chain's commands in order, so rank 0 sends a step on
@@ -36,20 +41,22 @@
 #include "base/util.h"
 #include "engine/context.h"
 #include "model/model.h"
+#include "model/mtp.h"
 #include "sample/sampler.h"
 
 enum { TAG_HDR = 1, TAG_DATA = 2, TAG_REPLY = 3, TAG_READY = 4 };
 enum { OP_SESSION_NEW = 1, OP_SESSION_FREE, OP_SESSION_RESET, OP_FORWARD, OP_QUIT, OP_SNAP_SAVE, OP_SNAP_RESTORE,
-       OP_SNAP_FREE };
+       OP_SNAP_FREE, OP_CKPT_RESTORE };
 #define PIECE ((size_t)1 << 30)
 #define MAX_RANKS 1024
 
 typedef struct {
   int32_t op, n_rows;
-  int64_t T;           /* FORWARD: tokens of the step */
+  int64_t T;           /* FORWARD: tokens of the step; CKPT_RESTORE: the slot */
   uint64_t id;         /* SESSION_*, SNAP_SAVE / RESTORE: the session */
   uint64_t snap;       /* SNAP_SAVE / RESTORE: the snapshot (SNAP_FREE: n_rows ids in the payload) */
   int32_t n_ctx, kv_type;
+  int32_t draft_max, pad; /* SESSION_NEW: checkpoint slots each stage reserves (speculation) */
   uint64_t mem_budget;
   uint64_t payload;    /* bytes following in TAG_DATA pieces */
   uint64_t samp_bytes; /* FORWARD: the sampling section at the payload's end (0: reply logits) */
@@ -57,9 +64,13 @@ typedef struct {
   char msg[sizeof(((q35_err *)0)->msg)];
 } pp_hdr;
 
+/* hidden: ROW_HIDDEN (the n_out positions' hidden states), ROW_ALL (every position's: the first
+ * stage's q35_session.hidden_all, the MTP head's input); ckpt: the stage arms that many
+ * checkpoints of its session for this row (a verify row of speculation; 0: disarmed) */
+enum { ROW_HIDDEN = 1, ROW_ALL = 2 };
 typedef struct {
   uint64_t id;
-  int32_t n, n_out, hidden, pad;
+  int32_t n, n_out, hidden, ckpt;
 } pp_row;
 
 typedef struct {
@@ -343,6 +354,11 @@ static void scatter_reply(pp *p, const q35_fwd_row *rows, int n_rows, q35_step_o
       hd += k * H;
     }
   }
+  for (int r = 0; r < n_rows; r++) /* then every position's, for the sessions that keep them */
+    if (rows[r].s->hidden_all) {
+      memcpy(rows[r].s->hidden_all, hd, (size_t)rows[r].n * H * sizeof(float));
+      hd += (size_t)rows[r].n * H;
+    }
 }
 
 /* The results of every forward sent under key. Each reply's receive was posted right after its
@@ -420,14 +436,16 @@ static int next_forward(q35_stage_next *nx, const q35_fwd_row *rows, int n_rows,
   if (srows) samp_write(srows, n_rows, b + fwd_payload(n_rows, T, H));
   size_t n_logits = 0, n_hidden = 0;
   for (int r = 0; r < n_rows; r++) {
-    const pp_row pr = {(uint64_t)(uintptr_t)rows[r].s, rows[r].n, rows[r].n_out, rows[r].hidden != NULL, 0};
+    const q35_session *s = rows[r].s;
+    const pp_row pr = {(uint64_t)(uintptr_t)s, rows[r].n, rows[r].n_out,
+                       (rows[r].hidden ? ROW_HIDDEN : 0) | (s->hidden_all ? ROW_ALL : 0), s->ckpt_n};
     memcpy(b + r * sizeof pr, &pr, sizeof pr);
     n_logits += (size_t)rows[r].n_out;
-    n_hidden += rows[r].hidden ? (size_t)rows[r].n_out : 0;
+    n_hidden += (rows[r].hidden ? (size_t)rows[r].n_out : 0) + (s->hidden_all ? (size_t)rows[r].n : 0);
   }
   memcpy(b + (size_t)n_rows * sizeof(pp_row), x, (size_t)T * H * sizeof(float));
   send_cmd(&h, b);
-  if (!n_logits) return 0; /* nothing comes back: the next step may go down the chain at once */
+  if (!n_logits && !n_hidden) return 0; /* nothing comes back: the next step may go down the chain at once */
   const size_t lb = n_logits * (srows ? sizeof(q35_step_out) : V * sizeof(float)), hb = n_hidden * H * sizeof(float);
   if ((p->micro_on || p->flight_key) && lb + hb <= PIECE) {
     /* a micro-batch or a step in flight: its results are awaited at micro(END) or flight(WAIT) */
@@ -478,6 +496,7 @@ static int next_session(q35_stage_next *nx, int op, const q35_session *s, q35_er
   h.id = (uint64_t)(uintptr_t)s;
   h.n_ctx = s->params.n_ctx;
   h.kv_type = (int32_t)s->params.kv_type;
+  h.draft_max = s->params.draft_max;
   h.mem_budget = s->params.mem_budget;
   send_cmd(&h, NULL);
   if (h.op != OP_SESSION_NEW) return 0;
@@ -518,6 +537,18 @@ static int next_snapshot(q35_stage_next *nx, int op, const q35_session *s, uint6
   recv_bytes(&h, sizeof h, p->size - 1, TAG_REPLY);
   if (h.failed) return q35_seterr(err, "%s", h.msg);
   return 0;
+}
+
+static void next_ckpt(q35_stage_next *nx, int op, const q35_session *s, int32_t arg) {
+  pp *p = (pp *)nx;
+  (void)op; /* (CKPT_RESTORE, the only one) */
+  if (!p->open) return;
+  pp_hdr h;
+  memset(&h, 0, sizeof h);
+  h.op = OP_CKPT_RESTORE;
+  h.id = (uint64_t)(uintptr_t)s;
+  h.T = arg;
+  send_cmd(&h, NULL); /* no reply: the chain keeps the order of commands */
 }
 
 static void quit_chain(pp *p) {
@@ -566,6 +597,10 @@ static void serve_session_new(pp *p, pp_hdr *h) {
     sp.mem_budget = h->mem_budget;
     q35_err e;
     q35_session *s = q35_session_new(p->m, &sp, &e);
+    if (s && h->draft_max > 0 && q35_session_ckpt_reserve(s, h->draft_max, &e)) { /* speculation's slots */
+      q35_session_free(s);
+      s = NULL;
+    }
     if (s && p->n_sess == p->cap_sess) {
       const size_t c = p->cap_sess ? 2 * p->cap_sess : 16;
       pp_sess *ns = realloc(p->sess, c * sizeof *ns);
@@ -694,27 +729,37 @@ static void serve_forward(pp *p, pp_hdr *h) {
   recv_bytes(in, h->payload, p->rank - 1, TAG_DATA);
   const pp_row *pr = (const pp_row *)in;
   const float *x = (const float *)(in + (size_t)n_rows * sizeof(pp_row));
-  size_t n_logits = 0, n_hidden = 0;
+  size_t n_logits = 0, n_hidden = 0, n_all = 0;
   for (int r = 0; r < n_rows; r++) {
+    if (pr[r].n < 1 || pr[r].n_out < 0 || pr[r].n_out > pr[r].n || pr[r].ckpt < 0 || pr[r].ckpt > Q35_DRAFT_MAX + 1)
+      die_rank("malformed forward message (a row)");
     n_logits += (size_t)pr[r].n_out;
-    n_hidden += pr[r].hidden ? (size_t)pr[r].n_out : 0;
+    n_hidden += pr[r].hidden & ROW_HIDDEN ? (size_t)pr[r].n_out : 0;
+    n_all += pr[r].hidden & ROW_ALL ? (size_t)pr[r].n : 0;
   }
   /* out: the next rank's message (same rows, this stage's residual stream, the same sampling
    * section), or the logits (then the hidden states) of the reply */
-  const size_t out_bytes = last ? (n_logits * V + n_hidden * H) * sizeof(float) : h->payload;
+  const size_t out_bytes = last ? (n_logits * V + (n_hidden + n_all) * H) * sizeof(float) : h->payload;
   char *out = grow(&p->buf2, &p->cap2, out_bytes);
   const char *samp = in + fwd_payload(n_rows, h->T, H);
   q35_fwd_row rows[n_rows];
   int64_t t = 0;
-  float *lg = (float *)out, *hd = (float *)out + n_logits * V;
+  float *lg = (float *)out, *hd = (float *)out + n_logits * V, *ha = hd + n_hidden * H;
   for (int r = 0; r < n_rows; r++) {
     q35_session *s = find_session(p, pr[r].id, NULL);
     if (!s) die_rank("a forward message names a session this stage does not hold");
+    /* a verify row checkpoints this stage's state as the first stage's (a rollback restores it) */
+    q35_err ce;
+    if (pr[r].ckpt > 0 ? q35_session_ckpt_arm(s, pr[r].ckpt, &ce) : (q35_session_ckpt_disarm(s), 0)) die_rank(ce.msg);
+    if (last && pr[r].hidden & ROW_ALL) {
+      s->hidden_all = ha;
+      ha += (size_t)pr[r].n * H;
+    }
     rows[r] = (q35_fwd_row){s, NULL, pr[r].n, pr[r].n_out, NULL, NULL, x + t * H, NULL};
     if (last && pr[r].n_out) {
       rows[r].logits = lg;
       lg += (size_t)pr[r].n_out * V;
-      if (pr[r].hidden) {
+      if (pr[r].hidden & ROW_HIDDEN) {
         rows[r].hidden = hd;
         hd += (size_t)pr[r].n_out * H;
       }
@@ -725,7 +770,9 @@ static void serve_forward(pp *p, pp_hdr *h) {
   }
   if (t != h->T) die_rank("malformed forward message (row lengths)");
   q35_err e;
-  if (q35_forward(p->m, &p->m->ctx->fwd, rows, n_rows, &e)) {
+  const int frc = q35_forward(p->m, &p->m->ctx->fwd, rows, n_rows, &e);
+  for (int r = 0; r < n_rows; r++) rows[r].s->hidden_all = NULL;
+  if (frc) {
     char msg[sizeof e.msg + 32];
     snprintf(msg, sizeof msg, "forward pass failed: %s", e.msg);
     die_rank(msg);
@@ -736,7 +783,7 @@ static void serve_forward(pp *p, pp_hdr *h) {
     send_cmd(h, out);
   } else if (h->samp_bytes && n_logits) {
     sample_reply(p, pr, n_rows, samp, h->samp_bytes, (const float *)out, (const float *)out + n_logits * V,
-                 n_hidden * H);
+                 (n_hidden + n_all) * H);
   } else if (out_bytes) {
     send_bytes(out, out_bytes, 0, TAG_REPLY);
   }
@@ -759,6 +806,10 @@ static void serve_stage(pp *p) {
       serve_forward(p, &h);
     } else if (h.op == OP_SNAP_SAVE || h.op == OP_SNAP_RESTORE || h.op == OP_SNAP_FREE) {
       serve_snap(p, &h);
+    } else if (h.op == OP_CKPT_RESTORE) {
+      if (p->rank + 1 < p->size) send_cmd(&h, NULL);
+      q35_session *s = find_session(p, h.id, NULL);
+      if (s) q35_session_ckpt_restore(s, (int32_t)h.T);
     } else {
       die_rank("unknown pipeline message");
     }
@@ -905,7 +956,7 @@ q35_model *q35_pp_load(const char *path, const q35_model_params *mp0, const char
     if (p->micro < 0) p->micro = p->size;
     p->ops = (q35_stage_next){.forward = next_forward, .session = next_session, .sample_next = next_sample,
                               .snapshot = next_snapshot, .n_micro = p->micro, .micro = next_micro,
-                              .flight = next_flight, .n_stages = p->size, .close = next_close};
+                              .flight = next_flight, .ckpt = next_ckpt, .n_stages = p->size, .close = next_close};
     m->next = &p->ops;
     return m;
   }

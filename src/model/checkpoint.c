@@ -66,8 +66,15 @@ int q35_session_ckpt_arm(q35_session *s, int32_t n_max, q35_err *err) {
   return 0;
 }
 
+/* A pipeline's first stage: the later stages do the same to their layers' state. */
+static void ckpt_next(q35_session *s, int op, int32_t arg) {
+  q35_stage_next *nx = s->model->next;
+  if (nx && nx->ckpt) nx->ckpt(nx, op, s, arg);
+}
+
 void q35_session_ckpt_restore(q35_session *s, int32_t i) {
   if (i < 0 || i >= s->ckpt_last) return;
+  ckpt_next(s, Q35_STAGE_CKPT_RESTORE, i);
   const q35_hparams *hp = &s->model->hp;
   const size_t cn = conv_floats(hp), sn = ssm_floats(hp);
   for (int l = 0; l < s->model->n_gdn_layers; l++) {
@@ -88,6 +95,6 @@ int q35_session_ckpt_rollback(q35_session *s, int32_t pos, q35_err *err) {
                       s->ckpt_pos0 + 1, s->ckpt_pos0 + s->ckpt_n);
   }
   s->ckpt_n = 0;
-  if (pos < s->pos) q35_session_ckpt_restore(s, k);
+  if (pos < s->pos) q35_session_ckpt_restore(s, k); /* (the later stages too) */
   return 0;
 }

@@ -196,9 +196,18 @@ static int load_mtp(q35_model *m, q35_err *err) {
   N(embd, NEXTN_EMBED_TOKENS, 2, H, V, 1, 0);
   N(head, NEXTN_SHARED_HEAD_HEAD, 2, H, V, 1, 0);
 #undef N
+  /* a pipeline's first stage drafts (the head runs where the draft step does, dist/pp.c) without
+   * the trunk's output head: it binds output_norm and output for the head only (m->output stays
+   * unset: the trunk's logits come from the last stage) */
+  if (!t->head_norm.data && !m->output_norm.data &&
+      bind(m, &t->head_norm, q35_gguf_tensor(Q35_TENSOR_OUTPUT_NORM, 0).s, 1, H, 1, 1, 0, 1, err))
+    return -1;
+  if (!t->head.data && !m->output.data &&
+      bind(m, &t->head, q35_gguf_tensor(Q35_TENSOR_OUTPUT, 0).s, 2, H, V, 1, 1, 0, err))
+    return -1;
   if (!t->head_norm.data) t->head_norm = m->output_norm;
   if (!t->embd.data) t->embd = m->tok_embd;
-  if (!t->head.data) t->head = m->output;
+  if (!t->head.data) t->head = m->output.data ? m->output : m->tok_embd; /* (tied) */
   m->has_mtp = 1;
   return 0;
 }
@@ -224,7 +233,6 @@ static int load_tensors(q35_model *m, q35_err *err) {
   const q35_hparams *hp = &m->hp;
   const int H = hp->n_embd;
   if (load_ends(m, err)) return -1;
-  const int whole = m->layer_begin == 0 && m->layer_end == hp->n_layer;
   const int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
   const int Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, dv = hp->ssm_d_state;
   const int C = 2 * Hk * dk + Hv * dv;
@@ -235,7 +243,9 @@ static int load_tensors(q35_model *m, q35_err *err) {
   do {                                                                                                  \
     if (bind(m, &L->field, q35_gguf_tensor(Q35_TENSOR_##id, il).s, nd, a, b, c, opt, f32, err)) return -1; \
   } while (0)
-  for (int il = 0; il < hp->n_layer + (whole && hp->n_layer_all > hp->n_layer); il++) {
+  /* the MTP block: the whole model's, or a pipeline's first stage's (it runs the draft step) */
+  const int mtp = m->layer_begin == 0 && hp->n_layer_all > hp->n_layer;
+  for (int il = 0; il < hp->n_layer + mtp; il++) {
     const int is_mtp = il == hp->n_layer; /* the first MTP block: attention + FFN (+ nextn below) */
     if (!is_mtp && (il < m->layer_begin || il >= m->layer_end)) continue; /* another stage's layer */
     q35_layer *L = is_mtp ? &m->mtp.layer : &m->layers[il];
@@ -286,7 +296,7 @@ static int load_tensors(q35_model *m, q35_err *err) {
     }
   }
 #undef B
-  return whole && hp->n_layer_all > hp->n_layer ? load_mtp(m, err) : 0;
+  return mtp ? load_mtp(m, err) : 0;
 }
 
 /* The trunk layer a tensor name belongs to ("blk.N."), or -1. */
@@ -327,9 +337,11 @@ static long long map_stage(q35_model *m, int huge, int copy, q35_err *err) {
       if (t->shard != sh) continue;
       const int l = tensor_layer(t->name);
       int keep = l >= 0 ? l >= m->layer_begin && l < m->layer_end : 1;
+      if (l == m->hp.n_layer) keep = m->has_mtp; /* the first stage's MTP block */
       if (gguf_str_eq(t->name, "token_embd.weight")) keep = t->data == (const void *)embd;
-      else if (gguf_str_eq(t->name, "output.weight")) keep = t->data == (const void *)out;
-      else if (gguf_str_eq(t->name, "output_norm.weight")) keep = t->data == (const void *)onorm;
+      else if (gguf_str_eq(t->name, "output.weight")) keep = t->data == (const void *)out || t->data == m->mtp.head.data;
+      else if (gguf_str_eq(t->name, "output_norm.weight"))
+        keep = t->data == (const void *)onorm || t->data == m->mtp.head_norm.data;
       if (!keep || !t->nbytes) continue;
       rng[2 * n] = (size_t)((const uint8_t *)t->data - sf->map);
       rng[2 * n + 1] = t->nbytes;

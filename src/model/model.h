@@ -87,6 +87,7 @@ enum { Q35_STAGE_MICRO_BEGIN, Q35_STAGE_MICRO_END };
  * sends the rows on and returns without waiting for their results; WAIT (q35_context_step_end)
  * waits for every result sent under that key (0, or -1 with a message) */
 enum { Q35_STAGE_FLIGHT_OPEN, Q35_STAGE_FLIGHT_CLOSE, Q35_STAGE_FLIGHT_WAIT };
+enum { Q35_STAGE_CKPT_RESTORE };
 typedef struct q35_stage_next q35_stage_next;
 struct q35_fwd_row;
 struct q35_step_out;
@@ -110,6 +111,12 @@ struct q35_stage_next {
   int (*micro)(q35_stage_next *nx, int op, q35_err *err);
   /* steps in flight: key is the stepping context (one step in flight per context) */
   int (*flight)(q35_stage_next *nx, int op, const void *key, q35_err *err);
+  /* speculation: a session's checkpoints on the later stages follow the first stage's (checkpoint.c):
+   * CKPT_RESTORE copies slot arg back (q35_session_ckpt_restore; a rollback is one). The later
+   * stages arm theirs with each forward's rows (the first stage's q35_session.ckpt_n), and write
+   * the trunk's hidden states into the first stage's q35_session.hidden_all when it is set;
+   * NULL: no speculation on this pipeline. */
+  void (*ckpt)(q35_stage_next *nx, int op, const q35_session *s, int32_t arg);
   int n_stages; /* this stage and the later ones */
   void (*close)(q35_stage_next *nx); /* the model is freed: the later stages stop */
 };

@@ -106,8 +106,8 @@ q35_session *q35_session_new(q35_model *m, const q35_session_params *params, q35
     q35_seterr(err, "draft_max %d is out of range [0, %d]", params->draft_max, Q35_DRAFT_MAX);
     return NULL;
   }
-  if (params->draft_max > 0 && m->next) {
-    q35_seterr(err, "draft_max %d: speculative decoding is not available in a pipeline (mpirun)", params->draft_max);
+  if (params->draft_max > 0 && m->next && !m->next->ckpt) {
+    q35_seterr(err, "draft_max %d: speculative decoding is not available in this pipeline", params->draft_max);
     return NULL;
   }
   if (params->draft_max > 0 && !m->has_mtp) {

@@ -1051,7 +1051,7 @@ static void group_begin(srv_sched *s, int g) {
   pthread_mutex_unlock(&s->mu);
   q35_err err = {{0}};
   const double t0 = q35_now();
-  /* with drafts (one group: no pipeline) the step verifies and rolls back within one call */
+  /* with drafts (one group, also in a pipeline) the step verifies and rolls back within one call */
   const int whole = s->o.draft > 0;
   const int rc = whole ? q35_context_step(G->ctx, G->rows, n, &err) : q35_context_step_begin(G->ctx, G->rows, n, &err);
   const double dt = q35_now() - t0;
@@ -1114,9 +1114,9 @@ srv_sched *srv_sched_new(q35_model *model, const q35_tokenizer *tok, const srv_s
     free(s);
     return NULL;
   }
-  if (s->o.draft > 0 && q35_model_stages(model) > 1) {
-    q35_seterr(err, "--draft %d: speculative decoding is not available in a pipeline (mpirun); --draft 0 turns it off",
-               s->o.draft);
+  if (s->o.draft > 0 && q35_model_stages(model) > 1 && s->o.groups > 1) {
+    q35_seterr(err, "--draft %d with --pp-groups %d: speculation steps one group (a draft step verifies and rolls back "
+               "within one call, no steps in flight); --pp-groups 1 or --draft 0", s->o.draft, s->o.groups);
     free(s);
     return NULL;
   }
@@ -1145,8 +1145,9 @@ srv_sched *srv_sched_new(q35_model *model, const q35_tokenizer *tok, const srv_s
       return NULL;
     }
   }
-  /* one group per pipeline stage unless the options say otherwise (1 without a pipeline) */
-  s->n_grp = q35_model_stages(model) < 2 ? 1 : s->o.groups > 0 ? s->o.groups : q35_model_stages(model);
+  /* one group per pipeline stage unless the options say otherwise (1 without a pipeline, and with
+   * drafts: a draft step is one q35_context_step) */
+  s->n_grp = q35_model_stages(model) < 2 || s->o.draft > 0 ? 1 : s->o.groups > 0 ? s->o.groups : q35_model_stages(model);
   s->anon = calloc((size_t)s->o.parallel, sizeof *s->anon);
   s->grp = calloc((size_t)s->n_grp, sizeof *s->grp);
   s->cmask = calloc(((size_t)q35_model_n_vocab(model) + 31) / 32, sizeof *s->cmask);

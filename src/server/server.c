@@ -442,7 +442,8 @@ static int load_model(srv *S, const q35_server_opts *o, q35_err *err) {
                        .snap_every = o->snap_every,
                        .mem_budget = o->mem_budget,
                        .idle_timeout = o->idle_timeout,
-                       /* the default: speculation with a head, outside a pipeline (not available there) */
+                       /* the default: speculation with a head, outside a pipeline (there it would step
+                          one group, without the stages' steps in flight: --draft N asks for it) */
                        .draft = o->draft >= 0                                                       ? o->draft
                                 : S->model && q35_model_has_mtp(S->model) && q35_model_stages(S->model) < 2 ? Q35_SERVER_DRAFT
                                                                                                              : 0,

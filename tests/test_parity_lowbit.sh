@@ -106,10 +106,12 @@ check_model() {
 
 Q="--layers 4 --interval 4 --embd 256 --heads 4 --kv-heads 2 --head-dim 64 --ff 256"
 Q="$Q --ssm-k-heads 2 --ssm-v-heads 4 --ssm-head-dim 64"
-# Seeds: q3_k 41 and q5_1 46 since the weighted quantizers (2026-12-04) changed the blocks: with
-# seeds 21 / 26 (and q5_1 56) llama.cpp and q35 part at position 0 by 0.7-1.7% of max|logit| on
-# the q5_1 model and at two greedy choices on the q3_k one, while q35's SIMD levels agree with
-# its scalar reference; not yet explained (open in issue 16's notes).
+# Seeds: q3_k 41 and q5_1 46 since the weighted quantizers (2026-12-04) changed the blocks. With
+# seeds 21 / 26 (and q5_1 56) the two engines part at position 0 by 0.7-1.7% of max|logit| on
+# the q5_1 model and at two greedy choices on the q3_k one: the activation flip at a .5 step that
+# the ggml-quantized models below allow for (on seed 26, q5_1 gate/up alone and q5_1 down alone
+# each match llama.cpp to 3e-7; both together part), not a kernel error (q35's SIMD levels equal
+# its scalar reference there). These models are held to the strict position-0 tolerance.
 for ts in q3_k:41 q2_k:22 mxfp4:23 iq4_nl:24 q4_1:25 q5_1:46; do
   t=${ts%:*}
   seed=${ts#*:}

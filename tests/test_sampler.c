@@ -416,7 +416,7 @@ static void test_fused_topp(int n_rows) {
  * gen_row (ties, -inf, huge and tiny ranges), NaN and +inf at random places, weights with the
  * edge values of W = trunc(w * 2^61) (0, 1, subnormals, 2^-61 and its neighbours). */
 
-#define TWIN_NMAX 5000
+#define TWIN_NMAX 17000
 
 static int twin_levels(q35_simd *lv) {
   int n = 0;
@@ -428,7 +428,7 @@ static int twin_levels(q35_simd *lv) {
 }
 
 static int32_t twin_len(int r) {
-  static const int32_t big[] = {127, 1000, 1023, 1024, 1025, 2047, 2049, 3000, TWIN_NMAX};
+  static const int32_t big[] = {127, 1000, 1023, 1024, 1025, 2047, 2049, 3000, 8195, TWIN_NMAX};
   return r <= 80 ? r : big[r % (int)(sizeof big / sizeof big[0])];
 }
 

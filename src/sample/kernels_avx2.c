@@ -5,7 +5,7 @@
  * correctly rounded operations lane by lane, and weights are summed as exact integers, so the
  * order of lanes and blocks does not matter. AVX2 has neither mask registers, compress nor a
  * float -> int64 conversion: masks are all-ones lanes, compress is a permutation from a table,
- * and W = trunc(w * 2^61) is built from the float's bits (fix256). Compiled with target
+ * and W = trunc(w * 2^61) is built as three exact 32-bit parts (split3). Compiled with target
  * attributes; sample_internal.h calls them only at Q35_SIMD_AVX2.
  */
 #include "sample/sample_internal.h"
@@ -14,8 +14,6 @@
 #include <immintrin.h>
 
 #define T256 __attribute__((target("avx2,fma")))
-
-#define FIX_CNT0 129 /* W = (2^63 | mantissa << 40) >> (129 - biased exponent) for 0 <= w < 4 */
 
 /* For each 8-bit lane mask, the indices of its set lanes in order, one per nibble. */
 static const uint32_t compress_lut[256] = {
@@ -90,45 +88,61 @@ T256 static inline __m256 exp256(__m256 x) {
   return _mm256_andnot_ps(zero, _mm256_mul_ps(q, _mm256_castsi256_ps(ebits)));
 }
 
-/* W = trunc(w * 2^61) of 8 lanes (lanes 0-3 and 4-7 in two vectors of 64-bit lanes), for the
- * weights 0 <= w <= 1 these kernels see (and -0). With w = m * 2^(E - 150) (m the 24-bit
- * significand, E the biased exponent), W = m * 2^(E - 89): the significand is put at bits
- * 40..63 and shifted right by 129 - E, which truncates like the conversion; zero, subnormal
- * and tiny w shift by 64 or more, giving 0. */
-T256 static inline void fix256(__m256 w, __m256i *a, __m256i *b) {
-  __m256i bits = _mm256_castps_si256(w);
-  __m256i cnt = _mm256_sub_epi32(_mm256_set1_epi32(FIX_CNT0), _mm256_srli_epi32(bits, 23));
-  __m256i top = _mm256_set1_epi64x((long long)0x8000000000000000ull);
-  __m256i ba = _mm256_cvtepu32_epi64(_mm256_castsi256_si128(bits));
-  __m256i bb = _mm256_cvtepu32_epi64(_mm256_extracti128_si256(bits, 1));
-  __m256i ca = _mm256_cvtepu32_epi64(_mm256_castsi256_si128(cnt));
-  __m256i cb = _mm256_cvtepu32_epi64(_mm256_extracti128_si256(cnt, 1));
-  *a = _mm256_srlv_epi64(_mm256_or_si256(_mm256_slli_epi64(ba, 40), top), ca);
-  *b = _mm256_srlv_epi64(_mm256_or_si256(_mm256_slli_epi64(bb, 40), top), cb);
+/* W = trunc(w * 2^61) of 8 lanes, for the weights 0 <= w <= 1 these kernels see (and -0), as
+ * three 32-bit parts W = A 2^40 + B 2^20 + C: A = trunc(w 2^21), B = trunc(r1 2^20) with r1 =
+ * w 2^21 - A, C = trunc(r2 2^20) with r2 = r1 2^20 - B. Every step is exact in fp32 (a
+ * power-of-two scale, or a float less its integer part, which is the float's own low bits), so
+ * the parts are W's bits; A <= 2^21 and B, C < 2^20. No 64-bit lane (AVX2 has no float -> int64
+ * conversion) and no lane shuffle until a sum is folded. */
+typedef struct {
+  __m256i a, b, c;
+} acc3;
+#define ACC3_MAX 1024 /* adds of parts <= 2^21 per 32-bit lane before a fold: 2^31 < 2^32 */
+
+T256 static inline void split3(__m256 w, __m256i *a, __m256i *b, __m256i *c) {
+  const __m256 s21 = _mm256_set1_ps(0x1p21f), s20 = _mm256_set1_ps(0x1p20f);
+  __m256 t1 = _mm256_mul_ps(w, s21);
+  __m256 t2 = _mm256_mul_ps(_mm256_sub_ps(t1, _mm256_round_ps(t1, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)), s20);
+  __m256 t3 = _mm256_mul_ps(_mm256_sub_ps(t2, _mm256_round_ps(t2, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)), s20);
+  *a = _mm256_cvttps_epi32(t1);
+  *b = _mm256_cvttps_epi32(t2);
+  *c = _mm256_cvttps_epi32(t3);
 }
 
-/* Two vectors of 64-bit sums added into wide accumulators as their high and low 32-bit halves
- * (each add < 2^32, so 2^32 adds cannot overflow). */
-T256 static inline void acc_halves(__m256i a, __m256i b, __m256i *hi, __m256i *lo) {
-  __m256i m32 = _mm256_set1_epi64x(0xffffffffll);
-  *hi = _mm256_add_epi64(*hi, _mm256_add_epi64(_mm256_srli_epi64(a, 32), _mm256_srli_epi64(b, 32)));
-  *lo = _mm256_add_epi64(*lo, _mm256_add_epi64(_mm256_and_si256(a, m32), _mm256_and_si256(b, m32)));
+T256 static inline acc3 acc3_zero(void) {
+  acc3 z = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+  return z;
 }
 
-/* W of 8 lanes, accumulated into hi and lo (acc_halves). */
-T256 static inline void acc_fix256(__m256 w, __m256i *hi, __m256i *lo) {
-  __m256i a, b;
-  fix256(w, &a, &b);
-  acc_halves(a, b, hi, lo);
+/* s += the parts of the lanes set in k (all-ones lanes) */
+T256 static inline void acc3_add(acc3 *s, __m256i a, __m256i b, __m256i c, __m256i k) {
+  s->a = _mm256_add_epi32(s->a, _mm256_and_si256(a, k));
+  s->b = _mm256_add_epi32(s->b, _mm256_and_si256(b, k));
+  s->c = _mm256_add_epi32(s->c, _mm256_and_si256(c, k));
 }
 
-T256 static inline u128 fold256(__m256i hi, __m256i lo) {
-  uint64_t h[4], l[4];
-  _mm256_storeu_si256((__m256i *)h, hi);
-  _mm256_storeu_si256((__m256i *)l, lo);
-  u128 s = 0;
-  for (int i = 0; i < 4; i++) s += ((u128)h[i] << 32) + l[i];
-  return s;
+/* W of the lanes of w set in k, into s */
+T256 static inline void acc_w(acc3 *s, __m256 w, __m256 k) {
+  __m256i a, b, c;
+  split3(_mm256_and_ps(w, k), &a, &b, &c);
+  s->a = _mm256_add_epi32(s->a, a);
+  s->b = _mm256_add_epi32(s->b, b);
+  s->c = _mm256_add_epi32(s->c, c);
+}
+
+/* The exact sum of the lanes (each read as unsigned 32-bit). */
+T256 static inline u128 fold3(acc3 s) {
+  uint32_t x[3][8];
+  _mm256_storeu_si256((__m256i *)x[0], s.a);
+  _mm256_storeu_si256((__m256i *)x[1], s.b);
+  _mm256_storeu_si256((__m256i *)x[2], s.c);
+  uint64_t sa = 0, sb = 0, sc = 0;
+  for (int i = 0; i < 8; i++) {
+    sa += x[0][i];
+    sb += x[1][i];
+    sc += x[2][i];
+  }
+  return ((u128)sa << 40) + ((u128)sb << 20) + sc;
 }
 
 T256 static inline float reduce_max256(__m256 x) {
@@ -216,22 +230,23 @@ T256 static inline __attribute__((always_inline)) void
 exp_row_avx2_body(const float *l, int32_t n, float m, float temp, float inv, int pow2, float *w,
                   u128 *bsum) {
   __m256 mv = _mm256_set1_ps(m), tv = _mm256_set1_ps(temp), invv = _mm256_set1_ps(inv);
-  for (int32_t b = 0; b * BLOCK < n; b++) {
+  const __m256 all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  for (int32_t b = 0; b * BLOCK < n; b++) { /* BLOCK / 8 <= ACC3_MAX adds a lane */
     int32_t e = block_end(b, BLOCK, n), i = b * BLOCK;
-    __m256i hi = _mm256_setzero_si256(), lo = _mm256_setzero_si256();
+    acc3 acc = acc3_zero();
     for (; i + 8 <= e; i += 8) {
       __m256 y = exp256(scaled256(_mm256_sub_ps(_mm256_loadu_ps(l + i), mv), tv, invv, pow2));
       _mm256_storeu_ps(w + i, y);
-      acc_fix256(y, &hi, &lo);
+      acc_w(&acc, y, all);
     }
     if (i < e) {
       __m256i k = tail_mask(e - i);
       __m256 x = scaled256(_mm256_sub_ps(load_tail(l + i, mv, k), mv), tv, invv, pow2);
       __m256 y = _mm256_and_ps(exp256(x), _mm256_castsi256_ps(k));
       _mm256_maskstore_ps(w + i, k, y);
-      acc_fix256(y, &hi, &lo);
+      acc_w(&acc, y, all);
     }
-    bsum[b] = fold256(hi, lo);
+    bsum[b] = fold3(acc);
   }
 }
 
@@ -245,18 +260,24 @@ T256 void sample_exp_row_avx2(const float *l, int32_t n, float m, float temp, fl
 /* Sum of W over a_j >= cut (wsum_ge and each block of block_sums). */
 T256 static inline u128 wsum_ge256(const float *a, int32_t n, float cut) {
   __m256 cv = _mm256_set1_ps(cut);
-  __m256i hi = _mm256_setzero_si256(), lo = hi;
-  int32_t j = 0;
+  acc3 acc = acc3_zero();
+  u128 sum = 0;
+  int32_t j = 0, cnt = 0;
   for (; j + 8 <= n; j += 8) {
     __m256 x = _mm256_loadu_ps(a + j);
-    acc_fix256(_mm256_and_ps(_mm256_cmp_ps(x, cv, _CMP_GE_OQ), x), &hi, &lo);
+    acc_w(&acc, x, _mm256_cmp_ps(x, cv, _CMP_GE_OQ));
+    if (++cnt == ACC3_MAX) {
+      sum += fold3(acc);
+      acc = acc3_zero();
+      cnt = 0;
+    }
   }
   if (j < n) {
     __m256 k = _mm256_castsi256_ps(tail_mask(n - j));
     __m256 x = _mm256_maskload_ps(a + j, _mm256_castps_si256(k));
-    acc_fix256(_mm256_and_ps(_mm256_and_ps(k, _mm256_cmp_ps(x, cv, _CMP_GE_OQ)), x), &hi, &lo);
+    acc_w(&acc, x, _mm256_and_ps(k, _mm256_cmp_ps(x, cv, _CMP_GE_OQ)));
   }
-  return fold256(hi, lo);
+  return sum + fold3(acc);
 }
 
 T256 u128 sample_wsum_ge_avx2(const float *a, int32_t n, float cut) {
@@ -271,23 +292,30 @@ T256 void sample_block_sums_avx2(const float *w, int32_t n, float cut, u128 *bsu
 T256 int32_t sample_window_avx2(const float *a, int32_t n, float lo, float hi, float *out,
                                 u128 *m_above, u128 *m_in) {
   __m256 lv = _mm256_set1_ps(lo), hv = _mm256_set1_ps(hi);
-  __m256i ah = _mm256_setzero_si256(), al = ah, ih = ah, il = ah;
-  int32_t c = 0, i = 0;
+  acc3 above = acc3_zero(), inside = acc3_zero();
+  u128 sab = 0, sin = 0;
+  int32_t c = 0, i = 0, cnt = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 x = _mm256_loadu_ps(a + i);
     __m256 up = _mm256_cmp_ps(x, hv, _CMP_GT_OQ);
     __m256 in = _mm256_andnot_ps(up, _mm256_cmp_ps(x, lv, _CMP_GE_OQ));
-    acc_fix256(_mm256_and_ps(up, x), &ah, &al);
+    __m256i pa, pb, pc;
+    split3(x, &pa, &pb, &pc);
+    acc3_add(&above, pa, pb, pc, _mm256_castps_si256(up));
+    acc3_add(&inside, pa, pb, pc, _mm256_castps_si256(in));
     int k = _mm256_movemask_ps(in);
-    if (k) {
-      acc_fix256(_mm256_and_ps(in, x), &ih, &il);
-      c += compress_store_ps(out + c, x, k);
+    if (k) c += compress_store_ps(out + c, x, k);
+    if (++cnt == ACC3_MAX) {
+      sab += fold3(above);
+      sin += fold3(inside);
+      above = inside = acc3_zero();
+      cnt = 0;
     }
   }
   u128 tab, tin; /* the tail, as the scalar kernel does it */
   c += sample_window_scalar(a + i, n - i, lo, hi, out + c, &tab, &tin);
-  *m_above = fold256(ah, al) + tab;
-  *m_in = fold256(ih, il) + tin;
+  *m_above = sab + fold3(above) + tab;
+  *m_in = sin + fold3(inside) + tin;
   return c;
 }
 
@@ -321,56 +349,41 @@ T256 float sample_scan_chunks_avx2(const float *l, int32_t n, float *cmax, int32
   return reduce_max256(g);
 }
 
-/* The 64-bit lanes of a and b where the 32-bit lanes 0-3 and 4-7 of k are set. */
-T256 static inline void and64(__m256 k, __m256i *a, __m256i *b) {
-  __m256i ki = _mm256_castps_si256(k);
-  *a = _mm256_and_si256(*a, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(ki)));
-  *b = _mm256_and_si256(*b, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(ki, 1)));
-}
-
-/* sample_fused_scalar's twin; pow2 as in scaled256.
- * W of lanes 0-3 and 4-7 goes into separate 64-bit lanes: W <= 2^61, so four vectors add at
- * most 2^63 to a lane; every four vectors the lanes are split into 32-bit halves and added
- * into wide accumulators (as acc_fix256 does per vector). */
+/* sample_fused_scalar's twin; pow2 as in scaled256. Each block's sums stay in 32-bit parts
+ * (BLOCK / 8 <= ACC3_MAX adds a lane) and are folded at its end. */
 T256 static inline __attribute__((always_inline)) int32_t
 fused_avx2_body(const float *l, int32_t n, float m, float temp, float inv, int pow2, float lo,
                 float hi, u128 *bsum, int32_t *cstart, u128 *total, float *cw) {
   __m256 mv = _mm256_set1_ps(m), tv = _mm256_set1_ps(temp), invv = _mm256_set1_ps(inv);
   __m256 lv = _mm256_set1_ps(lo), hv = _mm256_set1_ps(hi);
-  __m256i z = _mm256_setzero_si256();
-  __m256i th = z, tl = z; /* total: high and low 32-bit halves */
+  u128 tot = 0;
   int32_t c = 0;
   for (int32_t b = 0; b * BLOCK < n; b++) {
     int32_t e = block_end(b, BLOCK, n), i = b * BLOCK;
-    __m256i ah = z, al = z; /* mass above hi, halves */
+    acc3 all = acc3_zero(), above = acc3_zero();
     cstart[b] = c;
-    while (i < e) {
-      __m256i ta = z, tb = z, ua = z, ub = z;
-      int full = e - i >= 32; /* four whole vectors: no masks (the common case) */
-      for (int u = 0; u < 4 && i < e; u++, i += 8) {
-        __m256i k = full ? _mm256_set1_epi32(-1) : tail_mask(e - i);
-        __m256 li = full ? _mm256_loadu_ps(l + i) : load_tail(l + i, mv, k);
-        __m256 x = scaled256(_mm256_sub_ps(li, mv), tv, invv, pow2);
-        __m256 y = full ? exp256(x) : _mm256_and_ps(exp256(x), _mm256_castsi256_ps(k));
-        __m256i wa, wb;
-        fix256(y, &wa, &wb);
-        ta = _mm256_add_epi64(ta, wa);
-        tb = _mm256_add_epi64(tb, wb);
-        /* branch-free: the masks are data dependent and often mixed */
-        __m256 up = _mm256_cmp_ps(y, hv, _CMP_GT_OQ);
-        and64(up, &wa, &wb);
-        ua = _mm256_add_epi64(ua, wa);
-        ub = _mm256_add_epi64(ub, wb);
-        __m256 in = _mm256_and_ps(_mm256_castsi256_ps(k),
-                                  _mm256_andnot_ps(up, _mm256_cmp_ps(y, lv, _CMP_GE_OQ)));
-        c += compress_store_ps(cw + c, y, _mm256_movemask_ps(in));
-      }
-      acc_halves(ta, tb, &th, &tl);
-      acc_halves(ua, ub, &ah, &al);
+    for (; i < e; i += 8) {
+      int full = e - i >= 8; /* a whole vector: no mask (all but a row's last) */
+      __m256i k = full ? _mm256_set1_epi32(-1) : tail_mask(e - i);
+      __m256 li = full ? _mm256_loadu_ps(l + i) : load_tail(l + i, mv, k);
+      __m256 x = scaled256(_mm256_sub_ps(li, mv), tv, invv, pow2);
+      __m256 y = full ? exp256(x) : _mm256_and_ps(exp256(x), _mm256_castsi256_ps(k));
+      __m256i pa, pb, pc;
+      split3(y, &pa, &pb, &pc);
+      all.a = _mm256_add_epi32(all.a, pa);
+      all.b = _mm256_add_epi32(all.b, pb);
+      all.c = _mm256_add_epi32(all.c, pc);
+      /* branch-free: the masks are data dependent and often mixed */
+      __m256 up = _mm256_cmp_ps(y, hv, _CMP_GT_OQ);
+      acc3_add(&above, pa, pb, pc, _mm256_castps_si256(up));
+      __m256 in = _mm256_and_ps(_mm256_castsi256_ps(k),
+                                _mm256_andnot_ps(up, _mm256_cmp_ps(y, lv, _CMP_GE_OQ)));
+      c += compress_store_ps(cw + c, y, _mm256_movemask_ps(in));
     }
-    bsum[b] = fold256(ah, al);
+    bsum[b] = fold3(above);
+    tot += fold3(all);
   }
-  *total = fold256(th, tl);
+  *total = tot;
   return c;
 }
 

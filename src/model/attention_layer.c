@@ -66,6 +66,30 @@ static void attn_prep(void *vctx, int ith, int nth) {
   }
 }
 
+/* Items [i0, i1) (item = token * nkv + KV head) for thread ith of nth, balanced by work: an
+ * item reads pos + 1 cache rows, so an even split of the items of a causal prompt would leave
+ * the last thread the longest contexts (3/4 of the work at 2 threads). ATTN_ITEM_BASE stands
+ * for an item's fixed costs (query conversion, gate). Any split gives the same results: items
+ * are independent. */
+#define ATTN_ITEM_BASE 64
+static uint64_t attn_item_work(const q35_bufs *b, long it, long nkv) {
+  return (uint64_t)b->pos_of[it / nkv] + 1 + ATTN_ITEM_BASE;
+}
+
+static void attn_split(const q35_bufs *b, long nkv, int ith, int nth, long *i0, long *i1) {
+  const long n = b->T * nkv;
+  uint64_t total = 0;
+  for (long it = 0; it < n; it++) total += attn_item_work(b, it, nkv);
+  const uint64_t lo = total * (uint64_t)ith / (uint64_t)nth, hi = total * (uint64_t)(ith + 1) / (uint64_t)nth;
+  /* thread k's first item: the first whose preceding work is >= k total / nth */
+  uint64_t acc = 0;
+  long it = 0;
+  for (; it < n && acc < lo; it++) acc += attn_item_work(b, it, nkv);
+  *i0 = it;
+  for (; it < n && acc < hi; it++) acc += attn_item_work(b, it, nkv);
+  *i1 = ith == nth - 1 ? n : it;
+}
+
 /* Scores, softmax, weighted V (kernels/attn.h), output gate. Items: (token, KV head); the query
  * heads of one group share each K/V row load. */
 static void attn_core(void *vctx, int ith, int nth) {
@@ -80,7 +104,7 @@ static void attn_core(void *vctx, int ith, int nth) {
   float *acc = sc + (size_t)grp * b->max_ctx;
   float *qq = acc + (size_t)grp * hd;
   long i0, i1;
-  q35_split(b->T * nkv, ith, nth, &i0, &i1);
+  attn_split(b, nkv, ith, nth, &i0, &i1);
   for (long it = i0; it < i1; it++) {
     const long t = it / nkv;
     const int g = (int)(it % nkv);

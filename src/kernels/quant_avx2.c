@@ -190,14 +190,17 @@ QSI void t_q8z2(const int R, const int C, TILE_ARGS) {
   FOR_R FOR_C OUT(r, c) = hsum8(_mm256_add_ps(acc[0][r][c], acc[1][r][c]));
 }
 
-/* Micro-tile shapes R x C (16 vector registers) */
+/* Micro-tile shapes R x C (16 vector registers). The K-quants run one weight row by 8 columns:
+ * with their integer accumulators pinned (KQ_PIN in quant_256_kquants.inc) a step needs 8 sums,
+ * 2 decoded weight vectors and 2 scale vectors live, and the decoding is shared by 8 columns
+ * (512 x 2048 x 16 in cache, tile_bench: Q4_K 57 -> 79 GMAC/s, 1 x 4 -> 1 x 8; docs/PERF.md). */
 QS_TILE(t_q4_0, 2, 2)
 QS_TILE(t_q4z2, 1, 8)
 QS_TILE(t_q8z2, 1, 6)
 QS_TILE(t_q5_0, 2, 2)
-QS_TILE(t_q4_k, 1, 4)
-QS_TILE(t_q5_k, 1, 4)
-QS_TILE(t_q6_k, 1, 4)
+QS_TILE(t_q4_k, 1, 8)
+QS_TILE(t_q5_k, 1, 8)
+QS_TILE(t_q6_k, 1, 8)
 QS_TILE(t_iq4_xs, 2, 2)
 QS_TILE(t_f32, 1, 2)
 QS_TILE(t_f16, 1, 2)

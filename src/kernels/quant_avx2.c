@@ -78,6 +78,7 @@ QSI void q4z2_half(const int R, const int C, const uint8_t *const *ga, const uin
       _Pragma("GCC unroll 3") for (int j = 1; j < 4; j++) {
         s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(L[r][j], loadu256(b + 64 * j)));
         s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(H[r][j], loadu256(b + 256 + 64 * j)));
+        KQ_PIN(s16);
       }
       const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)), off);
       acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(D[r], yd), acc[r][c]);

@@ -78,6 +78,7 @@ QSI void q4z2_half(const int R, const int C, const uint8_t *const *ga, const uin
       _Pragma("GCC unroll 3") for (int j = 1; j < 4; j++) {
         s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(L[r][j], loadu256(b + 64 * j)));
         s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(H[r][j], loadu256(b + 256 + 64 * j)));
+        KQ_PIN(s16);
       }
       const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)), off);
       acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(D[r], yd), acc[r][c]);
@@ -153,8 +154,11 @@ QSI void q8z2_half(const int R, const int C, const uint8_t *const *ga, const uin
       FOR_R A[r] = _mm256_sign_epi8(S[r][j], S[r][j]);
       FOR_C {
         const __m256i y = loadu256(x + (size_t)c * xs + (size_t)q * Q8Z_GROUP + 32 * h + 256 * part + 64 * j);
-        FOR_R P[r][c] = _mm256_add_epi32(
-            P[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(A[r], _mm256_sign_epi8(y, S[r][j])), _mm256_set1_epi16(1)));
+        FOR_R {
+          P[r][c] = _mm256_add_epi32(
+              P[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(A[r], _mm256_sign_epi8(y, S[r][j])), _mm256_set1_epi16(1)));
+          KQ_PIN(P[r][c]); /* a running sum in a register, not 32 products spilled (KQ_PIN) */
+        }
       }
     }
   }
@@ -190,14 +194,19 @@ QSI void t_q8z2(const int R, const int C, TILE_ARGS) {
   FOR_R FOR_C OUT(r, c) = hsum8(_mm256_add_ps(acc[0][r][c], acc[1][r][c]));
 }
 
-/* Micro-tile shapes R x C (16 vector registers) */
+/* Micro-tile shapes R x C (16 vector registers). The K-quants run one weight row by 8 columns:
+ * with their integer accumulators pinned (KQ_PIN in quant_256_kquants.inc) a step needs 8 sums,
+ * 2 decoded weight vectors and 2 scale vectors live, and the decoding is shared by 8 columns
+ * (512 x 2048 x 16 in cache, tile_bench: Q4_K 57 -> 79 GMAC/s, 1 x 4 -> 1 x 8; docs/PERF.md).
+ * Q8_0 likewise: with P pinned, 1 x 8 holds 8 sums, 4 transposed weight vectors and |V_j|
+ * (tile_bench 512 x 2048 x 16: 52 -> 67 GMAC/s from 1 x 6 unpinned). */
 QS_TILE(t_q4_0, 2, 2)
 QS_TILE(t_q4z2, 1, 8)
-QS_TILE(t_q8z2, 1, 6)
+QS_TILE(t_q8z2, 1, 8)
 QS_TILE(t_q5_0, 2, 2)
-QS_TILE(t_q4_k, 1, 4)
-QS_TILE(t_q5_k, 1, 4)
-QS_TILE(t_q6_k, 1, 4)
+QS_TILE(t_q4_k, 1, 8)
+QS_TILE(t_q5_k, 1, 8)
+QS_TILE(t_q6_k, 1, 8)
 QS_TILE(t_iq4_xs, 2, 2)
 QS_TILE(t_f32, 1, 2)
 QS_TILE(t_f16, 1, 2)

@@ -100,7 +100,7 @@ QSI void t_q4z2(const int R, const int C, TILE_ARGS) {
     for (int64_t q = 0; q < ng; q++) {
       const uint8_t *ga[TRM], *pfa[TRM];
       /* the same group four tiles ahead, on the first pass (as t_q4z) */
-      FOR_R ga[r] = w + (size_t)r * ws + (size_t)q * gsz, pfa[r] = ga[r] + (size_t)4 * R * ws;
+      FOR_R ga[r] = w + (size_t)r * ws + (size_t)q * gsz, pfa[r] = ga[r] + pf_ahead(R, ws);
       q4z2_half(R, C, ga, x, xs, q, h, h == 0, pfa, acc[h]);
     }
     if (kb) {
@@ -182,7 +182,7 @@ QSI void t_q8z2(const int R, const int C, TILE_ARGS) {
     FOR_R FOR_C acc[h][r][c] = _mm256_setzero_ps();
     for (int64_t q = 0; q < ng; q++) {
       const uint8_t *ga[TRM], *pfa[TRM];
-      FOR_R ga[r] = w + (size_t)r * ws + (size_t)q * gsz, pfa[r] = ga[r] + (size_t)4 * R * ws;
+      FOR_R ga[r] = w + (size_t)r * ws + (size_t)q * gsz, pfa[r] = ga[r] + pf_ahead(R, ws);
       q8z2_half(R, C, ga, x, xs, q, h, h == 0, pfa, acc[h]);
     }
     if (kb) {

@@ -322,8 +322,9 @@ QSI void q4z_group(const int R, const int C, const int FULL, const uint8_t *w, s
   __m512 D[TRM];
   FOR_R {
     const uint8_t *a = w + (size_t)r * ws + (size_t)q * 16 * sizeof(blk_q4_0);
-    /* the same group four tiles ahead (one tile ahead is too close for this kernel's pace) */
-    if (FULL) pf_span((const char *)a + (size_t)4 * R * ws, 16 * sizeof(blk_q4_0));
+    /* the same group four tiles ahead, at least QS_PF_MIN bytes (pf_ahead; one tile ahead is too
+     * close for this kernel's pace) */
+    if (FULL) pf_span((const char *)a + pf_ahead(R, ws), 16 * sizeof(blk_q4_0));
     __m512i Q[4], R0[4];
     _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
       if (FULL) { /* one 64-byte load and four 16-byte ones: from memory this streams faster than

@@ -95,6 +95,13 @@ extern const uint64_t q35_ksigns64[128];
 /* and as sign operands (0xFF where negative, 0x01 elsewhere: _mm256_sign_epi8's -1 / +1) */
 extern const uint64_t q35_ksigns_pm1[128];
 
+/* the 8 + 8 sign bits of two neighbouring groups from their 14 stored ones (bits 0..6: the first
+ * group's 7, 7..13: the second's), for AVX-512's masked negation of the IQ2_XXS / IQ3_XXS
+ * activations: two loads make a sub-block's 32-bit mask. 32 KiB, built once by
+ * q35_iq_tables_init (thread-safe; zero until then). */
+extern uint16_t q35_ksigns14[1 << 14];
+void q35_iq_tables_init(void);
+
 #define Q35_IQ1S_DELTA 0.125f
 #define Q35_IQ1M_DELTA 0.125f
 

@@ -4,7 +4,7 @@
  * Bit-identical to the reference (see quant_iq_256.inc); no float contraction in this file.
  */
 #pragma GCC optimize("fp-contract=off")
-#define QS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define QS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")))
 #define QS_VNNI 1
 #include "kernels/quant_256.inc"
 #define IQP_RB 4 /* prefill micro-tiles 4 x 4 */

@@ -1,6 +1,8 @@
 /*
  * quant_iq_avx512.c - kernels of the IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M weight
- * types: AVX-512 (VNNI): the 256-bit templates of quant_iq_256.inc with vpdpwssd.
+ * types: AVX-512 (VNNI): the 256-bit templates of quant_iq_256.inc with vpdpwssd, masked negation
+ * for the signs and BMI2's pext / pdep for the index fields (fast on every AVX-512 part; the AVX2
+ * level avoids them: microcoded and slow on Zen 1/2).
  * Bit-identical to the reference (see quant_iq_256.inc); no float contraction in this file.
  */
 #pragma GCC optimize("fp-contract=off")

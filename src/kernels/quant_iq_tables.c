@@ -32,9 +32,16 @@ const uint64_t q35_ksigns_pm1[128] = {P16(0), P16(16), P16(32), P16(48), P16(64)
 uint16_t q35_ksigns14[1 << 14];
 static pthread_once_t ksigns14_once = PTHREAD_ONCE_INIT;
 
+uint64_t q35_iq1s_grid8[2048];
+
 static void ksigns14_build(void) {
   for (unsigned s = 0; s < (1u << 14); s++)
     q35_ksigns14[s] = (uint16_t)(q35_ksigns_iq2xs[s & 127] | q35_ksigns_iq2xs[s >> 7] << 8);
+  for (unsigned i = 0; i < 2048; i++) {
+    uint64_t o = 0;
+    for (int j = 0; j < 8; j++) o |= (uint64_t)(8 * ((int8_t)(q35_iq1s_grid[i] >> (8 * j)) + 1)) << (8 * j);
+    q35_iq1s_grid8[i] = o;
+  }
 }
 
 void q35_iq_tables_init(void) { pthread_once(&ksigns14_once, ksigns14_build); }

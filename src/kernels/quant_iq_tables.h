@@ -100,6 +100,9 @@ extern const uint64_t q35_ksigns_pm1[128];
  * activations: two loads make a sub-block's 32-bit mask. 32 KiB, built once by
  * q35_iq_tables_init (thread-safe; zero until then). */
 extern uint16_t q35_ksigns14[1 << 14];
+/* the IQ1 grid as the decode kernels' unsigned 8 (g + 1) per byte (0, 8, 16), 2048 x 8 bytes =
+ * 16 KiB, built with q35_ksigns14 */
+extern uint64_t q35_iq1s_grid8[2048];
 void q35_iq_tables_init(void);
 
 #define Q35_IQ1S_DELTA 0.125f

@@ -33,6 +33,7 @@ uint16_t q35_ksigns14[1 << 14];
 static pthread_once_t ksigns14_once = PTHREAD_ONCE_INIT;
 
 uint64_t q35_iq1s_grid8[2048];
+uint64_t q35_iq1s_grid8d[4096];
 
 static void ksigns14_build(void) {
   for (unsigned s = 0; s < (1u << 14); s++)
@@ -41,6 +42,8 @@ static void ksigns14_build(void) {
     uint64_t o = 0;
     for (int j = 0; j < 8; j++) o |= (uint64_t)(8 * ((int8_t)(q35_iq1s_grid[i] >> (8 * j)) + 1)) << (8 * j);
     q35_iq1s_grid8[i] = o;
+    q35_iq1s_grid8d[i] = o | 0x0202020202020202ull; /* delta +1 */
+    q35_iq1s_grid8d[i | 2048] = o;                  /* delta -1 */
   }
 }
 

@@ -103,6 +103,9 @@ extern uint16_t q35_ksigns14[1 << 14];
 /* the IQ1 grid as the decode kernels' unsigned 8 (g + 1) per byte (0, 8, 16), 2048 x 8 bytes =
  * 16 KiB, built with q35_ksigns14 */
 extern uint64_t q35_iq1s_grid8[2048];
+/* and with the delta folded in: entry i = 8 (g + 1) + (delta + 1) of grid entry i & 2047, delta
+ * -1 where bit 11 of i is set (IQ1_M's index with its delta bit, as pdep leaves it), 32 KiB */
+extern uint64_t q35_iq1s_grid8d[4096];
 void q35_iq_tables_init(void);
 
 #define Q35_IQ1S_DELTA 0.125f

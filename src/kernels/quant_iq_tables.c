@@ -34,8 +34,11 @@ static pthread_once_t ksigns14_once = PTHREAD_ONCE_INIT;
 
 uint64_t q35_iq1s_grid8[2048];
 uint64_t q35_iq1s_grid8d[4096];
+uint16_t q35_iq3s_hi[256][8];
 
 static void ksigns14_build(void) {
+  for (unsigned h = 0; h < 256; h++)
+    for (unsigned k = 0; k < 8; k++) q35_iq3s_hi[h][k] = (uint16_t)(((h >> k) & 1) << 8);
   for (unsigned s = 0; s < (1u << 14); s++)
     q35_ksigns14[s] = (uint16_t)(q35_ksigns_iq2xs[s & 127] | q35_ksigns_iq2xs[s >> 7] << 8);
   for (unsigned i = 0; i < 2048; i++) {

@@ -106,6 +106,9 @@ extern uint64_t q35_iq1s_grid8[2048];
 /* and with the delta folded in: entry i = 8 (g + 1) + (delta + 1) of grid entry i & 2047, delta
  * -1 where bit 11 of i is set (IQ1_M's index with its delta bit, as pdep leaves it), 32 KiB */
 extern uint64_t q35_iq1s_grid8d[4096];
+/* the high index bits of IQ3_S (bit k of a qh byte -> 256 in entry k), for the AVX2 decode: one
+ * load and an or per index instead of a shift, a mask and an or (4 KiB) */
+extern uint16_t q35_iq3s_hi[256][8];
 void q35_iq_tables_init(void);
 
 #define Q35_IQ1S_DELTA 0.125f

@@ -7,6 +7,9 @@
  *   - the level's tile product == its own vec_dot per pair, bit for bit, for odd tile shapes,
  *     odd row strides and byte offsets, both output layouts, and tiles crossing the cache panels
  *     and the x86 prefill tiles' chunks (more than 4 columns: rows decoded once, quant_iq_256.inc);
+ *   - every entry of the decode kernels' tables and every index field value (sign-field pairs,
+ *     9/10/11/12-bit grid indices with the IQ1 delta signs) reached, row by row, against the
+ *     reference (exhaustive_case: a wrong entry shows in its row; random blocks may miss it);
  *   - the reference itself against a float64 dot of the dequantized rows (1e-5 of sum |w*x|),
  *     so a wrong reference cannot hold the kernels to itself (ggml holds it in test_quant_iq_peer).
  * Runs per level too (test_quant_iq@avx2, @scalar: the public entry points at that level), and
@@ -129,6 +132,92 @@ static void tile_case(const char *lvl, const q35_kernels *k, const q35_kernels *
   free(want), free(got), free_rows(&m);
 }
 
+/* Every entry of the decode kernels' tables and every index path, at one level and type: rows
+ * of one super-block each (random bytes, then the fields under test overwritten) that together
+ * enumerate IQ2_XXS / IQ3_XXS / IQ2_XS's 14-bit sign-field pairs (all 16384, the sign-pair
+ * table and IQ2_XS's pext path), IQ2_S's 10-bit and IQ3_S's 9-bit grid indices (pdep), and IQ1_S
+ * / IQ1_M's 11-bit indices with each delta sign (the IQ1 tables, IQ1_M's 12-bit indices); each
+ * row's vec_dot and one-column tile against the reference, against activations with no zero
+ * byte (so a wrong sign or value in any entry changes that row's result). */
+static void exhaustive_case(const char *lvl, const q35_kernels *k, const q35_kernels *ref, int t) {
+  const int type = types[t].type;
+  const size_t bs = q35_type_size(type);
+  int nrows = 0;
+  switch (type) {
+  case Q35_TYPE_IQ2_XXS: case Q35_TYPE_IQ3_XXS: case Q35_TYPE_IQ2_XS: nrows = 16384 / 8; break;
+  case Q35_TYPE_IQ2_S: nrows = 1024 / 32; break;
+  case Q35_TYPE_IQ3_S: nrows = 512 / 64; break;
+  default: nrows = 4096 / 32; break; /* IQ1_S, IQ1_M: 2048 indices x 2 delta signs, 4 per sub-block */
+  }
+  uint8_t *w = malloc(bs * (size_t)nrows), *x = malloc(q35_row_size(Q35_TYPE_Q8_K, QK_K));
+  random_blocks(t, w, nrows);
+  float f[QK_K];
+  for (int i = 0; i < QK_K; i++) f[i] = (float)(i % 7 + 1) * (i % 3 ? 1.0f : -1.0f) + 0.25f * rng_gauss();
+  q35_quantize_row(Q35_TYPE_Q8_K, f, x, QK_K);
+  for (int r = 0; r < nrows; r++)
+    for (int ib = 0; ib < 8; ib++) {
+      uint8_t *b = w + (size_t)r * bs;
+      const uint32_t sb = (uint32_t)(8 * r + ib); /* the sub-block's number */
+      if (type == Q35_TYPE_IQ2_XXS || type == Q35_TYPE_IQ3_XXS || type == Q35_TYPE_IQ2_XS) {
+        const uint32_t lo = sb, hi = sb ^ 0x2AAA; /* two 14-bit patterns per sub-block */
+        if (type == Q35_TYPE_IQ2_XS) {
+          uint16_t v[4];
+          memcpy(v, b + 2 + 8 * ib, 8);
+          const uint32_t f7[4] = {lo & 127, lo >> 7, hi & 127, hi >> 7};
+          for (int j = 0; j < 4; j++) v[j] = (uint16_t)((v[j] & 511) | f7[j] << 9);
+          memcpy(b + 2 + 8 * ib, v, 8);
+        } else {
+          uint8_t *at = b + 2 + (type == Q35_TYPE_IQ2_XXS ? 8 * ib + 4 : 64 + 4 * ib);
+          uint32_t a;
+          memcpy(&a, at, 4);
+          a = (a & 0xF0000000u) | lo | hi << 14;
+          memcpy(at, &a, 4);
+        }
+      } else if (type == Q35_TYPE_IQ2_S) {
+        b[66 + ib] = 0;
+        for (int j = 0; j < 4; j++) {
+          const uint32_t idx = 4 * sb + (uint32_t)j;
+          b[2 + 4 * ib + j] = (uint8_t)idx;
+          b[66 + ib] |= (uint8_t)((idx >> 8) << (2 * j));
+        }
+      } else if (type == Q35_TYPE_IQ3_S) {
+        b[66 + ib] = 0;
+        for (int j = 0; j < 8; j++) {
+          const uint32_t idx = 8 * sb + (uint32_t)j;
+          b[2 + 8 * ib + j] = (uint8_t)idx;
+          b[66 + ib] |= (uint8_t)((idx >> 8) << j);
+        }
+      } else if (type == Q35_TYPE_IQ1_S) {
+        uint16_t h;
+        memcpy(&h, b + 34 + 2 * ib, 2);
+        h &= 0x7000; /* keep the scale */
+        for (int j = 0; j < 4; j++) {
+          const uint32_t i = 4 * sb + (uint32_t)j; /* bit 11: the delta sign, equal for the 4 */
+          b[2 + 4 * ib + j] = (uint8_t)i;
+          h |= (uint16_t)(((i >> 8) & 7) << (3 * j) | (i >> 11) << 15);
+        }
+        memcpy(b + 34 + 2 * ib, &h, 2);
+      } else { /* IQ1_M: 3 index bits and the delta bit per nibble of qh */
+        b[32 + 2 * ib] = b[32 + 2 * ib + 1] = 0;
+        for (int j = 0; j < 4; j++) {
+          const uint32_t i = 4 * sb + (uint32_t)j;
+          b[4 * ib + j] = (uint8_t)i;
+          b[32 + 2 * ib + j / 2] |= (uint8_t)(((i >> 8) & 15) << (4 * (j % 2)));
+        }
+      }
+    }
+  int bad = 0;
+  float *got = malloc(sizeof(float) * (size_t)nrows);
+  q35_tile_run(k, type, QK_K, w, bs, nrows, x, 0, 1, got, 1, 1);
+  for (int r = 0; r < nrows; r++) {
+    const float want = ref->vec_dot[type](QK_K, w + (size_t)r * bs, x);
+    bad += !same(k->vec_dot[type](QK_K, w + (size_t)r * bs, x), want) + !same(got[r], want);
+  }
+  CHECK(!bad, "%s %s: every table entry / index path: %d of %d rows differ from the reference", lvl,
+        q35_type_name(type), bad, nrows);
+  free(got), free(w), free(x);
+}
+
 /* the reference against float64 of the dequantized rows */
 static void f64_case(int t, int64_t n) {
   const int type = types[t].type;
@@ -179,6 +268,7 @@ int main(void) {
     if (q35_kernels_get(level, &k) != 0) continue;
     const int before = failures;
     for (int t = 0; t < NTYPES; t++) {
+      exhaustive_case(q35_simd_name(level), &k, &ref, t);
       for (int nr = 1; nr <= 9; nr += 2)
         for (int nc = 1; nc <= 9; nc += (nr == 1 ? 1 : 2)) {
           tile_case(q35_simd_name(level), &k, &ref, t, QK_K * (1 + (int64_t)(rng_u64() % 3)), nr, nc);

@@ -77,7 +77,8 @@ static void detect(void) {
   const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_f16c();
   const int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                     __builtin_cpu_supports("avx512vnni");
+                     __builtin_cpu_supports("avx512vnni") &&
+                     __builtin_cpu_supports("bmi2"); /* pext / pdep in the IQ decode kernels (every AVX-512 part has BMI2) */
   if (avx512) best = Q35_SIMD_AVX512;
   else if (avx2) best = Q35_SIMD_AVX2;
   g_cpu.features[Q35_CPU_AVX512_VBMI] = avx512 && __builtin_cpu_supports("avx512vbmi");

@@ -27,6 +27,7 @@ QS_TILE(t_iq1_m, 2, 2)
 IQ_PTILE(t_iq1_m, sizeof(blk_iq1_m), 4, 1.0f)
 
 void q35_kernels_iq_avx2(q35_kernels *k) {
+  q35_iq_tables_init();
   IQ_SET(k, Q35_TYPE_IQ2_XXS, t_iq2_xxs);
   IQ_SET(k, Q35_TYPE_IQ2_XS, t_iq2_xs);
   IQ_SET(k, Q35_TYPE_IQ2_S, t_iq2_s);

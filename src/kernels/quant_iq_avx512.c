@@ -1,10 +1,12 @@
 /*
  * quant_iq_avx512.c - kernels of the IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M weight
- * types: AVX-512 (VNNI): the 256-bit templates of quant_iq_256.inc with vpdpwssd.
+ * types: AVX-512 (VNNI): the 256-bit templates of quant_iq_256.inc with vpdpwssd, masked negation
+ * for the signs and BMI2's pext / pdep for the index fields (fast on every AVX-512 part; the AVX2
+ * level avoids them: microcoded and slow on Zen 1/2).
  * Bit-identical to the reference (see quant_iq_256.inc); no float contraction in this file.
  */
 #pragma GCC optimize("fp-contract=off")
-#define QS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define QS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")))
 #define QS_VNNI 1
 #include "kernels/quant_256.inc"
 #define IQP_RB 4 /* prefill micro-tiles 4 x 4 */
@@ -27,6 +29,7 @@ QS_TILE(t_iq1_m, 2, 4)
 IQ_PTILE(t_iq1_m, sizeof(blk_iq1_m), 4, 1.0f)
 
 void q35_kernels_iq_avx512(q35_kernels *k) {
+  q35_iq_tables_init();
   IQ_SET(k, Q35_TYPE_IQ2_XXS, t_iq2_xxs);
   IQ_SET(k, Q35_TYPE_IQ2_XS, t_iq2_xs);
   IQ_SET(k, Q35_TYPE_IQ2_S, t_iq2_s);

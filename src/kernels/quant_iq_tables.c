@@ -5,6 +5,8 @@
  */
 #include "kernels/quant_iq_tables.h"
 
+#include <pthread.h>
+
 #include "kernels/quant_iq_grids.inc"
 
 
@@ -26,3 +28,26 @@ const uint64_t q35_ksigns64[128] = {K16(0), K16(16), K16(32), K16(48), K16(64), 
 #define P4(i) P8(i), P8((i) + 1), P8((i) + 2), P8((i) + 3)
 #define P16(i) P4(i), P4((i) + 4), P4((i) + 8), P4((i) + 12)
 const uint64_t q35_ksigns_pm1[128] = {P16(0), P16(16), P16(32), P16(48), P16(64), P16(80), P16(96), P16(112)};
+
+uint16_t q35_ksigns14[1 << 14];
+static pthread_once_t ksigns14_once = PTHREAD_ONCE_INIT;
+
+uint64_t q35_iq1s_grid8[2048];
+uint64_t q35_iq1s_grid8d[4096];
+uint16_t q35_iq3s_hi[256][8];
+
+static void ksigns14_build(void) {
+  for (unsigned h = 0; h < 256; h++)
+    for (unsigned k = 0; k < 8; k++) q35_iq3s_hi[h][k] = (uint16_t)(((h >> k) & 1) << 8);
+  for (unsigned s = 0; s < (1u << 14); s++)
+    q35_ksigns14[s] = (uint16_t)(q35_ksigns_iq2xs[s & 127] | q35_ksigns_iq2xs[s >> 7] << 8);
+  for (unsigned i = 0; i < 2048; i++) {
+    uint64_t o = 0;
+    for (int j = 0; j < 8; j++) o |= (uint64_t)(8 * ((int8_t)(q35_iq1s_grid[i] >> (8 * j)) + 1)) << (8 * j);
+    q35_iq1s_grid8[i] = o;
+    q35_iq1s_grid8d[i] = o | 0x0202020202020202ull; /* delta +1 */
+    q35_iq1s_grid8d[i | 2048] = o;                  /* delta -1 */
+  }
+}
+
+void q35_iq_tables_init(void) { pthread_once(&ksigns14_once, ksigns14_build); }

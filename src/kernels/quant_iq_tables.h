@@ -95,6 +95,22 @@ extern const uint64_t q35_ksigns64[128];
 /* and as sign operands (0xFF where negative, 0x01 elsewhere: _mm256_sign_epi8's -1 / +1) */
 extern const uint64_t q35_ksigns_pm1[128];
 
+/* the 8 + 8 sign bits of two neighbouring groups from their 14 stored ones (bits 0..6: the first
+ * group's 7, 7..13: the second's), for AVX-512's masked negation of the IQ2_XXS / IQ3_XXS
+ * activations: two loads make a sub-block's 32-bit mask. 32 KiB, built once by
+ * q35_iq_tables_init (thread-safe; zero until then). */
+extern uint16_t q35_ksigns14[1 << 14];
+/* the IQ1 grid as the decode kernels' unsigned 8 (g + 1) per byte (0, 8, 16), 2048 x 8 bytes =
+ * 16 KiB, built with q35_ksigns14 */
+extern uint64_t q35_iq1s_grid8[2048];
+/* and with the delta folded in: entry i = 8 (g + 1) + (delta + 1) of grid entry i & 2047, delta
+ * -1 where bit 11 of i is set (IQ1_M's index with its delta bit, as pdep leaves it), 32 KiB */
+extern uint64_t q35_iq1s_grid8d[4096];
+/* the high index bits of IQ3_S (bit k of a qh byte -> 256 in entry k), for the AVX2 decode: one
+ * load and an or per index instead of a shift, a mask and an or (4 KiB) */
+extern uint16_t q35_iq3s_hi[256][8];
+void q35_iq_tables_init(void);
+
 #define Q35_IQ1S_DELTA 0.125f
 #define Q35_IQ1M_DELTA 0.125f
 

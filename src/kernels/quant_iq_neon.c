@@ -2,8 +2,9 @@
  * quant_iq_neon.c - kernels of the IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M weight
  * types: aarch64 NEON. quant_iq_neon.inc's dot products compiled twice, base NEON (vmull +
  * vpadal) and target("arch=armv8.2-a+dotprod") (SDOT), the variant chosen at run time from
- * q35_cpu_has(Q35_CPU_DOTPROD) as quant_neon.c does. No tile kernels: the tile product is the
- * loop over vec_dot (q35_tile_run), equal to it by construction. Bit-identical to the reference.
+ * q35_cpu_has(Q35_CPU_DOTPROD) as quant_neon.c does. Tiles decode each block once for up to 4
+ * activation columns (quant_neon_tile.h) with the vec_dot's arithmetic per column, so tile ==
+ * vec_dot == reference bit for bit.
  */
 #include "kernels/quant_internal.h"
 
@@ -11,6 +12,7 @@
 #include <arm_neon.h>
 
 #include "kernels/quant_iq_tables.h"
+#include "kernels/quant_neon_tile.h"
 
 #if defined(__clang__) && __clang_major__ < 16
 #define Q35_NEON_EXT 0
@@ -28,6 +30,8 @@ static inline float h2f(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinte
 
 #define IQ_PLAIN(t) ((float)(t))
 #define IQ_EIGHTH(t) ((float)(t) * 0.125f)
+
+#define QN_TILE(name) Q35_NEON_TILE(QN_TARGET, QN(tile_##name), QN(mc_##name))
 
 #define QN(name) name##_base
 #define QN_TARGET
@@ -52,9 +56,9 @@ static inline float h2f(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinte
 void q35_kernels_iq_neon(q35_kernels *k) {
 #if Q35_NEON_EXT
   const int dp = q35_cpu_has(Q35_CPU_DOTPROD);
-#define PICK(T, f) (k->vec_dot[T] = dp ? f##_dp : f##_base)
+#define PICK(T, f) (k->vec_dot[T] = dp ? f##_dp : f##_base, k->tile[T] = dp ? tile_##f##_dp : tile_##f##_base)
 #else
-#define PICK(T, f) (k->vec_dot[T] = f##_base)
+#define PICK(T, f) (k->vec_dot[T] = f##_base, k->tile[T] = tile_##f##_base)
 #endif
   PICK(Q35_TYPE_IQ2_XXS, dot_iq2_xxs);
   PICK(Q35_TYPE_IQ2_XS, dot_iq2_xs);

@@ -2,7 +2,8 @@
  * quant_lowbit_neon.c - kernels of the Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, MXFP4 weight types: aarch64 NEON (+ dotprod, i8mm).
  * vec_dot of each type from quant_lowbit_neon.inc, compiled for base NEON and for dotprod (SDOT),
  * the variant chosen at run time from q35_cpu_has(Q35_CPU_DOTPROD) as quant_neon.c does. Each
- * returns the reference's float bit for bit; tiles are the loop over vec_dot (the same bits).
+ * returns the reference's float bit for bit; tiles decode each block once for up to 4 activation
+ * columns (quant_neon_tile.h) with the vec_dot's arithmetic per column: the same bits.
  */
 #include "kernels/quant_internal.h"
 
@@ -11,6 +12,7 @@
 #include <stddef.h>
 
 #include "kernels/quant_lowbit.h"
+#include "kernels/quant_neon_tile.h"
 
 /* as quant_neon.c: GCC names an architecture with the extension, clang the feature; clang < 16
  * declares SDOT only for a whole-file -march (the base kernels stand in there) */
@@ -39,6 +41,8 @@ static inline void ln_q3k_scales(const uint8_t *s, int8_t out[16]) {
   vst1q_s8(out, vsubq_s8(vreinterpretq_s8_u32(vld1q_u32(v)), vdupq_n_s8(32)));
 }
 
+#define LN_TILE(name) Q35_NEON_TILE(LN_TARGET, LN(tile_##name), LN(mc_##name))
+
 #define LN(name) name##_base
 #define LN_TARGET
 #define LN_DOTPROD 0
@@ -61,9 +65,9 @@ static inline void ln_q3k_scales(const uint8_t *s, int8_t out[16]) {
 void q35_kernels_lowbit_neon(q35_kernels *k) {
 #if LN_EXT
   const int dp = q35_cpu_has(Q35_CPU_DOTPROD);
-#define PICK(T, f) (k->vec_dot[T] = dp ? f##_dp : f##_base)
+#define PICK(T, f) (k->vec_dot[T] = dp ? f##_dp : f##_base, k->tile[T] = dp ? tile_##f##_dp : tile_##f##_base)
 #else
-#define PICK(T, f) (k->vec_dot[T] = f##_base)
+#define PICK(T, f) (k->vec_dot[T] = f##_base, k->tile[T] = tile_##f##_base)
 #endif
   PICK(Q35_TYPE_Q3_K, dot_q3_k);
   PICK(Q35_TYPE_Q2_K, dot_q2_k);

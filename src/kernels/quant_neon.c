@@ -3,6 +3,8 @@
  *   Q4_0 x Q8_0X, Q8_0 x Q8_0Y, Q5_0 x Q8_0,     quant_neon.inc, compiled twice: base NEON
  *   Q4_K, Q5_K, Q6_K, IQ4_XS x Q8_K              (vmull + vpadal) and target("arch=armv8.2-a+dotprod") (SDOT)
  *   F32, F16, BF16                               here: float64x2 accumulators
+ *   tiles of the integer types (1 x 4)           quant_neon.inc + quant_neon_tile.h: each block
+ *                                                decoded once for up to 4 activation columns
  *   Q4_0, Q8_0 tiles (2 x 2)                     here: target("+i8mm") SMMLA (vmmlaq_s32)
  *   quantize Q8_0, Q8_K, Q8_0X, Q8_0Y            here (byte-identical to the reference)
  * Which variant a table gets is decided at run time from q35_cpu_has(Q35_CPU_DOTPROD / _I8MM)
@@ -15,6 +17,7 @@
  * differ from the reference (NaN, infinities) go to the reference block function.
  */
 #include "kernels/quant_internal.h"
+#include "kernels/quant_neon_tile.h"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -42,6 +45,8 @@
 static inline float h2f(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0); }
 
 /* ------------------------------ integer dot products ------------------------------ */
+
+#define QN_TILE(name) Q35_NEON_TILE(QN_TARGET, QN(tile_##name), QN(mc_##name))
 
 #define QN(name) name##_base
 #define QN_TARGET
@@ -293,9 +298,9 @@ static void tile_q8_0_i8mm(int64_t n, const void *w, size_t ws, int nr, const vo
 void q35_kernels_neon(q35_kernels *k) {
 #if Q35_NEON_EXT
   const int dp = q35_cpu_has(Q35_CPU_DOTPROD), mm = dp && q35_cpu_has(Q35_CPU_I8MM);
-#define PICK(T, f) (k->vec_dot[T] = dp ? f##_dp : f##_base)
+#define PICK(T, f) (k->vec_dot[T] = dp ? f##_dp : f##_base, k->tile[T] = dp ? tile_##f##_dp : tile_##f##_base)
 #else
-#define PICK(T, f) (k->vec_dot[T] = f##_base)
+#define PICK(T, f) (k->vec_dot[T] = f##_base, k->tile[T] = tile_##f##_base)
 #endif
   PICK(Q35_TYPE_Q4_0, dot_q4_0);
   PICK(Q35_TYPE_Q8_0, dot_q8_0);

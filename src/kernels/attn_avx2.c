@@ -2,14 +2,18 @@
  * attn_avx2.c - the AVX2 (+FMA, F16C) attention kernels for F16, F32 and Q8_0 KV caches; see
  * attn.h.
  *
- * The same algorithm as the AVX-512 kernel in attn.c, on 256-bit vectors: the group's queries
- * are brought to the cache's dot type once (as floats); one pass over K converts each key once
- * (a Q8_0 block: its scale times its int8 values) and scores it against every head of the group
- * (per-head accumulators in registers); softmax with a vector exp polynomial; then V accumulates
- * into registers over blocks of positions, several heads at once. The head count of a pass and
- * the cache type are compile-time constants (the body is inlined per count and type) so that the
+ * The algorithm of the AVX-512 kernel in attn.c, on 256-bit vectors and in register tiles shaped
+ * for 16 ymm registers: the group's queries are brought to the cache's dot type once (as floats);
+ * one pass over K scores tiles of up to 4 heads x 3 keys (each key chunk converted once per tile;
+ * a Q8_0 block: its scale times its int8 values); softmax with a vector exp polynomial; then V
+ * accumulates into registers over blocks of positions in tiles of 4 heads x 3 8-dim chunks. Both
+ * tiles keep 12 independent FMA chains in flight (the FMA latency times its throughput is 8, and
+ * 8 chains left the FMA units idle a third of the time). The head count of a pass and the cache
+ * type are compile-time constants (the body is inlined per count and type) so that the
  * accumulators stay in registers. Needs a head dim that is a multiple of 8 (attn.c takes another
- * path otherwise). The result depends only on the job's inputs: every sum runs in a fixed order.
+ * path otherwise). The result depends only on the job's inputs, and a head's result not on the
+ * other heads of its group: each score is one FMA chain over the chunks in order and one fixed
+ * reduction tree (hsum4), each output element one FMA chain over the positions in order.
  */
 #include <immintrin.h>
 #include <math.h>

@@ -11,10 +11,14 @@
  * Run: build/attn_bench [POSITIONS...]   (default 8192 32768)
  *   env TYPE=f16|f32|q8_0 picks the cache type (default f16).
  *   env REP=N runs each kernel N times (default 9; the reference runs at most 3 times).
+ *   env CLOCK=cpu times by the thread's CPU clock instead of the wall clock (a shared, loaded
+ *   machine), QUANT=F prints that quantile of the runs instead of the median (0.25: the quieter
+ *   runs), REF=0 skips the (slow) reference.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/cpu.h"
 #include "base/util.h"
@@ -28,17 +32,28 @@ static int cmpd(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* median ms of rep calls of fn on j */
+/* seconds by the clock CLOCK names (the wall clock by default) */
+static double now_s(void) {
+  const char *c = getenv("CLOCK");
+  if (!c || strcmp(c, "cpu")) return q35_now();
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* the QUANT quantile (default the median) of rep calls of fn on j, ms */
 static double time_ms(void (*fn)(const q35_attn_job *), const q35_attn_job *j, int rep) {
   double t[64];
   if (rep > 64) rep = 64;
   for (int r = 0; r < rep; r++) {
-    const double t0 = q35_now();
+    const double t0 = now_s();
     fn(j);
-    t[r] = (q35_now() - t0) * 1e3;
+    t[r] = (now_s() - t0) * 1e3;
   }
   qsort(t, (size_t)rep, sizeof t[0], cmpd);
-  return t[rep / 2];
+  const double qu = getenv("QUANT") ? atof(getenv("QUANT")) : 0.5;
+  const int i = (int)(qu * rep);
+  return t[i < 0 ? 0 : i >= rep ? rep - 1 : i];
 }
 
 static void bench(int type, int npos, int rep) {
@@ -59,7 +74,8 @@ static void bench(int type, int npos, int rep) {
   }
   for (int i = 0; i < HD * GRP; i++) q[i] = (float)((i * 37) % 101 - 50) / 25.0f;
   const q35_attn_job j = {HD, GRP, npos, type, k, v, rb, q, HD, 0.0625f, sc, (size_t)npos, qs, out, HD};
-  const double tr = time_ms(q35_attn_ref, &j, rep < REF_REP_MAX ? rep : REF_REP_MAX);
+  const int ref = !getenv("REF") || atoi(getenv("REF")) != 0;
+  const double tr = ref ? time_ms(q35_attn_ref, &j, rep < REF_REP_MAX ? rep : REF_REP_MAX) : 0.0;
   const double t2 = time_ms(q35_attn_avx2, &j, rep);
   const double ta = time_ms(q35_attn, &j, rep);
   printf("npos %6d: reference %9.2f ms   avx2 %7.2f ms (%5.1fx)   q35_attn [%s f16 level] %7.2f ms (%5.1fx)\n", npos, tr, t2,
@@ -75,8 +91,9 @@ int main(int argc, char **argv) {
   const int rep = getenv("REP") ? atoi(getenv("REP")) : 9;
   const char *tn = getenv("TYPE") ? getenv("TYPE") : "f16";
   const int type = !strcmp(tn, "f32") ? Q35_TYPE_F32 : !strcmp(tn, "q8_0") ? Q35_TYPE_Q8_0 : Q35_TYPE_F16;
-  printf("one item: %d query heads x %d dims, %s cache, 1 thread, median of %d runs (reference: %d)\n", GRP, HD, tn, rep,
-         rep < REF_REP_MAX ? rep : REF_REP_MAX);
+  printf("one item: %d query heads x %d dims, %s cache, 1 thread, quantile %.2f of %d runs (reference: %d), %s clock\n", GRP,
+         HD, tn, getenv("QUANT") ? atof(getenv("QUANT")) : 0.5, rep, rep < REF_REP_MAX ? rep : REF_REP_MAX,
+         getenv("CLOCK") && !strcmp(getenv("CLOCK"), "cpu") ? "CPU" : "wall");
   if (argc < 2) {
     bench(type, 8192, rep);
     bench(type, 32768, rep);

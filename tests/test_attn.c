@@ -6,8 +6,8 @@
  *        the kernels' 8 at once), 1..2000 positions (block edges at 128), flat and very
  *        peaked scores, keys/values of mixed magnitudes;
  *   F32 and Q8_0 (head dims that are multiples of 32): the same grid.
- * Also: each kernel is deterministic and its result does not depend on where its scratch and
- * output buffers sit. Runs at whatever level q35_attn_level() picked; ctest runs it again
+ * Also: each kernel is deterministic, its result does not depend on where its scratch and
+ * output buffers sit, and a head scored alone (a group of one) gets the bits it gets in its group. Runs at whatever level q35_attn_level() picked; ctest runs it again
  * as test_attn@avx2 and test_attn@scalar (Q35_SIMD=avx2 / scalar).
  */
 #include <math.h>
@@ -89,6 +89,15 @@ static void one(int type, int hd, int grp, int npos, float qmag) {
         npos, qmag, err, vmax);
   CHECK(!memcmp(out[1], out[2] + off, sizeof(float) * (size_t)hd * grp), "%s hd %d grp %d npos %d: result depends on buffers",
         tname(type), hd, grp, npos);
+  /* each head alone (a group of one): the same bits as inside the group, whatever tile of heads
+   * and keys the kernel scored it in and whichever neighbours shared the tile */
+  for (int h = 0; h < grp; h++) {
+    q35_attn_job j = {hd, 1, npos, type, k + col, v + col, rb, q + (size_t)h * qst, qst, scale,
+                      sc[2], scs, qs[2], out[2], (size_t)hd};
+    q35_attn(&j);
+    CHECK(!memcmp(out[1] + (size_t)h * hd, out[2], sizeof(float) * (size_t)hd),
+          "%s hd %d grp %d npos %d: head %d alone differs from head %d in the group", tname(type), hd, grp, npos, h, h);
+  }
   for (int r = 0; r < 3; r++) {
     free(sc[r]);
     free(qs[r]);

@@ -8,8 +8,8 @@
  * cache, quantized to Q8_0 for a Q8_0 cache, as ggml does; left as is for F32),
  * s[h][p] = dot(q_h, K[p]) * scale, w = softmax over p, out_h = sum_p w[h][p] V[p].
  *
- *   q35_attn      the fast path: keys are converted once per row and shared by the group's
- *                 heads, exp is a vector polynomial and V accumulates in registers over blocks of
+ *   q35_attn      the fast path: keys are converted once per row (at the AVX2 level once per
+ *                 tile of 4 heads x 3 keys) and shared by the group's heads, exp is a vector polynomial and V accumulates in registers over blocks of
  *                 positions. F16: with AVX-512 (q35_simd_active() == Q35_SIMD_AVX512, head dim a
  *                 multiple of 16) on 512-bit vectors; with AVX2 + FMA + F16C (the AVX2 level, or
  *                 AVX-512 with a head dim that is a multiple of 8 only) on 256-bit vectors;
@@ -19,7 +19,8 @@
  *   q35_attn_ref  the plain scalar twin of every type (double accumulation). tests/test_attn.c holds
  *                 them together within a tolerance.
  * q35_attn is deterministic and independent of batching and threads: an item's result depends
- * only on its inputs (not on where its scratch and output buffers sit).
+ * only on its inputs (not on where its scratch and output buffers sit), and a head's result only
+ * on its own query (a group of one gives the bits the head gets in its group).
  */
 #ifndef Q35_ATTN_H
 #define Q35_ATTN_H

@@ -2,14 +2,18 @@
  * attn_avx2.c - the AVX2 (+FMA, F16C) attention kernels for F16, F32 and Q8_0 KV caches; see
  * attn.h.
  *
- * The same algorithm as the AVX-512 kernel in attn.c, on 256-bit vectors: the group's queries
- * are brought to the cache's dot type once (as floats); one pass over K converts each key once
- * (a Q8_0 block: its scale times its int8 values) and scores it against every head of the group
- * (per-head accumulators in registers); softmax with a vector exp polynomial; then V accumulates
- * into registers over blocks of positions, several heads at once. The head count of a pass and
- * the cache type are compile-time constants (the body is inlined per count and type) so that the
+ * The algorithm of the AVX-512 kernel in attn.c, on 256-bit vectors and in register tiles shaped
+ * for 16 ymm registers: the group's queries are brought to the cache's dot type once (as floats);
+ * one pass over K scores tiles of up to 4 heads x 3 keys (each key chunk converted once per tile;
+ * a Q8_0 block: its scale times its int8 values); softmax with a vector exp polynomial; then V
+ * accumulates into registers over blocks of positions in tiles of 4 heads x 3 8-dim chunks. Both
+ * tiles keep 12 independent FMA chains in flight (the FMA latency times its throughput is 8, and
+ * 8 chains left the FMA units idle a third of the time). The head count of a pass and the cache
+ * type are compile-time constants (the body is inlined per count and type) so that the
  * accumulators stay in registers. Needs a head dim that is a multiple of 8 (attn.c takes another
- * path otherwise). The result depends only on the job's inputs: every sum runs in a fixed order.
+ * path otherwise). The result depends only on the job's inputs, and a head's result not on the
+ * other heads of its group: each score is one FMA chain over the chunks in order and one fixed
+ * reduction tree (hsum4), each output element one FMA chain over the positions in order.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -50,22 +54,15 @@ A2 static inline float hmax(__m256 v) {
   return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
 }
 
-/* the 8 horizontal sums of a[0..7] as one vector (lane h = sum of a[h]) */
-A2 static inline __m256 hsum8(const __m256 *a) {
-  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
-  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
-  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
-
 /* Q8_0 cache rows: blocks of Q8_BLOCK int8 values after their fp16 scale (Q8_SCALE_BYTES), in
  * Q8_BLOCK_BYTES bytes; Q8_CHUNKS 8-element chunks a block. */
 enum { Q8_BLOCK = 32, Q8_SCALE_BYTES = 2, Q8_BLOCK_BYTES = Q8_SCALE_BYTES + Q8_BLOCK, Q8_CHUNKS = Q8_BLOCK / 8 };
 
 /* Most heads in one pass, positions per V block, K prefetch distance (positions), bytes per
- * cache line, 8-dim chunks in one pass of V for a pass of at most VWIDE_HEADS heads
- * (accumulators: heads x chunks <= 8 of the 16 ymm registers). */
-enum { GMAX = 8, PBLK = 128, KPF = 16, LINE = 64, VWIDE_HEADS = 4 };
+ * cache line; a V tile: at most VH heads x VMAX 8-dim chunks (12 accumulators, 3 V chunks and a
+ * weight: the 16 ymm registers; 12 independent FMA chains cover the FMA latency, where the 8
+ * heads x 1 chunk tile before it did not: 15% less time in the V phase, bench/attn_bench.c). */
+enum { GMAX = 8, PBLK = 128, KPF = 16, LINE = 64, VH = 4, VMAX = 3 };
 
 /* Where 8-element chunk c of a cache row starts (for Q8_0, its int8 values), in bytes. */
 static inline size_t chunk_off(int type, int c) {
@@ -91,41 +88,77 @@ A2 static inline __attribute__((always_inline)) __m256 ld_chunk(const char *row,
   return _mm256_mul_ps(x, _mm256_set1_ps(_cvtsh_ss(d)));
 }
 
-/* Scores of heads h0..h0+ng-1 at every position: sh[h][p] = dot(q_h, K[p]) * scale. */
-A2 static inline __attribute__((always_inline)) void scores(const q35_attn_job *j, const float *const *qh,
-                                                            float *const *sh, const int ng, const int type) {
-  const int hd = j->hd, np = j->npos, nc = hd / 8;
+/* The horizontal sums of a0..a3 (lane h: the sum of a_h's 8 lanes), every one by the same tree
+ * ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)), whichever vectors share the call: a score
+ * gets the same bits in a tile of any shape (see scores). */
+A2 static inline __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+}
+
+/* Keys in one score tile (at most), query heads in one score tile (at most). */
+enum { KT = 3, HT = 4 };
+
+/* Scores of ht heads (qh[0..ht), ht <= HT) at the kt keys p..p+kt-1: sh[h][p + k] =
+ * hsum4-tree(lane sums over the chunks in order) * scale. ht x kt accumulators in registers, each
+ * key chunk converted once for the tile's heads. Every score is the same FMA chain (chunks in
+ * order, from zero) and the same reduction tree whatever ht, kt and the tile's neighbours. */
+A2 static inline __attribute__((always_inline)) void score_tile(const q35_attn_job *j, const float *const *qh,
+                                                                float *const *sh, int p, const int ht, const int kt,
+                                                                const int type) {
+  const int nc = j->hd / 8;
   const int cpl = type == Q35_TYPE_Q8_0 ? Q8_CHUNKS : 1; /* chunks per load group (one Q8_0 block) */
-  const char *K = j->k;
-  const size_t rb = j->row_bytes, hb = q35_row_size(type, hd); /* the head's bytes in a row */
-  const __m256 scale = _mm256_set1_ps(j->scale);
-  for (int p = 0; p < np; p++) {
-    const char *kr = K + (size_t)p * rb;
-    if (p + KPF < np) { /* the row KPF positions ahead, one prefetch per cache line */
-      for (size_t i = 0; i < hb; i += LINE) _mm_prefetch(kr + (size_t)KPF * rb + i, _MM_HINT_T0);
-      _mm_prefetch(kr + (size_t)KPF * rb + hb - 1, _MM_HINT_T0);
-    }
-    __m256 acc[GMAX];
-#pragma GCC unroll 8
-    for (int h = 0; h < ng; h++) acc[h] = _mm256_setzero_ps();
-    for (int c = 0; c < nc; c += cpl) {
+  const char *kr = (const char *)j->k + (size_t)p * j->row_bytes;
+  const size_t rb = j->row_bytes;
+  __m256 acc[HT][KT];
 #pragma GCC unroll 4
-      for (int u = 0; u < cpl; u++) {
-        const __m256 kv = ld_chunk(kr, c + u, type);
-#pragma GCC unroll 8
-        for (int h = 0; h < ng; h++) acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(qh[h] + 8 * (c + u)), kv, acc[h]);
+  for (int h = 0; h < ht; h++)
+#pragma GCC unroll 4
+    for (int k = 0; k < kt; k++) acc[h][k] = _mm256_setzero_ps();
+  for (int c = 0; c < nc; c += cpl) {
+#pragma GCC unroll 4
+    for (int u = 0; u < cpl; u++) {
+      __m256 kv[KT];
+#pragma GCC unroll 4
+      for (int k = 0; k < kt; k++) kv[k] = ld_chunk(kr + (size_t)k * rb, c + u, type);
+#pragma GCC unroll 4
+      for (int h = 0; h < ht; h++) {
+        const __m256 qv = _mm256_loadu_ps(qh[h] + 8 * (c + u));
+#pragma GCC unroll 4
+        for (int k = 0; k < kt; k++) acc[h][k] = _mm256_fmadd_ps(qv, kv[k], acc[h][k]);
       }
     }
-    if (ng == GMAX) {
-      float s[GMAX];
-      _mm256_storeu_ps(s, _mm256_mul_ps(hsum8(acc), scale));
-#pragma GCC unroll 8
-      for (int h = 0; h < ng; h++) sh[h][p] = s[h];
-    } else {
-#pragma GCC unroll 8
-      for (int h = 0; h < ng; h++) sh[h][p] = hsum(acc[h]) * j->scale;
-    }
   }
+  const __m128 scale = _mm_set1_ps(j->scale);
+#pragma GCC unroll 4
+  for (int k = 0; k < kt; k++) {
+    float s[4];
+    _mm_storeu_ps(s, _mm_mul_ps(hsum4(acc[0][k], acc[ht > 1][k], acc[ht > 2 ? 2 : 0][k], acc[ht > 3 ? 3 : 0][k]), scale));
+#pragma GCC unroll 4
+    for (int h = 0; h < ht; h++) sh[h][p + k] = s[h];
+  }
+}
+
+/* Scores of heads h0..h0+ng-1 at positions [p0, p1): tiles of up to HT heads x KT keys, K rows
+ * prefetched KPF positions ahead (one prefetch per cache line). */
+A2 static inline __attribute__((always_inline)) void scores(const q35_attn_job *j, const float *const *qh,
+                                                            float *const *sh, int p0, int p1, const int ng,
+                                                            const int type) {
+  const int ht = ng < HT ? ng : HT, np = j->npos;
+  const char *K = j->k;
+  const size_t rb = j->row_bytes, hb = q35_row_size(type, j->hd); /* the head's bytes in a row */
+  int p = p0;
+  for (; p + KT <= p1; p += KT) {
+    for (int k = 0; k < KT; k++)
+      if (p + k + KPF < np) {
+        const char *pr = K + (size_t)(p + k + KPF) * rb;
+        for (size_t i = 0; i < hb; i += LINE) _mm_prefetch(pr + i, _MM_HINT_T0);
+        _mm_prefetch(pr + hb - 1, _MM_HINT_T0);
+      }
+    for (int h = 0; h < ng; h += ht) score_tile(j, qh + h, sh + h, p, ht, KT, type);
+  }
+  for (; p < p1; p++)
+    for (int h = 0; h < ng; h += ht) score_tile(j, qh + h, sh + h, p, ht, 1, type);
 }
 /* s[0..np) <- softmax(s), normalized */
 A2 static void softmax(float *s, int np) {
@@ -149,35 +182,36 @@ A2 static void softmax(float *s, int np) {
   }
 }
 
-/* out[h][8c .. 8(c+nv)) += sum over p in [p0, p1) of w[h][p] V[p][same dims], for ng heads:
- * ng x nv accumulators in registers, the V rows of the next block prefetched (the cache line
+/* out[h][8c .. 8(c+nv)) += sum over p in [p0, p1) of w[h][p] V[p][same dims], for ng <= VH
+ * heads and nv <= VMAX chunks: ng x nv accumulators in registers (each (head, dim) one FMA chain
+ * over the positions in order, whatever the tile), the V rows of the next block prefetched (the cache line
  * where this pass's chunks end, when the previous pass ended in another one). */
 A2 static inline __attribute__((always_inline)) void v_pass(const q35_attn_job *j, int h0, const float *const *sh, int c,
                                                             int p0, int p1, const int ng, const int nv, const int type) {
   const char *V = j->v;
   const size_t rb = j->row_bytes, end = chunk_end(type, c + nv - 1);
   const int np = j->npos, pf = c == 0 || chunk_end(type, c - 1) / LINE != end / LINE;
-  __m256 a[GMAX][2];
-#pragma GCC unroll 8
+  __m256 a[VH][VMAX];
+#pragma GCC unroll 4
   for (int h = 0; h < ng; h++)
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int u = 0; u < nv; u++) a[h][u] = _mm256_loadu_ps(j->out + (size_t)(h0 + h) * j->out_stride + 8 * (c + u));
   for (int p = p0; p < p1; p++) {
     const char *vr = V + (size_t)p * rb;
     if (pf && p + PBLK < np) _mm_prefetch(vr + (size_t)PBLK * rb + end, _MM_HINT_T0); /* next block */
-    __m256 v[2];
-#pragma GCC unroll 2
+    __m256 v[VMAX];
+#pragma GCC unroll 4
     for (int u = 0; u < nv; u++) v[u] = ld_chunk(vr, c + u, type);
-#pragma GCC unroll 8
+#pragma GCC unroll 4
     for (int h = 0; h < ng; h++) {
       const __m256 w = _mm256_broadcast_ss(sh[h] + p);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
       for (int u = 0; u < nv; u++) a[h][u] = _mm256_fmadd_ps(w, v[u], a[h][u]);
     }
   }
-#pragma GCC unroll 8
+#pragma GCC unroll 4
   for (int h = 0; h < ng; h++)
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int u = 0; u < nv; u++) _mm256_storeu_ps(j->out + (size_t)(h0 + h) * j->out_stride + 8 * (c + u), a[h][u]);
 }
 
@@ -205,7 +239,7 @@ A2 static void queries(const q35_attn_job *j, int h0, int ng, int type) {
  * type (see the file comment) */
 A2 static inline __attribute__((always_inline)) void heads_body(const q35_attn_job *j, int h0, const int ng, const int type) {
   const int hd = j->hd, np = j->npos, nc = hd / 8;
-  const int nv = ng <= VWIDE_HEADS ? 2 : 1; /* 8-dim chunks per V pass */
+  const int vh = ng < VH ? ng : VH; /* heads per V tile */
   const float *qh[GMAX];
   float *sh[GMAX];
   queries(j, h0, ng, type);
@@ -213,14 +247,18 @@ A2 static inline __attribute__((always_inline)) void heads_body(const q35_attn_j
     qh[h] = (const float *)j->qs + (size_t)(h0 + h) * hd;
     sh[h] = j->sc + (size_t)(h0 + h) * j->sc_stride;
   }
-  scores(j, qh, sh, ng, type);
+  scores(j, qh, sh, 0, np, ng, type);
   for (int h = 0; h < ng; h++) softmax(sh[h], np);
   for (int h = 0; h < ng; h++) memset(j->out + (size_t)(h0 + h) * j->out_stride, 0, sizeof(float) * (size_t)hd);
   for (int p0 = 0; p0 < np; p0 += PBLK) {
     const int p1 = np - p0 < PBLK ? np : p0 + PBLK;
-    int c = 0;
-    for (; c + nv <= nc; c += nv) v_pass(j, h0, (const float *const *)sh, c, p0, p1, ng, nv, type);
-    if (c < nc) v_pass(j, h0, (const float *const *)sh, c, p0, p1, ng, 1, type); /* a last 8-dim chunk */
+    for (int hh = 0; hh < ng; hh += vh) {
+      const float *const *w = (const float *const *)sh + hh;
+      int c = 0;
+      for (; c + VMAX <= nc; c += VMAX) v_pass(j, h0 + hh, w, c, p0, p1, vh, VMAX, type);
+      if (nc - c == 2) v_pass(j, h0 + hh, w, c, p0, p1, vh, 2, type); /* the last 8-dim chunks */
+      else if (nc - c == 1) v_pass(j, h0 + hh, w, c, p0, p1, vh, 1, type);
+    }
   }
 }
 

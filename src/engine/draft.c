@@ -190,7 +190,7 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
       if (b->nd[q] > 0 && rows[q].session->mtp->draft_vocab == K) first = 0;
     if (!first) continue; /* done with r0's group */
     for (int32_t j = 0; j < max_nd; j++) {
-      int32_t nr = 0;
+      int32_t nr = 0, catch_up = 0;
       for (int32_t r = r0; r < n_rows; r++) {
         q35_mtp_cache *mc = rows[r].session->mtp;
         if (b->nd[r] <= j || mc->draft_vocab != K) continue;
@@ -206,6 +206,7 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
           mr->tokens = pt;
           mr->hidden = mc->pend_h;
           mr->n = mc->n_pend;
+          catch_up |= mc->n_pend > mc->draft_max + 1;
         } else { /* chained: (g, the draft before) */
           mr->tokens = &tk[j];
           mr->hidden = b->g + (size_t)r * H;
@@ -227,7 +228,9 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
         }
         if (sample_draft(c, &rows[r], j, lg, K, tk + 1, &tk[j + 1], err)) return -1;
       }
-      q35_draft_policy_head(&c->pol, nr, q35_now() - t0);
+      /* H(B) is the pass of a session drafting every step (its last round's pairs): one that also
+         catches up over pairs the head skipped (model/mtp.h) would price every later draft too high */
+      if (!catch_up) q35_draft_policy_head(&c->pol, nr, q35_now() - t0);
     }
   }
   for (int32_t r = 0; r < n_rows; r++) {
@@ -305,12 +308,15 @@ static void keep_pending(q35_context *c, q35_row *rows, const int32_t *is, int32
     int32_t *pt = b->ptok + b->at[r];
     if (np0 > 0) memcpy(pt, mc->pend_t, (size_t)(np0 - 1) * sizeof *pt);
     memcpy(pt + (np0 > 0 ? np0 - 1 : 0), row->tokens + (np0 > 0 ? 0 : 1), (size_t)(np0 > 0 ? n : n - 1) * sizeof *pt);
-    if (pairs >= Q35_MTP_PEND_FLUSH && mc->idle >= Q35_MTP_IDLE_STEPS) {
-      /* speculation off for this session a while: the head skips these pairs (their cache entries stay
-         stale; drafts after them may be worse, outputs do not change) and a step costs no head pass */
-      mc->s.pos += pairs;
-      memcpy(mc->pend_h, hid + (size_t)pairs * H, H * sizeof(float));
-      mc->n_pend = 1;
+    if (pairs >= Q35_MTP_PEND_FLUSH && !c->draft_fixed && mc->idle >= Q35_MTP_IDLE_STEPS) {
+      /* a cold session (model/mtp.h): the head skips all but the newest PEND_KEEP positions (zeroed
+         entries; drafts after them may be worse, outputs do not change), and the step costs no head
+         pass; the pass that makes its next drafts catches up over the kept ones */
+      const int32_t keep = Q35_MTP_PEND_KEEP, skip = pairs + 1 - keep;
+      q35_mtp_cache_skip(mc, skip);
+      memcpy(mc->pend_h, hid + (size_t)skip * H, (size_t)keep * H * sizeof(float));
+      memcpy(mc->pend_t, pt + skip, (size_t)(keep - 1) * sizeof *pt);
+      mc->n_pend = keep;
       continue;
     }
     if (pairs >= Q35_MTP_PEND_FLUSH) {

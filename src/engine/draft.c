@@ -181,6 +181,26 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
     }
   if (lg_reserve(c, n_d, err) || q35_context_reserve_samplers(c, 1, err)) return -1;
   memset(b->drafted_con, 0, (size_t)n_rows * sizeof *b->drafted_con);
+  /* The catch-up: rows holding more pending pairs than a session drafting every step does (the
+   * plan kept it off drafting a while, or it is cold: model/mtp.h) run all but the last through
+   * the head first, all such rows in one pass without logits, so the draft passes below (and
+   * H(B), which the plan prices every later draft with) are those of steady drafting. The cache
+   * entries do not depend on the split (the head is chunking invariant). */
+  int32_t nc = 0;
+  for (int32_t r = 0; r < n_rows; r++) {
+    q35_mtp_cache *mc = rows[r].session->mtp;
+    if (b->nd[r] > 0 && mc->n_pend > mc->draft_max + 1)
+      b->mrows[nc++] = (q35_mtp_row){mc, mc->pend_t, mc->pend_h, mc->n_pend - 1, NULL, NULL};
+  }
+  if (nc && q35_mtp_forward_rows(m, q35_context_ws(c), b->mrows, nc, 1, err)) return -1;
+  for (int32_t r = 0; r < n_rows && nc; r++) {
+    q35_mtp_cache *mc = rows[r].session->mtp;
+    if (b->nd[r] <= 0 || mc->n_pend <= mc->draft_max + 1) continue;
+    memmove(mc->pend_h, mc->pend_h + (size_t)(mc->n_pend - 1) * H, H * sizeof(float));
+    mc->n_pend = 1;
+    b->mpos0[r] = mc->s.pos; /* a step that fails after this keeps the caught-up head */
+    b->np0[r] = 1;
+  }
   /* groups of rows drafting over the same vocabulary share passes */
   for (int32_t r0 = 0; r0 < n_rows; r0++) {
     if (b->nd[r0] <= 0) continue;
@@ -190,7 +210,7 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
       if (b->nd[q] > 0 && rows[q].session->mtp->draft_vocab == K) first = 0;
     if (!first) continue; /* done with r0's group */
     for (int32_t j = 0; j < max_nd; j++) {
-      int32_t nr = 0, catch_up = 0;
+      int32_t nr = 0;
       for (int32_t r = r0; r < n_rows; r++) {
         q35_mtp_cache *mc = rows[r].session->mtp;
         if (b->nd[r] <= j || mc->draft_vocab != K) continue;
@@ -206,7 +226,6 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
           mr->tokens = pt;
           mr->hidden = mc->pend_h;
           mr->n = mc->n_pend;
-          catch_up |= mc->n_pend > mc->draft_max + 1;
         } else { /* chained: (g, the draft before) */
           mr->tokens = &tk[j];
           mr->hidden = b->g + (size_t)r * H;
@@ -228,9 +247,7 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
         }
         if (sample_draft(c, &rows[r], j, lg, K, tk + 1, &tk[j + 1], err)) return -1;
       }
-      /* H(B) is the pass of a session drafting every step (its last round's pairs): one that also
-         catches up over pairs the head skipped (model/mtp.h) would price every later draft too high */
-      if (!catch_up) q35_draft_policy_head(&c->pol, nr, q35_now() - t0);
+      q35_draft_policy_head(&c->pol, nr, q35_now() - t0);
     }
   }
   for (int32_t r = 0; r < n_rows; r++) {
@@ -405,9 +422,12 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
   const int rc = q35_step_core(c, b->vrows, n_rows, err);
   const double dt = q35_now() - t0;
   int64_t T = 0;
+  int64_t n_out = 0;
   for (int32_t r = 0; r < n_rows; r++) {
     q35_session *s = rows[r].session;
-    T += b->vrows[r].n_tokens;
+    const q35_row *v = &b->vrows[r];
+    T += v->n_tokens;
+    n_out += v->n_outputs == Q35_OUTPUTS_NONE ? 0 : v->n_outputs > 1 ? v->n_outputs : 1;
     s->hidden_all = NULL;
     if (rc && s->mtp) { /* the head's state back in step with the trunk's position */
       q35_session_ckpt_disarm(s);
@@ -417,7 +437,11 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
     }
   }
   if (rc) return -1;
-  q35_draft_policy_step(&c->pol, T, dt);
+  /* F(T) is the time of a step whose every token is sampled (decode and verify rows), what a draft
+     adds to; a step with prompt tokens samples only their last, so it would make the sizes a
+     verify step reaches (T0 + drafts) look cheap (at 4 streams the prompts' steps set F(5 ..)
+     and the plan drafted where drafts lose) */
+  if (n_out == T) q35_draft_policy_step(&c->pol, T, dt);
   int32_t n_is = 0;
   int32_t is[n_rows];
   for (int32_t r = 0; r < n_rows; r++) {

@@ -50,9 +50,10 @@ typedef struct q35_mtp_cache {
  * experts are read once per 32 tokens of every row in the step, not once per token. */
 #define Q35_MTP_PEND_FLUSH 32
 
-/* Head upkeep is lazy (engine/draft.c): a session's pending pairs go through the head in the pass
- * that makes its next drafts (one multi-token pass: the catch-up), and only when more than
- * PEND_FLUSH have gathered does the session choose between keeping and skipping them:
+/* Head upkeep is lazy (engine/draft.c): a session's pending pairs go through the head when it next
+ * drafts (the catch-up: one multi-token pass, without logits, over every drafting row's pairs
+ * but its last, before the draft passes), and only when more than PEND_FLUSH have gathered does
+ * the session choose between keeping and skipping them:
  *   - "warm" (the adaptive plan chose drafts for it within the last IDLE_STEPS decode steps, or
  *     the context drafts every row: q35_context_draft_adapt(ctx, 0)): they run through the head
  *     (a prompt chunk, or a stretch of decode the plan kept off drafting) so later drafts see
@@ -62,7 +63,7 @@ typedef struct q35_mtp_cache {
  *     skipped (the head's position moves past them; their KV entries are zeroed, so a draft does
  *     not depend on what an earlier conversation left in the cache) and a step costs no head
  *     pass. When the plan first gives a cold session drafts, the head catches up over the kept
- *     window (up to PEND_FLUSH recent pairs) in the pass that makes them.
+ *     window (up to PEND_FLUSH recent pairs).
  * IDLE_STEPS < PEND_FLUSH: a session that stops drafting turns cold before its pending pairs
  * overflow, so declining to draft never costs a head pass. The bounded window rather than a
  * catch-up over every missed position: the missed hidden states would have to be kept (n_ctx x

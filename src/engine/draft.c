@@ -24,6 +24,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/buf.h"
 #include "base/util.h"
@@ -167,6 +168,18 @@ static int constrain_draft(q35_context *c, const q35_row *row, int32_t r, int32_
   return mask && q35_logits_apply_mask(lg, K, mask) > 0;
 }
 
+/* The clock of the plan's measured times (F, H): with one thread, the calling thread's CPU time
+ * (the whole step runs on it, q35_pool_run; on a shared machine the time the thread waited for a
+ * core is noise the plan would read as the cost of its choice, and single measurements of
+ * neighbouring sizes then come out in any order), else the wall clock (a step of several
+ * threads ends when the last one does). On an idle machine the two agree. */
+static double pol_clock(const q35_context *c) {
+  if (q35_context_n_threads(c) != 1) return q35_now();
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* Part 1: drafts for the rows with nd[r] > 0 into toks[r][1 ..]. The head's cache ends at each
  * session's position (the chained pairs used the head's own state, not the trunk's, and go). */
 static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
@@ -234,7 +247,7 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
         nr++;
       }
       if (!nr) break;
-      const double t0 = q35_now();
+      const double t0 = pol_clock(c);
       if (q35_mtp_forward_rows(m, q35_context_ws(c), b->mrows, nr, K == (int32_t)V ? 0 : K, err)) return -1;
       int32_t i = 0;
       for (int32_t r = r0; r < n_rows; r++) {
@@ -247,7 +260,7 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
         }
         if (sample_draft(c, &rows[r], j, lg, K, tk + 1, &tk[j + 1], err)) return -1;
       }
-      q35_draft_policy_head(&c->pol, nr, q35_now() - t0);
+      q35_draft_policy_head(&c->pol, nr, pol_clock(c) - t0);
     }
   }
   for (int32_t r = 0; r < n_rows; r++) {
@@ -418,9 +431,9 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
       s->hidden_all = hid + (size_t)b->np0[r] * H;
     }
   }
-  const double t0 = q35_now();
+  const double t0 = pol_clock(c);
   const int rc = q35_step_core(c, b->vrows, n_rows, err);
-  const double dt = q35_now() - t0;
+  const double dt = pol_clock(c) - t0;
   int64_t T = 0;
   int64_t n_out = 0;
   for (int32_t r = 0; r < n_rows; r++) {

@@ -122,6 +122,10 @@ void q35_draft_policy_plan(const q35_draft_policy *p, int32_t n, const double *a
   double N = n_out0 > 0 ? n_out0 : 1;
   int64_t T = T0;
   for (;;) {
+    /* a step size not measured yet counts as free, so one draft gets it tried and measured; one
+       unmeasured size per step (not every draft of every row: at 4 rows the first such step would
+       carry 4 x dmax drafts, each a head pass and a verified token that rarely pays there) */
+    const int unknown = fwd_time(p, T + 1) < 0;
     int32_t best = -1;
     double best_rate = N / t, bN = 0, bt = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -142,6 +146,7 @@ void q35_draft_policy_plan(const q35_draft_policy *p, int32_t n, const double *a
     T++;
     N += bN;
     t += bt;
+    if (unknown) break;
   }
   if (probe > 0) { /* one draft more: on the row most likely to use it */
     int32_t b = -1;

@@ -21,7 +21,8 @@
  *     without a drafting step or past what it emitted; a refused step moves nothing;
  *   - the adaptive policy (engine/draft_policy.c) on synthetic step times: drafts on a
  *     memory-bound profile at one row, none at four rows where each token adds weights to read,
- *     none on a compute-bound profile or at low acceptance, none before the plain step is timed.
+ *     none on a compute-bound profile or at low acceptance, none before the plain step is timed,
+ *     one draft (not every row's) to try a step size not measured yet.
  * The model: q35_tiny_write with an MTP head agreeing with the trunk on ~80 % of tokens, so drafts
  * are accepted, partly accepted and rejected.
  */
@@ -583,6 +584,15 @@ static void test_policy(void) {
   q35_draft_policy_step(&p, 1, 0.01);
   q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, 0, d);
   CHECK(d[0] >= 1, "untried sizes are tried: %d drafts", d[0]);
+  /* at four rows likewise, but one draft tries the next size, not every row's drafts */
+  memset(&p, 0, sizeof p);
+  q35_draft_policy_step(&p, 4, 0.04);
+  q35_draft_policy_plan(&p, 4, acc, dmax, 4, 4, 0, d);
+  CHECK(d[0] + d[1] + d[2] + d[3] == 1, "an untried size at four rows: %d drafts", d[0] + d[1] + d[2] + d[3]);
+  /* three rows between measured sizes 2 and 4: the plain step of 3 is measured before any draft */
+  q35_draft_policy_step(&p, 2, 0.02);
+  q35_draft_policy_plan(&p, 3, acc, dmax, 3, 3, 0, d);
+  CHECK(d[0] + d[1] + d[2] == 0, "a plain step size only interpolated: %d drafts", d[0] + d[1] + d[2]);
   /* the probe schedule: every 32 steps, then 64, 128, ... while the plan holds; back to 32 when it moves */
   memset(&p, 0, sizeof p);
   int probes[8], np = 0;

@@ -117,7 +117,10 @@ void q35_draft_policy_plan(const q35_draft_policy *p, int32_t n, const double *a
                            double n_out0, int probe, int32_t *d) {
   for (int32_t i = 0; i < n; i++) d[i] = 0;
   double t = fwd_time(p, T0);
-  if (n < 1 || t <= 0) return; /* the step without drafts is measured first */
+  /* the step without drafts is measured first: itself, not interpolated between neighbours (at
+     3 rows left of 4, F(3) between a 1-row F(2) and F(4) made one draft look free every step,
+     and F(3) never got measured) */
+  if (n < 1 || t <= 0 || (T0 <= Q35_POL_TMAX && !p->fwd_n[T0])) return;
   int32_t in_pass[Q35_DRAFT_MAX + 2] = {0}; /* rows in head pass j (the pass making draft j) */
   double N = n_out0 > 0 ? n_out0 : 1;
   int64_t T = T0;

@@ -24,6 +24,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/buf.h"
 #include "base/util.h"
@@ -167,6 +168,18 @@ static int constrain_draft(q35_context *c, const q35_row *row, int32_t r, int32_
   return mask && q35_logits_apply_mask(lg, K, mask) > 0;
 }
 
+/* The clock of the plan's measured times (F, H): with one thread, the calling thread's CPU time
+ * (the whole step runs on it, q35_pool_run; on a shared machine the time the thread waited for a
+ * core is noise the plan would read as the cost of its choice, and single measurements of
+ * neighbouring sizes then come out in any order), else the wall clock (a step of several
+ * threads ends when the last one does). On an idle machine the two agree. */
+static double pol_clock(const q35_context *c) {
+  if (q35_context_n_threads(c) != 1) return q35_now();
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* Part 1: drafts for the rows with nd[r] > 0 into toks[r][1 ..]. The head's cache ends at each
  * session's position (the chained pairs used the head's own state, not the trunk's, and go). */
 static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
@@ -181,6 +194,26 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
     }
   if (lg_reserve(c, n_d, err) || q35_context_reserve_samplers(c, 1, err)) return -1;
   memset(b->drafted_con, 0, (size_t)n_rows * sizeof *b->drafted_con);
+  /* The catch-up: rows holding more pending pairs than a session drafting every step does (the
+   * plan kept it off drafting a while, or it is cold: model/mtp.h) run all but the last through
+   * the head first, all such rows in one pass without logits, so the draft passes below (and
+   * H(B), which the plan prices every later draft with) are those of steady drafting. The cache
+   * entries do not depend on the split (the head is chunking invariant). */
+  int32_t nc = 0;
+  for (int32_t r = 0; r < n_rows; r++) {
+    q35_mtp_cache *mc = rows[r].session->mtp;
+    if (b->nd[r] > 0 && mc->n_pend > mc->draft_max + 1)
+      b->mrows[nc++] = (q35_mtp_row){mc, mc->pend_t, mc->pend_h, mc->n_pend - 1, NULL, NULL};
+  }
+  if (nc && q35_mtp_forward_rows(m, q35_context_ws(c), b->mrows, nc, 1, err)) return -1;
+  for (int32_t r = 0; r < n_rows && nc; r++) {
+    q35_mtp_cache *mc = rows[r].session->mtp;
+    if (b->nd[r] <= 0 || mc->n_pend <= mc->draft_max + 1) continue;
+    memmove(mc->pend_h, mc->pend_h + (size_t)(mc->n_pend - 1) * H, H * sizeof(float));
+    mc->n_pend = 1;
+    b->mpos0[r] = mc->s.pos; /* a step that fails after this keeps the caught-up head */
+    b->np0[r] = 1;
+  }
   /* groups of rows drafting over the same vocabulary share passes */
   for (int32_t r0 = 0; r0 < n_rows; r0++) {
     if (b->nd[r0] <= 0) continue;
@@ -214,7 +247,7 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
         nr++;
       }
       if (!nr) break;
-      const double t0 = q35_now();
+      const double t0 = pol_clock(c);
       if (q35_mtp_forward_rows(m, q35_context_ws(c), b->mrows, nr, K == (int32_t)V ? 0 : K, err)) return -1;
       int32_t i = 0;
       for (int32_t r = r0; r < n_rows; r++) {
@@ -227,7 +260,7 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
         }
         if (sample_draft(c, &rows[r], j, lg, K, tk + 1, &tk[j + 1], err)) return -1;
       }
-      q35_draft_policy_head(&c->pol, nr, q35_now() - t0);
+      q35_draft_policy_head(&c->pol, nr, pol_clock(c) - t0);
     }
   }
   for (int32_t r = 0; r < n_rows; r++) {
@@ -305,12 +338,15 @@ static void keep_pending(q35_context *c, q35_row *rows, const int32_t *is, int32
     int32_t *pt = b->ptok + b->at[r];
     if (np0 > 0) memcpy(pt, mc->pend_t, (size_t)(np0 - 1) * sizeof *pt);
     memcpy(pt + (np0 > 0 ? np0 - 1 : 0), row->tokens + (np0 > 0 ? 0 : 1), (size_t)(np0 > 0 ? n : n - 1) * sizeof *pt);
-    if (pairs >= Q35_MTP_PEND_FLUSH && mc->idle >= Q35_MTP_IDLE_STEPS) {
-      /* speculation off for this session a while: the head skips these pairs (their cache entries stay
-         stale; drafts after them may be worse, outputs do not change) and a step costs no head pass */
-      mc->s.pos += pairs;
-      memcpy(mc->pend_h, hid + (size_t)pairs * H, H * sizeof(float));
-      mc->n_pend = 1;
+    if (pairs >= Q35_MTP_PEND_FLUSH && !c->draft_fixed && mc->idle >= Q35_MTP_IDLE_STEPS) {
+      /* a cold session (model/mtp.h): the head skips all but the newest PEND_KEEP positions (zeroed
+         entries; drafts after them may be worse, outputs do not change), and the step costs no head
+         pass; the pass that makes its next drafts catches up over the kept ones */
+      const int32_t keep = Q35_MTP_PEND_KEEP, skip = pairs + 1 - keep;
+      q35_mtp_cache_skip(mc, skip);
+      memcpy(mc->pend_h, hid + (size_t)skip * H, (size_t)keep * H * sizeof(float));
+      memcpy(mc->pend_t, pt + skip, (size_t)(keep - 1) * sizeof *pt);
+      mc->n_pend = keep;
       continue;
     }
     if (pairs >= Q35_MTP_PEND_FLUSH) {
@@ -395,13 +431,16 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
       s->hidden_all = hid + (size_t)b->np0[r] * H;
     }
   }
-  const double t0 = q35_now();
+  const double t0 = pol_clock(c);
   const int rc = q35_step_core(c, b->vrows, n_rows, err);
-  const double dt = q35_now() - t0;
+  const double dt = pol_clock(c) - t0;
   int64_t T = 0;
+  int64_t n_out = 0;
   for (int32_t r = 0; r < n_rows; r++) {
     q35_session *s = rows[r].session;
-    T += b->vrows[r].n_tokens;
+    const q35_row *v = &b->vrows[r];
+    T += v->n_tokens;
+    n_out += v->n_outputs == Q35_OUTPUTS_NONE ? 0 : v->n_outputs > 1 ? v->n_outputs : 1;
     s->hidden_all = NULL;
     if (rc && s->mtp) { /* the head's state back in step with the trunk's position */
       q35_session_ckpt_disarm(s);
@@ -411,7 +450,11 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
     }
   }
   if (rc) return -1;
-  q35_draft_policy_step(&c->pol, T, dt);
+  /* F(T) is the time of a step whose every token is sampled (decode and verify rows), what a draft
+     adds to; a step with prompt tokens samples only their last, so it would make the sizes a
+     verify step reaches (T0 + drafts) look cheap (at 4 streams the prompts' steps set F(5 ..)
+     and the plan drafted where drafts lose) */
+  if (n_out == T) q35_draft_policy_step(&c->pol, T, dt);
   int32_t n_is = 0;
   int32_t is[n_rows];
   for (int32_t r = 0; r < n_rows; r++) {

@@ -22,8 +22,12 @@
 #define CONTEXT_DECAY 0.98  /* the context's (about the last 50 rounds of all sessions) */
 #define PRIOR_WEIGHT 2.0    /* rounds' worth of the context's acceptance in a session's estimate */
 
+/* The first sample of a size is provisional: the second one replaces it when lower. The first
+ * step of a size often pays one-off costs (the first verify step of a session touches its
+ * checkpoint slots and the draft buffers for the first time: at one row F(2) read 2.5x F(1)),
+ * and a size the plan then judges too dear is measured again only by a probe. */
 static void ema(double *v, uint32_t *n, double x) {
-  *v = *n ? (1 - EMA_NEW) * *v + EMA_NEW * x : x;
+  *v = *n == 0 ? x : *n == 1 ? (x < *v ? x : *v) : (1 - EMA_NEW) * *v + EMA_NEW * x;
   if (*n < UINT32_MAX) (*n)++;
 }
 
@@ -50,7 +54,8 @@ double q35_draft_policy_accept(const q35_draft_policy *p, double s, double f) {
 }
 
 /* F(T): the measured time of a step of T tokens, interpolated between the nearest measured
- * sizes, extrapolated along the slope of the two largest measured ones below T; < 0: unknown. */
+ * sizes, extrapolated along the slope of the two largest measured ones below T (when positive); < 0:
+ * unknown. */
 static double fwd_time(const q35_draft_policy *p, int64_t T) {
   if (T >= 1 && T <= Q35_POL_TMAX && p->fwd_n[T]) return p->fwd[T];
   int64_t lo = -1, lo2 = -1, hi = -1;
@@ -64,9 +69,10 @@ static double fwd_time(const q35_draft_policy *p, int64_t T) {
     if (p->fwd_n[t]) hi = t;
   if (lo > 0 && hi > 0) return p->fwd[lo] + (p->fwd[hi] - p->fwd[lo]) * (double)(T - lo) / (double)(hi - lo);
   if (lo > 0 && lo2 > 0) {
-    double slope = (p->fwd[lo] - p->fwd[lo2]) / (double)(lo - lo2);
-    if (slope < 0) slope = 0;
-    return p->fwd[lo] + slope * (double)(T - lo);
+    /* a larger size measured cheaper than a smaller one says nothing about the slope (noise, or
+       a one-off cost in the smaller one): unknown, so one draft tries it, not free for all */
+    const double slope = (p->fwd[lo] - p->fwd[lo2]) / (double)(lo - lo2);
+    return slope > 0 ? p->fwd[lo] + slope * (double)(T - lo) : -1;
   }
   return -1;
 }
@@ -117,11 +123,18 @@ void q35_draft_policy_plan(const q35_draft_policy *p, int32_t n, const double *a
                            double n_out0, int probe, int32_t *d) {
   for (int32_t i = 0; i < n; i++) d[i] = 0;
   double t = fwd_time(p, T0);
-  if (n < 1 || t <= 0) return; /* the step without drafts is measured first */
+  /* the step without drafts is measured first: itself, not interpolated between neighbours (at
+     3 rows left of 4, F(3) between a 1-row F(2) and F(4) made one draft look free every step,
+     and F(3) never got measured) */
+  if (n < 1 || t <= 0 || (T0 <= Q35_POL_TMAX && !p->fwd_n[T0])) return;
   int32_t in_pass[Q35_DRAFT_MAX + 2] = {0}; /* rows in head pass j (the pass making draft j) */
   double N = n_out0 > 0 ? n_out0 : 1;
   int64_t T = T0;
   for (;;) {
+    /* a step size not measured yet counts as free, so one draft gets it tried and measured; one
+       unmeasured size per step (not every draft of every row: at 4 rows the first such step would
+       carry 4 x dmax drafts, each a head pass and a verified token that rarely pays there) */
+    const int unknown = fwd_time(p, T + 1) < 0;
     int32_t best = -1;
     double best_rate = N / t, bN = 0, bt = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -142,6 +155,7 @@ void q35_draft_policy_plan(const q35_draft_policy *p, int32_t n, const double *a
     T++;
     N += bN;
     t += bt;
+    if (unknown) break;
   }
   if (probe > 0) { /* one draft more: on the row most likely to use it */
     int32_t b = -1;

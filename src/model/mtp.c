@@ -68,6 +68,15 @@ void q35_mtp_cache_truncate(q35_mtp_cache *c, int32_t pos) {
   if (pos >= 0 && pos < c->s.pos) c->s.pos = pos;
 }
 
+void q35_mtp_cache_skip(q35_mtp_cache *c, int32_t n) {
+  if (n <= 0) return;
+  if (n > c->s.params.n_ctx - c->s.pos) n = c->s.params.n_ctx - c->s.pos;
+  const size_t at = (size_t)c->s.pos * c->s.kv_row_bytes, len = (size_t)n * c->s.kv_row_bytes;
+  memset((char *)c->k + at, 0, len);
+  memset((char *)c->v + at, 0, len);
+  c->s.pos += n;
+}
+
 static int cat_reserve(q35_fwd_ws *ws, int64_t T, int64_t H, q35_err *err) {
   const size_t need = (size_t)T * 2 * (size_t)H;
   if (need <= ws->mtp_cat_cap) return 0;

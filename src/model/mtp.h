@@ -40,29 +40,51 @@ typedef struct q35_mtp_cache {
   double acc_s, acc_f; /* accepted drafts and rejections (decayed): the acceptance estimate */
   /* the latest verify step, for q35_session_draft_keep: emitted tokens, drafts */
   int32_t last_emitted, last_drafted, last_pos0;
-  int32_t idle;        /* decode steps in a row the adaptive policy chose no drafts for (engine/draft.c) */
+  int32_t idle;        /* decode steps in a row the adaptive policy chose no drafts for (engine/draft.c);
+                          starts at Q35_MTP_IDLE_STEPS: a new session is cold until the plan drafts */
 } q35_mtp_cache;
 
 /* Pairs the session holds pending at most before a step that does not draft runs them through
- * the head: a decode without drafts batches its head work PEND_FLUSH tokens at a time, so the
- * head's experts are read once per 32 tokens of every row in the step, not once per token (at
- * 4+ rows, where drafts do not pay, keeping the head's cache costs ~1-2 % of a step). */
+ * the head (a warm session, below) or skips all but the newest Q35_MTP_PEND_KEEP (a cold one): a
+ * warm session's head work outside its drafts goes PEND_FLUSH tokens at a time, so the head's
+ * experts are read once per 32 tokens of every row in the step, not once per token. */
 #define Q35_MTP_PEND_FLUSH 32
 
-/* After this many decode steps in which the adaptive policy chose no drafts for a session (a large
- * batch, low acceptance, a compute-bound machine), its pending pairs (a prompt's too) are skipped
- * instead of run through the head: keeping the head's cache costs a head pass per 32 tokens (on a
- * 4-layer file ~6 % of the steps, ~1 % on a 40-layer one), worth it only while the session
- * drafts. The count survives a reset or a restore (a server slot's next request starts where the
- * last one left off); the policy's probes still try drafts now and then, and a session the plan
- * gives drafts again keeps its cache from then on. */
-#define Q35_MTP_IDLE_STEPS 32
+/* Head upkeep is lazy (engine/draft.c): a session's pending pairs go through the head when it next
+ * drafts (the catch-up: one multi-token pass, without logits, over every drafting row's pairs
+ * but its last, before the draft passes), and only when more than PEND_FLUSH have gathered does
+ * the session choose between keeping and skipping them:
+ *   - "warm" (the adaptive plan chose drafts for it within the last IDLE_STEPS decode steps, or
+ *     the context drafts every row: q35_context_draft_adapt(ctx, 0)): they run through the head
+ *     (a prompt chunk, or a stretch of decode the plan kept off drafting) so later drafts see
+ *     the whole context;
+ *   - "cold" (a new session, or one the plan has kept off drafting IDLE_STEPS steps in a row: a
+ *     large batch, low acceptance, a compute-bound machine): all but the newest PEND_KEEP are
+ *     skipped (the head's position moves past them; their KV entries are zeroed, so a draft does
+ *     not depend on what an earlier conversation left in the cache) and a step costs no head
+ *     pass. When the plan first gives a cold session drafts, the head catches up over the kept
+ *     window (up to PEND_FLUSH recent pairs).
+ * IDLE_STEPS < PEND_FLUSH: a session that stops drafting turns cold before its pending pairs
+ * overflow, so declining to draft never costs a head pass. The bounded window rather than a
+ * catch-up over every missed position: the missed hidden states would have to be kept (n_ctx x
+ * n_embd floats a session) and running them through the head is the very upkeep being saved;
+ * drafts after a skipped stretch are worse, never the output. The count survives a reset or a
+ * restore (a server slot's next request starts where the last one left off). */
+#define Q35_MTP_IDLE_STEPS 16
+#define Q35_MTP_PEND_KEEP 16
+/* after a draft at most Q35_DRAFT_MAX + 1 pairs are pending; IDLE_STEPS - 1 steps later still < PEND_FLUSH */
+_Static_assert(Q35_DRAFT_MAX + Q35_MTP_IDLE_STEPS - 1 < Q35_MTP_PEND_FLUSH && Q35_MTP_PEND_KEEP < Q35_MTP_PEND_FLUSH,
+               "a session the plan stops drafting for turns cold before its pending pairs overflow");
 
 q35_mtp_cache *q35_mtp_cache_new(q35_model *m, int32_t n_ctx, int kv_type, q35_err *err);
 void q35_mtp_cache_free(q35_mtp_cache *c);
 int32_t q35_mtp_cache_pos(const q35_mtp_cache *c);
 /* Forget the entries at and after pos (pos <= the current position). */
 void q35_mtp_cache_truncate(q35_mtp_cache *c, int32_t pos);
+/* Move the position n pairs on without running the head over them: their K/V entries become zeros
+ * (a key of zeros scores 0 and its value adds nothing, the same for every session, whatever the
+ * cache held before); at most up to n_ctx. */
+void q35_mtp_cache_skip(q35_mtp_cache *c, int32_t n);
 /* Bytes of the head's KV cache for a context of n_ctx (what q35_mtp_cache_new allocates). */
 uint64_t q35_mtp_cache_bytes(const q35_model *m, int32_t n_ctx, int kv_type);
 

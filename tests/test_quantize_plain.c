@@ -1,12 +1,12 @@
 /*
- * test_quantize_plain.c - the plain (unweighted) weight quantizers of Q4_0, Q5_0, Q4_1, Q5_1:
+ * test_quantize_plain.c - the plain (unweighted) weight quantizers of Q4_0, Q5_0, Q4_1, Q5_1, Q3_K:
  * every SIMD level's quantize[] (quantize_plain_avx2.c at the AVX2 and AVX-512 levels) against
  * the scalar reference's (quantize_weights.c / quantize_lowbit.c), BYTE for byte, for every
  * level up to the active one (runs per level: test_quantize_plain@avx2, @scalar), on rows that
  * reach every branch of the fits: gaussian blocks of scales from 1e-9 to 1e4 (fp16 subnormal
  * and overflowing scales), outliers, all-positive / all-negative blocks, zero, -0, constant and
  * two-valued blocks, and blocks holding NaN or +-inf; row lengths whose block count leaves a
- * partial group of eight (the SIMD code fits eight blocks at once).
+ * partial group of eight (the SIMD code fits eight blocks at once; Q3_K: eight sub-blocks of 16).
  *
  * Then, independent of the levels: the error of the reference's blocks against a plain
  * implementation of ggml's reference quantizers (quantize_row_q4_0_ref ... q5_1_ref: the
@@ -85,7 +85,8 @@ static void ggml_like(int type, const float *x, float *out) {
 
 int main(void) {
   static const int types[] = {Q35_TYPE_Q4_0, Q35_TYPE_Q5_0, Q35_TYPE_Q4_1, Q35_TYPE_Q5_1};
-  static const int lens[] = {32, 32 * 7, 32 * 8, 32 * 13, 4096};
+  static const int ltypes[] = {Q35_TYPE_Q4_0, Q35_TYPE_Q5_0, Q35_TYPE_Q4_1, Q35_TYPE_Q5_1, Q35_TYPE_Q3_K};
+  static const int lens[] = {32, 32 * 7, 32 * 8, 32 * 13, 256 * 3, 4096};
   printf("SIMD level: %s\n", q35_simd_name(q35_simd_active()));
   const int rows = 40, maxn = 4096;
   float *x = malloc(sizeof(float) * maxn * rows), *d = malloc(sizeof(float) * maxn), *g = malloc(sizeof(float) * 32);
@@ -102,8 +103,9 @@ int main(void) {
         /* row r: kinds mixed per block, or (r < 13) all of kind r, so that a group of eight
          * lanes holds one kind and a mix */
         for (int i = 0; i < n; i += 32) fill_block(x + i, r < 13 ? r : (int)(rng_u64() % 13));
-        for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
-          const int type = types[t];
+        for (size_t t = 0; t < sizeof ltypes / sizeof *ltypes; t++) {
+          const int type = ltypes[t];
+          if (type == Q35_TYPE_Q3_K && n % 256) continue;
           const size_t sz = q35_row_size(type, n);
           memset(a, 0xA5, sz);
           memset(b, 0x5A, sz);

@@ -21,10 +21,9 @@
 #define QP_T __attribute__((target("avx2,f16c")))
 #define QPF static inline QP_T
 
-/* fp16 by F16C: the reference's conversions for every value but NaN (never stored here: the fits
- * return finite scales and offsets, or +-inf for an overflow, which both round alike) */
-QPF uint16_t qp_to_fp16(float v) { return _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT); }
-QPF float qp_from_fp16(uint16_t h) { return _cvtsh_ss(h); }
+/* fp16 by F16C (qp_store_scales): the reference's conversions for every value but NaN, never
+ * stored here (the fits return finite scales and offsets, or +-inf for an overflow, which both
+ * round alike) */
 
 /* q35_round_clampf on 8 lanes: max / min return their second operand for NaN, as the reference
  * maps NaN to lo; the magic-number rounding never gives -0 */
@@ -133,11 +132,11 @@ typedef struct {
   __m256 v[32]; /* v[i] lane b: element i of block b */
 } qp_cols;
 
-/* blocks x[0..8) (32 floats each) into columns */
-QPF void qp_transpose(const float *x, qp_cols *c) {
-  for (int g = 0; g < 4; g++) {
+/* blocks x[0..8) (n = 16 or 32 floats each) into columns */
+QPF void qp_transpose(const float *x, int n, qp_cols *c) {
+  _Pragma("GCC unroll 4") for (int g = 0; g < n / 8; g++) {
     __m256 r[8], t[8], u[8];
-    for (int b = 0; b < 8; b++) r[b] = _mm256_loadu_ps(x + 32 * b + 8 * g);
+    for (int b = 0; b < 8; b++) r[b] = _mm256_loadu_ps(x + n * b + 8 * g);
     for (int b = 0; b < 8; b += 2) {
       t[b] = _mm256_unpacklo_ps(r[b], r[b + 1]);
       t[b + 1] = _mm256_unpackhi_ps(r[b], r[b + 1]);
@@ -166,13 +165,13 @@ QPF __m256 qp_isfinite(__m256 v) { /* |v| < inf (false for NaN) */
   return _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), v), _mm256_set1_ps(INFINITY), _CMP_LT_OQ);
 }
 
-/* QFP_FIT_SYM of blocks x[0..8) (n = 32), the scales to d[0..8) */
-static QP_T void qp_fit_sym8(const float *x, int lo, int hi, int iters, float *d_out) {
+/* QFP_FIT_SYM of blocks x[0..8) (n = 16 or 32 each), the scales to d[0..8) */
+QPF void qp_fit_sym8(const float *x, int n, int lo, int hi, int iters, float *d_out) {
   qp_cols c;
-  qp_transpose(x, &c);
+  qp_transpose(x, n, &c);
   const __m256 zero = _mm256_setzero_ps(), lov = _mm256_set1_ps((float)lo), hiv = _mm256_set1_ps((float)hi);
   __m256 mx = zero, mn = zero;
-  for (int i = 0; i < 32; i++) {
+  for (int i = 0; i < n; i++) {
     const __m256 f = _mm256_and_ps(c.v[i], qp_finite(c.v[i]));
     mx = _mm256_max_ps(f, mx);
     mn = _mm256_min_ps(f, mn);
@@ -185,11 +184,14 @@ static QP_T void qp_fit_sym8(const float *x, int lo, int hi, int iters, float *d
   __m256 d = _mm256_div_ps(max, lov), t = _mm256_div_ps(lov, max), live = _mm256_andnot_ps(is0, _mm256_castsi256_ps(_mm256_set1_epi32(-1)));
   for (int it = 0; it <= iters; it++) {
     __m256 axl[8], all[8];
-    for (int k = 0; k < 8; k++) axl[k] = all[k] = zero;
-    for (int i = 0; i < 32; i++) {
-      const __m256 v = c.v[i], l = qp_round_clamp(_mm256_mul_ps(t, v), lov, hiv);
-      axl[i % 8] = _mm256_add_ps(axl[i % 8], _mm256_mul_ps(v, l));
-      all[i % 8] = _mm256_add_ps(all[i % 8], _mm256_mul_ps(l, l));
+    _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) { /* partial sum k: elements k, k + 8, ... in order */
+      __m256 sxl = zero, sll = zero;
+      _Pragma("GCC unroll 4") for (int i = k; i < n; i += 8) {
+        const __m256 v = c.v[i], l = qp_round_clamp(_mm256_mul_ps(t, v), lov, hiv);
+        sxl = _mm256_add_ps(sxl, _mm256_mul_ps(v, l));
+        sll = _mm256_add_ps(sll, _mm256_mul_ps(l, l));
+      }
+      axl[k] = sxl, all[k] = sll;
     }
     const __m256 sxl = qp_fold8v(axl), sll = qp_fold8v(all);
     const __m256 dn = _mm256_div_ps(sxl, sll), tn = _mm256_div_ps(sll, sxl);
@@ -206,16 +208,19 @@ static QP_T void qp_fit_sym8(const float *x, int lo, int hi, int iters, float *d
 /* QFP_FIT_AFF of blocks x[0..8) (n = 32) */
 static QP_T void qp_fit_aff8(const float *x, int nmax, int iters, float *a_out, float *b_out) {
   qp_cols c;
-  qp_transpose(x, &c);
+  qp_transpose(x, 32, &c);
   const __m256 zero = _mm256_setzero_ps(), inf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
   const __m256 nmv = _mm256_set1_ps((float)nmax), sw = _mm256_set1_ps(32.0f);
   __m256 mn = inf, mx = ninf, sx[8];
-  for (int k = 0; k < 8; k++) sx[k] = zero;
-  for (int i = 0; i < 32; i++) {
-    const __m256 v = c.v[i], f = qp_finite(v);
-    mn = _mm256_min_ps(_mm256_blendv_ps(inf, v, f), mn);
-    mx = _mm256_max_ps(_mm256_blendv_ps(ninf, v, f), mx);
-    sx[i % 8] = _mm256_add_ps(sx[i % 8], v);
+  _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+    __m256 s = zero;
+    _Pragma("GCC unroll 4") for (int i = k; i < 32; i += 8) {
+      const __m256 v = c.v[i], f = qp_finite(v);
+      mn = _mm256_min_ps(_mm256_blendv_ps(inf, v, f), mn);
+      mx = _mm256_max_ps(_mm256_blendv_ps(ninf, v, f), mx);
+      s = _mm256_add_ps(s, v);
+    }
+    sx[k] = s;
   }
   mn = _mm256_add_ps(mn, zero);
   mx = _mm256_add_ps(mx, zero);
@@ -229,12 +234,15 @@ static QP_T void qp_fit_aff8(const float *x, int nmax, int iters, float *a_out, 
   const __m256 eps_sw = _mm256_mul_ps(_mm256_set1_ps(1e-5f), sw);
   for (int it = 0; it <= iters; it++) {
     __m256 al[8], all[8], axl[8];
-    for (int k = 0; k < 8; k++) al[k] = all[k] = axl[k] = zero;
-    for (int i = 0; i < 32; i++) {
-      const __m256 v = c.v[i], l = qp_round_clamp(_mm256_mul_ps(t, _mm256_sub_ps(v, b)), zero, nmv);
-      al[i % 8] = _mm256_add_ps(al[i % 8], l);
-      all[i % 8] = _mm256_add_ps(all[i % 8], _mm256_mul_ps(l, l));
-      axl[i % 8] = _mm256_add_ps(axl[i % 8], _mm256_mul_ps(v, l));
+    _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) { /* partial sum k: elements k, k + 8, ... in order */
+      __m256 sl = zero, sll = zero, sxl = zero;
+      _Pragma("GCC unroll 4") for (int i = k; i < 32; i += 8) {
+        const __m256 v = c.v[i], l = qp_round_clamp(_mm256_mul_ps(t, _mm256_sub_ps(v, b)), zero, nmv);
+        sl = _mm256_add_ps(sl, l);
+        sll = _mm256_add_ps(sll, _mm256_mul_ps(l, l));
+        sxl = _mm256_add_ps(sxl, _mm256_mul_ps(v, l));
+      }
+      al[k] = sl, all[k] = sll, axl[k] = sxl;
     }
     const __m256 sl = qp_fold8v(al), sll = qp_fold8v(all), sxl = qp_fold8v(axl);
     const __m256 det = _mm256_sub_ps(_mm256_mul_ps(sw, sll), _mm256_mul_ps(sl, sl));
@@ -260,9 +268,8 @@ QPF __m256i qp_bytes32(__m256 a, __m256 b, __m256 c, __m256 d) {
   return _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* q35_plain_levels_sym / _aff */
-QPF __m256i qp_levels_sym(const float *x, float d, int lo, int hi) {
-  const float id = d != 0 ? 1.0f / d : 0;
+/* q35_plain_levels_sym / _aff, given the inverse of the stored scale (0: none) and the stored min */
+QPF __m256i qp_levels_sym(const float *x, float id, int lo, int hi) {
   if (id == 0) return _mm256_set1_epi8((char)-lo);
   const __m256 iv = _mm256_set1_ps(id), lov = _mm256_set1_ps((float)lo), hiv = _mm256_set1_ps((float)hi);
   __m256 r[4];
@@ -271,8 +278,7 @@ QPF __m256i qp_levels_sym(const float *x, float d, int lo, int hi) {
   return qp_bytes32(r[0], r[1], r[2], r[3]);
 }
 
-QPF __m256i qp_levels_aff(const float *x, float d, float m, int nmax) {
-  const float id = d > 0 ? 1.0f / d : 0;
+QPF __m256i qp_levels_aff(const float *x, float id, float m, int nmax) {
   if (!(id > 0)) return _mm256_setzero_si256();
   const __m256 iv = _mm256_set1_ps(id), mv = _mm256_set1_ps(m), zero = _mm256_setzero_ps(),
                hiv = _mm256_set1_ps((float)nmax);
@@ -280,6 +286,20 @@ QPF __m256i qp_levels_aff(const float *x, float d, float m, int nmax) {
   for (int k = 0; k < 4; k++)
     r[k] = qp_round_clamp(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + 8 * k), mv), iv), zero, hiv);
   return qp_bytes32(r[0], r[1], r[2], r[3]);
+}
+
+/* eight scales (and offsets) as stored: fp16 bits, and the floats the levels take (the
+ * reference's id = d != 0 ? 1 / d : 0 for the symmetric types, d > 0 for the affine ones) */
+QPF void qp_store_scales(const float *v, uint16_t *h, float *f) {
+  const __m128i hv = _mm256_cvtps_ph(_mm256_loadu_ps(v), _MM_FROUND_TO_NEAREST_INT);
+  _mm_storeu_si128((__m128i *)h, hv);
+  _mm256_storeu_ps(f, _mm256_cvtph_ps(hv));
+}
+
+QPF void qp_inverse(const float *d, float *id, int pos) {
+  const __m256 dv = _mm256_loadu_ps(d), zero = _mm256_setzero_ps();
+  const __m256 ok = _mm256_cmp_ps(dv, zero, pos ? _CMP_GT_OQ : _CMP_NEQ_OQ);
+  _mm256_storeu_ps(id, _mm256_and_ps(ok, _mm256_div_ps(_mm256_set1_ps(1.0f), dv)));
 }
 
 /* the 16 nibble bytes L[j] | L[j + 16] << 4 (low 4 bits of each level) */
@@ -292,20 +312,26 @@ QPF void qp_store_nibbles(uint8_t *qs, __m256i L) {
 /* bit j = bit 4 of L[j] (the fifth bit of the 5-bit levels) */
 QPF uint32_t qp_bit4(__m256i L) { return (uint32_t)_mm256_movemask_epi8(_mm256_slli_epi16(L, 3)); }
 
-/* the scales of blocks i .. i + 7 (eight at once) or of block i alone, as fp16 */
+/* the scales of blocks i .. i + 7 (eight at once) or of block i alone: fp16 bits dh, the inverse
+ * id of the stored scale (and for the affine types the stored min mf, bits mh) */
 #define QP_SYM_SCALES(LO, HI)                                                                           \
-  float d8[8];                                                                                          \
-  const int m8 = i + 8 <= nb;                                                                           \
-  if (m8) qp_fit_sym8(x + 32 * i, LO, HI, Q35_PLAIN_ITERS_SYM, d8);                                     \
+  float d8[8] = {0}, df[8], id[8];                                                                      \
+  uint16_t dh[8];                                                                                       \
+  const int cnt = i + 8 <= nb ? 8 : 1;                                                                  \
+  if (cnt == 8) qp_fit_sym8(x + 32 * i, 32, LO, HI, Q35_PLAIN_ITERS_SYM, d8);                             \
   else d8[0] = qp_fit_sym(x + 32 * i, QK8_0, LO, HI, Q35_PLAIN_ITERS_SYM);                              \
-  const int cnt = m8 ? 8 : 1
+  qp_store_scales(d8, dh, df);                                                                          \
+  qp_inverse(df, id, 0)
 
 #define QP_AFF_SCALES(NMAX)                                                                             \
-  float a8[8], b8[8];                                                                                   \
-  const int m8 = i + 8 <= nb;                                                                           \
-  if (m8) qp_fit_aff8(x + 32 * i, NMAX, Q35_PLAIN_ITERS_AFF, a8, b8);                                   \
+  float a8[8] = {0}, b8[8] = {0}, df[8], mf[8], id[8];                                                  \
+  uint16_t dh[8], mh[8];                                                                                \
+  const int cnt = i + 8 <= nb ? 8 : 1;                                                                  \
+  if (cnt == 8) qp_fit_aff8(x + 32 * i, NMAX, Q35_PLAIN_ITERS_AFF, a8, b8);                             \
   else qp_fit_aff(x + 32 * i, QK8_0, NMAX, Q35_PLAIN_ITERS_AFF, &a8[0], &b8[0]);                        \
-  const int cnt = m8 ? 8 : 1
+  qp_store_scales(a8, dh, df);                                                                          \
+  qp_store_scales(b8, mh, mf);                                                                          \
+  qp_inverse(df, id, 1)
 
 static QP_T void quant_q4_0_avx2(const float *x, void *dst, int64_t n) {
   blk_q4_0 *y = dst;
@@ -313,8 +339,8 @@ static QP_T void quant_q4_0_avx2(const float *x, void *dst, int64_t n) {
   for (int64_t i = 0; i < nb;) {
     QP_SYM_SCALES(-8, 7);
     for (int k = 0; k < cnt; k++, i++) {
-      y[i].d = qp_to_fp16(d8[k]);
-      qp_store_nibbles(y[i].qs, qp_levels_sym(x + 32 * i, qp_from_fp16(y[i].d), -8, 7));
+      y[i].d = dh[k];
+      qp_store_nibbles(y[i].qs, qp_levels_sym(x + 32 * i, id[k], -8, 7));
     }
   }
 }
@@ -325,8 +351,8 @@ static QP_T void quant_q5_0_avx2(const float *x, void *dst, int64_t n) {
   for (int64_t i = 0; i < nb;) {
     QP_SYM_SCALES(-16, 15);
     for (int k = 0; k < cnt; k++, i++) {
-      y[i].d = qp_to_fp16(d8[k]);
-      const __m256i L = qp_levels_sym(x + 32 * i, qp_from_fp16(y[i].d), -16, 15);
+      y[i].d = dh[k];
+      const __m256i L = qp_levels_sym(x + 32 * i, id[k], -16, 15);
       qp_store_nibbles(y[i].qs, L);
       const uint32_t qh = qp_bit4(L);
       memcpy(y[i].qh, &qh, 4);
@@ -340,9 +366,9 @@ static QP_T void quant_q4_1_avx2(const float *x, void *dst, int64_t n) {
   for (int64_t i = 0; i < nb;) {
     QP_AFF_SCALES(15);
     for (int k = 0; k < cnt; k++, i++) {
-      y[i].d = qp_to_fp16(a8[k]);
-      y[i].m = qp_to_fp16(b8[k]);
-      qp_store_nibbles(y[i].qs, qp_levels_aff(x + 32 * i, qp_from_fp16(y[i].d), qp_from_fp16(y[i].m), 15));
+      y[i].d = dh[k];
+      y[i].m = mh[k];
+      qp_store_nibbles(y[i].qs, qp_levels_aff(x + 32 * i, id[k], mf[k], 15));
     }
   }
 }
@@ -353,9 +379,9 @@ static QP_T void quant_q5_1_avx2(const float *x, void *dst, int64_t n) {
   for (int64_t i = 0; i < nb;) {
     QP_AFF_SCALES(31);
     for (int k = 0; k < cnt; k++, i++) {
-      y[i].d = qp_to_fp16(a8[k]);
-      y[i].m = qp_to_fp16(b8[k]);
-      const __m256i L = qp_levels_aff(x + 32 * i, qp_from_fp16(y[i].d), qp_from_fp16(y[i].m), 31);
+      y[i].d = dh[k];
+      y[i].m = mh[k];
+      const __m256i L = qp_levels_aff(x + 32 * i, id[k], mf[k], 31);
       qp_store_nibbles(y[i].qs, L);
       const uint32_t qh = qp_bit4(L);
       memcpy(y[i].qh, &qh, 4);
@@ -363,7 +389,86 @@ static QP_T void quant_q5_1_avx2(const float *x, void *dst, int64_t n) {
   }
 }
 
+/* Q3_K (quant_q3_k_w without an importance vector): the sub-block scales eight at a time, the
+ * +-1 scale search and the levels on 16-element vectors, the packing on 32-byte vectors. */
+
+/* the search's error of sub-block xs at scale ds (inverse ids): the reference's four partial sums
+ * (element l into sum l % 4, in order of l; its weights are 1) folded as (0 + 1) + (2 + 3) */
+QPF float qp_q3_err(const float *xs, float ds, float ids) {
+  const __m256 dv = _mm256_set1_ps(ds), iv = _mm256_set1_ps(ids), lo = _mm256_set1_ps(-4.0f), hi = _mm256_set1_ps(3.0f);
+  __m256 E[2];
+  for (int h = 0; h < 2; h++) {
+    const __m256 v = _mm256_loadu_ps(xs + 8 * h);
+    const __m256 e = _mm256_sub_ps(v, _mm256_mul_ps(dv, qp_round_clamp(_mm256_mul_ps(v, iv), lo, hi)));
+    E[h] = _mm256_mul_ps(e, e);
+  }
+  __m128 acc = _mm_add_ps(_mm256_castps256_ps128(E[0]), _mm256_extractf128_ps(E[0], 1));
+  acc = _mm_add_ps(acc, _mm256_castps256_ps128(E[1]));
+  acc = _mm_add_ps(acc, _mm256_extractf128_ps(E[1], 1));
+  const __m128 t = _mm_add_ps(acc, _mm_shuffle_ps(acc, acc, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehl_ps(t, t)));
+}
+
+static QP_T void quant_q3_k_avx2(const float *x, void *dst, int64_t n) {
+  blk_q3_k *y = dst;
+  for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+    float s[16];
+    qp_fit_sym8(x, 16, -4, 3, Q35_PLAIN_ITERS_SYM, s);
+    qp_fit_sym8(x + 128, 16, -4, 3, Q35_PLAIN_ITERS_SYM, s + 8);
+    const float smax = q35_signed_absmax(s, 16);
+    y[i].d = q35_fp32_to_fp16(smax / -32.f);
+    const float d = q35_fp16_to_fp32(y[i].d);
+    memset(y[i].scales, 0, sizeof y[i].scales);
+    _Alignas(32) uint8_t L[QK_K];
+    for (int j = 0; j < 16; j++) {
+      const float *xs = x + 16 * j;
+      const int sc0 = d != 0 ? q35_clampi(q35_nearest_int(s[j] / d), -32, 31) : 0;
+      int sc = sc0;
+      float best_err = INFINITY;
+      for (int c = sc0 - 1; c <= sc0 + 1 && d != 0; c++) {
+        if (c < -32 || c > 31) continue;
+        const float ds = d * (float)c, ids = ds != 0 ? 1.0f / ds : 0;
+        const float err = qp_q3_err(xs, ds, ids);
+        if (err < best_err) {
+          best_err = err;
+          sc = c;
+        }
+      }
+      const int u = sc + 32;
+      y[i].scales[j % 8] |= (uint8_t)((u & 0xF) << (j < 8 ? 0 : 4));
+      y[i].scales[8 + j % 4] |= (uint8_t)((u >> 4) << (2 * (j / 4)));
+      const float ds = d * (float)sc, ids = ds != 0 ? 1.0f / ds : 0;
+      if (ids == 0) {
+        memset(L + 16 * j, 4, 16);
+        continue;
+      }
+      const __m256 iv = _mm256_set1_ps(ids), lo = _mm256_set1_ps(-4.0f), hi = _mm256_set1_ps(3.0f),
+                   four = _mm256_set1_ps(4.0f);
+      const __m256 a = _mm256_add_ps(qp_round_clamp(_mm256_mul_ps(_mm256_loadu_ps(xs), iv), lo, hi), four);
+      const __m256 b = _mm256_add_ps(qp_round_clamp(_mm256_mul_ps(_mm256_loadu_ps(xs + 8), iv), lo, hi), four);
+      _mm_storeu_si128((__m128i *)(L + 16 * j), _mm256_castsi256_si128(qp_bytes32(a, b, a, b)));
+    }
+    /* element g = 128 h + 32 sh + e: 2 bits at qs[32 h + e] << 2 sh, the third at hmask[e] bit g / 32 */
+    const __m256i one = _mm256_set1_epi8(1), three = _mm256_set1_epi8(3);
+    __m256i hm = _mm256_setzero_si256();
+    for (int k = 0; k < 8; k++) {
+      const __m256i v = _mm256_load_si256((const __m256i *)(L + 32 * k));
+      hm = _mm256_or_si256(hm, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 2), one), k));
+    }
+    _mm256_storeu_si256((__m256i *)y[i].hmask, hm);
+    for (int h = 0; h < 2; h++) {
+      __m256i q = _mm256_setzero_si256();
+      for (int sh = 0; sh < 4; sh++) {
+        const __m256i v = _mm256_load_si256((const __m256i *)(L + 128 * h + 32 * sh));
+        q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(v, three), 2 * sh));
+      }
+      _mm256_storeu_si256((__m256i *)(y[i].qs + 32 * h), q);
+    }
+  }
+}
+
 void q35_kernels_quantize_plain_avx2(q35_kernels *k) {
+  k->quantize[Q35_TYPE_Q3_K] = quant_q3_k_avx2;
   k->quantize[Q35_TYPE_Q4_0] = quant_q4_0_avx2;
   k->quantize[Q35_TYPE_Q5_0] = quant_q5_0_avx2;
   k->quantize[Q35_TYPE_Q4_1] = quant_q4_1_avx2;

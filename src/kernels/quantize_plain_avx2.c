@@ -1,12 +1,13 @@
 /*
- * quantize_plain_avx2.c - the plain (unweighted) Q4_0, Q5_0, Q4_1, Q5_1 weight quantizers on
- * 256-bit vectors, for the AVX2 level (and the AVX-512 level, which keeps them: a block is 32
- * floats, four 256-bit registers). The reference twins are quant_q4_0 / quant_q5_0
- * (quantize_weights.c) and quant_q4_1 / quant_q5_1 (quantize_lowbit.c): the same glue
- * (quantize_fit_plain.inc, scalar), with the passes over the block here in the
- * reference's order (element i in lane i % 8, lanes folded as q35_fold8 does), so every block
- * is the reference's, byte for byte (tests/test_quant_lowbit.c compares them). No float
- * contraction in this file: the reference multiplies and adds separately.
+ * quantize_plain_avx2.c - the plain (unweighted) Q4_0, Q5_0, Q4_1, Q5_1, Q3_K weight quantizers
+ * on 256-bit vectors, for the AVX2 level (the AVX-512 level keeps them, but for Q4_1 / Q5_1,
+ * whose fit takes sixteen blocks per 512-bit register: qp_fit_aff16 below). The reference twins
+ * are quant_q4_0 / quant_q5_0 (quantize_weights.c) and quant_q4_1 / quant_q5_1 / quant_q3_k
+ * (quantize_lowbit.c): the same glue (quantize_fit_plain.inc, scalar; or its operations lane by
+ * lane where eight or sixteen blocks are fitted at once), with the passes over the block in the
+ * reference's order (element i into partial sum i % 8, partial sums folded as q35_fold8 does),
+ * so every block is the reference's, byte for byte (tests/test_quantize_plain.c compares them at
+ * every level). No float contraction in this file: the reference multiplies and adds separately.
  */
 #if defined(__x86_64__) || defined(__i386__)
 #pragma GCC optimize("fp-contract=off")
@@ -387,6 +388,142 @@ static QP_T void quant_q5_1_avx2(const float *x, void *dst, int64_t n) {
       memcpy(y[i].qh, &qh, 4);
     }
   }
+}
+
+/*
+ * The AVX-512 level: the affine fit of sixteen blocks at once (Q4_1 / Q5_1), qp_fit_aff8's
+ * operations on 512-bit registers (lane b: block b), comparisons as masks. Lane-wise the same
+ * operations in the same order, so the same bits.
+ */
+#define QP5_T __attribute__((target("avx512f,avx512vl,avx2,f16c")))
+#define QP5F static inline QP5_T
+
+QP5F __m512 qp5_join(__m256 lo, __m256 hi) {
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+
+QP5F __mmask16 qp5_finite(__m512 v) { /* |v| <= FLT_MAX (false for NaN) */
+  return _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(3.40282347e38f), _CMP_LE_OQ);
+}
+
+QP5F __mmask16 qp5_isfinite(__m512 v) { return _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(INFINITY), _CMP_LT_OQ); }
+
+QP5F __m512 qp5_round_clamp(__m512 v, __m512 lo, __m512 hi) {
+  const __m512 m = _mm512_set1_ps(12582912.0f);
+  return _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(_mm512_add_ps(v, m), m), lo), hi);
+}
+
+QP5F __m512 qp5_fold8v(const __m512 *s) {
+  const __m512 h0 = _mm512_add_ps(s[0], s[4]), h1 = _mm512_add_ps(s[1], s[5]), h2 = _mm512_add_ps(s[2], s[6]),
+               h3 = _mm512_add_ps(s[3], s[7]);
+  return _mm512_add_ps(_mm512_add_ps(h0, h2), _mm512_add_ps(h1, h3));
+}
+
+/* QFP_FIT_AFF of blocks x[0..16) (n = 32) */
+static QP5_T void qp_fit_aff16(const float *x, int nmax, int iters, float *a_out, float *b_out) {
+  qp_cols c0, c1;
+  qp_transpose(x, 32, &c0);
+  qp_transpose(x + 256, 32, &c1);
+  __m512 v[32];
+  for (int i = 0; i < 32; i++) v[i] = qp5_join(c0.v[i], c1.v[i]);
+  const __m512 zero = _mm512_setzero_ps(), inf = _mm512_set1_ps(INFINITY), ninf = _mm512_set1_ps(-INFINITY);
+  const __m512 nmv = _mm512_set1_ps((float)nmax), sw = _mm512_set1_ps(32.0f);
+  __m512 mn = inf, mx = ninf, sx[8];
+  _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+    __m512 s = zero;
+    _Pragma("GCC unroll 4") for (int i = k; i < 32; i += 8) {
+      const __mmask16 f = qp5_finite(v[i]);
+      mn = _mm512_min_ps(_mm512_mask_blend_ps(f, inf, v[i]), mn);
+      mx = _mm512_max_ps(_mm512_mask_blend_ps(f, ninf, v[i]), mx);
+      s = _mm512_add_ps(s, v[i]);
+    }
+    sx[k] = s;
+  }
+  mn = _mm512_add_ps(mn, zero);
+  mx = _mm512_add_ps(mx, zero);
+  const __m512 swx = qp5_fold8v(sx);
+  const __mmask16 some = (__mmask16)~_mm512_cmp_ps_mask(mn, mx, _CMP_GT_OQ);
+  mn = _mm512_maskz_mov_ps(some, mn);
+  mx = _mm512_maskz_mov_ps(some, mx);
+  const __m512 range = _mm512_sub_ps(mx, mn);
+  __mmask16 live = _mm512_cmp_ps_mask(mx, mn, _CMP_GT_OQ) & qp5_isfinite(range);
+  __m512 a = _mm512_maskz_mov_ps(live, _mm512_div_ps(range, nmv)), b = mn, t = _mm512_div_ps(nmv, range);
+  live &= qp5_isfinite(swx);
+  const __m512 eps_sw = _mm512_mul_ps(_mm512_set1_ps(1e-5f), sw);
+  for (int it = 0; it <= iters; it++) {
+    __m512 al[8], all[8], axl[8];
+    _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+      __m512 sl = zero, sll = zero, sxl = zero;
+      _Pragma("GCC unroll 4") for (int i = k; i < 32; i += 8) {
+        const __m512 l = qp5_round_clamp(_mm512_mul_ps(t, _mm512_sub_ps(v[i], b)), zero, nmv);
+        sl = _mm512_add_ps(sl, l);
+        sll = _mm512_add_ps(sll, _mm512_mul_ps(l, l));
+        sxl = _mm512_add_ps(sxl, _mm512_mul_ps(v[i], l));
+      }
+      al[k] = sl, all[k] = sll, axl[k] = sxl;
+    }
+    const __m512 sl = qp5_fold8v(al), sll = qp5_fold8v(all), sxl = qp5_fold8v(axl);
+    const __m512 det = _mm512_sub_ps(_mm512_mul_ps(sw, sll), _mm512_mul_ps(sl, sl));
+    const __m512 na = _mm512_sub_ps(_mm512_mul_ps(sw, sxl), _mm512_mul_ps(sl, swx));
+    const __m512 an = _mm512_div_ps(na, det), tn = _mm512_div_ps(det, na);
+    const __m512 bn = _mm512_div_ps(_mm512_sub_ps(_mm512_mul_ps(sll, swx), _mm512_mul_ps(sl, sxl)), det);
+    __mmask16 ok = live & _mm512_cmp_ps_mask(det, _mm512_mul_ps(eps_sw, sll), _CMP_GT_OQ);
+    ok &= _mm512_cmp_ps_mask(an, zero, _CMP_GT_OQ) & qp5_isfinite(an) & qp5_isfinite(bn) & qp5_isfinite(tn);
+    a = _mm512_mask_blend_ps(ok, a, an);
+    b = _mm512_mask_blend_ps(ok, b, bn);
+    t = _mm512_mask_blend_ps(ok, t, tn);
+    live = ok;
+  }
+  _mm512_storeu_ps(a_out, a);
+  _mm512_storeu_ps(b_out, b);
+}
+
+/* Q4_1 / Q5_1 with sixteen blocks at once, then eight, then one */
+#define QP5_AFF_SCALES(NMAX)                                                                            \
+  float a8[16] = {0}, b8[16] = {0}, df[16], mf[16], id[16];                                             \
+  uint16_t dh[16], mh[16];                                                                              \
+  const int cnt = i + 16 <= nb ? 16 : i + 8 <= nb ? 8 : 1;                                              \
+  if (cnt == 16) qp_fit_aff16(x + 32 * i, NMAX, Q35_PLAIN_ITERS_AFF, a8, b8);                           \
+  else if (cnt == 8) qp_fit_aff8(x + 32 * i, NMAX, Q35_PLAIN_ITERS_AFF, a8, b8);                        \
+  else qp_fit_aff(x + 32 * i, QK8_0, NMAX, Q35_PLAIN_ITERS_AFF, &a8[0], &b8[0]);                        \
+  for (int h = 0; h < 16; h += 8) {                                                                     \
+    qp_store_scales(a8 + h, dh + h, df + h);                                                            \
+    qp_store_scales(b8 + h, mh + h, mf + h);                                                            \
+    qp_inverse(df + h, id + h, 1);                                                                      \
+  }
+
+static QP5_T void quant_q4_1_avx512(const float *x, void *dst, int64_t n) {
+  blk_q4_1 *y = dst;
+  const int64_t nb = n / QK8_0;
+  for (int64_t i = 0; i < nb;) {
+    QP5_AFF_SCALES(15)
+    for (int k = 0; k < cnt; k++, i++) {
+      y[i].d = dh[k];
+      y[i].m = mh[k];
+      qp_store_nibbles(y[i].qs, qp_levels_aff(x + 32 * i, id[k], mf[k], 15));
+    }
+  }
+}
+
+static QP5_T void quant_q5_1_avx512(const float *x, void *dst, int64_t n) {
+  blk_q5_1 *y = dst;
+  const int64_t nb = n / QK8_0;
+  for (int64_t i = 0; i < nb;) {
+    QP5_AFF_SCALES(31)
+    for (int k = 0; k < cnt; k++, i++) {
+      y[i].d = dh[k];
+      y[i].m = mh[k];
+      const __m256i L = qp_levels_aff(x + 32 * i, id[k], mf[k], 31);
+      qp_store_nibbles(y[i].qs, L);
+      const uint32_t qh = qp_bit4(L);
+      memcpy(y[i].qh, &qh, 4);
+    }
+  }
+}
+
+void q35_kernels_quantize_plain_avx512(q35_kernels *k) {
+  k->quantize[Q35_TYPE_Q4_1] = quant_q4_1_avx512;
+  k->quantize[Q35_TYPE_Q5_1] = quant_q5_1_avx512;
 }
 
 /* Q3_K (quant_q3_k_w without an importance vector): the sub-block scales eight at a time, the

@@ -27,10 +27,14 @@
  * round alike) */
 
 /* q35_round_clampf on 8 lanes: max / min return their second operand for NaN, as the reference
- * maps NaN to lo; the magic-number rounding never gives -0 */
+ * maps NaN to lo. One rounding instruction for the reference's magic-number pair: the same
+ * integer for |v| < 2^22, and beyond both are far outside [lo, hi] on v's side (|lo|, |hi| <= 32),
+ * so the clamp gives the same end; -0 (from rounding a small negative v, where the reference
+ * gives +0) is clamped to lo = 0 or kept as 0, and a zero level adds +-0 to sums that start at +0
+ * or are non-zero: the same bits either way. */
 QPF __m256 qp_round_clamp(__m256 v, __m256 lo, __m256 hi) {
-  const __m256 m = _mm256_set1_ps(12582912.0f);
-  return _mm256_min_ps(_mm256_max_ps(_mm256_sub_ps(_mm256_add_ps(v, m), m), lo), hi);
+  const __m256 r = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm256_min_ps(_mm256_max_ps(r, lo), hi);
 }
 
 /* q35_fold8: lane k + lane k+4, then (0 + 2) + (1 + 3) */
@@ -408,9 +412,9 @@ QP5F __mmask16 qp5_finite(__m512 v) { /* |v| <= FLT_MAX (false for NaN) */
 
 QP5F __mmask16 qp5_isfinite(__m512 v) { return _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(INFINITY), _CMP_LT_OQ); }
 
-QP5F __m512 qp5_round_clamp(__m512 v, __m512 lo, __m512 hi) {
-  const __m512 m = _mm512_set1_ps(12582912.0f);
-  return _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(_mm512_add_ps(v, m), m), lo), hi);
+QP5F __m512 qp5_round_clamp(__m512 v, __m512 lo, __m512 hi) { /* as qp_round_clamp */
+  const __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm512_min_ps(_mm512_max_ps(r, lo), hi);
 }
 
 QP5F __m512 qp5_fold8v(const __m512 *s) {

@@ -7,7 +7,8 @@
  *   Q4_K, Q5_K, Q6_K, IQ4_XS x Q8_K             t_q4_k, t_q5_k, t_q6_k, t_iq4_xs (quant_256_kquants.inc)
  *   F32, F16, BF16                              t_f32, t_f16, t_bf16 (quant_256_float.inc)
  *   quantize Q8_0, Q8_K, Q8_0X, Q8_0Y, Q8_0Z; dequantize F16, BF16, Q8_0, Q4_0 (quant_256_convert.inc)
- * The rest (weight quantizers, other dequantizers) is the reference's. quant.c selects this level
+ * The plain Q4_0 / Q5_0 / Q4_1 / Q5_1 weight quantizers: quantize_plain_avx2.c. The rest (other
+ * weight quantizers, other dequantizers) is the reference's. quant.c selects this level
  * when q35_simd_active() is avx2 and lays the AVX-512 level over it above that.
  */
 #define QS_TARGET __attribute__((target("avx2,fma,f16c")))
@@ -235,4 +236,5 @@ void q35_kernels_avx2(q35_kernels *k) {
   qs_fill_convert(k);
   q35_kernels_lowbit_avx2(k);
   q35_kernels_iq_avx2(k);
+  q35_kernels_quantize_plain_avx2(k);
 }

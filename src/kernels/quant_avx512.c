@@ -427,4 +427,5 @@ void q35_kernels_avx512(q35_kernels *k) {
   }
   q35_kernels_lowbit_avx512(k);
   q35_kernels_iq_avx512(k);
+  q35_kernels_quantize_plain_avx512(k);
 }

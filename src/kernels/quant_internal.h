@@ -81,6 +81,11 @@ void q35_kernels_iq_ref(q35_kernels *k);
 void q35_kernels_iq_avx2(q35_kernels *k);
 void q35_kernels_iq_avx512(q35_kernels *k);
 void q35_kernels_iq_neon(q35_kernels *k);
+/* quantize_plain_avx2.c: the plain (unweighted) Q4_0 / Q5_0 / Q4_1 / Q5_1 weight quantizers on
+ * 256-bit vectors (called by the AVX2 level; the AVX-512 level keeps them) */
+void q35_kernels_quantize_plain_avx2(q35_kernels *k);
+/* the same file: Q4_1 / Q5_1 with sixteen blocks per 512-bit fit (called by the AVX-512 level) */
+void q35_kernels_quantize_plain_avx512(q35_kernels *k);
 /* quantize_iq.c: quantize[] of the IQ family (called by the reference table; every level uses them) */
 void q35_kernels_iq_quantizers(q35_kernels *k);
 /* The importance-weighted quantizer of an IQ-family type (qw: n importance values, NULL = as

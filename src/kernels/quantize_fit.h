@@ -139,6 +139,125 @@ static inline void q35_fit_aff(const float *x, const float *w, int n, int nmax, 
   *b_out = best_b;
 }
 
+/* The plain (unweighted, w = 1) fits: ggml's one-scale start (the block's extreme mapped onto the
+ * grid's end, as its reference quantizers do), then `iters` rounds of the closed-form
+ * least-squares rescale for the rounded levels followed by a re-rounding at the new scale. Each
+ * step can only lower the error (least squares is optimal for fixed levels, rounding to nearest
+ * for a fixed scale), so the result is never worse than ggml's start, up to the fp16 storage of
+ * the scale. A few passes over the block instead of a candidate search: ggml_quantize_chunk's
+ * speed.
+ *
+ * The passes over the block (q35_plain_*) have SIMD twins (quantize_plain_avx2.c) that must give
+ * the same bits, so their sums have a fixed order: n is 16 or 32, element i goes to lane i % 8,
+ * each lane adds its elements in index order (from +0), and the 8 lanes are folded as a 256-bit
+ * register is: lane k + lane k+4, then k + k+2, then 0 + 1 (q35_fold8). The glue (the scalar
+ * arithmetic between the passes) is shared: quantize_fit_plain.inc, included with the passes'
+ * names. Non-finite values count as 0 in the extremes; a block holding one keeps
+ * its start (its sums are not finite). */
+
+/* least-squares rounds after the start: the symmetric fits converge after one (0.98 of ggml's rms
+ * on test_quant_peer's rows after 1, 2 or 3), the affine ones keep gaining (q4_1: 0.87, 0.84, 0.82) */
+#define Q35_PLAIN_ITERS_SYM 1
+#define Q35_PLAIN_ITERS_AFF 1
+
+static inline float q35_fold8(const float s[8]) {
+  const float h0 = s[0] + s[4], h1 = s[1] + s[5], h2 = s[2] + s[6], h3 = s[3] + s[7];
+  return (h0 + h2) + (h1 + h3);
+}
+
+/* largest and least value, non-finite ones as 0 (so mx >= +0 >= mn; no -0 survives) */
+static inline void q35_plain_ext_sym(const float *x, int n, float *mx_out, float *mn_out) {
+  float mx = 0, mn = 0;
+  for (int i = 0; i < n; i++) {
+    const float v = fabsf(x[i]) <= 3.40282347e38f ? x[i] : 0.0f;
+    mx = v > mx ? v : mx;
+    mn = v < mn ? v : mn;
+  }
+  *mx_out = mx + 0.0f;
+  *mn_out = mn + 0.0f;
+}
+
+/* sum x l and sum l l of l = round_clampf(t x, lo, hi) */
+static inline void q35_plain_pass_sym(const float *x, int n, float t, float lo, float hi, float *sxl, float *sll) {
+  float axl[8] = {0, 0, 0, 0, 0, 0, 0, 0}, all[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int i = 0; i < n; i += 8)
+    for (int k = 0; k < 8; k++) {
+      const float l = q35_round_clampf(t * x[i + k], lo, hi);
+      axl[k] += x[i + k] * l;
+      all[k] += l * l;
+    }
+  *sxl = q35_fold8(axl);
+  *sll = q35_fold8(all);
+}
+
+/* least and largest finite value (+-0 as +0; min > max if none), and the sum of all values */
+static inline void q35_plain_ext_aff(const float *x, int n, float *mn_out, float *mx_out, float *sum_out) {
+  float mn = INFINITY, mx = -INFINITY, sx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int i = 0; i < n; i += 8)
+    for (int k = 0; k < 8; k++) {
+      const float v = x[i + k], f = fabsf(v) <= 3.40282347e38f;
+      mn = f && v < mn ? v : mn;
+      mx = f && v > mx ? v : mx;
+      sx[k] += v;
+    }
+  *mn_out = mn + 0.0f;
+  *mx_out = mx + 0.0f;
+  *sum_out = q35_fold8(sx);
+}
+
+/* sum l, sum l l, sum x l of l = round_clampf(t (x - b), 0, nmax) */
+static inline void q35_plain_pass_aff(const float *x, int n, float t, float b, float nmax, float *sl, float *sll,
+                                      float *sxl) {
+  float al[8] = {0, 0, 0, 0, 0, 0, 0, 0}, all[8] = {0, 0, 0, 0, 0, 0, 0, 0}, axl[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int i = 0; i < n; i += 8)
+    for (int k = 0; k < 8; k++) {
+      const float l = q35_round_clampf(t * (x[i + k] - b), 0, nmax);
+      al[k] += l;
+      all[k] += l * l;
+      axl[k] += x[i + k] * l;
+    }
+  *sl = q35_fold8(al);
+  *sll = q35_fold8(all);
+  *sxl = q35_fold8(axl);
+}
+
+/* the glue: q35_fit_sym_plain / q35_fit_aff_plain (see quantize_fit_plain.inc) */
+#define QFP_ATTR
+#define QFP_EXT_SYM q35_plain_ext_sym
+#define QFP_PASS_SYM q35_plain_pass_sym
+#define QFP_EXT_AFF q35_plain_ext_aff
+#define QFP_PASS_AFF q35_plain_pass_aff
+#define QFP_FIT_SYM q35_fit_sym_plain
+#define QFP_FIT_AFF q35_fit_aff_plain
+#include "kernels/quantize_fit_plain.inc"
+#undef QFP_ATTR
+#undef QFP_EXT_SYM
+#undef QFP_PASS_SYM
+#undef QFP_EXT_AFF
+#undef QFP_PASS_AFF
+#undef QFP_FIT_SYM
+#undef QFP_FIT_AFF
+
+/* The levels of a block of 32 at the stored scale d: symmetric biased by -lo into [0, hi - lo]
+ * (all -lo for d = 0), affine (x - m) / d in [0, nmax] (all 0 unless d > 0). */
+static inline void q35_plain_levels_sym(const float *x, float d, int lo, int hi, uint8_t *L) {
+  const float id = d != 0 ? 1.0f / d : 0;
+  if (id == 0) {
+    memset(L, -lo, 32);
+    return;
+  }
+  for (int j = 0; j < 32; j++) L[j] = (uint8_t)(int)(q35_round_clampf(x[j] * id, (float)lo, (float)hi) - (float)lo);
+}
+
+static inline void q35_plain_levels_aff(const float *x, float d, float m, int nmax, uint8_t *L) {
+  const float id = d > 0 ? 1.0f / d : 0;
+  if (!(id > 0)) {
+    memset(L, 0, 32);
+    return;
+  }
+  for (int j = 0; j < 32; j++) L[j] = (uint8_t)(int)q35_round_clampf((x[j] - m) * id, 0, (float)nmax);
+}
+
 /* Index of the IQ4 code book value (q35_kvalues_iq4nl, sorted) nearest to v, ties to the lower
  * one: a 4-step binary search over the midpoints between consecutive values. */
 static inline int q35_iq4_nearest(float v) {

@@ -1,12 +1,15 @@
 /*
  * quantize_lowbit.c - the weight quantizers of the lowbit family: floats -> Q2_K, Q3_K, MXFP4,
- * IQ4_NL, Q4_1, Q5_1 blocks (plain C; every SIMD level uses these).
+ * IQ4_NL, Q4_1, Q5_1 blocks (plain C; every SIMD level uses these, but for the plain Q4_1 / Q5_1
+ * ones, whose AVX2 twins are in quantize_plain_avx2.c).
  *
  * Ours, not GGML's: per (sub-)block a handful of candidate scales (the range mapped onto the
  * grid, stretched a little either way), the scale (and offset) fitted by weighted least squares
  * for each candidate's rounding, the lowest weighted squared error kept; then the sub-block scales
  * are quantized under the fp16 super-scale and the elements rounded again against the scales
- * as stored. Weights are 1 (plain rms error) or, with an importance vector qw (llama.cpp's
+ * as stored. Without an importance vector, Q4_1 / Q5_1 / Q3_K fit by least-squares rounds from
+ * ggml's one-scale start instead (quantize_fit.h: ggml's speed, less error than its start).
+ * Weights are 1 (plain rms error) or, with an importance vector qw (llama.cpp's
  * imatrix: mean squared activation per column), qw[i] * sqrt(sigma2 + x[i]^2) as ggml's
  * importance-weighted quantizers use, sigma2 = mean x^2 of the row.
  */
@@ -106,7 +109,9 @@ static void quant_q3_k_w(const float *x, void *dst, int64_t n, const float *qw) 
     /* the largest element mapped near either end of the 8 levels: more candidates hardly lower
      * the error (measured against 14 from -4.2 to 4.2) */
     static const float tg[] = {-4.2f, -4.0f, -3.8f, -3.5f, -3.2f, 3.2f, 3.0f, 2.8f};
-    for (int j = 0; j < 16; j++) s[j] = q35_fit_sym(x + 16 * j, w + 16 * j, 16, -4, 3, tg, 8);
+    for (int j = 0; j < 16; j++)
+      s[j] = qw ? q35_fit_sym(x + 16 * j, w + 16 * j, 16, -4, 3, tg, 8)
+                : q35_fit_sym_plain(x + 16 * j, 16, -4, 3, Q35_PLAIN_ITERS_SYM); /* no imatrix: ggml's start */
     const float smax = signed_absmax(s, 16);
     y[i].d = q35_fp32_to_fp16(smax / -32.f);
     const float d = q35_fp16_to_fp32(y[i].d);
@@ -207,15 +212,16 @@ static void quant_iq4_nl_w(const float *x, void *dst, int64_t n, const float *qw
 
 /* ------------------------------ Q4_1 / Q5_1 ------------------------------ */
 
-/* x ~ d*L + m with L in [0, nmax] (d, m fp16): the fit, then levels against the stored d, m. */
+/* x ~ d*L + m with L in [0, nmax] (d, m fp16): the fit (the candidate search with weights w, the
+ * plain least-squares rounds without: w NULL), then levels against the stored d, m. */
 static void affine_block(const float *x, const float *w, int nmax, uint16_t *dh, uint16_t *mh, uint8_t *L) {
   float a, b;
-  fit_affine(x, w, QK8_0, nmax, 0, -18, 18, 0.05f, &a, &b);
+  if (w) fit_affine(x, w, QK8_0, nmax, 0, -18, 18, 0.05f, &a, &b);
+  else q35_fit_aff_plain(x, QK8_0, nmax, Q35_PLAIN_ITERS_AFF, &a, &b);
   *dh = q35_fp32_to_fp16(a);
   *mh = q35_fp32_to_fp16(b);
   const float d = q35_fp16_to_fp32(*dh), m = q35_fp16_to_fp32(*mh);
-  const float id = d > 0 ? 1.0f / d : 0;
-  for (int j = 0; j < QK8_0; j++) L[j] = (uint8_t)(id > 0 ? round_clamp((x[j] - m) * id, 0, nmax) : 0);
+  q35_plain_levels_aff(x, d, m, nmax, L);
 }
 
 static void quant_q4_1_w(const float *x, void *dst, int64_t n, const float *qw) {
@@ -224,9 +230,9 @@ static void quant_q4_1_w(const float *x, void *dst, int64_t n, const float *qw) 
   for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0, qw = qw ? qw + QK8_0 : NULL) {
     float w[QK8_0];
     uint8_t L[QK8_0];
-    block_weights(x, qw, QK8_0, sigma2, w);
+    if (qw) block_weights(x, qw, QK8_0, sigma2, w);
     uint16_t dh, mh;
-    affine_block(x, w, 15, &dh, &mh, L);
+    affine_block(x, qw ? w : NULL, 15, &dh, &mh, L);
     y[i].d = dh;
     y[i].m = mh;
     for (int j = 0; j < 16; j++) y[i].qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
@@ -239,9 +245,9 @@ static void quant_q5_1_w(const float *x, void *dst, int64_t n, const float *qw) 
   for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0, qw = qw ? qw + QK8_0 : NULL) {
     float w[QK8_0];
     uint8_t L[QK8_0];
-    block_weights(x, qw, QK8_0, sigma2, w);
+    if (qw) block_weights(x, qw, QK8_0, sigma2, w);
     uint16_t dh, mh;
-    affine_block(x, w, 31, &dh, &mh, L);
+    affine_block(x, qw ? w : NULL, 31, &dh, &mh, L);
     y[i].d = dh;
     y[i].m = mh;
     uint32_t qh = 0;

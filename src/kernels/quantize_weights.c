@@ -1,8 +1,10 @@
 /*
  * quantize_weights.c - the weight quantizers: floats -> Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, IQ4_XS
- * blocks (plain C; every SIMD level uses these), each with an importance-weighted form (an
- * importance vector qw per column: llama.cpp's imatrix). Ours, not GGML's: round to nearest with
- * a small scale search per (sub-)block minimising the (weighted) squared error (quantize_fit.h),
+ * blocks (plain C; every SIMD level uses these, but for the plain Q4_0 / Q5_0 ones, whose AVX2
+ * twins are in quantize_plain_avx2.c), each with an importance-weighted form (an importance
+ * vector qw per column: llama.cpp's imatrix). Ours, not GGML's: round to nearest with a small
+ * scale search per (sub-)block minimising the weighted squared error (quantize_fit.h; without qw,
+ * Q4_0 / Q5_0 take least-squares rounds from ggml's one-scale start instead: its speed),
  * good quality but not byte-identical to llama-quantize. The element weights with qw are the ones
  * ggml's quantizers use for the same type (noted at each); without qw, 1. They serve the exporter
  * and the tests; the activation quantizers (Q8_0, Q8_K, exact ggml-cpu) are in quant_ref.c and
@@ -35,13 +37,23 @@ static inline int quant_level(float x, float id, int lo, int hi) {
   return id == 0 ? q35_clampi(0, lo, hi) : q35_clampi(q35_nearest_int(x * id), lo, hi);
 }
 
+
 /* Q4_0 / Q5_0: one scale per 32, x ~ d * l, l in [lo, hi] (weights: importance form with sigma2
  * the row's mean x^2, as ggml's) */
 static void quant_q4_0_w(const float *x, void *dst, int64_t n, const float *qw) {
   blk_q4_0 *y = dst;
   float tg[18], w[QK8_0];
   const int nt = sym_targets(-8, 7, tg);
-  const float sigma2 = qw ? q35_mean_sq(x, n) : 0;
+  if (!qw) {
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+      uint8_t L[QK8_0];
+      y[i].d = q35_fp32_to_fp16(q35_fit_sym_plain(x, QK8_0, -8, 7, Q35_PLAIN_ITERS_SYM));
+      q35_plain_levels_sym(x, q35_fp16_to_fp32(y[i].d), -8, 7, L);
+      for (int j = 0; j < 16; j++) y[i].qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
+    }
+    return;
+  }
+  const float sigma2 = q35_mean_sq(x, n);
   for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0, qw = qw ? qw + QK8_0 : NULL) {
     q35_importance_weights(x, qw, QK8_0, sigma2, w);
     y[i].d = q35_fp32_to_fp16(q35_fit_sym(x, w, QK8_0, -8, 7, tg, nt));
@@ -57,7 +69,19 @@ static void quant_q5_0_w(const float *x, void *dst, int64_t n, const float *qw) 
   blk_q5_0 *y = dst;
   float tg[18], w[QK8_0];
   const int nt = sym_targets(-16, 15, tg);
-  const float sigma2 = qw ? q35_mean_sq(x, n) : 0;
+  if (!qw) {
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+      uint8_t L[QK8_0];
+      y[i].d = q35_fp32_to_fp16(q35_fit_sym_plain(x, QK8_0, -16, 15, Q35_PLAIN_ITERS_SYM));
+      q35_plain_levels_sym(x, q35_fp16_to_fp32(y[i].d), -16, 15, L);
+      uint32_t qh = 0;
+      for (int j = 0; j < 16; j++) y[i].qs[j] = (uint8_t)((L[j] & 0xF) | ((L[j + 16] & 0xF) << 4));
+      for (int j = 0; j < 32; j++) qh |= (uint32_t)(L[j] >> 4) << j;
+      memcpy(y[i].qh, &qh, 4);
+    }
+    return;
+  }
+  const float sigma2 = q35_mean_sq(x, n);
   for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0, qw = qw ? qw + QK8_0 : NULL) {
     q35_importance_weights(x, qw, QK8_0, sigma2, w);
     y[i].d = q35_fp32_to_fp16(q35_fit_sym(x, w, QK8_0, -16, 15, tg, nt));

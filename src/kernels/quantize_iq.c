@@ -205,10 +205,26 @@ static inline __attribute__((always_inline)) int search_dim(const grid_tab *g, i
   const uint16_t *nb = g->nb + (-g->map[key] - 1);
   int best = nb[1];
   float best_e = INFINITY;
+  /* four values per vector (GCC vector extensions: the same operations on every machine), the
+   * lanes added in a fixed order */
+  typedef float f4 __attribute__((vector_size(16)));
+  f4 tv[2], wv[2];
+  for (int h = 0; h < dim / 4; h++) {
+    memcpy(&tv[h], t + 4 * h, sizeof(f4));
+    memcpy(&wv[h], w + 4 * h, sizeof(f4));
+  }
   for (int j = 1; j <= nb[0]; j++) {
     const float *v = g->fval + (size_t)nb[j] * dim;
-    float e = 0;
-    for (int i = 0; i < dim; i++) e += w[i] * (t[i] - v[i]) * (t[i] - v[i]);
+    f4 vv, d, acc;
+    memcpy(&vv, v, sizeof vv);
+    d = tv[0] - vv;
+    acc = wv[0] * d * d;
+    if (dim == 8) {
+      memcpy(&vv, v + 4, sizeof vv);
+      d = tv[1] - vv;
+      acc += wv[1] * d * d;
+    }
+    const float e = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     if (e < best_e) {
       best_e = e;
       best = nb[j];
@@ -313,6 +329,31 @@ typedef struct {
   int i;
 } xw;
 
+/* The split search's vectors: four i2 per vector (SSE2 / NEON width, so no ABI change in the
+ * portable build), rows padded to IQ1_NP >= MAX_SUB + 1. */
+#define IQ1_NP 36
+#define IQ1_VL 4
+typedef float iq1_f4 __attribute__((vector_size(16)));
+typedef int32_t iq1_i4 __attribute__((vector_size(16)));
+
+static inline __attribute__((always_inline)) iq1_f4 iq1_sel(iq1_i4 m, iq1_f4 a, iq1_f4 b) {
+  return (iq1_f4)((m & (iq1_i4)a) | (~m & (iq1_i4)b));
+}
+
+/* Scores of splits (i1, i2) for i2 = 4 v .. 4 v + 3: a = (ca - SX[i1]) - SX[i2], b = U[i1] - V[i2],
+ * a^2 / b where a, b > 0 and lane l >= lo (the lanes of the vector holding i1 below it), else
+ * +0 (the bits masked off; b <= 0 lanes divide harmlessly first). SX past n is padded so that
+ * a < 0 there. */
+static inline __attribute__((always_inline)) iq1_f4 iq1_scores(float ca, const float *SX, const float *U,
+                                                               const float *V, int i1, int v, iq1_i4 lo) {
+  iq1_f4 sx, vv;
+  memcpy(&sx, SX + IQ1_VL * v, sizeof sx);
+  memcpy(&vv, V + IQ1_VL * v, sizeof vv);
+  const iq1_f4 a = (ca - SX[i1]) - sx, b = U[i1] - vv, zero = {0};
+  const iq1_i4 ok = (a > zero) & (b > zero) & lo;
+  return (iq1_f4)(ok & (iq1_i4)((a * a) / b));
+}
+
 /* IQ1 sub-block of n values in groups of 8: over every split of the sorted values into the levels
  * -1 / 0 / +1 and every configuration of shift signs (per group for IQ1_M: per_group, else one
  * per sub-block), the assignment of best least-squares score; then mapped to the grid.
@@ -333,46 +374,71 @@ static void fit_iq1(const grid_tab *g, const float *x, const float *w, int n, in
   memset(f, 0, sizeof *f);
   f->sxx = sxx;
   if (!(amax > 0) || !isfinite(amax)) return;
-  for (int i = 1; i < n; i++) { /* insertion sort by x: n <= 32 */
-    const xw v = s[i];
-    int j = i;
-    for (; j > 0 && s[j - 1].x > v.x; j--) s[j] = s[j - 1];
-    s[j] = v;
+  { /* stable sort by x through ranks (branch-free; x is finite here) */
+    xw t[MAX_SUB];
+    memcpy(t, s, sizeof(xw) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+      int r = 0;
+      for (int j = 0; j < n; j++) r += (t[j].x < t[i].x) | ((t[j].x == t[i].x) & (j < i));
+      s[r] = t[i];
+    }
   }
-  float SX[MAX_SUB + 1], SW[MAX_SUB + 1], SWg[4][MAX_SUB + 1], SXn[4] = {0}, SWn[4] = {0};
+  float SX[MAX_SUB + 1], SW[MAX_SUB + 1], SXn[4] = {0}, SWn[4] = {0}, CA[4];
   SX[0] = SW[0] = 0;
-  for (int k = 0; k < ng; k++) SWg[k][0] = 0;
   for (int j = 0; j < n; j++) {
     const int gk = s[j].i / 8;
     SX[j + 1] = SX[j] + s[j].w * s[j].x;
     SW[j + 1] = SW[j] + s[j].w;
-    for (int k = 0; k < ng; k++) SWg[k][j + 1] = SWg[k][j] + (k == gk ? s[j].w : 0);
     SXn[gk] += s[j].w * s[j].x;
     SWn[gk] += s[j].w;
   }
-  float best = 0;
-  int b1 = -1, b2 = -1, bcfg = 0;
-  float U[MAX_SUB + 1], V[MAX_SUB + 1];
+  /* Every (cfg, i1, i2 >= i1) split's score a^2 / b (0 where a or b <= 0), four i2 at a time in
+   * GCC vector extensions (the same IEEE operations at every level, so the same choice on every
+   * machine). P: prefix sums of dl_g w over the sorted order (sum_g dl_g SW_g). */
+  float SXp[IQ1_NP], U[4][IQ1_NP], Vp[4][IQ1_NP];
+  for (int i = 0; i < IQ1_NP; i++) SXp[i] = i <= n ? SX[i] : 0x1p100f; /* a < 0 past n */
   for (int cfg = 0; cfg < ncfg; cfg++) {
-    float ca = 0, cb = 0;
+    float ca = 0, cb = 0, dlg[4];
     for (int k = 0; k < ng; k++) {
       const float dl = ((per_group ? cfg >> k : cfg) & 1) ? -Q35_IQ1S_DELTA : Q35_IQ1S_DELTA;
+      dlg[k] = dl;
       ca += (1 + dl) * SXn[k];
       cb += (1 + dl) * (1 + dl) * SWn[k];
     }
-    for (int i = 0; i <= n; i++) {
-      float p = 0;
-      for (int k = 0; k < ng; k++) p += (((per_group ? cfg >> k : cfg) & 1) ? -Q35_IQ1S_DELTA : Q35_IQ1S_DELTA) * SWg[k][i];
-      U[i] = cb + SW[i] - 2 * p;
-      V[i] = SW[i] + 2 * p;
+    CA[cfg] = ca;
+    float p = 0;
+    for (int i = 0; i < IQ1_NP; i++) {
+      U[cfg][i] = i <= n ? cb + SW[i] - 2 * p : 0;
+      Vp[cfg][i] = i <= n ? SW[i] + 2 * p : 0;
+      if (i < n) p += dlg[s[i].i / 8] * s[i].w;
     }
-    for (int i1 = 0; i1 <= n; i1++) {
-      const float a1 = ca - SX[i1], u1 = U[i1];
-      for (int i2 = i1; i2 <= n; i2++) {
-        const float a = a1 - SX[i2], b = u1 - V[i2];
-        if (a > 0 && b > 0 && a * a > best * b) best = a * a / b, b1 = i1, b2 = i2, bcfg = cfg;
+  }
+  const int nv = n / IQ1_VL + 1; /* vectors of i2 covering 0 .. n */
+  /* per lane: the best score and the first (row, vector) reaching it, row = cfg (n + 1) + i1;
+   * then the best over lanes, the earliest in (cfg, i1, i2) order on ties */
+  iq1_f4 mx = {0};
+  iq1_i4 at = {0}, pos = {0};
+  static const iq1_i4 first_lanes[IQ1_VL] = {{-1, -1, -1, -1}, {0, -1, -1, -1}, {0, 0, -1, -1}, {0, 0, 0, -1}};
+  for (int cfg = 0; cfg < ncfg; cfg++)
+    for (int i1 = 0; i1 <= n; i1++)
+      for (int v = i1 / IQ1_VL; v < nv; v++) {
+        const iq1_f4 sc = iq1_scores(CA[cfg], SXp, U[cfg], Vp[cfg], i1, v,
+                                     v == i1 / IQ1_VL ? first_lanes[i1 % IQ1_VL] : first_lanes[0]);
+        const iq1_i4 gt = sc > mx, cur = pos + ((cfg * (n + 1) + i1) * nv + v);
+        mx = iq1_sel(gt, sc, mx);
+        at = (gt & cur) | (~gt & at);
       }
-    }
+  float best = 0;
+  for (int l = 0; l < IQ1_VL; l++) best = mx[l] > best ? mx[l] : best;
+  int b1 = -1, b2 = -1, bcfg = 0;
+  if (best > 0) {
+    int first = INT32_MAX;
+    for (int l = 0; l < IQ1_VL; l++)
+      if (mx[l] == best && at[l] * IQ1_VL + l < first) first = at[l] * IQ1_VL + l;
+    const int row = first / IQ1_VL / nv;
+    bcfg = row / (n + 1);
+    b1 = row % (n + 1);
+    b2 = first / IQ1_VL % nv * IQ1_VL + first % IQ1_VL;
   }
   if (b1 < 0) return;
   int8_t L[MAX_SUB];
@@ -435,15 +501,12 @@ static uint16_t choose_scales(const sub_fit *f, int nsub, float c, int smax, int
       ss[j] = 0;
       if (!(f[j].sgg > 0)) continue; /* a zero sub-block: field 0 */
       const float S = f[j].sxg / f[j].sgg;
+      /* err(q) = sgg (q - S)^2 - sgg S^2: the field whose q = d (2 t + 1) is nearest S */
       int s0 = (int)lrintf((S / d - 1) * 0.5f);
       s0 = s0 < 0 ? 0 : s0 > smax ? smax : s0;
-      float be = INFINITY;
-      for (int t = s0 - 1; t <= s0 + 1; t++) {
-        if (t < 0 || t > smax) continue;
-        const float q = d * (float)(2 * t + 1), ej = q * q * f[j].sgg - 2 * q * f[j].sxg;
-        if (ej < be) be = ej, ss[j] = t;
-      }
-      e += be;
+      const float q = d * (float)(2 * s0 + 1);
+      ss[j] = s0;
+      e += q * q * f[j].sgg - 2 * q * f[j].sxg;
     }
     if (e < best_e) {
       best_e = e;

@@ -205,37 +205,6 @@ QS_TILE(t_q4_0, 2, 2)
 QS_TILE(t_q4z2, 1, 8)
 QS_TILE(t_q8z2, 1, 8)
 QS_TILE(t_q5_0, 2, 2)
-
-/* Q4_0's prefill tiles are 1 x 16: the 8 transposed nibble vectors of a row's half group (4 x 4
- * dword transposes, masks, shifts: ~30 vector instructions) are shared by 16 columns instead of
- * 8, about 10 % of the tile's vector instructions (the accumulators live on the stack at 1 x 8
- * already, one load and one store per pair and group). Each pair's arithmetic is unchanged, so
- * the bits equal t_q4z2_dot's. The driver is QS_TILE's (cache panels of QS_XPANEL / QS_WPANEL
- * bytes) with 16-column steps; the columns left over in a panel (< 16) go to t_q4z2_tile. */
-static QS_TARGET void t_q4z2_1x16(TILE_ARGS) { t_q4z2(1, 16, n, w, ws, x, xs, o, ors, ocs); }
-static QS_TARGET void t_q4z2_tile16(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, int nc,
-                                    float *o, size_t ors, size_t ocs) {
-  const uint8_t *w = wv, *x = xv;
-  if (nc < 16) {
-    t_q4z2_tile(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);
-    return;
-  }
-  const size_t xrow = xs ? xs : 1, wrow = ws ? ws : 1;
-  int cp = (int)(QS_XPANEL / xrow), rp = (int)(QS_WPANEL / wrow);
-  cp = cp < 16 ? 16 : cp - cp % 16;
-  rp = rp < 1 ? 1 : rp;
-  for (int r0 = 0; r0 < nr; r0 += rp) {
-    const int r1 = nr - r0 < rp ? nr : r0 + rp;
-    for (int c0 = 0; c0 < nc; c0 += cp) {
-      const int c1 = nc - c0 < cp ? nc : c0 + cp, ce = c0 + (c1 - c0) / 16 * 16;
-      for (int r = r0; r < r1; r++)
-        for (int c = c0; c < ce; c += 16)
-          t_q4z2_1x16(n, w + (size_t)r * ws, ws, x + (size_t)c * xs, xs, &OUT(r, c), ors, ocs);
-      if (ce < c1)
-        t_q4z2_tile(n, w + (size_t)r0 * ws, ws, r1 - r0, x + (size_t)ce * xs, xs, c1 - ce, &OUT(r0, ce), ors, ocs);
-    }
-  }
-}
 QS_TILE(t_q4_k, 1, 8)
 QS_TILE(t_q5_k, 1, 8)
 QS_TILE(t_q6_k, 1, 8)
@@ -244,8 +213,74 @@ QS_TILE(t_f32, 1, 2)
 QS_TILE(t_f16, 1, 2)
 QS_TILE(t_bf16, 1, 2)
 
+/*
+ * Prefill drivers of the one-row tiles t_q4z2 (1 x 16) and t_q8z2 (1 x 8): QS_TILE's cache panels
+ * (QS_XPANEL bytes of columns, QS_WPANEL of rows), and per row the columns in tiles of TC and
+ * one tile of the k < TC left over. QS_TILE's driver splits a leftover into 4 + 2 + 1 columns,
+ * and every piece decodes the row again, while a 512-token prompt gives a 256-expert layer's
+ * experts 16 columns on average (8 experts per token): the leftovers are a large share there.
+ * Q4_0 steps by 16 columns: the 8 transposed nibble vectors of a row's half group (4 x 4 dword
+ * transposes, masks, shifts: ~30 vector instructions) serve 16 columns instead of 8, while the
+ * accumulators live on the stack already at 1 x 8 (one load and one store per pair and group).
+ * Q8_0 stays at 8 (its 8 integer sums are pinned in registers). Every pair's arithmetic is the
+ * template's, so each output still equals the type's vec_dot bit for bit. Products of at most
+ * QS_NARROW columns (decode) keep QS_TILE's one-row path (T_tile).
+ */
+typedef void (*row1_fn)(TILE_ARGS);
+QSI void row1_tile(const int TC, const row1_fn *fk, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
+                   size_t xs, int nc, float *o, size_t ors, size_t ocs) {
+  const size_t xrow = xs ? xs : 1, wrow = ws ? ws : 1;
+  int cp = (int)(QS_XPANEL / xrow), rp = (int)(QS_WPANEL / wrow);
+  cp = cp < TC ? TC : cp - cp % TC;
+  rp = rp < 1 ? 1 : rp;
+  for (int r0 = 0; r0 < nr; r0 += rp) {
+    const int r1 = nr - r0 < rp ? nr : r0 + rp;
+    for (int c0 = 0; c0 < nc; c0 += cp) {
+      const int c1 = nc - c0 < cp ? nc : c0 + cp;
+      for (int r = r0; r < r1; r++) {
+        int c = c0;
+        for (; c + TC <= c1; c += TC) fk[TC](n, w + (size_t)r * ws, ws, x + (size_t)c * xs, xs, &OUT(r, c), ors, ocs);
+        if (c < c1) fk[c1 - c](n, w + (size_t)r * ws, ws, x + (size_t)c * xs, xs, &OUT(r, c), ors, ocs);
+      }
+    }
+  }
+}
+
+#define ROW1(T, C) \
+  static QS_TARGET void T##_1x##C(TILE_ARGS) { T(1, C, n, w, ws, x, xs, o, ors, ocs); }
+ROW1(t_q4z2, 9)
+ROW1(t_q4z2, 10)
+ROW1(t_q4z2, 11)
+ROW1(t_q4z2, 12)
+ROW1(t_q4z2, 13)
+ROW1(t_q4z2, 14)
+ROW1(t_q4z2, 15)
+ROW1(t_q4z2, 16)
+#undef ROW1
+
+static QS_TARGET void t_q4z2_wide(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *o,
+                                  size_t ors, size_t ocs) {
+  static const row1_fn fk[17] = {NULL,          t_q4z2_11,     t_q4z2_12,     t_q4z2_13,     t_q4z2_14,     t_q4z2_15,
+                                 t_q4z2_16,     t_q4z2_17,     t_q4z2_18,     t_q4z2_1x9,    t_q4z2_1x10,   t_q4z2_1x11,
+                                 t_q4z2_1x12,   t_q4z2_1x13,   t_q4z2_1x14,   t_q4z2_1x15,   t_q4z2_1x16};
+  if (nc <= QS_NARROW) t_q4z2_tile(n, w, ws, nr, x, xs, nc, o, ors, ocs);
+  else row1_tile(16, fk, n, w, ws, nr, x, xs, nc, o, ors, ocs);
+}
+
+/* T_wide for a 1 x 8 template T (QS_TILE instance): 8-column tiles and one leftover tile */
+#define WIDE8(T)                                                                                                      \
+  static QS_TARGET void T##_wide(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,      \
+                                 float *o, size_t ors, size_t ocs) {                                                  \
+    static const row1_fn fk[9] = {NULL, T##_11, T##_12, T##_13, T##_14, T##_15, T##_16, T##_17, T##_18};             \
+    if (nc <= QS_NARROW) T##_tile(n, w, ws, nr, x, xs, nc, o, ors, ocs);                                              \
+    else row1_tile(8, fk, n, w, ws, nr, x, xs, nc, o, ors, ocs);                                                      \
+  }
+WIDE8(t_q8z2)
+#undef WIDE8
+
 void q35_kernels_avx2(q35_kernels *k) {
   QS_SET(k, Q35_TYPE_Q8_0, t_q8z2);
+  k->tile[Q35_TYPE_Q8_0] = t_q8z2_wide;
   k->gemv[Q35_TYPE_Q8_0] = t_q8z2_tile; /* one row at a time with the prefetch */
   k->q8_0_act = Q35_TYPE_Q8_0Z;
   if (q35_cpu_q4_0_x()) { /* testing aid: the Q8_0X kernels (four lanes per block) */
@@ -253,7 +288,7 @@ void q35_kernels_avx2(q35_kernels *k) {
     k->q4_0_act = Q35_TYPE_Q8_0X;
   } else {
     QS_SET(k, Q35_TYPE_Q4_0, t_q4z2);
-    k->tile[Q35_TYPE_Q4_0] = t_q4z2_tile16;
+    k->tile[Q35_TYPE_Q4_0] = t_q4z2_wide;
     k->gemv[Q35_TYPE_Q4_0] = t_q4z2_tile; /* one row at a time with the prefetch (vec_dot has no stride) */
     k->q4_0_act = Q35_TYPE_Q8_0Z;
   }

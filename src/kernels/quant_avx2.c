@@ -214,7 +214,7 @@ QS_TILE(t_f16, 1, 2)
 QS_TILE(t_bf16, 1, 2)
 
 /*
- * Prefill drivers of the one-row tiles t_q4z2 (1 x 16) and t_q8z2 (1 x 8): QS_TILE's cache panels
+ * Prefill drivers of the one-row tiles t_q4z2 (1 x 16), t_q8z2 and the K-quants' (1 x 8): QS_TILE's cache panels
  * (QS_XPANEL bytes of columns, QS_WPANEL of rows), and per row the columns in tiles of TC and
  * one tile of the k < TC left over. QS_TILE's driver splits a leftover into 4 + 2 + 1 columns,
  * and every piece decodes the row again, while a 512-token prompt gives a 256-expert layer's
@@ -222,7 +222,7 @@ QS_TILE(t_bf16, 1, 2)
  * Q4_0 steps by 16 columns: the 8 transposed nibble vectors of a row's half group (4 x 4 dword
  * transposes, masks, shifts: ~30 vector instructions) serve 16 columns instead of 8, while the
  * accumulators live on the stack already at 1 x 8 (one load and one store per pair and group).
- * Q8_0 stays at 8 (its 8 integer sums are pinned in registers). Every pair's arithmetic is the
+ * Q8_0 and the K-quants stay at 8 (their 8 integer sums are pinned in registers). Every pair's arithmetic is the
  * template's, so each output still equals the type's vec_dot bit for bit. Products of at most
  * QS_NARROW columns (decode) keep QS_TILE's one-row path (T_tile).
  */
@@ -276,6 +276,9 @@ static QS_TARGET void t_q4z2_wide(int64_t n, const void *w, size_t ws, int nr, c
     else row1_tile(8, fk, n, w, ws, nr, x, xs, nc, o, ors, ocs);                                                      \
   }
 WIDE8(t_q8z2)
+WIDE8(t_q4_k)
+WIDE8(t_q5_k)
+WIDE8(t_q6_k)
 #undef WIDE8
 
 void q35_kernels_avx2(q35_kernels *k) {
@@ -296,6 +299,9 @@ void q35_kernels_avx2(q35_kernels *k) {
   QS_SET(k, Q35_TYPE_Q4_K, t_q4_k);
   QS_SET(k, Q35_TYPE_Q5_K, t_q5_k);
   QS_SET(k, Q35_TYPE_Q6_K, t_q6_k);
+  k->tile[Q35_TYPE_Q4_K] = t_q4_k_wide;
+  k->tile[Q35_TYPE_Q5_K] = t_q5_k_wide;
+  k->tile[Q35_TYPE_Q6_K] = t_q6_k_wide;
   QS_SET(k, Q35_TYPE_IQ4_XS, t_iq4_xs);
   QS_SET(k, Q35_TYPE_F32, t_f32);
   QS_SET(k, Q35_TYPE_F16, t_f16);

@@ -214,8 +214,8 @@ QS_TILE(t_f16, 1, 2)
 QS_TILE(t_bf16, 1, 2)
 
 /*
- * Prefill drivers of the one-row tiles t_q4z2 (1 x 16), t_q8z2 and the K-quants' (1 x 8): QS_TILE's cache panels
- * (QS_XPANEL bytes of columns, QS_WPANEL of rows), and per row the columns in tiles of TC and
+ * Prefill drivers of the one-row tiles t_q4z2 (1 x 16), t_q8z2 and the K-quants' (1 x 8): cache
+ * panels (ROW1_XPANEL bytes of columns, QS_WPANEL of rows), and per row the columns in tiles of TC and
  * one tile of the k < TC left over. QS_TILE's driver splits a leftover into 4 + 2 + 1 columns,
  * and every piece decodes the row again, while a 512-token prompt gives a 256-expert layer's
  * experts 16 columns on average (8 experts per token): the leftovers are a large share there.
@@ -226,11 +226,18 @@ QS_TILE(t_bf16, 1, 2)
  * template's, so each output still equals the type's vec_dot bit for bit. Products of at most
  * QS_NARROW columns (decode) keep QS_TILE's one-row path (T_tile).
  */
+/* Column panels of about ROW1_XPANEL bytes of activations (at least one tile): a one-row tile
+ * reads its columns' activations once per weight row (320 bytes per pair and 8 blocks against 18
+ * bytes of weights per block), so they have to come from L1. QS_XPANEL's 192 KiB panels stream
+ * them from L2 for every row, and the tiles fell from ~85 GMAC/s at 16 columns to ~60 at 256
+ * (Q4_0, 512 x 2048, tile_bench; docs/PERF.md, issue 15 session 8). 24 KiB leaves room in a
+ * 32 KiB (Haswell) or 48 KiB (Zen 5) L1 for the weight row and the accumulators. */
+#define ROW1_XPANEL (24 * 1024)
 typedef void (*row1_fn)(TILE_ARGS);
 QSI void row1_tile(const int TC, const row1_fn *fk, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
                    size_t xs, int nc, float *o, size_t ors, size_t ocs) {
   const size_t xrow = xs ? xs : 1, wrow = ws ? ws : 1;
-  int cp = (int)(QS_XPANEL / xrow), rp = (int)(QS_WPANEL / wrow);
+  int cp = (int)(ROW1_XPANEL / xrow), rp = (int)(QS_WPANEL / wrow);
   cp = cp < TC ? TC : cp - cp % TC;
   rp = rp < 1 ? 1 : rp;
   for (int r0 = 0; r0 < nr; r0 += rp) {

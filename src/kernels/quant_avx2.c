@@ -215,15 +215,15 @@ QS_TILE(t_bf16, 1, 2)
 
 /*
  * Prefill drivers of the one-row tiles t_q4z2 (1 x 16), t_q8z2 and the K-quants' (1 x 8): cache
- * panels (ROW1_XPANEL bytes of columns, QS_WPANEL of rows), and per row the columns in tiles of TC and
- * one tile of the k < TC left over. QS_TILE's driver splits a leftover into 4 + 2 + 1 columns,
+ * panels (ROW1_XPANEL bytes of columns, QS_WPANEL of rows), and per row the columns in tiles of
+ * TC and one tile of the k < TC left over. QS_TILE's driver splits a leftover into 4 + 2 + 1 columns,
  * and every piece decodes the row again, while a 512-token prompt gives a 256-expert layer's
  * experts 16 columns on average (8 experts per token): the leftovers are a large share there.
  * Q4_0 steps by 16 columns: the 8 transposed nibble vectors of a row's half group (4 x 4 dword
  * transposes, masks, shifts: ~30 vector instructions) serve 16 columns instead of 8, while the
  * accumulators live on the stack already at 1 x 8 (one load and one store per pair and group).
- * Q8_0 and the K-quants stay at 8 (their 8 integer sums are pinned in registers). Every pair's arithmetic is the
- * template's, so each output still equals the type's vec_dot bit for bit. Products of at most
+ * Q8_0 and the K-quants stay at 8 (their 8 integer sums are pinned in registers). Every pair's
+ * arithmetic is the template's, so each output still equals the type's vec_dot bit for bit. Products of at most
  * QS_NARROW columns (decode) keep QS_TILE's one-row path (T_tile).
  */
 /* Column panels of about ROW1_XPANEL bytes of activations (at least one tile): a one-row tile

@@ -285,7 +285,7 @@ static void q4_0z_cross_level(void) {
     return;
   }
   const int64_t nmax = 32 * 16 * 5;
-  const int NR = 7, NC = 7;
+  const int NR = 7, NC = 35; /* columns enough for the avx2 level's 1 x 16 tiles and their leftovers */
   const size_t wmax = q35_row_size(Q35_TYPE_Q4_0, nmax), xmax = q35_row_size(Q35_TYPE_Q8_0Z, nmax);
   uint8_t *w = malloc(wmax * NR + 1), *x = malloc(xmax * NC);
   float got[NR * NC], want[NR * NC];
@@ -360,6 +360,13 @@ int main(void) {
         for (int nr = 1; nr <= 9; nr += (ni < 2 ? 1 : 2))
           for (int nc = 1; nc <= 9; nc += (ni < 2 ? 1 : 3)) {
             tile_case(q35_simd_name(level), &k, type, ns[ni], nr, nc);
+            cases++;
+          }
+        /* wide tiles (the avx2 level's Q4_0 runs 1 x 16) and their leftover columns */
+        static const int wide[] = {16, 23, 33};
+        for (int nr = 1; nr <= 5; nr += 2)
+          for (int i = 0; i < 3; i++) {
+            tile_case(q35_simd_name(level), &k, type, ns[ni], nr, wide[i]);
             cases++;
           }
       }

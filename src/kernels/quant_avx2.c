@@ -37,6 +37,7 @@
  * accumulator live at a time. A last group of fewer than 16 blocks is copied into a zeroed
  * buffer first: missing blocks read as zero bytes, as t_q4z's masked loads give them.
  */
+#define Z2C 16 /* t_q4z2's largest C (its prefill tile is 1 x 16: see the shapes below) */
 QSF __m256i q4z2_ld2(const uint8_t *a, int b0) { /* nibbles of blocks b0 (low lane) and b0 + 1 (high) */
   return _mm256_loadu2_m128i((const __m128i *)(a + 18 * (b0 + 1) + 2), (const __m128i *)(a + 18 * b0 + 2));
 }
@@ -50,7 +51,7 @@ QSF uint64_t z2_d4(const uint8_t *a, int bs, int b0) {
 
 /* half h of group q (16 blocks at a, per row) for every pair */
 QSI void q4z2_half(const int R, const int C, const uint8_t *const *ga, const uint8_t *x, size_t xs, int64_t q, int h,
-                   const int pf, const uint8_t *const *pfa, __m256 acc[TRM][TCM]) {
+                   const int pf, const uint8_t *const *pfa, __m256 acc[TRM][Z2C]) {
   const __m256i m4 = _mm256_set1_epi8(0xF);
   __m256i L[TRM][4], H[TRM][4];
   __m256 D[TRM];
@@ -69,7 +70,7 @@ QSI void q4z2_half(const int R, const int C, const uint8_t *const *ga, const uin
     }
     D[r] = _mm256_cvtph_ps(_mm_set_epi64x((long long)z2_d4(a, 18, 2 * h + 1), (long long)z2_d4(a, 18, 2 * h)));
   }
-  FOR_C {
+  _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) {
     const uint8_t *b = x + (size_t)c * xs + (size_t)q * Q8Z_GROUP + 32 * h;
     const __m256 yd = _mm256_loadu_ps((const float *)(const void *)(b + 576));
     const __m256i off = loadu256(b + 512);
@@ -95,9 +96,9 @@ QSI void t_q4z2(const int R, const int C, TILE_ARGS) {
       memset(tail[r], 0, gsz);
       memcpy(tail[r], w + (size_t)r * ws + (size_t)ng * gsz, (size_t)kb * sizeof(blk_q4_0));
     }
-  __m256 acc[2][TRM][TCM];
+  __m256 acc[2][TRM][Z2C];
   _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-    FOR_R FOR_C acc[h][r][c] = _mm256_setzero_ps();
+    FOR_R _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) acc[h][r][c] = _mm256_setzero_ps();
     for (int64_t q = 0; q < ng; q++) {
       const uint8_t *ga[TRM], *pfa[TRM];
       /* the same group four tiles ahead, on the first pass (as t_q4z) */
@@ -110,7 +111,7 @@ QSI void t_q4z2(const int R, const int C, TILE_ARGS) {
       q4z2_half(R, C, ga, x, xs, ng, h, 0, ga, acc[h]);
     }
   }
-  FOR_R FOR_C OUT(r, c) = hsum8(_mm256_add_ps(acc[0][r][c], acc[1][r][c]));
+  FOR_R _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) OUT(r, c) = hsum8(_mm256_add_ps(acc[0][r][c], acc[1][r][c]));
 }
 
 /*
@@ -213,8 +214,84 @@ QS_TILE(t_f32, 1, 2)
 QS_TILE(t_f16, 1, 2)
 QS_TILE(t_bf16, 1, 2)
 
+/*
+ * Prefill drivers of the one-row tiles t_q4z2 (1 x 16), t_q8z2 and the K-quants' (1 x 8): cache
+ * panels (ROW1_XPANEL bytes of columns, QS_WPANEL of rows), and per row the columns in tiles of
+ * TC and one tile of the k < TC left over. QS_TILE's driver splits a leftover into 4 + 2 + 1 columns,
+ * and every piece decodes the row again, while a 512-token prompt gives a 256-expert layer's
+ * experts 16 columns on average (8 experts per token): the leftovers are a large share there.
+ * Q4_0 steps by 16 columns: the 8 transposed nibble vectors of a row's half group (4 x 4 dword
+ * transposes, masks, shifts: ~30 vector instructions) serve 16 columns instead of 8, while the
+ * accumulators live on the stack already at 1 x 8 (one load and one store per pair and group).
+ * Q8_0 and the K-quants stay at 8 (their 8 integer sums are pinned in registers). Every pair's
+ * arithmetic is the template's, so each output still equals the type's vec_dot bit for bit. Products of at most
+ * QS_NARROW columns (decode) keep QS_TILE's one-row path (T_tile).
+ */
+/* Column panels of about ROW1_XPANEL bytes of activations (at least one tile): a one-row tile
+ * reads its columns' activations once per weight row (320 bytes per pair and 8 blocks against 18
+ * bytes of weights per block), so they have to come from L1. QS_XPANEL's 192 KiB panels stream
+ * them from L2 for every row, and the tiles fell from ~85 GMAC/s at 16 columns to ~60 at 256
+ * (Q4_0, 512 x 2048, tile_bench; docs/PERF.md, issue 15 session 8). 24 KiB leaves room in a
+ * 32 KiB (Haswell) or 48 KiB (Zen 5) L1 for the weight row and the accumulators. */
+#define ROW1_XPANEL (24 * 1024)
+typedef void (*row1_fn)(TILE_ARGS);
+QSI void row1_tile(const int TC, const row1_fn *fk, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
+                   size_t xs, int nc, float *o, size_t ors, size_t ocs) {
+  const size_t xrow = xs ? xs : 1, wrow = ws ? ws : 1;
+  int cp = (int)(ROW1_XPANEL / xrow), rp = (int)(QS_WPANEL / wrow);
+  cp = cp < TC ? TC : cp - cp % TC;
+  rp = rp < 1 ? 1 : rp;
+  for (int r0 = 0; r0 < nr; r0 += rp) {
+    const int r1 = nr - r0 < rp ? nr : r0 + rp;
+    for (int c0 = 0; c0 < nc; c0 += cp) {
+      const int c1 = nc - c0 < cp ? nc : c0 + cp;
+      for (int r = r0; r < r1; r++) {
+        int c = c0;
+        for (; c + TC <= c1; c += TC) fk[TC](n, w + (size_t)r * ws, ws, x + (size_t)c * xs, xs, &OUT(r, c), ors, ocs);
+        if (c < c1) fk[c1 - c](n, w + (size_t)r * ws, ws, x + (size_t)c * xs, xs, &OUT(r, c), ors, ocs);
+      }
+    }
+  }
+}
+
+#define ROW1(T, C) \
+  static QS_TARGET void T##_1x##C(TILE_ARGS) { T(1, C, n, w, ws, x, xs, o, ors, ocs); }
+ROW1(t_q4z2, 9)
+ROW1(t_q4z2, 10)
+ROW1(t_q4z2, 11)
+ROW1(t_q4z2, 12)
+ROW1(t_q4z2, 13)
+ROW1(t_q4z2, 14)
+ROW1(t_q4z2, 15)
+ROW1(t_q4z2, 16)
+#undef ROW1
+
+static QS_TARGET void t_q4z2_wide(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *o,
+                                  size_t ors, size_t ocs) {
+  static const row1_fn fk[17] = {NULL,          t_q4z2_11,     t_q4z2_12,     t_q4z2_13,     t_q4z2_14,     t_q4z2_15,
+                                 t_q4z2_16,     t_q4z2_17,     t_q4z2_18,     t_q4z2_1x9,    t_q4z2_1x10,   t_q4z2_1x11,
+                                 t_q4z2_1x12,   t_q4z2_1x13,   t_q4z2_1x14,   t_q4z2_1x15,   t_q4z2_1x16};
+  if (nc <= QS_NARROW) t_q4z2_tile(n, w, ws, nr, x, xs, nc, o, ors, ocs);
+  else row1_tile(16, fk, n, w, ws, nr, x, xs, nc, o, ors, ocs);
+}
+
+/* T_wide for a 1 x 8 template T (QS_TILE instance): 8-column tiles and one leftover tile */
+#define WIDE8(T)                                                                                                      \
+  static QS_TARGET void T##_wide(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,      \
+                                 float *o, size_t ors, size_t ocs) {                                                  \
+    static const row1_fn fk[9] = {NULL, T##_11, T##_12, T##_13, T##_14, T##_15, T##_16, T##_17, T##_18};             \
+    if (nc <= QS_NARROW) T##_tile(n, w, ws, nr, x, xs, nc, o, ors, ocs);                                              \
+    else row1_tile(8, fk, n, w, ws, nr, x, xs, nc, o, ors, ocs);                                                      \
+  }
+WIDE8(t_q8z2)
+WIDE8(t_q4_k)
+WIDE8(t_q5_k)
+WIDE8(t_q6_k)
+#undef WIDE8
+
 void q35_kernels_avx2(q35_kernels *k) {
   QS_SET(k, Q35_TYPE_Q8_0, t_q8z2);
+  k->tile[Q35_TYPE_Q8_0] = t_q8z2_wide;
   k->gemv[Q35_TYPE_Q8_0] = t_q8z2_tile; /* one row at a time with the prefetch */
   k->q8_0_act = Q35_TYPE_Q8_0Z;
   if (q35_cpu_q4_0_x()) { /* testing aid: the Q8_0X kernels (four lanes per block) */
@@ -222,6 +299,7 @@ void q35_kernels_avx2(q35_kernels *k) {
     k->q4_0_act = Q35_TYPE_Q8_0X;
   } else {
     QS_SET(k, Q35_TYPE_Q4_0, t_q4z2);
+    k->tile[Q35_TYPE_Q4_0] = t_q4z2_wide;
     k->gemv[Q35_TYPE_Q4_0] = t_q4z2_tile; /* one row at a time with the prefetch (vec_dot has no stride) */
     k->q4_0_act = Q35_TYPE_Q8_0Z;
   }
@@ -229,6 +307,9 @@ void q35_kernels_avx2(q35_kernels *k) {
   QS_SET(k, Q35_TYPE_Q4_K, t_q4_k);
   QS_SET(k, Q35_TYPE_Q5_K, t_q5_k);
   QS_SET(k, Q35_TYPE_Q6_K, t_q6_k);
+  k->tile[Q35_TYPE_Q4_K] = t_q4_k_wide;
+  k->tile[Q35_TYPE_Q5_K] = t_q5_k_wide;
+  k->tile[Q35_TYPE_Q6_K] = t_q6_k_wide;
   QS_SET(k, Q35_TYPE_IQ4_XS, t_iq4_xs);
   QS_SET(k, Q35_TYPE_F32, t_f32);
   QS_SET(k, Q35_TYPE_F16, t_f16);

@@ -6,6 +6,7 @@
  */
 #define QS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define QS_VNNI 1
+#include "base/cpu.h"
 #include "kernels/quant_256.inc"
 #include "kernels/quant_lowbit_256.inc"
 
@@ -364,13 +365,15 @@ void q35_kernels_lowbit_avx512(q35_kernels *k) {
   LB_SET(k, Q35_TYPE_Q2_K, t_q2_k5);
   LB_SET1(k, Q35_TYPE_Q4_1, t_q4_1);
   LB_SET1(k, Q35_TYPE_Q5_1, t_q5_1);
+  if (q35_cpu_has(Q35_CPU_AVX512_VBMI)) { /* the one-column Q4_1 / Q5_1 with 512-bit sums (above) */
+    k->gemv[Q35_TYPE_Q4_1] = t_q4_1_gemvz;
+    k->gemv[Q35_TYPE_Q5_1] = t_q5_1_gemvz;
+  }
   /* IQ4_NL and MXFP4 take Q8_0Z where Q4_0 does (q35_kernels_avx512 with VBMI), else Q8_0X */
   if (k->q4_0_act == Q35_TYPE_Q8_0Z) {
     LB_SET(k, Q35_TYPE_MXFP4, t_mxfp4z);
     LB_SET(k, Q35_TYPE_IQ4_NL, t_iq4_nlz);
     k->nl_act = Q35_TYPE_Q8_0Z;
-    k->gemv[Q35_TYPE_Q4_1] = t_q4_1_gemvz;
-    k->gemv[Q35_TYPE_Q5_1] = t_q5_1_gemvz;
   } else {
     LB_SET(k, Q35_TYPE_MXFP4, t_mxfp4);
     LB_SET(k, Q35_TYPE_IQ4_NL, t_iq4_nl);

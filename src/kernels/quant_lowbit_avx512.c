@@ -35,13 +35,18 @@ static const int16_t k23_idx[4][32] = {
 /* the 8 lanes of the 256-bit templates: lanes j + 8 + j */
 QSF __m256i k23_fold(__m512i t) { return _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1)); }
 
+/* the 16 float lanes' total: the halves added lane by lane, then hsum8 */
+QSF float k23_hsum16(__m512 v) {
+  return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+}
+
 /* Q3 = 1: Q3_K (u = 2 bits + 4 * hmask bit, the -4 through bsums), else Q2_K (mins through bsums) */
 QSI void k23_t(const int Q3, const int R, const int C, TILE_ARGS) {
   const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
   const size_t bs = Q3 ? sizeof(blk_q3_k) : sizeof(blk_q2_k);
   const size_t qoff = Q3 ? offsetof(blk_q3_k, qs) : offsetof(blk_q2_k, qs);
-  __m256 acc[TRM][TCM];
-  FOR_R FOR_C acc[r][c] = _mm256_setzero_ps();
+  __m512 acc[TRM][TCM];
+  FOR_R FOR_C acc[r][c] = _mm512_setzero_ps();
   for (int64_t i = 0; i < n / QK_K; i++) {
     __m512i isum[TRM][TCM], sc[TRM], hm[TRM];
     __m256i s16[TRM], mn16[TRM];
@@ -81,25 +86,29 @@ QSI void k23_t(const int Q3, const int R, const int C, TILE_ARGS) {
     }
     FOR_R {
       const uint8_t *a = w + (size_t)r * ws + (size_t)i * bs;
+      __m512 wsc; /* Q2_K: d in lanes 0..7, -dmin in 8..15; Q3_K: d */
+      if (Q3) {
+        wsc = _mm512_set1_ps(h2f(((const blk_q3_k *)(const void *)a)->d));
+      } else {
+        const __m128i dm = _mm_xor_si128(_mm_cvtsi32_si128((int)q35_ld32u(a + offsetof(blk_q2_k, d))), _mm_cvtsi32_si128(INT32_MIN));
+        wsc = _mm512_cvtph_ps(_mm256_permutexvar_epi16(_mm256_set_epi16(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                                                       _mm256_castsi128_si256(dm)));
+      }
       FOR_C {
         const blk_q8_k *b = (const blk_q8_k *)(x + (size_t)c * xs) + i;
         const __m256i bsum = loadu256(b->bsums);
-        if (Q3) {
-          const float d = h2f(((const blk_q3_k *)(const void *)a)->d);
-          const __m256i corr = _mm256_madd_epi16(bsum, s16[r]);
-          const __m256i is = _mm256_sub_epi32(k23_fold(isum[r][c]), _mm256_slli_epi32(corr, 2));
-          acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(d * b->d), _mm256_cvtepi32_ps(is), acc[r][c]);
-        } else {
-          const blk_q2_k *a2 = (const blk_q2_k *)(const void *)a;
-          const float wd = h2f(a2->d), wm = h2f(a2->dmin);
-          const __m256i msum = _mm256_madd_epi16(bsum, mn16[r]);
-          acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wd * b->d), _mm256_cvtepi32_ps(k23_fold(isum[r][c])), acc[r][c]);
-          acc[r][c] = _mm256_fnmadd_ps(_mm256_set1_ps(wm * b->d), _mm256_cvtepi32_ps(msum), acc[r][c]);
+        __m512i is;
+        if (Q3) { /* the -4 offset into the low half's lanes (exact integers) */
+          const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(bsum, s16[r]), 2);
+          is = _mm512_sub_epi32(isum[r][c], _mm512_zextsi256_si512(corr));
+        } else { /* the scaled sums' 8 lanes, then the mins' */
+          is = _mm512_inserti64x4(_mm512_castsi256_si512(k23_fold(isum[r][c])), _mm256_madd_epi16(bsum, mn16[r]), 1);
         }
+        acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(wsc, _mm512_set1_ps(b->d)), acc[r][c]);
       }
     }
   }
-  FOR_R FOR_C OUT(r, c) = hsum8(acc[r][c]);
+  FOR_R FOR_C OUT(r, c) = k23_hsum16(acc[r][c]);
 }
 QSI void t_q3_k5(const int R, const int C, TILE_ARGS) { k23_t(1, R, C, n, w, ws, x, xs, o, ors, ocs); }
 QSI void t_q2_k5(const int R, const int C, TILE_ARGS) { k23_t(0, R, C, n, w, ws, x, xs, o, ors, ocs); }

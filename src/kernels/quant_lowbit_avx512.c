@@ -18,102 +18,10 @@ LB_GEMV1(t_q4_1, LB_Q4_1)
 QS_TILE(t_q5_1, 2, 4)
 LB_GEMV1(t_q5_1, LB_Q5_1)
 
-/*
- * Q2_K / Q3_K x Q8_K with 512-bit integer sums (as quant_avx512.c's t_q4k5 / t_q6k5 do for Q4_K /
- * Q6_K): one 512-bit step covers two of the 256-bit templates' 32-byte steps, s = 2p and 2p + 1 of
- * half h, side by side (the 32 qs bytes of half h in both halves, shifted by 2s resp. 2s + 2),
- * against the 64 contiguous activation bytes 128h + 64p ..; each 256-bit half's int16 lanes carry
- * its two sub-block scales (one vpermw). The 8 lanes the float steps see are lanes j + 8 + j:
- * the same exact int32 sums as the 256-bit templates', so the same bits.
- */
-static const int16_t k23_idx[4][32] = {
-    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
-    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
-    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
-    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13, 14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
-
-/* the 8 lanes of the 256-bit templates: lanes j + 8 + j */
-QSF __m256i k23_fold(__m512i t) { return _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1)); }
-
-/* the 16 float lanes' total: the halves added lane by lane, then hsum8 */
-QSF float k23_hsum16(__m512 v) {
-  return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
-}
-
-/* Q3 = 1: Q3_K (u = 2 bits + 4 * hmask bit, the -4 through bsums), else Q2_K (mins through bsums) */
-QSI void k23_t(const int Q3, const int R, const int C, TILE_ARGS) {
-  const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
-  const size_t bs = Q3 ? sizeof(blk_q3_k) : sizeof(blk_q2_k);
-  const size_t qoff = Q3 ? offsetof(blk_q3_k, qs) : offsetof(blk_q2_k, qs);
-  __m512 acc[TRM][TCM];
-  FOR_R FOR_C acc[r][c] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n / QK_K; i++) {
-    __m512i isum[TRM][TCM], sc[TRM], hm[TRM];
-    __m256i s16[TRM], mn16[TRM];
-    FOR_R {
-      const uint8_t *a = w + (size_t)r * ws + (size_t)i * bs;
-      if (Q3) {
-        s16[r] = _mm256_cvtepi8_epi16(q3k_scales16(((const blk_q3_k *)(const void *)a)->scales));
-        hm[r] = _mm512_broadcast_i64x4(loadu256(((const blk_q3_k *)(const void *)a)->hmask));
-      } else {
-        const __m128i s8 = _mm_loadu_si128((const __m128i *)(const void *)((const blk_q2_k *)(const void *)a)->scales);
-        s16[r] = _mm256_cvtepu8_epi16(_mm_and_si128(s8, _mm_set1_epi8(0xF)));
-        mn16[r] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(0xF)));
-      }
-      sc[r] = _mm512_castsi256_si512(s16[r]);
-    }
-    FOR_R FOR_C isum[r][c] = _mm512_setzero_si512();
-    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-      __m512i qb[TRM];
-      FOR_R qb[r] = _mm512_broadcast_i64x4(loadu256(w + (size_t)r * ws + (size_t)i * bs + qoff + 32 * h));
-      _Pragma("GCC unroll 2") for (int p = 0; p < 2; p++) {
-        /* steps s = 2p (half 0) and 2p + 1 (half 1): bits 2s of the qs bytes, hmask bit 4h + s */
-        const __m512i cnt = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * p)), _mm256_set1_epi16((short)(4 * p + 2)), 1);
-        const __m512i hbit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * h + 2 * p))),
-                                                _mm256_set1_epi8((char)(1 << (4 * h + 2 * p + 1))), 1);
-        __m512i q[TRM], s[TRM];
-        FOR_R {
-          q[r] = _mm512_and_si512(_mm512_srlv_epi16(qb[r], cnt), m3);
-          if (Q3) q[r] = _mm512_mask_add_epi8(q[r], _mm512_test_epi8_mask(hm[r], hbit), q[r], four);
-          s[r] = _mm512_permutexvar_epi16(_mm512_loadu_si512(k23_idx[2 * h + p]), sc[r]);
-        }
-        FOR_C {
-          const blk_q8_k *b = (const blk_q8_k *)(x + (size_t)c * xs) + i;
-          const __m512i y = _mm512_loadu_si512(b->qs + 128 * h + 64 * p);
-          FOR_R isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q[r], y), s[r]);
-        }
-      }
-    }
-    FOR_R {
-      const uint8_t *a = w + (size_t)r * ws + (size_t)i * bs;
-      __m512 wsc; /* Q2_K: d in lanes 0..7, -dmin in 8..15; Q3_K: d */
-      if (Q3) {
-        wsc = _mm512_set1_ps(h2f(((const blk_q3_k *)(const void *)a)->d));
-      } else {
-        const __m128i dm = _mm_xor_si128(_mm_cvtsi32_si128((int)q35_ld32u(a + offsetof(blk_q2_k, d))), _mm_cvtsi32_si128(INT32_MIN));
-        wsc = _mm512_cvtph_ps(_mm256_permutexvar_epi16(_mm256_set_epi16(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-                                                       _mm256_castsi128_si256(dm)));
-      }
-      FOR_C {
-        const blk_q8_k *b = (const blk_q8_k *)(x + (size_t)c * xs) + i;
-        const __m256i bsum = loadu256(b->bsums);
-        __m512i is;
-        if (Q3) { /* the -4 offset into the low half's lanes (exact integers) */
-          const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(bsum, s16[r]), 2);
-          is = _mm512_sub_epi32(isum[r][c], _mm512_zextsi256_si512(corr));
-        } else { /* the scaled sums' 8 lanes, then the mins' */
-          is = _mm512_inserti64x4(_mm512_castsi256_si512(k23_fold(isum[r][c])), _mm256_madd_epi16(bsum, mn16[r]), 1);
-        }
-        acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(wsc, _mm512_set1_ps(b->d)), acc[r][c]);
-      }
-    }
-  }
-  FOR_R FOR_C OUT(r, c) = k23_hsum16(acc[r][c]);
-}
-QSI void t_q3_k5(const int R, const int C, TILE_ARGS) { k23_t(1, R, C, n, w, ws, x, xs, o, ors, ocs); }
-QSI void t_q2_k5(const int R, const int C, TILE_ARGS) { k23_t(0, R, C, n, w, ws, x, xs, o, ors, ocs); }
-QS_TILE(t_q3_k5, 2, 4)
-QS_TILE(t_q2_k5, 2, 4)
+/* Q2_K / Q3_K x Q8_K (quant_lowbit_k23.inc); with GFNI the 2-bit fields are extracted by
+ * quant_lowbit_gfni_avx512.c's instance of the same template */
+#define K23_GFNI 0
+#include "kernels/quant_lowbit_k23.inc"
 
 /*
  * IQ4_NL / MXFP4 x Q8_0Z (act_layout.h): Q4_0's 512-bit kernel (quant_avx512.c, t_q4z) with the
@@ -372,6 +280,7 @@ QS_TILE(t_iq4_nlz, 2, 4)
 void q35_kernels_lowbit_avx512(q35_kernels *k) {
   LB_SET(k, Q35_TYPE_Q3_K, t_q3_k5);
   LB_SET(k, Q35_TYPE_Q2_K, t_q2_k5);
+  if (q35_cpu_has(Q35_CPU_GFNI)) q35_kernels_lowbit_gfni_avx512(k);
   LB_SET1(k, Q35_TYPE_Q4_1, t_q4_1);
   LB_SET1(k, Q35_TYPE_Q5_1, t_q5_1);
   if (q35_cpu_has(Q35_CPU_AVX512_VBMI)) { /* the one-column Q4_1 / Q5_1 with 512-bit sums (above) */

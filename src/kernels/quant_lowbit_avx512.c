@@ -2,7 +2,9 @@
  * quant_lowbit_avx512.c - kernels of the Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, MXFP4 weight types: AVX-512.
  * The 256-bit templates of quant_lowbit_256.inc with VNNI (vpdpbusd / vpdpwssd) and the larger
  * tiles 32 vector registers allow; where the CPU has VBMI (as Q4_0, whose activations they take),
- * IQ4_NL and MXFP4 x Q8_0Z with 512-bit registers (below).
+ * IQ4_NL and MXFP4 x Q8_0Z with 512-bit registers and the one-column Q4_1 / Q5_1 with 512-bit
+ * integer sums (below). Q2_K / Q3_K: the 512-bit template of quant_lowbit_k23.inc (with GFNI its
+ * instance in quant_lowbit_gfni_avx512.c).
  */
 #define QS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define QS_VNNI 1

@@ -83,6 +83,7 @@ static void detect(void) {
   else if (avx2) best = Q35_SIMD_AVX2;
   g_cpu.features[Q35_CPU_AVX512_VBMI] = avx512 && __builtin_cpu_supports("avx512vbmi");
   g_cpu.features[Q35_CPU_AVX512_BF16] = avx512 && __builtin_cpu_supports("avx512bf16");
+  g_cpu.features[Q35_CPU_GFNI] = avx512 && __builtin_cpu_supports("gfni");
 #elif defined(__aarch64__)
   best = Q35_SIMD_NEON; /* Advanced SIMD is mandatory on aarch64 */
   g_cpu.features[Q35_CPU_DOTPROD] = arm_feature(Q35_CPU_DOTPROD);

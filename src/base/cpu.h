@@ -28,6 +28,7 @@ typedef enum q35_cpu_feature {
   Q35_CPU_AVX512_BF16,
   Q35_CPU_DOTPROD, /* aarch64 SDOT/UDOT (FEAT_DotProd): the NEON integer dot products */
   Q35_CPU_I8MM,    /* aarch64 SMMLA (FEAT_I8MM): the NEON 2 x 2 tiles */
+  Q35_CPU_GFNI,    /* x86 vgf2p8affineqb at the AVX-512 level: the Q2_K / Q3_K field extraction */
   Q35_CPU_FEATURE_COUNT,
 } q35_cpu_feature;
 

@@ -2,10 +2,13 @@
  * quant_lowbit_avx512.c - kernels of the Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, MXFP4 weight types: AVX-512.
  * The 256-bit templates of quant_lowbit_256.inc with VNNI (vpdpbusd / vpdpwssd) and the larger
  * tiles 32 vector registers allow; where the CPU has VBMI (as Q4_0, whose activations they take),
- * IQ4_NL and MXFP4 x Q8_0Z with 512-bit registers (below).
+ * IQ4_NL and MXFP4 x Q8_0Z with 512-bit registers and the one-column Q4_1 / Q5_1 with 512-bit
+ * integer sums (below). Q2_K / Q3_K: the 512-bit template of quant_lowbit_k23.inc (with GFNI its
+ * instance in quant_lowbit_gfni_avx512.c).
  */
 #define QS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define QS_VNNI 1
+#include "base/cpu.h"
 #include "kernels/quant_256.inc"
 #include "kernels/quant_lowbit_256.inc"
 
@@ -17,93 +20,10 @@ LB_GEMV1(t_q4_1, LB_Q4_1)
 QS_TILE(t_q5_1, 2, 4)
 LB_GEMV1(t_q5_1, LB_Q5_1)
 
-/*
- * Q2_K / Q3_K x Q8_K with 512-bit integer sums (as quant_avx512.c's t_q4k5 / t_q6k5 do for Q4_K /
- * Q6_K): one 512-bit step covers two of the 256-bit templates' 32-byte steps, s = 2p and 2p + 1 of
- * half h, side by side (the 32 qs bytes of half h in both halves, shifted by 2s resp. 2s + 2),
- * against the 64 contiguous activation bytes 128h + 64p ..; each 256-bit half's int16 lanes carry
- * its two sub-block scales (one vpermw). The 8 lanes the float steps see are lanes j + 8 + j:
- * the same exact int32 sums as the 256-bit templates', so the same bits.
- */
-static const int16_t k23_idx[4][32] = {
-    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
-    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
-    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
-    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13, 14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
-
-/* the 8 lanes of the 256-bit templates: lanes j + 8 + j */
-QSF __m256i k23_fold(__m512i t) { return _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1)); }
-
-/* Q3 = 1: Q3_K (u = 2 bits + 4 * hmask bit, the -4 through bsums), else Q2_K (mins through bsums) */
-QSI void k23_t(const int Q3, const int R, const int C, TILE_ARGS) {
-  const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
-  const size_t bs = Q3 ? sizeof(blk_q3_k) : sizeof(blk_q2_k);
-  const size_t qoff = Q3 ? offsetof(blk_q3_k, qs) : offsetof(blk_q2_k, qs);
-  __m256 acc[TRM][TCM];
-  FOR_R FOR_C acc[r][c] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / QK_K; i++) {
-    __m512i isum[TRM][TCM], sc[TRM], hm[TRM];
-    __m256i s16[TRM], mn16[TRM];
-    FOR_R {
-      const uint8_t *a = w + (size_t)r * ws + (size_t)i * bs;
-      if (Q3) {
-        s16[r] = _mm256_cvtepi8_epi16(q3k_scales16(((const blk_q3_k *)(const void *)a)->scales));
-        hm[r] = _mm512_broadcast_i64x4(loadu256(((const blk_q3_k *)(const void *)a)->hmask));
-      } else {
-        const __m128i s8 = _mm_loadu_si128((const __m128i *)(const void *)((const blk_q2_k *)(const void *)a)->scales);
-        s16[r] = _mm256_cvtepu8_epi16(_mm_and_si128(s8, _mm_set1_epi8(0xF)));
-        mn16[r] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(0xF)));
-      }
-      sc[r] = _mm512_castsi256_si512(s16[r]);
-    }
-    FOR_R FOR_C isum[r][c] = _mm512_setzero_si512();
-    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-      __m512i qb[TRM];
-      FOR_R qb[r] = _mm512_broadcast_i64x4(loadu256(w + (size_t)r * ws + (size_t)i * bs + qoff + 32 * h));
-      _Pragma("GCC unroll 2") for (int p = 0; p < 2; p++) {
-        /* steps s = 2p (half 0) and 2p + 1 (half 1): bits 2s of the qs bytes, hmask bit 4h + s */
-        const __m512i cnt = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * p)), _mm256_set1_epi16((short)(4 * p + 2)), 1);
-        const __m512i hbit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * h + 2 * p))),
-                                                _mm256_set1_epi8((char)(1 << (4 * h + 2 * p + 1))), 1);
-        __m512i q[TRM], s[TRM];
-        FOR_R {
-          q[r] = _mm512_and_si512(_mm512_srlv_epi16(qb[r], cnt), m3);
-          if (Q3) q[r] = _mm512_mask_add_epi8(q[r], _mm512_test_epi8_mask(hm[r], hbit), q[r], four);
-          s[r] = _mm512_permutexvar_epi16(_mm512_loadu_si512(k23_idx[2 * h + p]), sc[r]);
-        }
-        FOR_C {
-          const blk_q8_k *b = (const blk_q8_k *)(x + (size_t)c * xs) + i;
-          const __m512i y = _mm512_loadu_si512(b->qs + 128 * h + 64 * p);
-          FOR_R isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q[r], y), s[r]);
-        }
-      }
-    }
-    FOR_R {
-      const uint8_t *a = w + (size_t)r * ws + (size_t)i * bs;
-      FOR_C {
-        const blk_q8_k *b = (const blk_q8_k *)(x + (size_t)c * xs) + i;
-        const __m256i bsum = loadu256(b->bsums);
-        if (Q3) {
-          const float d = h2f(((const blk_q3_k *)(const void *)a)->d);
-          const __m256i corr = _mm256_madd_epi16(bsum, s16[r]);
-          const __m256i is = _mm256_sub_epi32(k23_fold(isum[r][c]), _mm256_slli_epi32(corr, 2));
-          acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(d * b->d), _mm256_cvtepi32_ps(is), acc[r][c]);
-        } else {
-          const blk_q2_k *a2 = (const blk_q2_k *)(const void *)a;
-          const float wd = h2f(a2->d), wm = h2f(a2->dmin);
-          const __m256i msum = _mm256_madd_epi16(bsum, mn16[r]);
-          acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wd * b->d), _mm256_cvtepi32_ps(k23_fold(isum[r][c])), acc[r][c]);
-          acc[r][c] = _mm256_fnmadd_ps(_mm256_set1_ps(wm * b->d), _mm256_cvtepi32_ps(msum), acc[r][c]);
-        }
-      }
-    }
-  }
-  FOR_R FOR_C OUT(r, c) = hsum8(acc[r][c]);
-}
-QSI void t_q3_k5(const int R, const int C, TILE_ARGS) { k23_t(1, R, C, n, w, ws, x, xs, o, ors, ocs); }
-QSI void t_q2_k5(const int R, const int C, TILE_ARGS) { k23_t(0, R, C, n, w, ws, x, xs, o, ors, ocs); }
-QS_TILE(t_q3_k5, 2, 4)
-QS_TILE(t_q2_k5, 2, 4)
+/* Q2_K / Q3_K x Q8_K (quant_lowbit_k23.inc); with GFNI the 2-bit fields are extracted by
+ * quant_lowbit_gfni_avx512.c's instance of the same template */
+#define K23_GFNI 0
+#include "kernels/quant_lowbit_k23.inc"
 
 /*
  * IQ4_NL / MXFP4 x Q8_0Z (act_layout.h): Q4_0's 512-bit kernel (quant_avx512.c, t_q4z) with the
@@ -205,6 +125,152 @@ QSI void nz_t(const int TY, const int R, const int C, TILE_ARGS) {
 }
 QSI void t_mxfp4z(const int R, const int C, TILE_ARGS) { nz_t(LB_MXFP4, R, C, n, w, ws, x, xs, o, ors, ocs); }
 QSI void t_iq4_nlz(const int R, const int C, TILE_ARGS) { nz_t(LB_IQ4_NL, R, C, n, w, ws, x, xs, o, ors, ocs); }
+
+/*
+ * Q4_1 / Q5_1 x Q8_1, the one-column gemv with 512-bit integer sums (VBMI level, as t_q4z): the
+ * activation is transposed once per call into a private copy in Q8_0Z's lane order (per group of
+ * 16 blocks, 8 vectors: vector j / 4 + j of dword lane 4p + k = bytes 4j .. 4j + 3 / 16 + 4j .. of
+ * block 4k + p), and each row's 16 blocks are transposed the same way (per four blocks two 64-byte
+ * loads and one vpermt2d, then a 4 x 4 dword transpose), so vpdpbusd leaves each block's exact
+ * int32 total in its own lane: 8 vpdpbusd per 16 blocks and no horizontal reduction. The totals
+ * are put back in block order (one vpermd) and the float steps are lb_group's, group of 8 after
+ * group of 8, on the same values (d and m converted from the same fp16 bits, the activation's
+ * from xsc): the same bits as vec_dot and the tile. Q5_1's fifth bits: per block the 32-bit qh in
+ * its lane, vpmultishiftqb moves bit 4j + i (16 + 4j + i) to bit 4 of byte i. Blocks after the
+ * last full group of 16 go through lb_group as before.
+ */
+#define LZ_WB(TY) ((TY) == LB_Q4_1 ? 20 : 24)
+
+/* the activation's 16 blocks from b (Q8_1, 36 bytes each) into yt[0..7] (above) */
+QSF void lz_xgroup(const uint8_t *b, __m512i *yt) {
+  _Pragma("GCC unroll 2") for (int hh = 0; hh < 2; hh++) {
+    __m512i Q[4];
+    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+      __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(const void *)(b + 36 * (4 * k) + 4 + 16 * hh)));
+      _Pragma("GCC unroll 3") for (int p = 1; p < 4; p++)
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(const void *)(b + 36 * (4 * k + p) + 4 + 16 * hh)), p);
+      Q[k] = v;
+    }
+    const __m512i t0 = _mm512_unpacklo_epi32(Q[0], Q[1]), t1 = _mm512_unpackhi_epi32(Q[0], Q[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(Q[2], Q[3]), t3 = _mm512_unpackhi_epi32(Q[2], Q[3]);
+    yt[4 * hh + 0] = _mm512_unpacklo_epi64(t0, t2);
+    yt[4 * hh + 1] = _mm512_unpackhi_epi64(t0, t2);
+    yt[4 * hh + 2] = _mm512_unpacklo_epi64(t1, t3);
+    yt[4 * hh + 3] = _mm512_unpackhi_epi64(t1, t3);
+  }
+}
+
+/* block permutation of the transposed lanes (an involution): lane 4p + k <-> block 4k + p */
+static const int32_t lz_tidx[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+/* vpermt2d indices (16 + i: the second load) per type: the 16 qs bytes of block p in 128-bit lane p */
+static const int32_t lz_qidx[2][16] = {{1, 2, 3, 4, 6, 7, 8, 9, 11, 12, 13, 14, 28, 29, 30, 31},  /* Q4_1: B = A + 16 */
+                                       {2, 3, 4, 5, 8, 9, 10, 11, 14, 15, 24, 25, 28, 29, 30, 31}}; /* Q5_1: B = A + 32 */
+/* Q4_1: the d, m word of block p is dword 5p of the first load, into lane 4k + p */
+static const int32_t lz_sidx4[16] = {0, 5, 10, 15, 0, 5, 10, 15, 0, 5, 10, 15, 0, 5, 10, 15};
+/* Q5_1: lanes 0..3 the d, m words, 4..7 the qh words of blocks 0..3 (block 3's in B) */
+static const int32_t lz_ridx5[16] = {0, 6, 12, 26, 1, 7, 13, 27, 0, 0, 0, 0, 0, 0, 0, 0};
+/* Q5_1: two such registers R0, R1 -> d, m of R0 then R1, qh of R0 then R1 */
+static const int32_t lz_xidx5[16] = {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
+
+/* the low (h = 0) or high 8 lanes */
+QSF __m256 lz_half(__m512 v, int h) {
+  return h ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)) : _mm512_castps512_ps256(v);
+}
+
+/* one row's full groups of 16 blocks (nb16 of them) into acc (lb_group's float steps) */
+QSI void lz_row(const int TY, int64_t nb16, const uint8_t *a, const __m512i *yt, const float *xsc, __m256 *accp) {
+  const __m512i m4 = _mm512_set1_epi8(0xF), tidx = _mm512_loadu_si512(lz_tidx);
+  const __m512i qidx = _mm512_loadu_si512(lz_qidx[TY == LB_Q5_1]);
+  const size_t bo = TY == LB_Q4_1 ? 16 : 32; /* offset of the second load */
+  __m256 acc = *accp;
+  for (int64_t q = 0; q < nb16; q++, a += 16 * LZ_WB(TY), yt += 8) {
+    __m512i A[4], B[4], Q[4];
+    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+      A[k] = _mm512_loadu_si512(a + 4 * LZ_WB(TY) * k);
+      B[k] = _mm512_loadu_si512(a + 4 * LZ_WB(TY) * k + bo);
+      Q[k] = _mm512_permutex2var_epi32(A[k], qidx, B[k]);
+    }
+    __m512i DM, QH = _mm512_setzero_si512();
+    if (TY == LB_Q4_1) {
+      const __m512i sidx = _mm512_loadu_si512(lz_sidx4);
+      DM = _mm512_maskz_permutexvar_epi32(0x000F, sidx, A[0]);
+      DM = _mm512_mask_permutexvar_epi32(DM, 0x00F0, sidx, A[1]);
+      DM = _mm512_mask_permutexvar_epi32(DM, 0x0F00, sidx, A[2]);
+      DM = _mm512_mask_permutexvar_epi32(DM, 0xF000, sidx, A[3]);
+    } else {
+      const __m512i ridx = _mm512_loadu_si512(lz_ridx5), xidx = _mm512_loadu_si512(lz_xidx5);
+      __m512i Rr[4];
+      _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) Rr[k] = _mm512_permutex2var_epi32(A[k], ridx, B[k]);
+      const __m512i X01 = _mm512_permutex2var_epi32(Rr[0], xidx, Rr[1]);
+      const __m512i X23 = _mm512_permutex2var_epi32(Rr[2], xidx, Rr[3]);
+      DM = _mm512_shuffle_i64x2(X01, X23, 0x44);
+      QH = _mm512_permutexvar_epi32(tidx, _mm512_shuffle_i64x2(X01, X23, 0xEE)); /* transposed lanes */
+    }
+    const __m512i t0 = _mm512_unpacklo_epi32(Q[0], Q[1]), t1 = _mm512_unpackhi_epi32(Q[0], Q[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(Q[2], Q[3]), t3 = _mm512_unpackhi_epi32(Q[2], Q[3]);
+    const __m512i V[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3),
+                          _mm512_unpackhi_epi64(t1, t3)};
+    __m512i p = _mm512_setzero_si512();
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+      __m512i L = _mm512_and_si512(V[j], m4), H = _mm512_and_si512(_mm512_srli_epi16(V[j], 4), m4);
+      if (TY == LB_Q5_1) { /* bit 4 of byte i: qh bit 4j + i (L), 16 + 4j + i (H); offsets mod 64 */
+        const __m512i cl = _mm512_set1_epi64((long long)(0x1F1E1D1C3F3E3D3Cull + 0x0404040404040404ull * (unsigned)j));
+        const __m512i ch = _mm512_add_epi8(cl, _mm512_set1_epi8(16));
+        L = _mm512_ternarylogic_epi32(L, _mm512_multishift_epi64_epi8(cl, QH), _mm512_set1_epi8(0x10), 0xF8);
+        H = _mm512_ternarylogic_epi32(H, _mm512_multishift_epi64_epi8(ch, QH), _mm512_set1_epi8(0x10), 0xF8);
+      }
+      p = _mm512_dpbusd_epi32(p, L, yt[j]);
+      p = _mm512_dpbusd_epi32(p, H, yt[4 + j]);
+    }
+    const __m512 fi = _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(tidx, p)); /* block order */
+    const __m512 fdw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(DM));
+    const __m512 fmw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(DM, 16)));
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) { /* lb_group's steps, blocks 8h .. 8h + 7 */
+      const float *xs8 = xsc + 32 * q + 16 * h;
+      const __m256 fih = lz_half(fi, h);
+      const __m256 dwh = lz_half(fdw, h);
+      const __m256 mwh = lz_half(fmw, h);
+      acc = _mm256_fmadd_ps(fih, _mm256_mul_ps(dwh, _mm256_loadu_ps(xs8)), acc);
+      acc = _mm256_fmadd_ps(mwh, _mm256_loadu_ps(xs8 + 8), acc);
+    }
+  }
+  *accp = acc;
+}
+
+/* rows of at least LZ_MINR and at most LB_XSC_MAX blocks; else LB_GEMV1's path */
+#define LZ_MINR 4
+#define LZ_GEMV(T, TY)                                                                                    \
+  static QS_TARGET void T##_gemvz(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, \
+                                  int nc, float *o, size_t ors, size_t ocs) {                             \
+    const int64_t nb = n / QK8_0, nb16 = nb / 16;                                                         \
+    if (nb > LB_XSC_MAX || nr < LZ_MINR || nb16 == 0) {                                                   \
+      T##_gemv(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);                                                   \
+      return;                                                                                             \
+    }                                                                                                     \
+    const uint8_t *w = wv, *x = xv;                                                                       \
+    float xsc[2 * LB_XSC_MAX + 16];                                                                       \
+    __m512i yt[LB_XSC_MAX / 2]; /* 8 vectors per 16 blocks */                                             \
+    for (int64_t g = 0; g < nb; g += 8) {                                                                 \
+      __m256 d, s;                                                                                        \
+      lb_xscales(x, g, nb - g < 8 ? (int)(nb - g) : 8, &d, &s);                                           \
+      _mm256_storeu_ps(xsc + 2 * g, d);                                                                   \
+      _mm256_storeu_ps(xsc + 2 * g + 8, s);                                                               \
+    }                                                                                                     \
+    for (int64_t q = 0; q < nb16; q++) lz_xgroup(x + (size_t)q * 16 * 36, yt + 8 * q);                    \
+    for (int r = 0; r < nr; r++) {                                                                        \
+      const uint8_t *a = w + (size_t)r * ws;                                                              \
+      __m256 acc[TRM][TCM];                                                                               \
+      acc[0][0] = _mm256_setzero_ps();                                                                    \
+      lz_row(TY, nb16, a, yt, xsc, &acc[0][0]);                                                           \
+      int64_t g = 16 * nb16;                                                                              \
+      for (; g + 8 <= nb; g += 8) lb_group(TY, 1, 1, 1, a, 0, x, 0, g, 8, xsc, acc);                      \
+      if (g < nb) lb_group(TY, 1, 1, 0, a, 0, x, 0, g, (int)(nb - g), xsc, acc);                          \
+      OUT(r, 0) = hsum8(acc[0][0]);                                                                       \
+    }                                                                                                     \
+  }
+LZ_GEMV(t_q4_1, LB_Q4_1)
+LZ_GEMV(t_q5_1, LB_Q5_1)
+
 /* as t_q4z: one-row tiles up to 8 columns */
 #undef QS_NARROW
 #define QS_NARROW 8
@@ -216,8 +282,13 @@ QS_TILE(t_iq4_nlz, 2, 4)
 void q35_kernels_lowbit_avx512(q35_kernels *k) {
   LB_SET(k, Q35_TYPE_Q3_K, t_q3_k5);
   LB_SET(k, Q35_TYPE_Q2_K, t_q2_k5);
+  if (q35_cpu_has(Q35_CPU_GFNI)) q35_kernels_lowbit_gfni_avx512(k);
   LB_SET1(k, Q35_TYPE_Q4_1, t_q4_1);
   LB_SET1(k, Q35_TYPE_Q5_1, t_q5_1);
+  if (q35_cpu_has(Q35_CPU_AVX512_VBMI)) { /* the one-column Q4_1 / Q5_1 with 512-bit sums (above) */
+    k->gemv[Q35_TYPE_Q4_1] = t_q4_1_gemvz;
+    k->gemv[Q35_TYPE_Q5_1] = t_q5_1_gemvz;
+  }
   /* IQ4_NL and MXFP4 take Q8_0Z where Q4_0 does (q35_kernels_avx512 with VBMI), else Q8_0X */
   if (k->q4_0_act == Q35_TYPE_Q8_0Z) {
     LB_SET(k, Q35_TYPE_MXFP4, t_mxfp4z);

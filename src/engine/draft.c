@@ -75,7 +75,7 @@ static int bufs_reserve(q35_context *c, int32_t n, size_t positions, q35_err *er
     b->dmax = malloc((size_t)n * sizeof *b->dmax);
     b->cand = malloc((size_t)n * sizeof *b->cand);
     b->drafted_con = malloc((size_t)n * sizeof *b->drafted_con);
-    b->g = q35_alloc64((size_t)n * H * sizeof(float), 0);
+    b->g = q35_alloc64((size_t)n * H * sizeof(float), 1);
     b->rows_cap = n;
     if (!b->vrows || !b->nd || !b->pos0 || !b->mpos0 || !b->np0 || !b->at || !b->toks || !b->mrows || !b->acc ||
         !b->dmax || !b->cand || !b->g || !b->drafted_con) {
@@ -86,7 +86,7 @@ static int bufs_reserve(q35_context *c, int32_t n, size_t positions, q35_err *er
   if (positions > b->hid_cap) {
     free(b->hid);
     free(b->ptok);
-    b->hid = q35_alloc64(positions * H * sizeof(float), 0);
+    b->hid = q35_alloc64(positions * H * sizeof(float), 1); /* touched now: see touch_reserve */
     b->ptok = malloc(positions * sizeof *b->ptok);
     b->hid_cap = positions;
     if (!b->hid || !b->ptok) {
@@ -102,9 +102,30 @@ static int lg_reserve(q35_context *c, int32_t n, q35_err *err) {
   q35_draft_bufs *b = &c->dr;
   if (n <= b->lg_cap) return 0;
   free(b->lg);
-  b->lg = q35_alloc64((size_t)n * (size_t)c->model->hp.n_vocab * sizeof(float), 0);
+  b->lg = q35_alloc64((size_t)n * (size_t)c->model->hp.n_vocab * sizeof(float), 1); /* touched: see touch_reserve */
   b->lg_cap = b->lg ? n : 0;
   return b->lg ? 0 : q35_seterr(err, "out of memory (draft logits of %d rows)", n);
+}
+
+/* The buffers a step of these rows needs if every row that may draft drafts all it may: the draft
+ * logits and the trunk's logits of every verified position, grown (and touched: zeroed) now, in
+ * whatever step first has such rows, usually a prompt step. Else the first verify step of a shape
+ * would allocate them, page-faulting on every 4 KiB it writes (~1 MiB of logits a position at
+ * the real vocabulary) and reallocating the trunk's logits at each new largest step: a one-off
+ * cost inside a step the draft plan times, and repeated as the steps grow. */
+static int touch_reserve(q35_context *c, const q35_row *rows, int32_t n_rows, q35_err *err) {
+  int32_t n_out = 0, n_cand = 0;
+  for (int32_t r = 0; r < n_rows; r++) {
+    const q35_row *row = &rows[r];
+    n_out += row->n_outputs == Q35_OUTPUTS_NONE ? 0 : row->n_outputs > 1 ? row->n_outputs : 1;
+    if (row->n_draft > 0) n_out += row->n_draft, n_cand++;
+  }
+  if (n_cand && lg_reserve(c, n_cand, err)) return -1;
+  if (n_cand && n_out > c->out_cap) {
+    if (q35_context_reserve(c, n_rows, n_out, err)) return -1;
+    memset(c->logits, 0, (size_t)n_out * (size_t)c->model->hp.n_vocab * sizeof(float));
+  }
+  return 0;
 }
 
 /* A row's draft fields (the rest is q35_step_check's). */
@@ -393,7 +414,9 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
   if (q35_step_check(c, rows, n_rows, err)) return -1;
   for (int32_t r = 0; r < n_rows; r++)
     if (check_draft(&rows[r], r, err)) return -1;
-  if (bufs_reserve(c, n_rows, 0, err) || bufs_reserve(c, n_rows, layout(c, rows, n_rows), err)) return -1;
+  if (bufs_reserve(c, n_rows, 0, err) || bufs_reserve(c, n_rows, layout(c, rows, n_rows), err) ||
+      touch_reserve(c, rows, n_rows, err))
+    return -1;
   for (int32_t r = 0; r < n_rows; r++) {
     q35_session *s = rows[r].session;
     b->pos0[r] = s->pos;

@@ -41,9 +41,12 @@ static int ckpt_grow(q35_session *s, int32_t n, q35_err *err) {
   s->ckpt_conv = calloc((size_t)L + 1, sizeof(float *));
   s->ckpt_ssm = calloc((size_t)L + 1, sizeof(float *));
   int ok = s->ckpt_conv && s->ckpt_ssm;
+  /* zeroed, i.e. touched now (a session with drafts reserves them at creation): the first verify
+     step would otherwise page-fault on every slot it writes (~2 MiB a DeltaNet layer and draft),
+     a one-off cost inside the step the draft plan times */
   for (int i = 0; ok && i < L; i++) {
-    s->ckpt_conv[i] = q35_alloc64(conv_floats(hp) * (size_t)n * sizeof(float) + sizeof(float), 0);
-    s->ckpt_ssm[i] = q35_alloc64(ssm_floats(hp) * (size_t)n * sizeof(float), 0);
+    s->ckpt_conv[i] = q35_alloc64(conv_floats(hp) * (size_t)n * sizeof(float) + sizeof(float), 1);
+    s->ckpt_ssm[i] = q35_alloc64(ssm_floats(hp) * (size_t)n * sizeof(float), 1);
     ok = s->ckpt_conv[i] && s->ckpt_ssm[i];
   }
   if (!ok) {

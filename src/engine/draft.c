@@ -300,6 +300,49 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
   return 0;
 }
 
+/* Bytes of a tensor (0 when absent). */
+static double tbytes(const q35_tensor *t) {
+  if (!t->data) return 0;
+  return (double)t->nb2 * (double)(t->ne[2] > 1 ? t->ne[2] : 1) * (double)(t->ne[3] > 1 ? t->ne[3] : 1);
+}
+
+/* A layer's bytes: the routed experts into *exps, the rest into *dense. */
+static void layer_bytes(const q35_layer *L, double *dense, double *exps) {
+  const q35_tensor *ex[] = {&L->gate_exps, &L->up_exps, &L->gate_up_exps, &L->down_exps};
+  const q35_tensor *de[] = {&L->attn_norm, &L->post_norm,  &L->wq,         &L->wk,         &L->wv,        &L->wo,
+                            &L->q_norm,    &L->k_norm,     &L->wqkv,       &L->wz,         &L->wbeta,     &L->walpha,
+                            &L->conv,      &L->dt_bias,    &L->ssm_a,      &L->ssm_norm,   &L->ssm_out,   &L->router,
+                            &L->gate_shexp, &L->up_shexp,  &L->down_shexp, &L->shexp_gate, &L->ffn_gate,  &L->ffn_up,
+                            &L->ffn_down};
+  for (size_t i = 0; i < sizeof ex / sizeof ex[0]; i++) *exps += tbytes(ex[i]);
+  for (size_t i = 0; i < sizeof de / sizeof de[0]; i++) *dense += tbytes(de[i]);
+}
+
+/* The policy's bytes model from the model's tensors (once: the weights do not change). */
+static void pol_bytes(q35_context *c) {
+  q35_draft_policy *p = &c->pol;
+  const q35_model *m = c->model;
+  if (p->by_fixed > 0) return;
+  double dense = tbytes(&m->output) + tbytes(&m->output_norm), exps = 0, hd = 0, he = 0;
+  for (int il = m->layer_begin; il < m->layer_end; il++) layer_bytes(&m->layers[il], &dense, &exps);
+  layer_bytes(&m->mtp.layer, &hd, &he);
+  hd += tbytes(&m->mtp.eh_proj) + tbytes(&m->mtp.enorm) + tbytes(&m->mtp.hnorm) + tbytes(&m->mtp.head_norm);
+  p->exp_frac = m->hp.is_moe && m->hp.n_expert > 0 ? (double)m->hp.n_expert_used / m->hp.n_expert : 0;
+  if (p->exp_frac <= 0) dense += exps, hd += he, exps = he = 0; /* (dense FFN: every token reads it all) */
+  p->by_exps = exps;
+  p->hd_fixed = hd;
+  p->hd_exps = he;
+  p->by_fixed = dense;
+}
+
+/* The bytes a cold session's first draft adds: the catch-up over its pending pairs but the last
+ * (model/mtp.h), without the output rows; 0 when it has none to catch up. */
+static double catchup_bytes(const q35_draft_policy *p, const q35_mtp_cache *mc) {
+  if (mc->n_pend <= mc->draft_max + 1) return 0;
+  const double u = p->exp_frac > 0 ? 1 - pow(1 - p->exp_frac, mc->n_pend - 1) : 1;
+  return p->hd_fixed + p->hd_exps * u;
+}
+
 /* How many drafts each row carries (b->nd). */
 static void plan(q35_context *c, const q35_row *rows, int32_t n_rows) {
   q35_draft_bufs *b = &c->dr;
@@ -326,12 +369,34 @@ static void plan(q35_context *c, const q35_row *rows, int32_t n_rows) {
     n++;
   }
   if (n == 0) return;
+  pol_bytes(c);
+  {
+    const q35_mtp_cache *mc = rows[b->cand[0]].session->mtp;
+    c->pol.hd_out = (double)c->model->mtp.head.nb1 * (double)mc->draft_vocab;
+  }
+  /* a cold session's catch-up, in the plan spread over the steps a session that starts drafting
+     stays warm (it is paid once), in a probe's check whole (a probe drafts once) */
+  double first[n], first1[n];
+  for (int32_t i = 0; i < n; i++) {
+    first1[i] = catchup_bytes(&c->pol, rows[b->cand[i]].session->mtp);
+    first[i] = first1[i] / Q35_MTP_IDLE_STEPS;
+  }
   int32_t d[n], d0[n];
-  q35_draft_policy_plan(&c->pol, n, b->acc, b->dmax, T0, n_out0, 0, d0);
+  q35_draft_policy_plan(&c->pol, n, b->acc, b->dmax, T0, n_out0, first, 0, d0);
   int32_t sum = 0;
   for (int32_t i = 0; i < n; i++) sum += d0[i];
-  const int probe = q35_draft_policy_probe(&c->pol, n, sum);
-  if (probe) q35_draft_policy_plan(&c->pol, n, b->acc, b->dmax, T0, n_out0, probe, d);
+  int probe = q35_draft_policy_probe(&c->pol, n, sum);
+  if (probe) q35_draft_policy_plan(&c->pol, n, b->acc, b->dmax, T0, n_out0, first, probe, d);
+  /* a probe the model and the times say loses more than the slack, even if every draft of it
+     were accepted, is skipped (at 4 rows of a 256-expert MoE one probe draft with its cold
+     catch-up costs ~40 % of a step); the rare ones at the longest interval still go */
+  if (probe > 0 && c->pol.probe_every < Q35_POL_PROBE_MAX) {
+    double one[n];
+    for (int32_t i = 0; i < n; i++) one[i] = 1;
+    const double r0 = q35_draft_policy_rate(&c->pol, n, b->acc, d0, T0, n_out0, first);
+    const double r1 = q35_draft_policy_rate(&c->pol, n, one, d, T0, n_out0, first1);
+    if (r0 > 0 && r1 < r0 * (1 - Q35_POL_PROBE_SLACK)) probe = 0;
+  }
   for (int32_t i = 0; i < n; i++) {
     q35_mtp_cache *mc = rows[b->cand[i]].session->mtp;
     b->nd[b->cand[i]] = probe ? d[i] : d0[i];

@@ -98,6 +98,8 @@ typedef struct q35_draft_bufs {
   int32_t rows_cap;
   int32_t *toks;         /* per row [Q35_DRAFT_MAX + 1]: token, drafts */
   float *hid;            /* hidden states: per row its region of at[] */
+  float **hrow;          /* per row: where its pending and new hidden states are (its region of hid,
+                            or, for a row that does not draft and fits, its session's pend_h) */
   int32_t *ptok;         /* pair tokens, the same regions */
   size_t hid_cap;        /* (positions) */
   float *lg;             /* draft logits [rows][n_vocab] */

@@ -44,6 +44,7 @@ void q35_draft_bufs_free(q35_draft_bufs *b) {
   free(b->at);
   free(b->toks);
   free(b->hid);
+  free(b->hrow);
   free(b->ptok);
   free(b->lg);
   free(b->g);
@@ -62,7 +63,7 @@ static int bufs_reserve(q35_context *c, int32_t n, size_t positions, q35_err *er
   const size_t H = (size_t)c->model->hp.n_embd;
   if (n > b->rows_cap) {
     free(b->vrows), free(b->nd), free(b->pos0), free(b->mpos0), free(b->np0), free(b->at), free(b->toks);
-    free(b->mrows), free(b->acc), free(b->dmax), free(b->cand), free(b->g), free(b->drafted_con);
+    free(b->mrows), free(b->acc), free(b->dmax), free(b->cand), free(b->g), free(b->drafted_con), free(b->hrow);
     b->vrows = malloc((size_t)n * sizeof *b->vrows);
     b->nd = malloc((size_t)n * sizeof *b->nd);
     b->pos0 = malloc((size_t)n * sizeof *b->pos0);
@@ -75,10 +76,11 @@ static int bufs_reserve(q35_context *c, int32_t n, size_t positions, q35_err *er
     b->dmax = malloc((size_t)n * sizeof *b->dmax);
     b->cand = malloc((size_t)n * sizeof *b->cand);
     b->drafted_con = malloc((size_t)n * sizeof *b->drafted_con);
+    b->hrow = malloc((size_t)n * sizeof *b->hrow);
     b->g = q35_alloc64((size_t)n * H * sizeof(float), 1);
     b->rows_cap = n;
     if (!b->vrows || !b->nd || !b->pos0 || !b->mpos0 || !b->np0 || !b->at || !b->toks || !b->mrows || !b->acc ||
-        !b->dmax || !b->cand || !b->g || !b->drafted_con) {
+        !b->dmax || !b->cand || !b->g || !b->drafted_con || !b->hrow) {
       q35_draft_bufs_free(b);
       return q35_seterr(err, "out of memory (a step of %d rows with drafts)", n);
     }
@@ -108,11 +110,11 @@ static int lg_reserve(q35_context *c, int32_t n, q35_err *err) {
 }
 
 /* The buffers a step of these rows needs if every row that may draft drafts all it may: the draft
- * logits and the trunk's logits of every verified position, grown (and touched: zeroed) now, in
- * whatever step first has such rows, usually a prompt step. Else the first verify step of a shape
- * would allocate them, page-faulting on every 4 KiB it writes (~1 MiB of logits a position at
- * the real vocabulary) and reallocating the trunk's logits at each new largest step: a one-off
- * cost inside a step the draft plan times, and repeated as the steps grow. */
+ * logits and the trunk's logits of every verified position, grown (and touched: zeroed) in the
+ * first step that drafts, before its timed parts. Else each verify step of a new largest shape
+ * would reallocate them, page-faulting on every 4 KiB it writes (~1 MiB of logits a position at
+ * the real vocabulary): a one-off cost inside a step the draft plan times, repeated as the steps
+ * grow. Not earlier: a server whose plan never drafts (4 streams) never pays for them. */
 static int touch_reserve(q35_context *c, const q35_row *rows, int32_t n_rows, q35_err *err) {
   int32_t n_out = 0, n_cand = 0;
   for (int32_t r = 0; r < n_rows; r++) {
@@ -420,7 +422,7 @@ static void keep_pending(q35_context *c, q35_row *rows, const int32_t *is, int32
     const q35_row *row = &b->vrows[r];
     q35_mtp_cache *mc = row->session->mtp;
     const int32_t np0 = b->np0[r], n = row->n_tokens, pairs = np0 + n - 1;
-    float *hid = b->hid + b->at[r] * H;
+    float *hid = b->hrow[r]; /* (may be mc->pend_h itself: memmove) */
     int32_t *pt = b->ptok + b->at[r];
     if (np0 > 0) memcpy(pt, mc->pend_t, (size_t)(np0 - 1) * sizeof *pt);
     memcpy(pt + (np0 > 0 ? np0 - 1 : 0), row->tokens + (np0 > 0 ? 0 : 1), (size_t)(np0 > 0 ? n : n - 1) * sizeof *pt);
@@ -430,7 +432,7 @@ static void keep_pending(q35_context *c, q35_row *rows, const int32_t *is, int32
          pass; the pass that makes its next drafts catches up over the kept ones */
       const int32_t keep = Q35_MTP_PEND_KEEP, skip = pairs + 1 - keep;
       q35_mtp_cache_skip(mc, skip);
-      memcpy(mc->pend_h, hid + (size_t)skip * H, (size_t)keep * H * sizeof(float));
+      memmove(mc->pend_h, hid + (size_t)skip * H, (size_t)keep * H * sizeof(float));
       memcpy(mc->pend_t, pt + skip, (size_t)(keep - 1) * sizeof *pt);
       mc->n_pend = keep;
       continue;
@@ -439,7 +441,7 @@ static void keep_pending(q35_context *c, q35_row *rows, const int32_t *is, int32
       b->mrows[nf++] = (q35_mtp_row){mc, pt, hid, pairs, NULL, NULL};
       continue;
     }
-    memcpy(mc->pend_h + (size_t)np0 * H, hid + (size_t)np0 * H, (size_t)n * H * sizeof(float));
+    if (hid != mc->pend_h) memcpy(mc->pend_h + (size_t)np0 * H, hid + (size_t)np0 * H, (size_t)n * H * sizeof(float));
     if (pairs > 0) memcpy(mc->pend_t, pt, (size_t)pairs * sizeof *pt);
     mc->n_pend = np0 + n;
   }
@@ -456,9 +458,20 @@ static void keep_pending(q35_context *c, q35_row *rows, const int32_t *is, int32
       mc->n_pend = 0;
       continue;
     }
-    memcpy(mc->pend_h, b->mrows[i].hidden + (size_t)b->mrows[i].n * H, H * sizeof(float));
+    memmove(mc->pend_h, b->mrows[i].hidden + (size_t)b->mrows[i].n * H, H * sizeof(float));
     mc->n_pend = 1;
   }
+}
+
+/* Where row r (not drafting, n tokens) keeps its pending and new hidden states: right after the
+ * pending ones in the session's pend_h when they fit (a decode row: nothing to copy, the pending
+ * pairs stay where they are), else its region hid of b->hid with the pending ones copied in
+ * first (a prompt chunk: keep_pending takes what it keeps from there). */
+static float *pend_region(q35_draft_bufs *b, q35_mtp_cache *mc, int32_t r, int32_t n, float *hid) {
+  const size_t H = (size_t)mc->s.model->hp.n_embd;
+  if (b->np0[r] + n <= mc->pend_cap) return mc->pend_h;
+  memcpy(hid, mc->pend_h, (size_t)b->np0[r] * H * sizeof(float));
+  return hid;
 }
 
 /* The hidden-state regions of the rows on sessions with drafts (b->at), and the total. */
@@ -479,9 +492,7 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
   if (q35_step_check(c, rows, n_rows, err)) return -1;
   for (int32_t r = 0; r < n_rows; r++)
     if (check_draft(&rows[r], r, err)) return -1;
-  if (bufs_reserve(c, n_rows, 0, err) || bufs_reserve(c, n_rows, layout(c, rows, n_rows), err) ||
-      touch_reserve(c, rows, n_rows, err))
-    return -1;
+  if (bufs_reserve(c, n_rows, 0, err) || bufs_reserve(c, n_rows, layout(c, rows, n_rows), err)) return -1;
   for (int32_t r = 0; r < n_rows; r++) {
     q35_session *s = rows[r].session;
     b->pos0[r] = s->pos;
@@ -495,7 +506,7 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
   plan(c, rows, n_rows);
   int any = 0;
   for (int32_t r = 0; r < n_rows; r++) any |= b->nd[r] > 0;
-  if (any && make_drafts(c, rows, n_rows, err)) {
+  if (any && (touch_reserve(c, rows, n_rows, err) || make_drafts(c, rows, n_rows, err))) {
     for (int32_t r = 0; r < n_rows; r++)
       if (rows[r].session->mtp) rows[r].session->mtp->s.pos = b->mpos0[r], rows[r].session->mtp->n_pend = b->np0[r];
     return -1;
@@ -513,10 +524,11 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
       v->n_tokens = b->nd[r] + 1;
       v->n_outputs = b->nd[r] + 1;
       s->hidden_all = hid;
+      q35_session_ckpt_touch(s); /* (once a session: outside the timed step) */
       q35_session_ckpt_arm(s, b->nd[r], err); /* slots allocated with the session: cannot fail */
     } else {
-      memcpy(hid, s->mtp->pend_h, (size_t)b->np0[r] * H * sizeof(float));
-      s->hidden_all = hid + (size_t)b->np0[r] * H;
+      b->hrow[r] = pend_region(b, s->mtp, r, v->n_tokens, hid);
+      s->hidden_all = b->hrow[r] + (size_t)b->np0[r] * H;
     }
   }
   const double t0 = pol_clock(c);
@@ -602,9 +614,8 @@ int q35_draft_eval(q35_context *c, q35_fwd_row *fr, q35_err *err) {
   b->np0[0] = s->mtp->n_pend;
   b->nd[0] = 0;
   s->mtp->last_emitted = 0;
-  float *hid = b->hid + b->at[0] * H;
-  memcpy(hid, s->mtp->pend_h, (size_t)b->np0[0] * H * sizeof(float));
-  s->hidden_all = hid + (size_t)b->np0[0] * H;
+  b->hrow[0] = pend_region(b, s->mtp, 0, fr->n, b->hid + b->at[0] * H);
+  s->hidden_all = b->hrow[0] + (size_t)b->np0[0] * H;
   const int rc = q35_forward(c->model, q35_context_ws(c), fr, 1, err);
   s->hidden_all = NULL;
   if (rc) return -1;

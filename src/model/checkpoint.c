@@ -41,12 +41,11 @@ static int ckpt_grow(q35_session *s, int32_t n, q35_err *err) {
   s->ckpt_conv = calloc((size_t)L + 1, sizeof(float *));
   s->ckpt_ssm = calloc((size_t)L + 1, sizeof(float *));
   int ok = s->ckpt_conv && s->ckpt_ssm;
-  /* zeroed, i.e. touched now (a session with drafts reserves them at creation): the first verify
-     step would otherwise page-fault on every slot it writes (~2 MiB a DeltaNet layer and draft),
-     a one-off cost inside the step the draft plan times */
+  /* not touched yet: a session whose rows never draft (a server at 4 streams, where the plan
+     declines) never pays for their pages; q35_session_ckpt_touch does before the first verify */
   for (int i = 0; ok && i < L; i++) {
-    s->ckpt_conv[i] = q35_alloc64(conv_floats(hp) * (size_t)n * sizeof(float) + sizeof(float), 1);
-    s->ckpt_ssm[i] = q35_alloc64(ssm_floats(hp) * (size_t)n * sizeof(float), 1);
+    s->ckpt_conv[i] = q35_alloc64(conv_floats(hp) * (size_t)n * sizeof(float) + sizeof(float), 0);
+    s->ckpt_ssm[i] = q35_alloc64(ssm_floats(hp) * (size_t)n * sizeof(float), 0);
     ok = s->ckpt_conv[i] && s->ckpt_ssm[i];
   }
   if (!ok) {
@@ -54,7 +53,18 @@ static int ckpt_grow(q35_session *s, int32_t n, q35_err *err) {
     return q35_seterr(err, "out of memory (state checkpoints for %d positions)", n);
   }
   s->ckpt_cap = n;
+  s->ckpt_touched = 0;
   return 0;
+}
+
+void q35_session_ckpt_touch(q35_session *s) {
+  if (s->ckpt_touched || s->ckpt_cap < 1) return;
+  const q35_hparams *hp = &s->model->hp;
+  for (int l = 0; l < s->model->n_gdn_layers; l++) {
+    memset(s->ckpt_conv[l], 0, conv_floats(hp) * (size_t)s->ckpt_cap * sizeof(float) + sizeof(float));
+    memset(s->ckpt_ssm[l], 0, ssm_floats(hp) * (size_t)s->ckpt_cap * sizeof(float));
+  }
+  s->ckpt_touched = 1;
 }
 
 int q35_session_ckpt_reserve(q35_session *s, int32_t n, q35_err *err) {

@@ -524,7 +524,7 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
       v->n_tokens = b->nd[r] + 1;
       v->n_outputs = b->nd[r] + 1;
       s->hidden_all = hid;
-      q35_session_ckpt_touch(s); /* (once a session: outside the timed step) */
+      q35_session_ckpt_touch(s, b->nd[r]); /* (once a slot: outside the timed step) */
       q35_session_ckpt_arm(s, b->nd[r], err); /* slots allocated with the session: cannot fail */
     } else {
       b->hrow[r] = pend_region(b, s->mtp, r, v->n_tokens, hid);

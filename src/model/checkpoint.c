@@ -57,14 +57,16 @@ static int ckpt_grow(q35_session *s, int32_t n, q35_err *err) {
   return 0;
 }
 
-void q35_session_ckpt_touch(q35_session *s) {
-  if (s->ckpt_touched || s->ckpt_cap < 1) return;
+void q35_session_ckpt_touch(q35_session *s, int32_t n) {
+  if (n > s->ckpt_cap) n = s->ckpt_cap;
+  if (n <= s->ckpt_touched) return;
   const q35_hparams *hp = &s->model->hp;
+  const size_t cn = conv_floats(hp), sn = ssm_floats(hp), i0 = (size_t)s->ckpt_touched, k = (size_t)n - i0;
   for (int l = 0; l < s->model->n_gdn_layers; l++) {
-    memset(s->ckpt_conv[l], 0, conv_floats(hp) * (size_t)s->ckpt_cap * sizeof(float) + sizeof(float));
-    memset(s->ckpt_ssm[l], 0, ssm_floats(hp) * (size_t)s->ckpt_cap * sizeof(float));
+    memset(s->ckpt_conv[l] + i0 * cn, 0, k * cn * sizeof(float));
+    memset(s->ckpt_ssm[l] + i0 * sn, 0, k * sn * sizeof(float));
   }
-  s->ckpt_touched = 1;
+  s->ckpt_touched = n;
 }
 
 int q35_session_ckpt_reserve(q35_session *s, int32_t n, q35_err *err) {

@@ -555,44 +555,83 @@ static void test_policy(void) {
   memset(&p, 0, sizeof p);
   double acc[4] = {0.8, 0.8, 0.8, 0.8};
   int32_t dmax[4] = {3, 3, 3, 3}, d[4];
-  q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, 0, d);
+  q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, NULL, 0, d);
   CHECK(d[0] == 0, "no times measured: %d drafts", d[0]);
   /* memory-bound, MoE-like: every token of a step adds weights to read (2 ms), a step 10 ms */
   for (int T = 1; T <= Q35_POL_TMAX; T++) q35_draft_policy_step(&p, T, 0.010 + 0.002 * T);
   for (int B = 1; B <= 8; B++) q35_draft_policy_head(&p, B, 0.003);
-  q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, 0, d);
+  q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, NULL, 0, d);
   CHECK(d[0] >= 1, "one row, memory-bound, acceptance 0.8: %d drafts", d[0]);
-  q35_draft_policy_plan(&p, 4, acc, dmax, 4, 4, 0, d);
+  q35_draft_policy_plan(&p, 4, acc, dmax, 4, 4, NULL, 0, d);
   CHECK(d[0] + d[1] + d[2] + d[3] == 0, "four rows: %d %d %d %d drafts", d[0], d[1], d[2], d[3]);
   double low = 0.1;
-  q35_draft_policy_plan(&p, 1, &low, dmax, 1, 1, 0, d);
+  q35_draft_policy_plan(&p, 1, &low, dmax, 1, 1, NULL, 0, d);
   CHECK(d[0] == 0, "acceptance 0.1: %d drafts", d[0]);
-  q35_draft_policy_plan(&p, 4, acc, dmax, 4, 4, 1, d);
+  q35_draft_policy_plan(&p, 4, acc, dmax, 4, 4, NULL, 1, d);
   CHECK(d[0] + d[1] + d[2] + d[3] == 1, "probe +1 at four rows: %d drafts", d[0] + d[1] + d[2] + d[3]);
-  q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, -1, d);
+  q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, NULL, -1, d);
   int32_t d1;
-  q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, 0, &d1);
+  q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, NULL, 0, &d1);
   CHECK(d[0] == d1 - 1, "probe -1: %d vs %d", d[0], d1);
   /* compute-bound: a step costs 5 ms per token */
   memset(&p, 0, sizeof p);
   for (int T = 1; T <= Q35_POL_TMAX; T++) q35_draft_policy_step(&p, T, 0.005 * T);
   q35_draft_policy_head(&p, 1, 0.002);
-  q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, 0, d);
+  q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, NULL, 0, d);
   CHECK(d[0] == 0, "compute-bound: %d drafts", d[0]);
   /* only the plain step measured: the next size counts as free and gets tried */
   memset(&p, 0, sizeof p);
   q35_draft_policy_step(&p, 1, 0.01);
-  q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, 0, d);
+  q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, NULL, 0, d);
   CHECK(d[0] >= 1, "untried sizes are tried: %d drafts", d[0]);
   /* at four rows likewise, but one draft tries the next size, not every row's drafts */
   memset(&p, 0, sizeof p);
   q35_draft_policy_step(&p, 4, 0.04);
-  q35_draft_policy_plan(&p, 4, acc, dmax, 4, 4, 0, d);
+  q35_draft_policy_plan(&p, 4, acc, dmax, 4, 4, NULL, 0, d);
   CHECK(d[0] + d[1] + d[2] + d[3] == 1, "an untried size at four rows: %d drafts", d[0] + d[1] + d[2] + d[3]);
   /* three rows between measured sizes 2 and 4: the plain step of 3 is measured before any draft */
   q35_draft_policy_step(&p, 2, 0.02);
-  q35_draft_policy_plan(&p, 3, acc, dmax, 3, 3, 0, d);
+  q35_draft_policy_plan(&p, 3, acc, dmax, 3, 3, NULL, 0, d);
   CHECK(d[0] + d[1] + d[2] == 0, "a plain step size only interpolated: %d drafts", d[0] + d[1] + d[2]);
+  /* the bytes model as the prior for sizes not measured (the 4-layer 35B-shaped file's profile:
+     256 experts of 1.77 MB in 4 layers, 8 used; the head one such layer, 32k output rows), the
+     measured steps at 20 GB/s: at four rows an extra token reads ~7 new experts a layer and a
+     head pass, 22 % of the step, for 0.5 expected tokens of 4 (12.5 %): no draft, where an
+     untried size used to count as free (above: one draft) */
+  {
+    const double fix = 350e6, exps = 4 * 256 * 1.77e6, fr = 8.0 / 256, hf = 25e6, he = 256 * 1.77e6, ho = 37e6;
+    const double spb = 1 / 20e9;
+    /* the test's own model of the bytes: the union of the experts T tokens reach at uniform routing */
+    double B[8];
+    for (int T = 1; T < 8; T++) B[T] = fix + exps * (1 - pow(1 - fr, T));
+    const double H1 = hf + he * fr + ho;
+    memset(&p, 0, sizeof p);
+    p.by_fixed = fix, p.by_exps = exps, p.exp_frac = fr, p.hd_fixed = hf, p.hd_exps = he, p.hd_out = ho;
+    q35_draft_policy_step(&p, 4, spb * B[4]);
+    double half[4] = {0.5, 0.5, 0.5, 0.5}, ones[4] = {1, 1, 1, 1};
+    q35_draft_policy_plan(&p, 4, half, dmax, 4, 4, NULL, 0, d);
+    CHECK(d[0] + d[1] + d[2] + d[3] == 0, "bytes prior, four rows at acceptance 0.5: %d drafts",
+          d[0] + d[1] + d[2] + d[3]);
+    const int32_t none[4] = {0, 0, 0, 0}, one[4] = {1, 0, 0, 0};
+    const double r0 = q35_draft_policy_rate(&p, 4, half, none, 4, 4, NULL);
+    const double r1 = q35_draft_policy_rate(&p, 4, ones, one, 4, 4, NULL);
+    const double want1 = 5 / (spb * B[4] * B[5] / B[4] + spb * H1);
+    CHECK(fabs(r0 - 4 / (spb * B[4])) < 1e-9 * r0, "rate without drafts: %.6g vs %.6g", r0, 4 / (spb * B[4]));
+    CHECK(fabs(r1 - want1) < 1e-9 * want1, "rate of one draft from the prior: %.6g vs %.6g", r1, want1);
+    /* a cold session's catch-up (first[]) is priced: with 400 MB of it (~100 % of a step) a draft
+       at one row stops paying */
+    memset(&p, 0, sizeof p);
+    p.by_fixed = fix, p.by_exps = exps, p.exp_frac = fr, p.hd_fixed = hf, p.hd_exps = he, p.hd_out = ho;
+    q35_draft_policy_step(&p, 1, spb * B[1]);
+    q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, NULL, 0, d);
+    CHECK(d[0] >= 1, "bytes prior, one row at acceptance 0.8: %d drafts", d[0]);
+    const double cu = 400e6;
+    q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, &cu, 0, d);
+    CHECK(d[0] == 0, "a catch-up of a step's bytes, one row at acceptance 0.8: %d drafts", d[0]);
+    const double r1c = q35_draft_policy_rate(&p, 1, ones, one, 1, 1, &cu);
+    const double want1c = 2 / (spb * B[2] + spb * H1 + spb * cu);
+    CHECK(fabs(r1c - want1c) < 1e-9 * want1c, "rate with a catch-up: %.6g vs %.6g", r1c, want1c);
+  }
   /* the probe schedule: every 32 steps, then 64, 128, ... while the plan holds; back to 32 when it moves */
   memset(&p, 0, sizeof p);
   int probes[8], np = 0;

@@ -44,6 +44,17 @@ typedef struct q35_draft_policy {
   uint32_t probe_every;           /* steps between probes: 32, doubling to 1024 while the plan holds */
   int32_t last_n, last_sum;       /* the previous plan: rows that could draft, drafts chosen */
   int probe_dir;                  /* the next probe's direction (+1 / -1, alternating) */
+  /* The bytes model (bench/mtp_bytes.py's; draft.c sets it from the model's tensors at the first
+   * step with drafts; all 0: none): the prior for step sizes and head passes not measured yet,
+   * scaled by the measured time per byte of the plain step. A step of T tokens reads by_fixed +
+   * by_exps * u(T), u(T) = 1 - (1 - exp_frac)^T the share of the routed experts T tokens reach
+   * (uniform routing); a head pass over B rows hd_fixed + hd_exps * u(B) + hd_out. */
+  double by_fixed;                /* trunk: every non-expert weight, the output matrix */
+  double by_exps;                 /* trunk: all routed experts of its layers */
+  double hd_fixed;                /* head: eh_proj, its layer's non-expert weights */
+  double hd_exps;                 /* head: all routed experts of its layer */
+  double hd_out;                  /* head: the output rows of the plan's draft vocabulary (set per plan) */
+  double exp_frac;                /* experts a token routes to / experts (0: dense) */
 } q35_draft_policy;
 
 /* Times measured: a step of T tokens took `seconds`; a head pass over B rows took `seconds`. */
@@ -64,11 +75,20 @@ int q35_draft_policy_probe(q35_draft_policy *p, int32_t n, int32_t sum);
  * tokens (without drafts) that emits n_out0 tokens: the choice with the most tokens per second
  * the measured times predict, built one draft at a time (each row's next draft adds acc^j
  * expected tokens and costs a token more in the step and its share of a head pass). A step time
- * not measured yet counts as free (so it gets tried), a step of T0 tokens not measured yet means
- * no drafts (its time is measured first). probe +1 / -1: one draft more / fewer than the best
- * choice (the times of neighbouring choices stay measured). */
+ * not measured yet is the bytes model's (free without one: so it gets tried), a step of T0
+ * tokens not measured yet means no drafts (its time is measured first). probe +1 / -1: one draft more / fewer than the best
+ * choice (the times of neighbouring choices stay measured). first[i] (NULL: none): the bytes row
+ * i's first draft adds (the catch-up of a cold session, model/mtp.h), priced at the plain step's
+ * seconds per byte. */
 void q35_draft_policy_plan(const q35_draft_policy *p, int32_t n, const double *acc, const int32_t *dmax, int64_t T0,
-                           double n_out0, int probe, int32_t *d);
+                           double n_out0, const double *first, int probe, int32_t *d);
+/* The tokens per second the times (and, for sizes not measured, the bytes model) predict for the
+ * choice d of the same rows (first: as for the plan); 0 when the plain step is not measured. A probe the plan's own choice
+ * beats by more than Q35_POL_PROBE_SLACK is not worth its step (draft.c skips it). */
+double q35_draft_policy_rate(const q35_draft_policy *p, int32_t n, const double *acc, const int32_t *d, int64_t T0,
+                             double n_out0, const double *first);
+#define Q35_POL_PROBE_SLACK 0.05
+#define Q35_POL_PROBE_MAX 1024 /* the longest interval between probes (steps) */
 
 /* The buffers of a step with drafts (draft.c): grown on demand, kept. */
 typedef struct q35_draft_bufs {
@@ -78,6 +98,8 @@ typedef struct q35_draft_bufs {
   int32_t rows_cap;
   int32_t *toks;         /* per row [Q35_DRAFT_MAX + 1]: token, drafts */
   float *hid;            /* hidden states: per row its region of at[] */
+  float **hrow;          /* per row: where its pending and new hidden states are (its region of hid,
+                            or, for a row that does not draft and fits, its session's pend_h) */
   int32_t *ptok;         /* pair tokens, the same regions */
   size_t hid_cap;        /* (positions) */
   float *lg;             /* draft logits [rows][n_vocab] */

@@ -44,6 +44,7 @@ void q35_draft_bufs_free(q35_draft_bufs *b) {
   free(b->at);
   free(b->toks);
   free(b->hid);
+  free(b->hrow);
   free(b->ptok);
   free(b->lg);
   free(b->g);
@@ -62,7 +63,7 @@ static int bufs_reserve(q35_context *c, int32_t n, size_t positions, q35_err *er
   const size_t H = (size_t)c->model->hp.n_embd;
   if (n > b->rows_cap) {
     free(b->vrows), free(b->nd), free(b->pos0), free(b->mpos0), free(b->np0), free(b->at), free(b->toks);
-    free(b->mrows), free(b->acc), free(b->dmax), free(b->cand), free(b->g), free(b->drafted_con);
+    free(b->mrows), free(b->acc), free(b->dmax), free(b->cand), free(b->g), free(b->drafted_con), free(b->hrow);
     b->vrows = malloc((size_t)n * sizeof *b->vrows);
     b->nd = malloc((size_t)n * sizeof *b->nd);
     b->pos0 = malloc((size_t)n * sizeof *b->pos0);
@@ -75,10 +76,11 @@ static int bufs_reserve(q35_context *c, int32_t n, size_t positions, q35_err *er
     b->dmax = malloc((size_t)n * sizeof *b->dmax);
     b->cand = malloc((size_t)n * sizeof *b->cand);
     b->drafted_con = malloc((size_t)n * sizeof *b->drafted_con);
-    b->g = q35_alloc64((size_t)n * H * sizeof(float), 0);
+    b->hrow = malloc((size_t)n * sizeof *b->hrow);
+    b->g = q35_alloc64((size_t)n * H * sizeof(float), 1);
     b->rows_cap = n;
     if (!b->vrows || !b->nd || !b->pos0 || !b->mpos0 || !b->np0 || !b->at || !b->toks || !b->mrows || !b->acc ||
-        !b->dmax || !b->cand || !b->g || !b->drafted_con) {
+        !b->dmax || !b->cand || !b->g || !b->drafted_con || !b->hrow) {
       q35_draft_bufs_free(b);
       return q35_seterr(err, "out of memory (a step of %d rows with drafts)", n);
     }
@@ -86,7 +88,7 @@ static int bufs_reserve(q35_context *c, int32_t n, size_t positions, q35_err *er
   if (positions > b->hid_cap) {
     free(b->hid);
     free(b->ptok);
-    b->hid = q35_alloc64(positions * H * sizeof(float), 0);
+    b->hid = q35_alloc64(positions * H * sizeof(float), 1); /* touched now: see touch_reserve */
     b->ptok = malloc(positions * sizeof *b->ptok);
     b->hid_cap = positions;
     if (!b->hid || !b->ptok) {
@@ -102,9 +104,30 @@ static int lg_reserve(q35_context *c, int32_t n, q35_err *err) {
   q35_draft_bufs *b = &c->dr;
   if (n <= b->lg_cap) return 0;
   free(b->lg);
-  b->lg = q35_alloc64((size_t)n * (size_t)c->model->hp.n_vocab * sizeof(float), 0);
+  b->lg = q35_alloc64((size_t)n * (size_t)c->model->hp.n_vocab * sizeof(float), 1); /* touched: see touch_reserve */
   b->lg_cap = b->lg ? n : 0;
   return b->lg ? 0 : q35_seterr(err, "out of memory (draft logits of %d rows)", n);
+}
+
+/* The buffers a step of these rows needs if every row that may draft drafts all it may: the draft
+ * logits and the trunk's logits of every verified position, grown (and touched: zeroed) in the
+ * first step that drafts, before its timed parts. Else each verify step of a new largest shape
+ * would reallocate them, page-faulting on every 4 KiB it writes (~1 MiB of logits a position at
+ * the real vocabulary): a one-off cost inside a step the draft plan times, repeated as the steps
+ * grow. Not earlier: a server whose plan never drafts (4 streams) never pays for them. */
+static int touch_reserve(q35_context *c, const q35_row *rows, int32_t n_rows, q35_err *err) {
+  int32_t n_out = 0, n_cand = 0;
+  for (int32_t r = 0; r < n_rows; r++) {
+    const q35_row *row = &rows[r];
+    n_out += row->n_outputs == Q35_OUTPUTS_NONE ? 0 : row->n_outputs > 1 ? row->n_outputs : 1;
+    if (row->n_draft > 0) n_out += row->n_draft, n_cand++;
+  }
+  if (n_cand && lg_reserve(c, n_cand, err)) return -1;
+  if (n_cand && n_out > c->out_cap) {
+    if (q35_context_reserve(c, n_rows, n_out, err)) return -1;
+    memset(c->logits, 0, (size_t)n_out * (size_t)c->model->hp.n_vocab * sizeof(float));
+  }
+  return 0;
 }
 
 /* A row's draft fields (the rest is q35_step_check's). */
@@ -279,6 +302,49 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
   return 0;
 }
 
+/* Bytes of a tensor (0 when absent). */
+static double tbytes(const q35_tensor *t) {
+  if (!t->data) return 0;
+  return (double)t->nb2 * (double)(t->ne[2] > 1 ? t->ne[2] : 1) * (double)(t->ne[3] > 1 ? t->ne[3] : 1);
+}
+
+/* A layer's bytes: the routed experts into *exps, the rest into *dense. */
+static void layer_bytes(const q35_layer *L, double *dense, double *exps) {
+  const q35_tensor *ex[] = {&L->gate_exps, &L->up_exps, &L->gate_up_exps, &L->down_exps};
+  const q35_tensor *de[] = {&L->attn_norm, &L->post_norm,  &L->wq,         &L->wk,         &L->wv,        &L->wo,
+                            &L->q_norm,    &L->k_norm,     &L->wqkv,       &L->wz,         &L->wbeta,     &L->walpha,
+                            &L->conv,      &L->dt_bias,    &L->ssm_a,      &L->ssm_norm,   &L->ssm_out,   &L->router,
+                            &L->gate_shexp, &L->up_shexp,  &L->down_shexp, &L->shexp_gate, &L->ffn_gate,  &L->ffn_up,
+                            &L->ffn_down};
+  for (size_t i = 0; i < sizeof ex / sizeof ex[0]; i++) *exps += tbytes(ex[i]);
+  for (size_t i = 0; i < sizeof de / sizeof de[0]; i++) *dense += tbytes(de[i]);
+}
+
+/* The policy's bytes model from the model's tensors (once: the weights do not change). */
+static void pol_bytes(q35_context *c) {
+  q35_draft_policy *p = &c->pol;
+  const q35_model *m = c->model;
+  if (p->by_fixed > 0) return;
+  double dense = tbytes(&m->output) + tbytes(&m->output_norm), exps = 0, hd = 0, he = 0;
+  for (int il = m->layer_begin; il < m->layer_end; il++) layer_bytes(&m->layers[il], &dense, &exps);
+  layer_bytes(&m->mtp.layer, &hd, &he);
+  hd += tbytes(&m->mtp.eh_proj) + tbytes(&m->mtp.enorm) + tbytes(&m->mtp.hnorm) + tbytes(&m->mtp.head_norm);
+  p->exp_frac = m->hp.is_moe && m->hp.n_expert > 0 ? (double)m->hp.n_expert_used / m->hp.n_expert : 0;
+  if (p->exp_frac <= 0) dense += exps, hd += he, exps = he = 0; /* (dense FFN: every token reads it all) */
+  p->by_exps = exps;
+  p->hd_fixed = hd;
+  p->hd_exps = he;
+  p->by_fixed = dense;
+}
+
+/* The bytes a cold session's first draft adds: the catch-up over its pending pairs but the last
+ * (model/mtp.h), without the output rows; 0 when it has none to catch up. */
+static double catchup_bytes(const q35_draft_policy *p, const q35_mtp_cache *mc) {
+  if (mc->n_pend <= mc->draft_max + 1) return 0;
+  const double u = p->exp_frac > 0 ? 1 - pow(1 - p->exp_frac, mc->n_pend - 1) : 1;
+  return p->hd_fixed + p->hd_exps * u;
+}
+
 /* How many drafts each row carries (b->nd). */
 static void plan(q35_context *c, const q35_row *rows, int32_t n_rows) {
   q35_draft_bufs *b = &c->dr;
@@ -305,12 +371,34 @@ static void plan(q35_context *c, const q35_row *rows, int32_t n_rows) {
     n++;
   }
   if (n == 0) return;
+  pol_bytes(c);
+  {
+    const q35_mtp_cache *mc = rows[b->cand[0]].session->mtp;
+    c->pol.hd_out = (double)c->model->mtp.head.nb1 * (double)mc->draft_vocab;
+  }
+  /* a cold session's catch-up, in the plan spread over the steps a session that starts drafting
+     stays warm (it is paid once), in a probe's check whole (a probe drafts once) */
+  double first[n], first1[n];
+  for (int32_t i = 0; i < n; i++) {
+    first1[i] = catchup_bytes(&c->pol, rows[b->cand[i]].session->mtp);
+    first[i] = first1[i] / Q35_MTP_IDLE_STEPS;
+  }
   int32_t d[n], d0[n];
-  q35_draft_policy_plan(&c->pol, n, b->acc, b->dmax, T0, n_out0, 0, d0);
+  q35_draft_policy_plan(&c->pol, n, b->acc, b->dmax, T0, n_out0, first, 0, d0);
   int32_t sum = 0;
   for (int32_t i = 0; i < n; i++) sum += d0[i];
-  const int probe = q35_draft_policy_probe(&c->pol, n, sum);
-  if (probe) q35_draft_policy_plan(&c->pol, n, b->acc, b->dmax, T0, n_out0, probe, d);
+  int probe = q35_draft_policy_probe(&c->pol, n, sum);
+  if (probe) q35_draft_policy_plan(&c->pol, n, b->acc, b->dmax, T0, n_out0, first, probe, d);
+  /* a probe the model and the times say loses more than the slack, even if every draft of it
+     were accepted, is skipped (at 4 rows of a 256-expert MoE one probe draft with its cold
+     catch-up costs ~40 % of a step); the rare ones at the longest interval still go */
+  if (probe > 0 && c->pol.probe_every < Q35_POL_PROBE_MAX) {
+    double one[n];
+    for (int32_t i = 0; i < n; i++) one[i] = 1;
+    const double r0 = q35_draft_policy_rate(&c->pol, n, b->acc, d0, T0, n_out0, first);
+    const double r1 = q35_draft_policy_rate(&c->pol, n, one, d, T0, n_out0, first1);
+    if (r0 > 0 && r1 < r0 * (1 - Q35_POL_PROBE_SLACK)) probe = 0;
+  }
   for (int32_t i = 0; i < n; i++) {
     q35_mtp_cache *mc = rows[b->cand[i]].session->mtp;
     b->nd[b->cand[i]] = probe ? d[i] : d0[i];
@@ -334,7 +422,7 @@ static void keep_pending(q35_context *c, q35_row *rows, const int32_t *is, int32
     const q35_row *row = &b->vrows[r];
     q35_mtp_cache *mc = row->session->mtp;
     const int32_t np0 = b->np0[r], n = row->n_tokens, pairs = np0 + n - 1;
-    float *hid = b->hid + b->at[r] * H;
+    float *hid = b->hrow[r]; /* (may be mc->pend_h itself: memmove) */
     int32_t *pt = b->ptok + b->at[r];
     if (np0 > 0) memcpy(pt, mc->pend_t, (size_t)(np0 - 1) * sizeof *pt);
     memcpy(pt + (np0 > 0 ? np0 - 1 : 0), row->tokens + (np0 > 0 ? 0 : 1), (size_t)(np0 > 0 ? n : n - 1) * sizeof *pt);
@@ -344,7 +432,7 @@ static void keep_pending(q35_context *c, q35_row *rows, const int32_t *is, int32
          pass; the pass that makes its next drafts catches up over the kept ones */
       const int32_t keep = Q35_MTP_PEND_KEEP, skip = pairs + 1 - keep;
       q35_mtp_cache_skip(mc, skip);
-      memcpy(mc->pend_h, hid + (size_t)skip * H, (size_t)keep * H * sizeof(float));
+      memmove(mc->pend_h, hid + (size_t)skip * H, (size_t)keep * H * sizeof(float));
       memcpy(mc->pend_t, pt + skip, (size_t)(keep - 1) * sizeof *pt);
       mc->n_pend = keep;
       continue;
@@ -353,7 +441,7 @@ static void keep_pending(q35_context *c, q35_row *rows, const int32_t *is, int32
       b->mrows[nf++] = (q35_mtp_row){mc, pt, hid, pairs, NULL, NULL};
       continue;
     }
-    memcpy(mc->pend_h + (size_t)np0 * H, hid + (size_t)np0 * H, (size_t)n * H * sizeof(float));
+    if (hid != mc->pend_h) memcpy(mc->pend_h + (size_t)np0 * H, hid + (size_t)np0 * H, (size_t)n * H * sizeof(float));
     if (pairs > 0) memcpy(mc->pend_t, pt, (size_t)pairs * sizeof *pt);
     mc->n_pend = np0 + n;
   }
@@ -370,9 +458,20 @@ static void keep_pending(q35_context *c, q35_row *rows, const int32_t *is, int32
       mc->n_pend = 0;
       continue;
     }
-    memcpy(mc->pend_h, b->mrows[i].hidden + (size_t)b->mrows[i].n * H, H * sizeof(float));
+    memmove(mc->pend_h, b->mrows[i].hidden + (size_t)b->mrows[i].n * H, H * sizeof(float));
     mc->n_pend = 1;
   }
+}
+
+/* Where row r (not drafting, n tokens) keeps its pending and new hidden states: right after the
+ * pending ones in the session's pend_h when they fit (a decode row: nothing to copy, the pending
+ * pairs stay where they are), else its region hid of b->hid with the pending ones copied in
+ * first (a prompt chunk: keep_pending takes what it keeps from there). */
+static float *pend_region(q35_draft_bufs *b, q35_mtp_cache *mc, int32_t r, int32_t n, float *hid) {
+  const size_t H = (size_t)mc->s.model->hp.n_embd;
+  if (b->np0[r] + n <= mc->pend_cap) return mc->pend_h;
+  memcpy(hid, mc->pend_h, (size_t)b->np0[r] * H * sizeof(float));
+  return hid;
 }
 
 /* The hidden-state regions of the rows on sessions with drafts (b->at), and the total. */
@@ -407,7 +506,7 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
   plan(c, rows, n_rows);
   int any = 0;
   for (int32_t r = 0; r < n_rows; r++) any |= b->nd[r] > 0;
-  if (any && make_drafts(c, rows, n_rows, err)) {
+  if (any && (touch_reserve(c, rows, n_rows, err) || make_drafts(c, rows, n_rows, err))) {
     for (int32_t r = 0; r < n_rows; r++)
       if (rows[r].session->mtp) rows[r].session->mtp->s.pos = b->mpos0[r], rows[r].session->mtp->n_pend = b->np0[r];
     return -1;
@@ -425,10 +524,11 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
       v->n_tokens = b->nd[r] + 1;
       v->n_outputs = b->nd[r] + 1;
       s->hidden_all = hid;
+      q35_session_ckpt_touch(s, b->nd[r]); /* (once a slot: outside the timed step) */
       q35_session_ckpt_arm(s, b->nd[r], err); /* slots allocated with the session: cannot fail */
     } else {
-      memcpy(hid, s->mtp->pend_h, (size_t)b->np0[r] * H * sizeof(float));
-      s->hidden_all = hid + (size_t)b->np0[r] * H;
+      b->hrow[r] = pend_region(b, s->mtp, r, v->n_tokens, hid);
+      s->hidden_all = b->hrow[r] + (size_t)b->np0[r] * H;
     }
   }
   const double t0 = pol_clock(c);
@@ -514,9 +614,8 @@ int q35_draft_eval(q35_context *c, q35_fwd_row *fr, q35_err *err) {
   b->np0[0] = s->mtp->n_pend;
   b->nd[0] = 0;
   s->mtp->last_emitted = 0;
-  float *hid = b->hid + b->at[0] * H;
-  memcpy(hid, s->mtp->pend_h, (size_t)b->np0[0] * H * sizeof(float));
-  s->hidden_all = hid + (size_t)b->np0[0] * H;
+  b->hrow[0] = pend_region(b, s->mtp, 0, fr->n, b->hid + b->at[0] * H);
+  s->hidden_all = b->hrow[0] + (size_t)b->np0[0] * H;
   const int rc = q35_forward(c->model, q35_context_ws(c), fr, 1, err);
   s->hidden_all = NULL;
   if (rc) return -1;

@@ -53,10 +53,27 @@ double q35_draft_policy_accept(const q35_draft_policy *p, double s, double f) {
   return (s + PRIOR_WEIGHT * prior) / (s + f + PRIOR_WEIGHT);
 }
 
+/* The bytes model (context.h): a trunk step of T tokens, a head pass over B rows. */
+static double routed(const q35_draft_policy *p, double n) { return p->exp_frac > 0 ? 1 - pow(1 - p->exp_frac, n) : 1; }
+static double trunk_bytes(const q35_draft_policy *p, int64_t T) { return p->by_fixed + p->by_exps * routed(p, (double)T); }
+static double head_bytes(const q35_draft_policy *p, int32_t B) {
+  return p->hd_fixed + p->hd_exps * routed(p, B) + p->hd_out;
+}
+
+/* Seconds per byte of the measured step of T tokens (0: no bytes model, or not measured). */
+static double sec_per_byte(const q35_draft_policy *p, int64_t T) {
+  if (p->by_fixed <= 0 || T < 1 || T > Q35_POL_TMAX || !p->fwd_n[T]) return 0;
+  return p->fwd[T] / trunk_bytes(p, T);
+}
+
 /* F(T): the measured time of a step of T tokens, interpolated between the nearest measured
- * sizes, extrapolated along the slope of the two largest measured ones below T (when positive); < 0:
- * unknown. */
-static double fwd_time(const q35_draft_policy *p, int64_t T) {
+ * sizes, extrapolated along the slope of the two largest measured ones below T (when positive);
+ * else the bytes model's prior, the nearest measured size scaled by the bytes the two read (at
+ * 4 rows an extra token reads the experts it routes to that the 4 others do not: ~7 of 8 new
+ * with 256 experts, where at one row the whole step costs about that; *prior = 1); < 0: unknown
+ * (no bytes model). */
+static double fwd_time_p(const q35_draft_policy *p, int64_t T, int *prior) {
+  if (prior) *prior = 0;
   if (T >= 1 && T <= Q35_POL_TMAX && p->fwd_n[T]) return p->fwd[T];
   int64_t lo = -1, lo2 = -1, hi = -1;
   const int64_t top = T < Q35_POL_TMAX ? T : Q35_POL_TMAX + 1;
@@ -72,16 +89,26 @@ static double fwd_time(const q35_draft_policy *p, int64_t T) {
     /* a larger size measured cheaper than a smaller one says nothing about the slope (noise, or
        a one-off cost in the smaller one): unknown, so one draft tries it, not free for all */
     const double slope = (p->fwd[lo] - p->fwd[lo2]) / (double)(lo - lo2);
-    return slope > 0 ? p->fwd[lo] + slope * (double)(T - lo) : -1;
+    if (slope > 0) return p->fwd[lo] + slope * (double)(T - lo);
   }
-  return -1;
+  const int64_t ref = lo > 0 ? lo : hi;
+  if (p->by_fixed <= 0 || ref < 1) return -1;
+  if (prior) *prior = 1;
+  return p->fwd[ref] * trunk_bytes(p, T) / trunk_bytes(p, ref);
 }
+static double fwd_time(const q35_draft_policy *p, int64_t T) { return fwd_time_p(p, T, NULL); }
 
 /* H(B): a head pass over B rows (0 for none); that of the nearest measured size where B is not
- * measured (the pass reads the head's weights once for all its rows), 0 when none is (a pass
- * not measured yet counts as free, so it gets tried). */
-static double head_time(const q35_draft_policy *p, int32_t B) {
+ * measured (the pass reads the head's weights once for all its rows); when none is, the bytes
+ * model's at spb seconds a byte (the plain step's), or 0 without one (a pass not measured yet
+ * counts as free, so it gets tried). */
+static double head_time(const q35_draft_policy *p, int32_t B, double spb) {
   if (B <= 0) return 0;
+  {
+    int any = 0;
+    for (int32_t i = 1; i <= Q35_POL_BMAX && !any; i++) any = p->head_n[i] != 0;
+    if (!any) return spb * head_bytes(p, B);
+  }
   if (B > Q35_POL_BMAX) B = Q35_POL_BMAX;
   for (int32_t dlt = 0; dlt < Q35_POL_BMAX; dlt++) {
     if (B - dlt >= 1 && p->head_n[B - dlt]) return p->head[B - dlt];
@@ -97,7 +124,7 @@ static double fwd_delta(const q35_draft_policy *p, int64_t T) {
 }
 
 #define PROBE_FIRST 32
-#define PROBE_MAX 1024
+#define PROBE_MAX Q35_POL_PROBE_MAX
 
 int q35_draft_policy_probe(q35_draft_policy *p, int32_t n, int32_t sum) {
   if (!p->probe_every) {
@@ -120,7 +147,7 @@ int q35_draft_policy_probe(q35_draft_policy *p, int32_t n, int32_t sum) {
 }
 
 void q35_draft_policy_plan(const q35_draft_policy *p, int32_t n, const double *acc, const int32_t *dmax, int64_t T0,
-                           double n_out0, int probe, int32_t *d) {
+                           double n_out0, const double *first, int probe, int32_t *d) {
   for (int32_t i = 0; i < n; i++) d[i] = 0;
   double t = fwd_time(p, T0);
   /* the step without drafts is measured first: itself, not interpolated between neighbours (at
@@ -130,18 +157,22 @@ void q35_draft_policy_plan(const q35_draft_policy *p, int32_t n, const double *a
   int32_t in_pass[Q35_DRAFT_MAX + 2] = {0}; /* rows in head pass j (the pass making draft j) */
   double N = n_out0 > 0 ? n_out0 : 1;
   int64_t T = T0;
+  const double spb = sec_per_byte(p, T0);
   for (;;) {
-    /* a step size not measured yet counts as free, so one draft gets it tried and measured; one
-       unmeasured size per step (not every draft of every row: at 4 rows the first such step would
-       carry 4 x dmax drafts, each a head pass and a verified token that rarely pays there) */
-    const int unknown = fwd_time(p, T + 1) < 0;
+    /* a step size not measured yet counts as the bytes model says (free without one), so one
+       draft gets it tried and measured where the model says it may pay; one unmeasured size per
+       step (not every draft of every row: at 4 rows the first such step would carry 4 x dmax
+       drafts, each a head pass and a verified token that rarely pays there) */
+    int unknown = 0;
+    if (fwd_time_p(p, T + 1, &unknown) < 0) unknown = 1;
     int32_t best = -1;
     double best_rate = N / t, bN = 0, bt = 0;
     for (int32_t i = 0; i < n; i++) {
       if (d[i] >= dmax[i] || d[i] >= Q35_DRAFT_MAX) continue;
       const int32_t j = d[i] + 1;
       const double dN = pow(acc[i], j);
-      const double dt = fwd_delta(p, T) + head_time(p, in_pass[j] + 1) - head_time(p, in_pass[j]);
+      const double dt = fwd_delta(p, T) + head_time(p, in_pass[j] + 1, spb) - head_time(p, in_pass[j], spb) +
+                        (j == 1 && first ? spb * first[i] : 0);
       const double rate = (N + dN) / (t + dt);
       if (rate > best_rate * (1 + 1e-9)) {
         best = i;
@@ -168,4 +199,28 @@ void q35_draft_policy_plan(const q35_draft_policy *p, int32_t n, const double *a
       if (d[i] > 0 && (b < 0 || acc[i] < acc[b])) b = i;
     if (b >= 0) d[b]--;
   }
+}
+
+double q35_draft_policy_rate(const q35_draft_policy *p, int32_t n, const double *acc, const int32_t *d, int64_t T0,
+                             double n_out0, const double *first) {
+  const double t0 = fwd_time(p, T0);
+  if (t0 <= 0 || (T0 <= Q35_POL_TMAX && !p->fwd_n[T0])) return 0;
+  const double spb = sec_per_byte(p, T0);
+  int32_t in_pass[Q35_DRAFT_MAX + 2] = {0};
+  double N = n_out0 > 0 ? n_out0 : 1, extra = 0;
+  int64_t T = T0;
+  for (int32_t i = 0; i < n; i++) {
+    double a = 1;
+    for (int32_t j = 1; j <= d[i] && j <= Q35_DRAFT_MAX; j++) {
+      a *= acc[i];
+      N += a;
+      in_pass[j]++;
+    }
+    T += d[i];
+    if (d[i] > 0 && first) extra += spb * first[i];
+  }
+  double t = fwd_time(p, T);
+  if (t < t0) t = t0; /* unknown (no bytes model), or measured cheaper: no dearer than the plain step */
+  for (int32_t j = 1; j <= Q35_DRAFT_MAX; j++) t += head_time(p, in_pass[j], spb);
+  return N / (t + extra);
 }

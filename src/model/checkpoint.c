@@ -41,6 +41,8 @@ static int ckpt_grow(q35_session *s, int32_t n, q35_err *err) {
   s->ckpt_conv = calloc((size_t)L + 1, sizeof(float *));
   s->ckpt_ssm = calloc((size_t)L + 1, sizeof(float *));
   int ok = s->ckpt_conv && s->ckpt_ssm;
+  /* not touched yet: a session whose rows never draft (a server at 4 streams, where the plan
+     declines) never pays for their pages; q35_session_ckpt_touch does before the first verify */
   for (int i = 0; ok && i < L; i++) {
     s->ckpt_conv[i] = q35_alloc64(conv_floats(hp) * (size_t)n * sizeof(float) + sizeof(float), 0);
     s->ckpt_ssm[i] = q35_alloc64(ssm_floats(hp) * (size_t)n * sizeof(float), 0);
@@ -51,7 +53,20 @@ static int ckpt_grow(q35_session *s, int32_t n, q35_err *err) {
     return q35_seterr(err, "out of memory (state checkpoints for %d positions)", n);
   }
   s->ckpt_cap = n;
+  s->ckpt_touched = 0;
   return 0;
+}
+
+void q35_session_ckpt_touch(q35_session *s, int32_t n) {
+  if (n > s->ckpt_cap) n = s->ckpt_cap;
+  if (n <= s->ckpt_touched) return;
+  const q35_hparams *hp = &s->model->hp;
+  const size_t cn = conv_floats(hp), sn = ssm_floats(hp), i0 = (size_t)s->ckpt_touched, k = (size_t)n - i0;
+  for (int l = 0; l < s->model->n_gdn_layers; l++) {
+    memset(s->ckpt_conv[l] + i0 * cn, 0, k * cn * sizeof(float));
+    memset(s->ckpt_ssm[l] + i0 * sn, 0, k * sn * sizeof(float));
+  }
+  s->ckpt_touched = n;
 }
 
 int q35_session_ckpt_reserve(q35_session *s, int32_t n, q35_err *err) {

@@ -154,6 +154,7 @@ struct q35_session {
   int32_t ckpt_n, ckpt_cap, ckpt_pos0;
   int32_t ckpt_last;             /* the n_max of the last arm: slots holding that pass's states */
   float **ckpt_conv, **ckpt_ssm; /* per DeltaNet layer: [ckpt_cap][conv], [ckpt_cap][ssm] */
+  int32_t ckpt_touched;          /* slots [0, ckpt_touched) have their pages touched (q35_session_ckpt_touch) */
   /* NULL, or where a forward pass writes output_norm(x) of every position of this session's row
    * (n * n_embd floats; the MTP head's input over a prompt, model/mtp.h) */
   float *hidden_all;

@@ -128,6 +128,12 @@ void q35_session_ckpt_disarm(q35_session *s);
 /* After a rollback: the state after token i (i < the n_max of the last arm) of the last armed
  * pass into the session, at position start + i + 1. */
 void q35_session_ckpt_restore(q35_session *s, int32_t i);
+/* Touch (zero) the pages of checkpoint slots [0, n) not touched yet, before an armed pass of n
+ * drafts: that pass would otherwise page-fault on every slot it writes for the first time (~2 MiB
+ * a DeltaNet layer and draft on the 35B shapes), a one-off cost inside the verify step the draft
+ * plan times (engine/draft.c does it outside the timed part); slots no draft reaches are never
+ * faulted in. Their contents are never read before an armed pass writes them. */
+void q35_session_ckpt_touch(q35_session *s, int32_t n);
 /* Allocate n checkpoint slots now (a session with drafts sizes them at creation). */
 int q35_session_ckpt_reserve(q35_session *s, int32_t n, q35_err *err);
 

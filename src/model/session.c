@@ -69,7 +69,8 @@ static int draft_state_new(q35_session *s, q35_err *err) {
   c->draft_vocab = p->draft_vocab > 0 ? p->draft_vocab : m->hp.n_vocab;
   c->pend_cap = pend_cap(p->draft_max);
   c->idle = Q35_MTP_IDLE_STEPS; /* cold until the plan first drafts for it (model/mtp.h) */
-  c->pend_h = q35_alloc64((size_t)c->pend_cap * (size_t)m->hp.n_embd * sizeof(float), 0);
+  /* touched now (zeroed), not in the first steps that keep hidden states */
+  c->pend_h = q35_alloc64((size_t)c->pend_cap * (size_t)m->hp.n_embd * sizeof(float), 1);
   c->pend_t = malloc((size_t)c->pend_cap * sizeof(int32_t));
   if (!c->pend_h || !c->pend_t) return q35_seterr(err, "out of memory (the MTP head's pending states)");
   if (q35_session_ckpt_reserve(s, p->draft_max, err)) return -1;

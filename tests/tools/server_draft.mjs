@@ -8,11 +8,14 @@
 // accepted drafts: the row keeps the tokens before it), and a two-turn session whose second turn
 // reuses the first one's state (prefix reuse restores the MTP head's state too: the reused turn
 // drafts and accepts exactly as the same turn on a fresh session). usage carries draft_tokens /
-// draft_accepted_tokens with speculation on and not without; /metrics counts them.
-// Env: Q35_URL_A, Q35_URL_B, Q35_URL_C, Q35_MODEL (the served model id). Exit 0 = all passed.
+// draft_accepted_tokens with speculation on and not without; /metrics counts them. Last, requests
+// that a fresh server D (as B) serves first, sent to B after all the others: the same outputs and
+// the same drafts accepted (the context's draft and logit buffers, reserved and touched ahead
+// of a step's largest use, and the slots' sessions with their checkpoint slots, carry nothing over).
+// Env: Q35_URL_A, Q35_URL_B, Q35_URL_C, Q35_URL_D, Q35_MODEL (the served model id). Exit 0 = all passed.
 import OpenAI from 'openai';
 
-const urls = { A: process.env.Q35_URL_A, B: process.env.Q35_URL_B, C: process.env.Q35_URL_C };
+const urls = { A: process.env.Q35_URL_A, B: process.env.Q35_URL_B, C: process.env.Q35_URL_C, D: process.env.Q35_URL_D };
 const MODEL = process.env.Q35_MODEL;
 const client = (u, headers) =>
   new OpenAI({ baseURL: `${u}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60000, defaultHeaders: headers });
@@ -191,6 +194,29 @@ await section('Messages with a thinking budget: the forced </think> cuts rows (t
   for (const budget of [2, 3, 4, 5, 6, 7, 9]) {
     const [a, b] = await Promise.all([messages(urls.A, budget), messages(urls.B, budget)]);
     check(JSON.stringify(a) === JSON.stringify(b), `messages budget ${budget} differs`, { a, b });
+  }
+});
+
+// a fresh server's first requests (one, then four at once) against the same on B after everything
+// above: B's slots and context have drafted, verified and rolled back many times by now
+await section('a fresh server drafts as one that served other sessions before', async () => {
+  const one = { prompt: 'late fresh one', max_tokens: 40, seed: 31, temperature: 0.9, logprobs: 2 };
+  const four = [0, 1, 2, 3].map((i) => ({ prompt: `late batch ${i}`, max_tokens: 36, seed: 40 + i, temperature: 0.8,
+    logprobs: 1 }));
+  const run = async (u) => {
+    const r1 = await send(u, 'comp', one);
+    const rs = await Promise.all(four.map((b) => send(u, 'comp', b)));
+    return [r1, ...rs].map((r) => ({ out: norm(r), drafted: r.usage.draft_tokens, accepted: r.usage.draft_accepted_tokens,
+      cached: r.usage.prompt_tokens_details ? r.usage.prompt_tokens_details.cached_tokens : 0 }));
+  };
+  const d = await run(urls.D);
+  const b = await run(urls.B);
+  for (let i = 0; i < d.length; i++) {
+    check(d[i].cached === 0 && b[i].cached === 0, `late ${i}: no prefix reused`, { d: d[i].cached, b: b[i].cached });
+    check(JSON.stringify(d[i].out) === JSON.stringify(b[i].out), `late ${i}: outputs differ from a fresh server's`,
+      { d: d[i].out, b: b[i].out });
+    check(d[i].drafted === b[i].drafted && d[i].accepted === b[i].accepted && d[i].accepted > 0,
+      `late ${i}: drafts differ from a fresh server's`, { d: [d[i].drafted, d[i].accepted], b: [b[i].drafted, b[i].accepted] });
   }
 });
 

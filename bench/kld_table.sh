@@ -18,7 +18,8 @@
 # each scored. A recipe slots in as one more set, e.g. 'ud=--qtype ud_q4_k_xl'.
 # Prints a markdown table (stdout); with OUT=DIR keeps the files there and the raw JSON lines in
 # DIR/kld.jsonl. Not part of ctest.
-# Environment: Q35_BUILD (default <repo>/build), CTX (128), CHUNKS (4), THREADS (2), SHAPE, OUT;
+# Environment: Q35_BUILD (default <repo>/build), CTX (128), CHUNKS (4), THREADS (2), SHAPE, OUT,
+# SRC_TYPE (the source's type: f32, the default, or bf16 / f16 as real checkpoints are);
 # REUSE=1 with OUT keeps the source and base pass already there (more sets for the same table).
 # IMATRIX=1: an importance matrix of the source (q35 imatrix over CHUNKS chunks of CTX other random
 # tokens) is given to both quantizers (q35 export --imatrix, ggml_requant --imatrix); the IQ1/IQ2
@@ -33,6 +34,7 @@ CTX=${CTX:-128}
 CHUNKS=${CHUNKS:-4}
 THREADS=${THREADS:-2}
 VOCAB=${VOCAB:-32768}
+SRC_TYPE=${SRC_TYPE:-f32}
 SHAPE=${SHAPE:-"--layers 4 --interval 4 --embd 2048 --heads 16 --kv-heads 2 --head-dim 256 --rot 64
   --ssm-k-heads 16 --ssm-v-heads 32 --ssm-head-dim 128 --experts 16 --experts-used 8 --ff 512
   --shexp-ff 512 --vocab $VOCAB --seed 11"}
@@ -58,7 +60,7 @@ if [ "${REUSE:-0}" = 1 ] && [ -f "$W/src.gguf" ] && [ -f "$W/base.bin" ]; then
   log "reusing $W/src.gguf and $W/base.bin"
 else
   # shellcheck disable=SC2086
-  "$q35" export --tiny-test -o "$W/src.gguf" $SHAPE --type f32 >"$W/export.log" 2>&1 || { cat "$W/export.log"; exit 1; }
+  "$q35" export --tiny-test -o "$W/src.gguf" $SHAPE --type "$SRC_TYPE" >"$W/export.log" 2>&1 || { cat "$W/export.log"; exit 1; }
   "$py" -c "import numpy as np; r=np.random.default_rng(1); print(' '.join(map(str, r.integers(0, $VOCAB, $((CTX * CHUNKS))))))" >"$W/toks.txt"
   log "source $(du -h "$W/src.gguf" | cut -f1); base pass ($CHUNKS chunks of $CTX tokens)"
   "$q35" kld -m "$W/src.gguf" -q "$W/src.gguf" --tokens "$W/toks.txt" --ctx "$CTX" -t "$THREADS" \

@@ -121,7 +121,7 @@ static int bufs_reserve(const q35_model *m, q35_fwd_ws *ws, q35_bufs *b, int64_t
   bufs_layout(m, b, &a, T, max_ctx, nth, joint); /* sizing pass */
   if (a.used > ws->scratch_size) {
     free(ws->scratch);
-    ws->scratch = q35_alloc64(a.used, 0);
+    ws->scratch = q35_alloc_huge(a.used);
     ws->scratch_size = ws->scratch ? a.used : 0;
     if (!ws->scratch)
       return q35_seterr(err, "out of memory (%zu bytes of scratch for %lld tokens)", a.used, (long long)T);

@@ -284,6 +284,23 @@ static void moe_experts(const q35_fwd *f, const q35_layer *L, int n_active, q35_
   q35_pool_run(f->pool, moe_mm, &c);
 }
 
+/* out[i] += y[i] * w with the product and the sum rounded separately (no fused multiply-add), in
+ * 8-float generic vectors (GCC's vector extension: SSE or NEON at the baseline, the same bits as
+ * the scalar loop, which the compiler at -O2 left scalar) */
+typedef float f8 __attribute__((vector_size(32)));
+static void axpy_sep(float *out, const float *y, float w, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    f8 o, v;
+    memcpy(&o, out + i, sizeof o);
+    memcpy(&v, y + i, sizeof v);
+    v *= w;
+    o += v;
+    memcpy(out + i, &o, sizeof o);
+  }
+  for (; i < n; i++) out[i] += y[i] * w;
+}
+
 /* combine: routed experts in slot order, then the gated shared expert. Items: tokens. */
 static void moe_combine(void *vctx, int ith, int nth) {
   const moe_tok_task *c = vctx;
@@ -295,17 +312,10 @@ static void moe_combine(void *vctx, int ith, int nth) {
   q35_split(b->T, ith, nth, &t0, &t1);
   for (int64_t t = t0; t < t1; t++) {
     float *out = b->tmp + t * H;
-    for (int64_t i = 0; i < H; i++) out[i] = 0.0f;
-    for (int64_t j = 0; j < k; j++) {
-      const float w = b->selw[t * k + j];
-      const float *y = b->y + (int64_t)b->inv[t * k + j] * H;
-      for (int64_t i = 0; i < H; i++) out[i] += y[i] * w;
-    }
-    if (Is > 0) {
-      const float sg = L->shexp_gate.data ? sigmoidf(b->shg[t]) : 1.0f;
-      const float *sh = b->sh + t * H;
-      for (int64_t i = 0; i < H; i++) out[i] += sh[i] * sg;
-    }
+    memset(out, 0, sizeof(float) * (size_t)H);
+    for (int64_t j = 0; j < k; j++)
+      axpy_sep(out, b->y + (int64_t)b->inv[t * k + j] * H, b->selw[t * k + j], H);
+    if (Is > 0) axpy_sep(out, b->sh + t * H, L->shexp_gate.data ? sigmoidf(b->shg[t]) : 1.0f, H);
   }
 }
 

@@ -16,7 +16,7 @@ static float frand(void) {
 
 int main(void) {
   int fails = 0;
-  const int dims[][2] = {{128, 128}, {32, 16}, {16, 48}, {7, 13}};
+  const int dims[][2] = {{128, 128}, {32, 16}, {16, 48}, {7, 13}, {6, 32}, {131, 64}, {3, 16}};
   for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
     const int dv = dims[di][0], dk = dims[di][1];
     float *S0 = malloc(sizeof(float) * dv * dk), *S1 = malloc(sizeof(float) * dv * dk);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,6 +27,17 @@ void *q35_alloc64(size_t n, int zero) {
   const size_t r = (n + 63) & ~(size_t)63;
   void *p = aligned_alloc(64, r ? r : 64);
   if (p && zero) memset(p, 0, r ? r : 64);
+  return p;
+}
+
+void *q35_alloc_huge(size_t n) {
+  const size_t huge = (size_t)2 << 20;
+  if (n < Q35_HUGE_ALLOC_MIN || n > SIZE_MAX - huge) return q35_alloc64(n, 0);
+  const size_t r = (n + huge - 1) & ~(huge - 1);
+  void *p = aligned_alloc(huge, r);
+#ifdef MADV_HUGEPAGE
+  if (p) madvise(p, r, MADV_HUGEPAGE); /* advice only: 4 KiB pages where it is refused */
+#endif
   return p;
 }
 

@@ -30,6 +30,14 @@ int q35_usable_cpus(void);
  * memory. */
 void *q35_alloc64(size_t n, int zero);
 
+/* q35_alloc64 for large scratch that is written before it is read (the forward pass's buffers):
+ * from Q35_HUGE_ALLOC_MIN bytes on, the block is 2 MiB aligned and advised MADV_HUGEPAGE (where
+ * the system has it), so its first touch takes one fault per 2 MiB instead of one per 4 KiB page
+ * (an 8k-token prefill first-touches ~2 GB of scratch: ~500k faults of 4 KiB otherwise). Not
+ * zeroed; release with free(). NULL when out of memory. */
+#define Q35_HUGE_ALLOC_MIN ((size_t)8 << 20)
+void *q35_alloc_huge(size_t n);
+
 /* ---- IEEE half and bfloat16 <-> float, exact (round to nearest even) ---- */
 static inline float q35_fp16_to_fp32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16;

@@ -48,33 +48,62 @@ __attribute__((target("avx2,fma"))) static inline float hsum_avx2(__m256 lo, __m
   return _mm_cvtss_f32(s1);
 }
 
+/* R rows of S at once (R <= 4): each row's two passes are the reference's arithmetic in its order
+ * (the same lanes, the same FMA chains, the same tree), so the bits do not depend on R; the R rows'
+ * chains are independent, which hides the FMA latency a single row's chain of dk/16 steps exposes
+ * (one row at a time ran at about a third of the FMA throughput). k and q loads are shared. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void delta_rows_avx2(float *S, int R, int dk,
+                                                                                      const float *q,
+                                                                                      const float *k,
+                                                                                      const float *v, float beta,
+                                                                                      __m256 vd, float *o) {
+  __m256 a0[4], a1[4];
+  _Pragma("GCC unroll 8")
+  for (int r = 0; r < R; r++) a0[r] = a1[r] = _mm256_setzero_ps();
+  for (int a = 0; a < dk; a += 16) {
+    const __m256 k0 = _mm256_loadu_ps(k + a), k1 = _mm256_loadu_ps(k + a + 8);
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < R; r++) {
+      float *Sj = S + (size_t)r * dk;
+      const __m256 s0 = _mm256_mul_ps(_mm256_loadu_ps(Sj + a), vd);
+      const __m256 s1 = _mm256_mul_ps(_mm256_loadu_ps(Sj + a + 8), vd);
+      _mm256_storeu_ps(Sj + a, s0);
+      _mm256_storeu_ps(Sj + a + 8, s1);
+      a0[r] = _mm256_fmadd_ps(s0, k0, a0[r]);
+      a1[r] = _mm256_fmadd_ps(s1, k1, a1[r]);
+    }
+  }
+  __m256 dd[4];
+  _Pragma("GCC unroll 8")
+  for (int r = 0; r < R; r++) {
+    dd[r] = _mm256_set1_ps(beta * (v[r] - hsum_avx2(a0[r], a1[r])));
+    a0[r] = a1[r] = _mm256_setzero_ps();
+  }
+  for (int a = 0; a < dk; a += 16) {
+    const __m256 k0 = _mm256_loadu_ps(k + a), k1 = _mm256_loadu_ps(k + a + 8);
+    const __m256 q0 = _mm256_loadu_ps(q + a), q1 = _mm256_loadu_ps(q + a + 8);
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < R; r++) {
+      float *Sj = S + (size_t)r * dk;
+      const __m256 s0 = _mm256_fmadd_ps(k0, dd[r], _mm256_loadu_ps(Sj + a));
+      const __m256 s1 = _mm256_fmadd_ps(k1, dd[r], _mm256_loadu_ps(Sj + a + 8));
+      _mm256_storeu_ps(Sj + a, s0);
+      _mm256_storeu_ps(Sj + a + 8, s1);
+      a0[r] = _mm256_fmadd_ps(s0, q0, a0[r]);
+      a1[r] = _mm256_fmadd_ps(s1, q1, a1[r]);
+    }
+  }
+  _Pragma("GCC unroll 8")
+  for (int r = 0; r < R; r++) o[r] = hsum_avx2(a0[r], a1[r]);
+}
+
 __attribute__((target("avx2,fma"))) static void delta_step_avx2(float *S, int dv, int dk, const float *q,
                                                                  const float *k, const float *v, float beta,
                                                                  float decay, float *o) {
   const __m256 vd = _mm256_set1_ps(decay);
-  for (int j = 0; j < dv; j++) {
-    float *Sj = S + (size_t)j * dk;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    for (int a = 0; a < dk; a += 16) {
-      __m256 s0 = _mm256_mul_ps(_mm256_loadu_ps(Sj + a), vd), s1 = _mm256_mul_ps(_mm256_loadu_ps(Sj + a + 8), vd);
-      _mm256_storeu_ps(Sj + a, s0);
-      _mm256_storeu_ps(Sj + a + 8, s1);
-      a0 = _mm256_fmadd_ps(s0, _mm256_loadu_ps(k + a), a0);
-      a1 = _mm256_fmadd_ps(s1, _mm256_loadu_ps(k + a + 8), a1);
-    }
-    const __m256 dd = _mm256_set1_ps(beta * (v[j] - hsum_avx2(a0, a1)));
-    a0 = _mm256_setzero_ps();
-    a1 = _mm256_setzero_ps();
-    for (int a = 0; a < dk; a += 16) {
-      __m256 s0 = _mm256_fmadd_ps(_mm256_loadu_ps(k + a), dd, _mm256_loadu_ps(Sj + a));
-      __m256 s1 = _mm256_fmadd_ps(_mm256_loadu_ps(k + a + 8), dd, _mm256_loadu_ps(Sj + a + 8));
-      _mm256_storeu_ps(Sj + a, s0);
-      _mm256_storeu_ps(Sj + a + 8, s1);
-      a0 = _mm256_fmadd_ps(s0, _mm256_loadu_ps(q + a), a0);
-      a1 = _mm256_fmadd_ps(s1, _mm256_loadu_ps(q + a + 8), a1);
-    }
-    o[j] = hsum_avx2(a0, a1);
-  }
+  int j = 0;
+  for (; j + 4 <= dv; j += 4) delta_rows_avx2(S + (size_t)j * dk, 4, dk, q, k, v + j, beta, vd, o + j);
+  for (; j < dv; j++) delta_rows_avx2(S + (size_t)j * dk, 1, dk, q, k, v + j, beta, vd, o + j);
 }
 
 __attribute__((target("avx512f,avx512dq,avx2,fma"))) static inline float hsum_avx512(__m512 v) {
@@ -85,28 +114,51 @@ __attribute__((target("avx512f,avx512dq,avx2,fma"))) static inline float hsum_av
   return _mm_cvtss_f32(s1);
 }
 
+/* R rows at once (R <= 8), as delta_rows_avx2: each row's bits are the reference's, whatever R */
+__attribute__((target("avx512f,avx512dq,avx2,fma"), always_inline)) static inline void
+delta_rows_avx512(float *S, int R, int dk, const float *q, const float *k, const float *v, float beta, __m512 vd,
+                  float *o) {
+  __m512 acc[8];
+  _Pragma("GCC unroll 8")
+  for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+  for (int a = 0; a < dk; a += 16) {
+    const __m512 ka = _mm512_loadu_ps(k + a);
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < R; r++) {
+      float *Sj = S + (size_t)r * dk;
+      const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(Sj + a), vd);
+      _mm512_storeu_ps(Sj + a, s);
+      acc[r] = _mm512_fmadd_ps(s, ka, acc[r]);
+    }
+  }
+  __m512 dd[8];
+  _Pragma("GCC unroll 8")
+  for (int r = 0; r < R; r++) {
+    dd[r] = _mm512_set1_ps(beta * (v[r] - hsum_avx512(acc[r])));
+    acc[r] = _mm512_setzero_ps();
+  }
+  for (int a = 0; a < dk; a += 16) {
+    const __m512 ka = _mm512_loadu_ps(k + a), qa = _mm512_loadu_ps(q + a);
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < R; r++) {
+      float *Sj = S + (size_t)r * dk;
+      const __m512 s = _mm512_fmadd_ps(ka, dd[r], _mm512_loadu_ps(Sj + a));
+      _mm512_storeu_ps(Sj + a, s);
+      acc[r] = _mm512_fmadd_ps(s, qa, acc[r]);
+    }
+  }
+  _Pragma("GCC unroll 8")
+  for (int r = 0; r < R; r++) o[r] = hsum_avx512(acc[r]);
+}
+
 __attribute__((target("avx512f,avx512dq,avx2,fma"))) static void delta_step_avx512(float *S, int dv, int dk,
                                                                                    const float *q, const float *k,
                                                                                    const float *v, float beta,
                                                                                    float decay, float *o) {
   const __m512 vd = _mm512_set1_ps(decay);
-  for (int j = 0; j < dv; j++) {
-    float *Sj = S + (size_t)j * dk;
-    __m512 acc = _mm512_setzero_ps();
-    for (int a = 0; a < dk; a += 16) {
-      __m512 s = _mm512_mul_ps(_mm512_loadu_ps(Sj + a), vd);
-      _mm512_storeu_ps(Sj + a, s);
-      acc = _mm512_fmadd_ps(s, _mm512_loadu_ps(k + a), acc);
-    }
-    const __m512 dd = _mm512_set1_ps(beta * (v[j] - hsum_avx512(acc)));
-    acc = _mm512_setzero_ps();
-    for (int a = 0; a < dk; a += 16) {
-      __m512 s = _mm512_fmadd_ps(_mm512_loadu_ps(k + a), dd, _mm512_loadu_ps(Sj + a));
-      _mm512_storeu_ps(Sj + a, s);
-      acc = _mm512_fmadd_ps(s, _mm512_loadu_ps(q + a), acc);
-    }
-    o[j] = hsum_avx512(acc);
-  }
+  int j = 0;
+  for (; j + 8 <= dv; j += 8) delta_rows_avx512(S + (size_t)j * dk, 8, dk, q, k, v + j, beta, vd, o + j);
+  for (; j < dv; j++) delta_rows_avx512(S + (size_t)j * dk, 1, dk, q, k, v + j, beta, vd, o + j);
 }
 
 #endif /* Q35_DELTA_X86 */

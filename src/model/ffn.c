@@ -25,10 +25,24 @@
  * smallest normal fp16 (the clamp ggml applies there). */
 #define MOE_WEIGHT_SUM_MIN 6.103515625e-5f
 
-/* softmax over E router logits, top-k (ties to the lower expert id), renormalized weights */
-static void moe_route(const q35_hparams *hp, q35_bufs *b) {
+/* The per-token parts of the MoE layer that are not matrix products (routing, and the combine
+ * below) run over the pool by tokens: each token's arithmetic is the same whichever thread runs
+ * it, and at 2 threads they no longer leave the second thread idle (~2% of an 8k prefill). */
+typedef struct {
+  const q35_fwd *f;
+  const q35_layer *L;
+} moe_tok_task;
+
+/* softmax over E router logits, top-k (ties to the lower expert id), renormalized weights.
+ * Items: tokens. */
+static void moe_route(void *vctx, int ith, int nth) {
+  const moe_tok_task *c = vctx;
+  const q35_hparams *hp = &c->f->m->hp;
+  q35_bufs *b = c->f->b;
   const int E = hp->n_expert, k = hp->n_expert_used;
-  for (int64_t t = 0; t < b->T; t++) {
+  long t0, t1;
+  q35_split(b->T, ith, nth, &t0, &t1);
+  for (int64_t t = t0; t < t1; t++) {
     float *l = b->logits_r + t * E;
     float mx = -INFINITY;
     for (int e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
@@ -270,13 +284,49 @@ static void moe_experts(const q35_fwd *f, const q35_layer *L, int n_active, q35_
   q35_pool_run(f->pool, moe_mm, &c);
 }
 
+/* out[i] += y[i] * w with the product and the sum rounded separately (no fused multiply-add), in
+ * 8-float generic vectors (GCC's vector extension: SSE or NEON at the baseline, the same bits as
+ * the scalar loop, which the compiler at -O2 left scalar) */
+typedef float f8 __attribute__((vector_size(32)));
+static void axpy_sep(float *out, const float *y, float w, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    f8 o, v;
+    memcpy(&o, out + i, sizeof o);
+    memcpy(&v, y + i, sizeof v);
+    v *= w;
+    o += v;
+    memcpy(out + i, &o, sizeof o);
+  }
+  for (; i < n; i++) out[i] += y[i] * w;
+}
+
+/* combine: routed experts in slot order, then the gated shared expert. Items: tokens. */
+static void moe_combine(void *vctx, int ith, int nth) {
+  const moe_tok_task *c = vctx;
+  const q35_hparams *hp = &c->f->m->hp;
+  const q35_layer *L = c->L;
+  const q35_bufs *b = c->f->b;
+  const int64_t H = hp->n_embd, k = hp->n_expert_used, Is = hp->n_ff_shexp;
+  long t0, t1;
+  q35_split(b->T, ith, nth, &t0, &t1);
+  for (int64_t t = t0; t < t1; t++) {
+    float *out = b->tmp + t * H;
+    memset(out, 0, sizeof(float) * (size_t)H);
+    for (int64_t j = 0; j < k; j++)
+      axpy_sep(out, b->y + (int64_t)b->inv[t * k + j] * H, b->selw[t * k + j], H);
+    if (Is > 0) axpy_sep(out, b->sh + t * H, L->shexp_gate.data ? sigmoidf(b->shg[t]) : 1.0f, H);
+  }
+}
+
 void q35_layer_moe(const q35_fwd *f, const q35_layer *L) {
   const q35_hparams *hp = &f->m->hp;
   q35_bufs *b = f->b;
-  const int64_t T = b->T, H = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used, Is = hp->n_ff_shexp;
+  const int64_t T = b->T, H = hp->n_embd, E = hp->n_expert, Is = hp->n_ff_shexp;
   /* router (on float activations converted to the router's dot type) */
   q35_matmul_f(f->pool, &L->router, b->h, H, T, b->logits_r, E, b->xq);
-  moe_route(hp, b);
+  moe_tok_task rt = {f, L};
+  pool_or_inline(f->pool, moe_route, &rt, T <= INLINE_ROWS);
   const int n_active = moe_lists(hp, b);
   q35_act xa = Q35_ACT_NONE;
   moe_experts(f, L, n_active, &xa);
@@ -288,21 +338,8 @@ void q35_layer_moe(const q35_fwd *f, const q35_layer *L) {
       q35_matmul_f(f->pool, &g, b->h, H, T, b->shg, 1, b->xq2);
     }
   }
-  /* combine: routed experts in slot order, then the gated shared expert */
-  for (int64_t t = 0; t < T; t++) {
-    float *out = b->tmp + t * H;
-    for (int64_t i = 0; i < H; i++) out[i] = 0.0f;
-    for (int64_t j = 0; j < k; j++) {
-      const float w = b->selw[t * k + j];
-      const float *y = b->y + (int64_t)b->inv[t * k + j] * H;
-      for (int64_t i = 0; i < H; i++) out[i] += y[i] * w;
-    }
-    if (Is > 0) {
-      const float sg = L->shexp_gate.data ? sigmoidf(b->shg[t]) : 1.0f;
-      const float *sh = b->sh + t * H;
-      for (int64_t i = 0; i < H; i++) out[i] += sh[i] * sg;
-    }
-  }
+  moe_tok_task ct = {f, L};
+  pool_or_inline(f->pool, moe_combine, &ct, T <= INLINE_ROWS);
 }
 
 void q35_layer_dense_ffn(const q35_fwd *f, const q35_layer *L) {

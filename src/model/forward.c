@@ -121,7 +121,7 @@ static int bufs_reserve(const q35_model *m, q35_fwd_ws *ws, q35_bufs *b, int64_t
   bufs_layout(m, b, &a, T, max_ctx, nth, joint); /* sizing pass */
   if (a.used > ws->scratch_size) {
     free(ws->scratch);
-    ws->scratch = q35_alloc64(a.used, 0);
+    ws->scratch = q35_alloc_huge(a.used);
     ws->scratch_size = ws->scratch ? a.used : 0;
     if (!ws->scratch)
       return q35_seterr(err, "out of memory (%zu bytes of scratch for %lld tokens)", a.used, (long long)T);
@@ -176,23 +176,28 @@ static int check_rows(const q35_model *m, const q35_fwd_row *rows, int n_rows, i
 }
 
 /* b->x = the rows' token embeddings (or the residual stream a pipeline stage receives, x_in);
- * token positions and rows for the layers. */
-static void embed(const q35_fwd *f) {
+ * token positions and rows for the layers. Items: tokens (an 8k prompt's rows dequantized by
+ * one thread were a serial phase at 2 threads). */
+static void embed_run(void *vctx, int ith, int nth) {
+  const q35_fwd *f = vctx;
   const q35_model *m = f->m;
   const int H = m->hp.n_embd;
-  for (int r = 0; r < f->n_rows; r++)
-    for (int32_t i = 0; i < f->rows[r].n; i++) {
-      const int64_t t = f->row_start[r] + i;
-      f->b->row_of[t] = r;
-      f->b->pos_of[t] = f->rows[r].s->pos + i;
-      if (f->rows[r].x_in) {
-        memcpy(f->b->x + t * H, f->rows[r].x_in + (int64_t)i * H, sizeof(float) * H);
-        continue;
-      }
-      q35_dequantize_row(m->tok_embd.type,
-                         (const char *)m->tok_embd.data + (size_t)f->rows[r].tokens[i] * m->tok_embd.nb1,
-                         f->b->x + t * H, H);
+  long t0, t1;
+  q35_split(f->b->T, ith, nth, &t0, &t1);
+  int r = 0;
+  while (r + 1 < f->n_rows && f->row_start[r + 1] <= t0) r++;
+  for (long t = t0; t < t1; t++) {
+    while (t >= f->row_start[r] + f->rows[r].n) r++;
+    const int32_t i = (int32_t)(t - f->row_start[r]);
+    f->b->row_of[t] = r;
+    f->b->pos_of[t] = f->rows[r].s->pos + i;
+    if (f->rows[r].x_in) {
+      memcpy(f->b->x + t * H, f->rows[r].x_in + (int64_t)i * H, sizeof(float) * H);
+      continue;
     }
+    q35_dequantize_row(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)f->rows[r].tokens[i] * m->tok_embd.nb1,
+                       f->b->x + t * H, H);
+  }
 }
 
 typedef struct {
@@ -211,8 +216,23 @@ static void norm_run(void *vctx, int ith, int nth) {
   for (long t = t0; t < t1; t++) rmsnorm(c->dst + t * c->H, c->src + t * c->H, c->w, c->H, c->eps);
 }
 
-static void add_into(float *x, const float *y, int64_t n) {
-  for (int64_t i = 0; i < n; i++) x[i] += y[i];
+/* x += y over the step's T rows of H (the residual adds). Items: tokens. */
+typedef struct {
+  float *x;
+  const float *y;
+  int64_t T, H;
+} add_task;
+
+static void add_run(void *vctx, int ith, int nth) {
+  const add_task *c = vctx;
+  long t0, t1;
+  q35_split(c->T, ith, nth, &t0, &t1);
+  for (int64_t i = t0 * c->H; i < t1 * c->H; i++) c->x[i] += c->y[i];
+}
+
+static void add_into(const q35_fwd *f, float *x, const float *y) {
+  add_task a = {x, y, f->b->T, f->m->hp.n_embd};
+  pool_or_inline(f->pool, add_run, &a, a.T <= INLINE_ROWS);
 }
 
 /* The layer loop: the residual stream b->x through every layer (of a pipeline stage: its own). */
@@ -226,12 +246,12 @@ static void layers(const q35_fwd *f) {
     pool_or_inline(f->pool, norm_run, &nt, T <= INLINE_ROWS);
     if (L->is_attn) q35_layer_attention(f, L);
     else q35_layer_deltanet(f, L);
-    add_into(b->x, b->tmp, T * H);
+    add_into(f, b->x, b->tmp);
     nt.w = L->post_norm.data;
     pool_or_inline(f->pool, norm_run, &nt, T <= INLINE_ROWS);
     if (hp->is_moe) q35_layer_moe(f, L);
     else q35_layer_dense_ffn(f, L);
-    add_into(b->x, b->tmp, T * H);
+    add_into(f, b->x, b->tmp);
   }
 }
 
@@ -295,7 +315,7 @@ static int forward_batch(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, 
   q35_bufs b;
   if (bufs_reserve(m, ws, &b, T, max_ctx, joint, err)) return -1;
   const q35_fwd f = {m, ws->pool, &b, rows, row_start, n_rows};
-  embed(&f);
+  pool_or_inline(ws->pool, embed_run, (void *)&f, T <= INLINE_ROWS);
   layers(&f);
   for (int r = 0; r < n_rows; r++) rows[r].s->pos += rows[r].n;
   if (rows[0].x_out) { /* a pipeline stage before the last: the residual stream goes on */

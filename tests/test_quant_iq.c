@@ -215,6 +215,20 @@ static void exhaustive_case(const char *lvl, const q35_kernels *k, const q35_ker
   }
   CHECK(!bad, "%s %s: every table entry / index path: %d of %d rows differ from the reference", lvl,
         q35_type_name(type), bad, nrows);
+  /* the same blocks as rows of two and of four super-blocks against copies of the activations:
+   * the one-column gemv's passes over 2 and 4 super-blocks (AVX-512) read every entry too */
+  const size_t xrs = q35_row_size(Q35_TYPE_Q8_K, QK_K);
+  uint8_t *x4 = malloc(4 * xrs);
+  for (int j = 0; j < 4; j++) memcpy(x4 + (size_t)j * xrs, x, xrs);
+  for (int g = 2; g <= 4; g += 2) {
+    q35_tile_run(k, type, g * QK_K, w, (size_t)g * bs, nrows / g, x4, 0, 1, got, 1, 1);
+    bad = 0;
+    for (int r = 0; r < nrows / g; r++)
+      bad += !same(got[r], ref->vec_dot[type](g * QK_K, w + (size_t)r * g * bs, x4));
+    CHECK(!bad, "%s %s: every table entry, rows of %d super-blocks: %d of %d rows differ from the reference", lvl,
+          q35_type_name(type), g, bad, nrows / g);
+  }
+  free(x4);
   free(got), free(w), free(x);
 }
 
@@ -274,6 +288,12 @@ int main(void) {
           tile_case(q35_simd_name(level), &k, &ref, t, QK_K * (1 + (int64_t)(rng_u64() % 3)), nr, nc);
           cases++;
         }
+      /* one column (decode) over longer rows: AVX-512's gemv adds a row's super-blocks 2 or 4 at
+       * a time (quant_iq_256.inc's _rowg), whose float order only shows from 4 super-blocks on;
+       * 8 (whole passes) and 7 (4 + 2 + 1: every tail) */
+      tile_case(q35_simd_name(level), &k, &ref, t, 8 * QK_K, 5, 1);
+      tile_case(q35_simd_name(level), &k, &ref, t, 7 * QK_K, 4, 1);
+      cases += 2;
       if (!emu) { /* crosses the column panel (NEON has no tile kernels: the emulated run skips it);
                    * x86 prefill tiles: rows decoded 8 super-blocks at a time, 64-column panels */
         tile_case(q35_simd_name(level), &k, &ref, t, 4096, 11, 67);

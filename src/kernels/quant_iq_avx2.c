@@ -10,29 +10,36 @@
 #define IQP_RB 2 /* prefill micro-tiles 2 x 4 */
 #include "kernels/quant_iq_256.inc"
 
-/* Micro-tile shapes R x C (16 vector registers) */
+/* Micro-tile shapes R x C (16 vector registers); one-column gemv with G super-blocks per pass
+ * (docs/PERF.md, issue 16, session 9) */
 QS_TILE(t_iq2_xxs, 2, 2)
 IQ_PTILE(t_iq2_xxs, sizeof(blk_iq2_xxs), 4, 0.125f)
+IQ_GEMV(t_iq2_xxs, 2)
 QS_TILE(t_iq2_xs, 2, 2)
 IQ_PTILE(t_iq2_xs, sizeof(blk_iq2_xs), 4, 0.125f)
+IQ_GEMV(t_iq2_xs, 2)
 QS_TILE(t_iq2_s, 2, 2)
 IQ_PTILE(t_iq2_s, sizeof(blk_iq2_s), 4, 0.125f)
+IQ_GEMV(t_iq2_s, 4)
 QS_TILE(t_iq3_xxs, 2, 2)
 IQ_PTILE(t_iq3_xxs, sizeof(blk_iq3_xxs), 4, 0.25f)
+IQ_GEMV(t_iq3_xxs, 2)
 QS_TILE(t_iq3_s, 2, 2)
-IQ_PTILE(t_iq3_s, sizeof(blk_iq3_s), 4, 1.0f)
+IQ_PTILE(t_iq3_s, sizeof(blk_iq3_s), 4, 1.0f) /* no IQ_GEMV: no gain (PERF.md, session 9) */
 QS_TILE(t_iq1_s, 2, 2)
 IQ_PTILE(t_iq1_s, sizeof(blk_iq1_s), 4, 1.0f)
+IQ_GEMV(t_iq1_s, 4)
 QS_TILE(t_iq1_m, 2, 2)
 IQ_PTILE(t_iq1_m, sizeof(blk_iq1_m), 4, 1.0f)
+IQ_GEMV(t_iq1_m, 4)
 
 void q35_kernels_iq_avx2(q35_kernels *k) {
   q35_iq_tables_init();
-  IQ_SET(k, Q35_TYPE_IQ2_XXS, t_iq2_xxs);
-  IQ_SET(k, Q35_TYPE_IQ2_XS, t_iq2_xs);
-  IQ_SET(k, Q35_TYPE_IQ2_S, t_iq2_s);
-  IQ_SET(k, Q35_TYPE_IQ3_XXS, t_iq3_xxs);
+  IQ_SET_G(k, Q35_TYPE_IQ2_XXS, t_iq2_xxs);
+  IQ_SET_G(k, Q35_TYPE_IQ2_XS, t_iq2_xs);
+  IQ_SET_G(k, Q35_TYPE_IQ2_S, t_iq2_s);
+  IQ_SET_G(k, Q35_TYPE_IQ3_XXS, t_iq3_xxs);
   IQ_SET(k, Q35_TYPE_IQ3_S, t_iq3_s);
-  IQ_SET(k, Q35_TYPE_IQ1_S, t_iq1_s);
-  IQ_SET(k, Q35_TYPE_IQ1_M, t_iq1_m);
+  IQ_SET_G(k, Q35_TYPE_IQ1_S, t_iq1_s);
+  IQ_SET_G(k, Q35_TYPE_IQ1_M, t_iq1_m);
 }

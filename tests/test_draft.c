@@ -631,6 +631,18 @@ static void test_policy(void) {
     const double r1c = q35_draft_policy_rate(&p, 1, ones, one, 1, 1, &cu);
     const double want1c = 2 / (spb * B[2] + spb * H1 + spb * cu);
     CHECK(fabs(r1c - want1c) < 1e-9 * want1c, "rate with a catch-up: %.6g vs %.6g", r1c, want1c);
+    /* the size a probe re-measures, sampled once at 2.1x the plain step (a one-off first verify
+       step): the probe's check prices it by the prior, not by that sample; the plan (which does
+       use it) drafts nothing; a second sample, measured, counts */
+    q35_draft_policy_head(&p, 1, spb * H1);
+    q35_draft_policy_step(&p, 2, 2.1 * spb * B[1]);
+    q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, NULL, 0, d);
+    CHECK(d[0] == 0, "one-off F(2) of 2.1 F(1): the plan drafts %d", d[0]);
+    const double r1p = q35_draft_policy_rate(&p, 1, ones, one, 1, 1, NULL), want1p = 2 / (spb * B[2] + spb * H1);
+    CHECK(fabs(r1p - want1p) < 1e-9 * want1p, "rate over a provisional F(2) from the prior: %.6g vs %.6g", r1p, want1p);
+    q35_draft_policy_step(&p, 2, 1.9 * spb * B[1]);
+    const double r1m = q35_draft_policy_rate(&p, 1, ones, one, 1, 1, NULL), want1m = 2 / (1.9 * spb * B[1] + spb * H1);
+    CHECK(fabs(r1m - want1m) < 1e-9 * want1m, "rate over a twice-measured F(2): %.6g vs %.6g", r1m, want1m);
   }
   /* the rows hint (q35_context_draft_rows): one row now, four about to be */
   {

@@ -219,7 +219,13 @@ double q35_draft_policy_rate(const q35_draft_policy *p, int32_t n, const double 
     T += d[i];
     if (d[i] > 0 && first) extra += spb * first[i];
   }
-  double t = fwd_time(p, T);
+  /* a size measured once holds a provisional sample (ema: often a one-off, e.g. the first verify
+     step at one row read 2.1x the plain step, twice the steady ratio): the bytes model's prior
+     instead, else a probe meant to re-measure it is vetoed by the very sample it would replace
+     (a one-stream server whose first draft missed then never drafted again) */
+  double t = T != T0 && T <= Q35_POL_TMAX && p->fwd_n[T] == 1 && p->by_fixed > 0
+                 ? t0 * trunk_bytes(p, T) / trunk_bytes(p, T0)
+                 : fwd_time(p, T);
   if (t < t0) t = t0; /* unknown (no bytes model), or measured cheaper: no dearer than the plain step */
   for (int32_t j = 1; j <= Q35_DRAFT_MAX; j++) t += head_time(p, in_pass[j], spb);
   return N / (t + extra);

@@ -220,7 +220,7 @@ double q35_draft_policy_rate(const q35_draft_policy *p, int32_t n, const double 
     if (d[i] > 0 && first) extra += spb * first[i];
   }
   /* a size measured once holds a provisional sample (ema: often a one-off, e.g. the first verify
-     step at one row read 2.1x the plain step, twice the steady ratio): the bytes model's prior
+     step at one row read 2.0x the plain step, the steady ratio 1.3x): the bytes model's prior
      instead, else a probe meant to re-measure it is vetoed by the very sample it would replace
      (a one-stream server whose first draft missed then never drafted again) */
   double t = T != T0 && T <= Q35_POL_TMAX && p->fwd_n[T] == 1 && p->by_fixed > 0

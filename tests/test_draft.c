@@ -653,11 +653,11 @@ static void test_policy(void) {
     q35_draft_policy_step(&p, 1, 0.01);
     q35_draft_policy_plan(&p, 1, acc, dm, 1, 1, NULL, 0, d);
     CHECK(d[0] >= 1, "hint: one row drafts without it: %d drafts", d[0]);
-    q35_draft_policy_hold_cold(&p, 1, acc, dm, cold, 1, 1, 0, NULL);
-    CHECK(dm[0] == 3, "hint: no rows to join leaves dmax: %d", dm[0]);
-    q35_draft_policy_hold_cold(&p, 1, acc, dm, warm, 1, 1, 3, NULL);
+    q35_draft_policy_hold_cold(&p, 1, acc, dm, cold, 0, NULL);
+    CHECK(dm[0] == 3, "hint: none (0) leaves dmax: %d", dm[0]);
+    q35_draft_policy_hold_cold(&p, 1, acc, dm, warm, 4, NULL);
     CHECK(dm[0] == 3, "hint: a warm row keeps dmax: %d", dm[0]);
-    q35_draft_policy_hold_cold(&p, 1, acc, dm, cold, 1, 1, 3, NULL);
+    q35_draft_policy_hold_cold(&p, 1, acc, dm, cold, 4, NULL);
     q35_draft_policy_plan(&p, 1, acc, dm, 1, 1, NULL, 0, d);
     CHECK(dm[0] == 0 && d[0] == 0, "hint: a cold row before three more join: dmax %d, %d drafts", dm[0], d[0]);
     /* measured and flat (a step of four barely dearer than one, a cheap head pass): drafts pay
@@ -666,14 +666,14 @@ static void test_policy(void) {
     for (int T = 1; T <= Q35_POL_TMAX; T++) q35_draft_policy_step(&p, T, 0.010 + 0.0001 * T);
     for (int B = 1; B <= 8; B++) q35_draft_policy_head(&p, B, 0.001);
     for (int i = 0; i < 4; i++) dm[i] = 3;
-    q35_draft_policy_hold_cold(&p, 2, acc, dm, cold, 2, 2, 2, NULL);
+    q35_draft_policy_hold_cold(&p, 2, acc, dm, cold, 4, NULL);
     CHECK(dm[0] == 3 && dm[1] == 3, "hint: drafts pay at the grown size: dmax %d %d", dm[0], dm[1]);
     memset(&p, 0, sizeof p);
     for (int T = 1; T <= Q35_POL_TMAX; T++) q35_draft_policy_step(&p, T, 0.010 + 0.002 * T);
     for (int B = 1; B <= 8; B++) q35_draft_policy_head(&p, B, 0.003);
     q35_draft_policy_plan(&p, 2, acc, dm, 2, 2, NULL, 0, d);
     CHECK(d[0] >= 1, "hint: two rows draft without it: %d drafts", d[0]);
-    q35_draft_policy_hold_cold(&p, 2, acc, dm, cold, 2, 2, 2, NULL);
+    q35_draft_policy_hold_cold(&p, 2, acc, dm, cold, 4, NULL);
     CHECK(dm[0] == 0 && dm[1] == 3, "hint: the cold row of two stops, the warm one keeps: dmax %d %d", dm[0], dm[1]);
   }
   /* the probe schedule: every 32 steps, then 64, 128, ... while the plan holds; back to 32 when it moves */

@@ -89,12 +89,12 @@ double q35_draft_policy_rate(const q35_draft_policy *p, int32_t n, const double 
                              double n_out0, const double *first);
 /* The rows a step is about to grow to (q35_context_draft_rows): rows in dmax[] marked cold[i]
  * (sessions not drafting lately: their first drafts pay a catch-up, model/mtp.h) keep drafts only
- * where the plan of the grown step, this one with `extra` more one-token rows emitting a token
- * each, would give them drafts too; else their dmax[i] becomes 0. A grown step whose plain time is
- * not measured yet plans none (q35_draft_policy_plan), so a cold session does not start drafting
- * in the steps before a batch forms. The other rows, and every row when extra <= 0, keep dmax. */
+ * where the plan of the grown step, `rows` one-token rows emitting a token each, would give them
+ * drafts too; else their dmax[i] becomes 0. A grown step whose plain time is not measured yet
+ * plans none (q35_draft_policy_plan), so a cold session does not start drafting in the steps
+ * before a batch forms. The other rows, and every row when rows < 1, keep dmax. */
 void q35_draft_policy_hold_cold(const q35_draft_policy *p, int32_t n, const double *acc, int32_t *dmax, const int *cold,
-                                int64_t T0, double n_out0, int32_t extra, const double *first);
+                                int32_t rows, const double *first);
 #define Q35_POL_PROBE_SLACK 0.05
 #define Q35_POL_PROBE_MAX 1024 /* the longest interval between probes (steps) */
 

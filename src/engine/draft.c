@@ -387,11 +387,15 @@ static void plan(q35_context *c, const q35_row *rows, int32_t n_rows) {
     first[i] = first1[i] / Q35_MTP_IDLE_STEPS;
     cold[i] = mc->idle >= Q35_MTP_IDLE_STEPS;
   }
-  /* rows about to join (the caller's hint: requests waiting or being admitted): a cold session
-     starts drafting only if it would at that size too (its catch-up and first head pass, and the
-     head weights' first touch in a fresh process, would be paid for a step or two) */
-  if (c->draft_rows > n_rows)
-    q35_draft_policy_hold_cold(&c->pol, n, b->acc, b->dmax, cold, T0, n_out0, c->draft_rows - n_rows, first);
+  /* rows about to join (the caller's hint: sequences still prefilling, requests queued): while
+     this step has fewer one-token rows, a cold session starts drafting only if it would in a step
+     of that many (its catch-up and first head pass, and the head weights' first touch in a fresh
+     process, would be paid for a step or two) */
+  {
+    int32_t n_dec = 0;
+    for (int32_t r = 0; r < n_rows; r++) n_dec += rows[r].n_tokens == 1;
+    if (c->draft_rows > n_dec) q35_draft_policy_hold_cold(&c->pol, n, b->acc, b->dmax, cold, c->draft_rows, first);
+  }
   int32_t d[n], d0[n];
   q35_draft_policy_plan(&c->pol, n, b->acc, b->dmax, T0, n_out0, first, 0, d0);
   int32_t sum = 0;

@@ -232,13 +232,13 @@ double q35_draft_policy_rate(const q35_draft_policy *p, int32_t n, const double 
 }
 
 void q35_draft_policy_hold_cold(const q35_draft_policy *p, int32_t n, const double *acc, int32_t *dmax, const int *cold,
-                                int64_t T0, double n_out0, int32_t extra, const double *first) {
-  if (extra <= 0 || n < 1) return;
+                                int32_t rows, const double *first) {
+  if (rows < 1 || n < 1) return;
   int any = 0;
   for (int32_t i = 0; i < n && !any; i++) any = cold[i] && dmax[i] > 0;
   if (!any) return;
   int32_t dg[n];
-  q35_draft_policy_plan(p, n, acc, dmax, T0 + extra, (n_out0 > 0 ? n_out0 : 1) + extra, first, 0, dg);
+  q35_draft_policy_plan(p, n, acc, dmax, rows, rows, first, 0, dg);
   for (int32_t i = 0; i < n; i++)
     if (cold[i] && dg[i] == 0) dmax[i] = 0;
 }

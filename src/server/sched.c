@@ -1048,7 +1048,9 @@ static void group_begin(srv_sched *s, int g) {
     G->row_seq[n++] = q;
   }
   if (!n) return;
-  if (s->o.draft > 0) { /* the decode rows about to be: the group's sequences (prefilling ones too), queued ones a free slot takes */
+  if (s->o.draft > 0) {
+    /* the decode rows about to be: the group's sequences (prefilling ones too), and the queued
+       ones a free slot takes */
     int rows = 0;
     for (seq *q = s->active; q; q = q->next) rows += q->grp == g;
     const int room = s->o.parallel - s->n_active;

@@ -13,9 +13,12 @@
 # /proc: the work, which a loaded machine does not inflate the way it stretches the wall clock;
 # with THREADS 1 no pool thread spins), per round and the median ratio; and the speculating
 # server's drafts, acceptance and drafted rows from /metrics. PROMPT_IDS=1,2,3,... gives token-id
-# prompts (on a --mtp-agree-vocab K file, ids below K keep the generation among them). Needs node.
+# prompts (on a --mtp-agree-vocab K file, ids below K keep the generation among them). WARMUP=0:
+# no one-stream warm-up request before the measured round (by default server_bench.mjs sends one,
+# TOKENS at one row, and the server's CPU time counts it: half the steps of a "4 streams" run
+# are then one-row steps). Needs node.
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,19p' "$0" >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 Q35=${Q35:-$here/../build/q35}
 model=$1 rounds=${2:-3} streams=${3:-"1 4"} ntok=${4:-64} threads=${5:-1}
@@ -40,7 +43,7 @@ serve() { # NAME STREAMS FLAGS...: start, bench, CPU time and metrics, stop
   local c0 c1
   c0=$(awk '{print $14 + $15}' /proc/$pid/stat)
   echo "$(cut -d' ' -f1 /proc/loadavg)" >"$out/load_$name"
-  Q35_URL="http://127.0.0.1:$port" BENCH_TOKENS=$ntok BENCH_STREAMS=$s BENCH_ROUNDS=1 BENCH_PROMPT_IDS=${PROMPT_IDS:-} \
+  Q35_URL="http://127.0.0.1:$port" BENCH_TOKENS=$ntok BENCH_STREAMS=$s BENCH_ROUNDS=1 BENCH_PROMPT_IDS=${PROMPT_IDS:-} BENCH_WARMUP=${WARMUP:-1} \
     node "$here/server_bench.mjs" 2>/dev/null | tail -1 >"$out/res_$name"
   c1=$(awk '{print $14 + $15}' /proc/$pid/stat)
   curl -s "http://127.0.0.1:$port/metrics" | grep '^q35_draft\|^q35_steps_total\|^q35_generated_tokens_total' >"$out/met_$name"

@@ -1,7 +1,8 @@
 // server_bench.mjs - aggregate decode tokens/s of a running `q35 serve` with 1, 2, 4, 8
 // concurrent streams. Env: Q35_URL, BENCH_TOKENS (per stream, default 32), BENCH_STREAMS
 // ("1,2,4,8"), BENCH_ROUNDS (default 3; each round runs every count once, in order),
-// BENCH_PROMPT_IDS (token ids for the prompts instead of text).
+// BENCH_PROMPT_IDS (token ids for the prompts instead of text), BENCH_WARMUP=0 (no one-stream
+// warm-up round before the measured ones).
 // Each stream asks for logprobs so every SSE chunk carries exactly its tokens.
 //
 // Client rate: the steady-state window, from the moment EVERY stream has its first token
@@ -85,7 +86,7 @@ const median = (v) => {
   return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 };
 
-await run(1); // warm-up
+if (process.env.BENCH_WARMUP !== '0') await run(1); // warm-up (BENCH_WARMUP=0: none)
 const all = counts.map(() => []);
 for (let r = 0; r < rounds; r++)
   for (let k = 0; k < counts.length; k++) {

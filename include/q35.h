@@ -198,6 +198,14 @@ double q35_context_sample_seconds(const q35_context *ctx);
  * (docs/DESIGN.md "Adaptive draft length"); off: every such row drafts n_draft (fewer only where
  * the context limit leaves no room). Outputs are the same either way. */
 void q35_context_draft_adapt(q35_context *ctx, int on);
+/* A hint to the adaptive draft length: the decode rows the caller's next steps are about to carry
+ * (its sequences, those still prefilling included, plus requests waiting to start); 0 (the
+ * default): none. While a step has fewer one-token rows than that, a session that has not been
+ * drafting lately starts drafting only where the plan would draft it in a step of that many
+ * one-token rows too (its first drafts pay a catch-up over its recent positions, paid for a step
+ * or two before the batch forms). Kept until changed; decides only whether drafts are made, never
+ * an output. */
+void q35_context_draft_rows(q35_context *ctx, int32_t rows);
 
 /* ---- sessions ------------------------------------------------------------------------- */
 

@@ -631,6 +631,50 @@ static void test_policy(void) {
     const double r1c = q35_draft_policy_rate(&p, 1, ones, one, 1, 1, &cu);
     const double want1c = 2 / (spb * B[2] + spb * H1 + spb * cu);
     CHECK(fabs(r1c - want1c) < 1e-9 * want1c, "rate with a catch-up: %.6g vs %.6g", r1c, want1c);
+    /* the size a probe re-measures, sampled once at 2.1x the plain step (a one-off first verify
+       step): the probe's check prices it by the prior, not by that sample; the plan (which does
+       use it) drafts nothing; a second sample, measured, counts */
+    q35_draft_policy_head(&p, 1, spb * H1);
+    q35_draft_policy_step(&p, 2, 2.1 * spb * B[1]);
+    q35_draft_policy_plan(&p, 1, acc, dmax, 1, 1, NULL, 0, d);
+    CHECK(d[0] == 0, "one-off F(2) of 2.1 F(1): the plan drafts %d", d[0]);
+    const double r1p = q35_draft_policy_rate(&p, 1, ones, one, 1, 1, NULL), want1p = 2 / (spb * B[2] + spb * H1);
+    CHECK(fabs(r1p - want1p) < 1e-9 * want1p, "rate over a provisional F(2) from the prior: %.6g vs %.6g", r1p, want1p);
+    q35_draft_policy_step(&p, 2, 1.9 * spb * B[1]);
+    const double r1m = q35_draft_policy_rate(&p, 1, ones, one, 1, 1, NULL), want1m = 2 / (1.9 * spb * B[1] + spb * H1);
+    CHECK(fabs(r1m - want1m) < 1e-9 * want1m, "rate over a twice-measured F(2): %.6g vs %.6g", r1m, want1m);
+  }
+  /* the rows hint (q35_context_draft_rows): one row now, four about to be */
+  {
+    int32_t dm[4] = {3, 3, 3, 3};
+    const int cold[4] = {1, 0, 1, 1}, warm[4] = {0, 0, 0, 0};
+    /* only the one-row step measured: the step of four is not, so a cold row does not start */
+    memset(&p, 0, sizeof p);
+    q35_draft_policy_step(&p, 1, 0.01);
+    q35_draft_policy_plan(&p, 1, acc, dm, 1, 1, NULL, 0, d);
+    CHECK(d[0] >= 1, "hint: one row drafts without it: %d drafts", d[0]);
+    q35_draft_policy_hold_cold(&p, 1, acc, dm, cold, 0, NULL);
+    CHECK(dm[0] == 3, "hint: none (0) leaves dmax: %d", dm[0]);
+    q35_draft_policy_hold_cold(&p, 1, acc, dm, warm, 4, NULL);
+    CHECK(dm[0] == 3, "hint: a warm row keeps dmax: %d", dm[0]);
+    q35_draft_policy_hold_cold(&p, 1, acc, dm, cold, 4, NULL);
+    q35_draft_policy_plan(&p, 1, acc, dm, 1, 1, NULL, 0, d);
+    CHECK(dm[0] == 0 && d[0] == 0, "hint: a cold row before three more join: dmax %d, %d drafts", dm[0], d[0]);
+    /* measured and flat (a step of four barely dearer than one, a cheap head pass): drafts pay
+       at four rows too, so the cold rows keep theirs; with the steep profile they do not */
+    memset(&p, 0, sizeof p);
+    for (int T = 1; T <= Q35_POL_TMAX; T++) q35_draft_policy_step(&p, T, 0.010 + 0.0001 * T);
+    for (int B = 1; B <= 8; B++) q35_draft_policy_head(&p, B, 0.001);
+    for (int i = 0; i < 4; i++) dm[i] = 3;
+    q35_draft_policy_hold_cold(&p, 2, acc, dm, cold, 4, NULL);
+    CHECK(dm[0] == 3 && dm[1] == 3, "hint: drafts pay at the grown size: dmax %d %d", dm[0], dm[1]);
+    memset(&p, 0, sizeof p);
+    for (int T = 1; T <= Q35_POL_TMAX; T++) q35_draft_policy_step(&p, T, 0.010 + 0.002 * T);
+    for (int B = 1; B <= 8; B++) q35_draft_policy_head(&p, B, 0.003);
+    q35_draft_policy_plan(&p, 2, acc, dm, 2, 2, NULL, 0, d);
+    CHECK(d[0] >= 1, "hint: two rows draft without it: %d drafts", d[0]);
+    q35_draft_policy_hold_cold(&p, 2, acc, dm, cold, 4, NULL);
+    CHECK(dm[0] == 0 && dm[1] == 3, "hint: the cold row of two stops, the warm one keeps: dmax %d %d", dm[0], dm[1]);
   }
   /* the probe schedule: every 32 steps, then 64, 128, ... while the plan holds; back to 32 when it moves */
   memset(&p, 0, sizeof p);

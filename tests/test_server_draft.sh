@@ -5,7 +5,8 @@
 # A --draft 0, B --draft 3 --draft-fixed, C the defaults (speculation on, adaptive). The same
 # requests must give the same outputs on all three (tests/tools/server_draft.mjs, official openai
 # client and raw Messages requests); D (as B, fresh) serves last requests first, against B after
-# everything else (buffers reused across sessions leak nothing). Also: --draft on a file without an MTP head and out-of-range
+# everything else (buffers reused across sessions leak nothing); E (the defaults, without the
+# scheduler's rows hint: Q35_TEST_NO_DRAFT_HINT=1) and C give A's outputs with requests queued. Also: --draft on a file without an MTP head and out-of-range
 # --draft / --draft-vocab are refused with a clear message; every server exits 0 on SIGTERM.
 set -euo pipefail
 : "${Q35:?}" "${Q35_SRC:?}"
@@ -54,9 +55,10 @@ start A --draft 0
 start B --draft 3 --draft_fixed
 start C
 start D --draft 3 --draft_fixed
+Q35_TEST_NO_DRAFT_HINT=1 start E
 
 rc=0
-Q35_URL_A=$URL_A Q35_URL_B=$URL_B Q35_URL_C=$URL_C Q35_URL_D=$URL_D Q35_MODEL=mtp.gguf NODE_PATH="$NM" \
+Q35_URL_A=$URL_A Q35_URL_B=$URL_B Q35_URL_C=$URL_C Q35_URL_D=$URL_D Q35_URL_E=$URL_E Q35_MODEL=mtp.gguf NODE_PATH="$NM" \
   node "$Q35_SRC/tests/tools/server_draft.mjs" || rc=$?
 for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || { echo "FAIL: a server died"; tail -n 20 "$tmp"/server_*.log; exit 1; }; done
 if [ $rc != 0 ]; then tail -n 20 "$tmp"/server_*.log; exit 1; fi

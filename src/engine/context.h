@@ -87,6 +87,14 @@ void q35_draft_policy_plan(const q35_draft_policy *p, int32_t n, const double *a
  * beats by more than Q35_POL_PROBE_SLACK is not worth its step (draft.c skips it). */
 double q35_draft_policy_rate(const q35_draft_policy *p, int32_t n, const double *acc, const int32_t *d, int64_t T0,
                              double n_out0, const double *first);
+/* The rows a step is about to grow to (q35_context_draft_rows): rows in dmax[] marked cold[i]
+ * (sessions not drafting lately: their first drafts pay a catch-up, model/mtp.h) keep drafts only
+ * where the plan of the grown step, `rows` one-token rows emitting a token each, would give them
+ * drafts too; else their dmax[i] becomes 0. A grown step whose plain time is not measured yet
+ * plans none (q35_draft_policy_plan), so a cold session does not start drafting in the steps
+ * before a batch forms. The other rows, and every row when rows < 1, keep dmax. */
+void q35_draft_policy_hold_cold(const q35_draft_policy *p, int32_t n, const double *acc, int32_t *dmax, const int *cold,
+                                int32_t rows, const double *first);
 #define Q35_POL_PROBE_SLACK 0.05
 #define Q35_POL_PROBE_MAX 1024 /* the longest interval between probes (steps) */
 
@@ -135,6 +143,7 @@ struct q35_context {
   size_t masks_cap;              /* (words) */
   int n_cpus;                    /* CPUs this process may run on (the overlap needs a spare one) */
   int draft_fixed;               /* q35_context_draft_adapt(ctx, 0): every row drafts its n_draft */
+  int32_t draft_rows;            /* q35_context_draft_rows: rows the caller's steps are about to carry (0: none) */
   q35_draft_policy pol;
   q35_draft_bufs dr;
   q35_context *threads_of;       /* NULL, or the context whose pool and scratch this one uses

@@ -33,6 +33,7 @@
 #include "model/mtp.h"
 
 void q35_context_draft_adapt(q35_context *c, int on) { c->draft_fixed = !on; }
+void q35_context_draft_rows(q35_context *c, int32_t rows) { c->draft_rows = rows > 0 ? rows : 0; }
 int q35_model_has_mtp(const q35_model *m) { return m->has_mtp; }
 
 void q35_draft_bufs_free(q35_draft_bufs *b) {
@@ -379,9 +380,21 @@ static void plan(q35_context *c, const q35_row *rows, int32_t n_rows) {
   /* a cold session's catch-up, in the plan spread over the steps a session that starts drafting
      stays warm (it is paid once), in a probe's check whole (a probe drafts once) */
   double first[n], first1[n];
+  int cold[n];
   for (int32_t i = 0; i < n; i++) {
-    first1[i] = catchup_bytes(&c->pol, rows[b->cand[i]].session->mtp);
+    const q35_mtp_cache *mc = rows[b->cand[i]].session->mtp;
+    first1[i] = catchup_bytes(&c->pol, mc);
     first[i] = first1[i] / Q35_MTP_IDLE_STEPS;
+    cold[i] = mc->idle >= Q35_MTP_IDLE_STEPS;
+  }
+  /* rows about to join (the caller's hint: sequences still prefilling, requests queued): while
+     this step has fewer one-token rows, a cold session starts drafting only if it would in a step
+     of that many (its catch-up and first head pass, and the head weights' first touch in a fresh
+     process, would be paid for a step or two) */
+  {
+    int32_t n_dec = 0;
+    for (int32_t r = 0; r < n_rows; r++) n_dec += rows[r].n_tokens == 1;
+    if (c->draft_rows > n_dec) q35_draft_policy_hold_cold(&c->pol, n, b->acc, b->dmax, cold, c->draft_rows, first);
   }
   int32_t d[n], d0[n];
   q35_draft_policy_plan(&c->pol, n, b->acc, b->dmax, T0, n_out0, first, 0, d0);

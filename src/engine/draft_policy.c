@@ -219,8 +219,26 @@ double q35_draft_policy_rate(const q35_draft_policy *p, int32_t n, const double 
     T += d[i];
     if (d[i] > 0 && first) extra += spb * first[i];
   }
-  double t = fwd_time(p, T);
+  /* a size measured once holds a provisional sample (ema: often a one-off, e.g. the first verify
+     step at one row read 2.0x the plain step, the steady ratio 1.3x): the bytes model's prior
+     instead, else a probe meant to re-measure it is vetoed by the very sample it would replace
+     (a one-stream server whose first draft missed then never drafted again) */
+  double t = T != T0 && T <= Q35_POL_TMAX && p->fwd_n[T] == 1 && p->by_fixed > 0
+                 ? t0 * trunk_bytes(p, T) / trunk_bytes(p, T0)
+                 : fwd_time(p, T);
   if (t < t0) t = t0; /* unknown (no bytes model), or measured cheaper: no dearer than the plain step */
   for (int32_t j = 1; j <= Q35_DRAFT_MAX; j++) t += head_time(p, in_pass[j], spb);
   return N / (t + extra);
+}
+
+void q35_draft_policy_hold_cold(const q35_draft_policy *p, int32_t n, const double *acc, int32_t *dmax, const int *cold,
+                                int32_t rows, const double *first) {
+  if (rows < 1 || n < 1) return;
+  int any = 0;
+  for (int32_t i = 0; i < n && !any; i++) any = cold[i] && dmax[i] > 0;
+  if (!any) return;
+  int32_t dg[n];
+  q35_draft_policy_plan(p, n, acc, dmax, rows, rows, first, 0, dg);
+  for (int32_t i = 0; i < n; i++)
+    if (cold[i] && dg[i] == 0) dmax[i] = 0;
 }

@@ -45,6 +45,7 @@
 #define IDLE_WAKE_S 1.0          /* an idle scheduler wakes this often (s) to evict idle sessions */
 #define GATHER_WAIT_S 0.002      /* after waking: wait this long (s) for more requests ... */
 #define GATHER_ROUNDS 5          /* ... this many times at most */
+#define NO_ROWS_HINT_ENV "Q35_TEST_NO_DRAFT_HINT" /* test only: the draft plan gets no rows hint */
 
 typedef struct slot {
   q35_session *sess;
@@ -114,6 +115,7 @@ struct srv_sched {
   int stop;
   seq *queue, *active;
   int n_queued, n_active;
+  int no_rows_hint; /* Q35_TEST_NO_DRAFT_HINT set: the draft plan gets no rows hint (test only) */
   slot *anon;         /* o.parallel slots */
   slot *named;        /* list */
   int n_named;
@@ -1046,6 +1048,15 @@ static void group_begin(srv_sched *s, int g) {
     G->row_seq[n++] = q;
   }
   if (!n) return;
+  if (s->o.draft > 0) {
+    /* the decode rows about to be: the group's sequences (prefilling ones too), and the queued
+       ones a free slot takes */
+    int rows = 0;
+    for (seq *q = s->active; q; q = q->next) rows += q->grp == g;
+    const int room = s->o.parallel - s->n_active;
+    rows += s->n_queued < room ? s->n_queued : room;
+    q35_context_draft_rows(G->ctx, s->no_rows_hint ? 0 : rows);
+  }
   G->n = n;
   for (int i = 0; i < n; i++) G->row_seq[i]->in_flight = 1;
   pthread_mutex_unlock(&s->mu);
@@ -1127,6 +1138,10 @@ srv_sched *srv_sched_new(q35_model *model, const q35_tokenizer *tok, const srv_s
     return NULL;
   }
   q35_context_draft_adapt(q35_model_context(model), !s->o.draft_fixed);
+  {
+    const char *v = getenv(NO_ROWS_HINT_ENV);
+    s->no_rows_hint = v && *v && strcmp(v, "0") != 0;
+  }
   {
     q35_session_params sp = q35_session_default_params();
     sp.n_ctx = s->o.n_ctx;

@@ -12,10 +12,13 @@
 // that a fresh server D (as B) serves first, sent to B after all the others: the same outputs and
 // the same drafts accepted (the context's draft and logit buffers, reserved and touched ahead
 // of a step's largest use, and the slots' sessions with their checkpoint slots, carry nothing over).
-// Env: Q35_URL_A, Q35_URL_B, Q35_URL_C, Q35_URL_D, Q35_MODEL (the served model id). Exit 0 = all passed.
+// E (the defaults without the scheduler's rows hint) and C give A's outputs with requests queued.
+// Env: Q35_URL_A, Q35_URL_B, Q35_URL_C, Q35_URL_D, Q35_URL_E (optional), Q35_MODEL (the served
+// model id). Exit 0 = all passed.
 import OpenAI from 'openai';
 
-const urls = { A: process.env.Q35_URL_A, B: process.env.Q35_URL_B, C: process.env.Q35_URL_C, D: process.env.Q35_URL_D };
+const urls = { A: process.env.Q35_URL_A, B: process.env.Q35_URL_B, C: process.env.Q35_URL_C, D: process.env.Q35_URL_D,
+  E: process.env.Q35_URL_E };
 const MODEL = process.env.Q35_MODEL;
 const client = (u, headers) =>
   new OpenAI({ baseURL: `${u}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60000, defaultHeaders: headers });
@@ -217,6 +220,30 @@ await section('a fresh server drafts as one that served other sessions before', 
       { d: d[i].out, b: b[i].out });
     check(d[i].drafted === b[i].drafted && d[i].accepted === b[i].accepted && d[i].accepted > 0,
       `late ${i}: drafts differ from a fresh server's`, { d: [d[i].drafted, d[i].accepted], b: [b[i].drafted, b[i].accepted] });
+  }
+});
+
+// the rows hint (q35_context_draft_rows: the scheduler tells the draft plan how many rows are about
+// to run, queued requests included): it decides only whether a cold session starts drafting, so C
+// (with it) and E (the defaults with Q35_TEST_NO_DRAFT_HINT=1) give A's outputs: a lone request,
+// then six at once on four slots (two wait in the queue), then one more while four run
+await section('the rows hint changes no output: C (hint) and E (no hint) as A', async () => {
+  if (!urls.E) return;
+  const lone = { prompt: 'hint lone', max_tokens: 30, seed: 61, temperature: 0.9, logprobs: 2 };
+  const six = [0, 1, 2, 3, 4, 5].map((i) => ({ prompt: `hint six ${i}`, max_tokens: 24 + 3 * i, seed: 70 + i,
+    temperature: 0.8, logprobs: 1 }));
+  const late = { prompt: 'hint late', max_tokens: 20, seed: 80, temperature: 1, logprobs: 1 };
+  const run = async (u) => {
+    const r1 = await send(u, 'comp', lone);
+    const ps = six.map((b) => send(u, 'comp', b));
+    await new Promise((r) => setTimeout(r, 30));
+    const rl = await send(u, 'comp', late);
+    return [r1, ...(await Promise.all(ps)), rl].map(norm);
+  };
+  const [a, c, e] = await Promise.all([run(urls.A), run(urls.C), run(urls.E)]);
+  for (let i = 0; i < a.length; i++) {
+    check(JSON.stringify(c[i]) === JSON.stringify(a[i]), `hint ${i}: C (with the hint) differs from A`, { a: a[i], c: c[i] });
+    check(JSON.stringify(e[i]) === JSON.stringify(a[i]), `hint ${i}: E (no hint) differs from A`, { a: a[i], e: e[i] });
   }
 });
 

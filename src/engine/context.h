@@ -102,14 +102,15 @@ void q35_draft_policy_hold_cold(const q35_draft_policy *p, int32_t n, const doub
 typedef struct q35_draft_bufs {
   q35_row *vrows;        /* the rows as the trunk runs them: [token, drafts] */
   int32_t *nd, *pos0, *mpos0, *np0; /* per row: drafts, position, head position, pending before */
-  size_t *at;            /* per row: where its hidden states / pair tokens start */
+  size_t *at;            /* per row: where its pair tokens start (ptok) */
+  size_t *hat;           /* per row: where its region of hid starts (hid_layout: only rows that need one) */
   int32_t rows_cap;
   int32_t *toks;         /* per row [Q35_DRAFT_MAX + 1]: token, drafts */
-  float *hid;            /* hidden states: per row its region of at[] */
+  float *hid;            /* hidden states: per row its region of hat[] */
   float **hrow;          /* per row: where its pending and new hidden states are (its region of hid,
                             or, for a row that does not draft and fits, its session's pend_h) */
-  int32_t *ptok;         /* pair tokens, the same regions */
-  size_t hid_cap;        /* (positions) */
+  int32_t *ptok;         /* pair tokens: per row its region of at[] */
+  size_t hid_cap, ptok_cap; /* (positions) */
   float *lg;             /* draft logits [rows][n_vocab] */
   float *g;              /* the head's state per row [rows][n_embd] */
   int32_t lg_cap;        /* (rows) */

@@ -43,6 +43,7 @@ void q35_draft_bufs_free(q35_draft_bufs *b) {
   free(b->mpos0);
   free(b->np0);
   free(b->at);
+  free(b->hat);
   free(b->toks);
   free(b->hid);
   free(b->hrow);
@@ -58,12 +59,12 @@ void q35_draft_bufs_free(q35_draft_bufs *b) {
   memset(b, 0, sizeof *b);
 }
 
-/* Buffers for n rows with `positions` hidden states in all (0, or -1 with err). */
+/* Buffers for n rows with `positions` pair tokens in all (0, or -1 with err). */
 static int bufs_reserve(q35_context *c, int32_t n, size_t positions, q35_err *err) {
   q35_draft_bufs *b = &c->dr;
   const size_t H = (size_t)c->model->hp.n_embd;
   if (n > b->rows_cap) {
-    free(b->vrows), free(b->nd), free(b->pos0), free(b->mpos0), free(b->np0), free(b->at), free(b->toks);
+    free(b->vrows), free(b->nd), free(b->pos0), free(b->mpos0), free(b->np0), free(b->at), free(b->hat), free(b->toks);
     free(b->mrows), free(b->acc), free(b->dmax), free(b->cand), free(b->g), free(b->drafted_con), free(b->hrow);
     b->vrows = malloc((size_t)n * sizeof *b->vrows);
     b->nd = malloc((size_t)n * sizeof *b->nd);
@@ -71,6 +72,7 @@ static int bufs_reserve(q35_context *c, int32_t n, size_t positions, q35_err *er
     b->mpos0 = malloc((size_t)n * sizeof *b->mpos0);
     b->np0 = malloc((size_t)n * sizeof *b->np0);
     b->at = malloc((size_t)n * sizeof *b->at);
+    b->hat = malloc((size_t)n * sizeof *b->hat);
     b->toks = malloc((size_t)n * (Q35_DRAFT_MAX + 1) * sizeof *b->toks);
     b->mrows = malloc((size_t)n * sizeof *b->mrows);
     b->acc = malloc((size_t)n * sizeof *b->acc);
@@ -80,25 +82,30 @@ static int bufs_reserve(q35_context *c, int32_t n, size_t positions, q35_err *er
     b->hrow = malloc((size_t)n * sizeof *b->hrow);
     b->g = q35_alloc64((size_t)n * H * sizeof(float), 1);
     b->rows_cap = n;
-    if (!b->vrows || !b->nd || !b->pos0 || !b->mpos0 || !b->np0 || !b->at || !b->toks || !b->mrows || !b->acc ||
-        !b->dmax || !b->cand || !b->g || !b->drafted_con || !b->hrow) {
+    if (!b->vrows || !b->nd || !b->pos0 || !b->mpos0 || !b->np0 || !b->at || !b->hat || !b->toks || !b->mrows ||
+        !b->acc || !b->dmax || !b->cand || !b->g || !b->drafted_con || !b->hrow) {
       q35_draft_bufs_free(b);
       return q35_seterr(err, "out of memory (a step of %d rows with drafts)", n);
     }
   }
-  if (positions > b->hid_cap) {
-    free(b->hid);
+  if (positions > b->ptok_cap) {
     free(b->ptok);
-    b->hid = q35_alloc64(positions * H * sizeof(float), 1); /* touched now: see touch_reserve */
     b->ptok = malloc(positions * sizeof *b->ptok);
-    b->hid_cap = positions;
-    if (!b->hid || !b->ptok) {
-      free(b->hid), free(b->ptok);
-      b->hid = NULL, b->ptok = NULL, b->hid_cap = 0;
-      return q35_seterr(err, "out of memory (hidden states of %zu positions)", positions);
-    }
+    b->ptok_cap = b->ptok ? positions : 0;
+    if (!b->ptok) return q35_seterr(err, "out of memory (pair tokens of %zu positions)", positions);
   }
   return 0;
+}
+
+/* hid for `positions` hidden states (0, or -1 with err): touched now (zeroed), before the timed
+ * part of the step, see touch_reserve. */
+static int hid_reserve(q35_context *c, size_t positions, q35_err *err) {
+  q35_draft_bufs *b = &c->dr;
+  if (positions <= b->hid_cap) return 0;
+  free(b->hid);
+  b->hid = q35_alloc64(positions * (size_t)c->model->hp.n_embd * sizeof(float), 1);
+  b->hid_cap = b->hid ? positions : 0;
+  return b->hid ? 0 : q35_seterr(err, "out of memory (hidden states of %zu positions)", positions);
 }
 
 static int lg_reserve(q35_context *c, int32_t n, q35_err *err) {
@@ -293,10 +300,10 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
     q35_mtp_cache *mc = rows[r].session->mtp;
     if (!mc) continue;
     if (b->nd[r] > 0) { /* the pending pairs are in the head's cache now */
-      mc->s.pos = b->mpos0[r] + b->np0[r];
+      q35_mtp_cache_set_pos(mc, b->mpos0[r] + b->np0[r]);
       mc->n_pend = 0;
     } else { /* no drafts after all (a constraint ended them): as before (its entries get rewritten) */
-      mc->s.pos = b->mpos0[r];
+      q35_mtp_cache_set_pos(mc, b->mpos0[r]);
       mc->n_pend = b->np0[r];
     }
   }
@@ -467,7 +474,7 @@ static void keep_pending(q35_context *c, q35_row *rows, const int32_t *is, int32
     for (int32_t q = 0; q < n_is && !s; q++)
       if (rows[is[q]].session->mtp == mc) s = rows[is[q]].session;
     if (rc) { /* out of memory: the head skips these pairs (drafts get worse, outputs do not change) */
-      mc->s.pos = s->pos;
+      q35_mtp_cache_set_pos(mc, s->pos);
       mc->n_pend = 0;
       continue;
     }
@@ -476,18 +483,25 @@ static void keep_pending(q35_context *c, q35_row *rows, const int32_t *is, int32
   }
 }
 
-/* Where row r (not drafting, n tokens) keeps its pending and new hidden states: right after the
- * pending ones in the session's pend_h when they fit (a decode row: nothing to copy, the pending
- * pairs stay where they are), else its region hid of b->hid with the pending ones copied in
- * first (a prompt chunk: keep_pending takes what it keeps from there). */
-static float *pend_region(q35_draft_bufs *b, q35_mtp_cache *mc, int32_t r, int32_t n, float *hid) {
+/* Whether row r (not drafting, n tokens) keeps its pending and new hidden states right after the
+ * pending ones in the session's pend_h (they fit: a decode row, nothing to copy, the pending pairs
+ * stay where they are), not in a region of b->hid (a prompt chunk: keep_pending takes what it
+ * keeps from there). */
+static int pend_fits(const q35_draft_bufs *b, const q35_mtp_cache *mc, int32_t r, int32_t n) {
+  return b->np0[r] + n <= mc->pend_cap;
+}
+
+/* Where row r (not drafting, n tokens) keeps its pending and new hidden states (pend_fits): pend_h,
+ * or its region of b->hid with the pending ones copied in first. */
+static float *pend_region(q35_draft_bufs *b, q35_mtp_cache *mc, int32_t r, int32_t n) {
   const size_t H = (size_t)mc->s.model->hp.n_embd;
-  if (b->np0[r] + n <= mc->pend_cap) return mc->pend_h;
+  if (pend_fits(b, mc, r, n)) return mc->pend_h;
+  float *hid = b->hid + b->hat[r] * H;
   memcpy(hid, mc->pend_h, (size_t)b->np0[r] * H * sizeof(float));
   return hid;
 }
 
-/* The hidden-state regions of the rows on sessions with drafts (b->at), and the total. */
+/* The pair-token regions of the rows on sessions with drafts (b->at), and the total. */
 static size_t layout(q35_context *c, const q35_row *rows, int32_t n_rows) {
   q35_draft_bufs *b = &c->dr;
   size_t at = 0;
@@ -497,6 +511,23 @@ static size_t layout(q35_context *c, const q35_row *rows, int32_t n_rows) {
     if (mc) at += (size_t)mc->n_pend + (size_t)rows[r].n_tokens + (size_t)mc->draft_max + 1;
   }
   return at;
+}
+
+/* The hidden-state regions (b->hat) once the drafts are planned (b->nd, b->np0), grown in hid: a
+ * drafting row's verified positions, a row whose pending and new states do not fit its pend_h
+ * (pend_fits); none for the rest. A step where nothing drafts and only decode rows run (a server
+ * whose plan declines) needs no hid: its hidden states go straight to the sessions' pend_h. */
+static int hid_layout(q35_context *c, const q35_row *rows, int32_t n_rows, q35_err *err) {
+  q35_draft_bufs *b = &c->dr;
+  size_t at = 0;
+  for (int32_t r = 0; r < n_rows; r++) {
+    const q35_mtp_cache *mc = rows[r].session->mtp;
+    b->hat[r] = at;
+    if (!mc) continue;
+    if (b->nd[r] > 0) at += (size_t)b->nd[r] + 1;
+    else if (!pend_fits(b, mc, r, rows[r].n_tokens)) at += (size_t)b->np0[r] + (size_t)rows[r].n_tokens;
+  }
+  return hid_reserve(c, at, err);
 }
 
 int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) {
@@ -519,9 +550,13 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
   plan(c, rows, n_rows);
   int any = 0;
   for (int32_t r = 0; r < n_rows; r++) any |= b->nd[r] > 0;
+  if (hid_layout(c, rows, n_rows, err)) return -1;
   if (any && (touch_reserve(c, rows, n_rows, err) || make_drafts(c, rows, n_rows, err))) {
     for (int32_t r = 0; r < n_rows; r++)
-      if (rows[r].session->mtp) rows[r].session->mtp->s.pos = b->mpos0[r], rows[r].session->mtp->n_pend = b->np0[r];
+      if (rows[r].session->mtp) {
+        q35_mtp_cache_set_pos(rows[r].session->mtp, b->mpos0[r]);
+        rows[r].session->mtp->n_pend = b->np0[r];
+      }
     return -1;
   }
   /* the rows as the trunk runs them, with their hidden states kept */
@@ -531,8 +566,8 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
     v->n_draft = 0;
     q35_session *s = rows[r].session;
     if (!s->mtp) continue;
-    float *hid = b->hid + b->at[r] * H;
     if (b->nd[r] > 0) {
+      float *hid = b->hid + b->hat[r] * H;
       v->tokens = b->toks + (size_t)r * (Q35_DRAFT_MAX + 1);
       v->n_tokens = b->nd[r] + 1;
       v->n_outputs = b->nd[r] + 1;
@@ -540,7 +575,7 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
       q35_session_ckpt_touch(s, b->nd[r]); /* (once a slot: outside the timed step) */
       q35_session_ckpt_arm(s, b->nd[r], err); /* slots allocated with the session: cannot fail */
     } else {
-      b->hrow[r] = pend_region(b, s->mtp, r, v->n_tokens, hid);
+      b->hrow[r] = pend_region(b, s->mtp, r, v->n_tokens);
       s->hidden_all = b->hrow[r] + (size_t)b->np0[r] * H;
     }
   }
@@ -558,8 +593,8 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
     if (rc && s->mtp) { /* the head's state back in step with the trunk's position */
       q35_session_ckpt_disarm(s);
       if (s->pos != b->pos0[r] && b->nd[r] > 0) q35_session_ckpt_restore(s, 0); /* as a one-token step: no drafts fed */
-      if (s->pos == b->pos0[r]) s->mtp->s.pos = b->mpos0[r], s->mtp->n_pend = b->np0[r];
-      else s->mtp->s.pos = s->pos, s->mtp->n_pend = 0;
+      if (s->pos == b->pos0[r]) q35_mtp_cache_set_pos(s->mtp, b->mpos0[r]), s->mtp->n_pend = b->np0[r];
+      else q35_mtp_cache_set_pos(s->mtp, s->pos), s->mtp->n_pend = 0;
     }
   }
   if (rc) return -1;
@@ -597,7 +632,7 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
     while (k < nd && row->outputs[k].token == tk[k + 1]) k++;
     q35_session_ckpt_rollback(s, b->pos0[r] + k + 1, err); /* inside the armed pass: cannot fail */
     q35_mtp_cache *mc = s->mtp;
-    memcpy(mc->pend_h, b->hid + b->at[r] * H, (size_t)(k + 1) * H * sizeof(float));
+    memcpy(mc->pend_h, b->hid + b->hat[r] * H, (size_t)(k + 1) * H * sizeof(float));
     memcpy(mc->pend_t, tk + 1, (size_t)k * sizeof *tk);
     mc->n_pend = k + 1;
     mc->last_emitted = k + 1;
@@ -626,8 +661,9 @@ int q35_draft_eval(q35_context *c, q35_fwd_row *fr, q35_err *err) {
   if (bufs_reserve(c, 1, 0, err) || bufs_reserve(c, 1, layout(c, &row, 1), err)) return -1;
   b->np0[0] = s->mtp->n_pend;
   b->nd[0] = 0;
+  if (hid_layout(c, &row, 1, err)) return -1;
   s->mtp->last_emitted = 0;
-  b->hrow[0] = pend_region(b, s->mtp, 0, fr->n, b->hid + b->at[0] * H);
+  b->hrow[0] = pend_region(b, s->mtp, 0, fr->n);
   s->hidden_all = b->hrow[0] + (size_t)b->np0[0] * H;
   const int rc = q35_forward(c->model, q35_context_ws(c), fr, 1, err);
   s->hidden_all = NULL;

@@ -20,13 +20,14 @@ static float reduce16(float *a) {
   return a[0];
 }
 
-void q35_delta_step_ref(float *S, int dv, int dk, const float *q, const float *k, const float *v, float beta,
-                        float decay, float *o) {
+void q35_delta_step_ref(const float *S_in, float *S_out, int dv, int dk, const float *q, const float *k,
+                        const float *v, float beta, float decay, float *o) {
   for (int j = 0; j < dv; j++) {
-    float *Sj = S + (size_t)j * dk;
+    const float *Si = S_in + (size_t)j * dk;
+    float *Sj = S_out + (size_t)j * dk;
     float acc[16] = {0};
     for (int a = 0; a < dk; a++) {
-      Sj[a] *= decay;
+      Sj[a] = Si[a] * decay;
       acc[a % 16] = fmaf(Sj[a], k[a], acc[a % 16]);
     }
     const float d = beta * (v[j] - reduce16(acc));
@@ -52,11 +53,9 @@ __attribute__((target("avx2,fma"))) static inline float hsum_avx2(__m256 lo, __m
  * (the same lanes, the same FMA chains, the same tree), so the bits do not depend on R; the R rows'
  * chains are independent, which hides the FMA latency a single row's chain of dk/16 steps exposes
  * (one row at a time ran at about a third of the FMA throughput). k and q loads are shared. */
-__attribute__((target("avx2,fma"), always_inline)) static inline void delta_rows_avx2(float *S, int R, int dk,
-                                                                                      const float *q,
-                                                                                      const float *k,
-                                                                                      const float *v, float beta,
-                                                                                      __m256 vd, float *o) {
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+delta_rows_avx2(const float *Sin, float *S, int R, int dk, const float *q, const float *k, const float *v, float beta,
+                __m256 vd, float *o) {
   __m256 a0[4], a1[4];
   _Pragma("GCC unroll 8")
   for (int r = 0; r < R; r++) a0[r] = a1[r] = _mm256_setzero_ps();
@@ -64,9 +63,10 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void delta_rows
     const __m256 k0 = _mm256_loadu_ps(k + a), k1 = _mm256_loadu_ps(k + a + 8);
     _Pragma("GCC unroll 8")
     for (int r = 0; r < R; r++) {
+      const float *Si = Sin + (size_t)r * dk;
       float *Sj = S + (size_t)r * dk;
-      const __m256 s0 = _mm256_mul_ps(_mm256_loadu_ps(Sj + a), vd);
-      const __m256 s1 = _mm256_mul_ps(_mm256_loadu_ps(Sj + a + 8), vd);
+      const __m256 s0 = _mm256_mul_ps(_mm256_loadu_ps(Si + a), vd);
+      const __m256 s1 = _mm256_mul_ps(_mm256_loadu_ps(Si + a + 8), vd);
       _mm256_storeu_ps(Sj + a, s0);
       _mm256_storeu_ps(Sj + a + 8, s1);
       a0[r] = _mm256_fmadd_ps(s0, k0, a0[r]);
@@ -97,13 +97,14 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void delta_rows
   for (int r = 0; r < R; r++) o[r] = hsum_avx2(a0[r], a1[r]);
 }
 
-__attribute__((target("avx2,fma"))) static void delta_step_avx2(float *S, int dv, int dk, const float *q,
-                                                                 const float *k, const float *v, float beta,
-                                                                 float decay, float *o) {
+__attribute__((target("avx2,fma"))) static void delta_step_avx2(const float *Sin, float *S, int dv, int dk,
+                                                                 const float *q, const float *k, const float *v,
+                                                                 float beta, float decay, float *o) {
   const __m256 vd = _mm256_set1_ps(decay);
   int j = 0;
-  for (; j + 4 <= dv; j += 4) delta_rows_avx2(S + (size_t)j * dk, 4, dk, q, k, v + j, beta, vd, o + j);
-  for (; j < dv; j++) delta_rows_avx2(S + (size_t)j * dk, 1, dk, q, k, v + j, beta, vd, o + j);
+  for (; j + 4 <= dv; j += 4)
+    delta_rows_avx2(Sin + (size_t)j * dk, S + (size_t)j * dk, 4, dk, q, k, v + j, beta, vd, o + j);
+  for (; j < dv; j++) delta_rows_avx2(Sin + (size_t)j * dk, S + (size_t)j * dk, 1, dk, q, k, v + j, beta, vd, o + j);
 }
 
 __attribute__((target("avx512f,avx512dq,avx2,fma"))) static inline float hsum_avx512(__m512 v) {
@@ -116,8 +117,8 @@ __attribute__((target("avx512f,avx512dq,avx2,fma"))) static inline float hsum_av
 
 /* R rows at once (R <= 8), as delta_rows_avx2: each row's bits are the reference's, whatever R */
 __attribute__((target("avx512f,avx512dq,avx2,fma"), always_inline)) static inline void
-delta_rows_avx512(float *S, int R, int dk, const float *q, const float *k, const float *v, float beta, __m512 vd,
-                  float *o) {
+delta_rows_avx512(const float *Sin, float *S, int R, int dk, const float *q, const float *k, const float *v, float beta,
+                  __m512 vd, float *o) {
   __m512 acc[8];
   _Pragma("GCC unroll 8")
   for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
@@ -126,7 +127,7 @@ delta_rows_avx512(float *S, int R, int dk, const float *q, const float *k, const
     _Pragma("GCC unroll 8")
     for (int r = 0; r < R; r++) {
       float *Sj = S + (size_t)r * dk;
-      const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(Sj + a), vd);
+      const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(Sin + (size_t)r * dk + a), vd);
       _mm512_storeu_ps(Sj + a, s);
       acc[r] = _mm512_fmadd_ps(s, ka, acc[r]);
     }
@@ -151,26 +152,27 @@ delta_rows_avx512(float *S, int R, int dk, const float *q, const float *k, const
   for (int r = 0; r < R; r++) o[r] = hsum_avx512(acc[r]);
 }
 
-__attribute__((target("avx512f,avx512dq,avx2,fma"))) static void delta_step_avx512(float *S, int dv, int dk,
-                                                                                   const float *q, const float *k,
-                                                                                   const float *v, float beta,
-                                                                                   float decay, float *o) {
+__attribute__((target("avx512f,avx512dq,avx2,fma"))) static void
+delta_step_avx512(const float *Sin, float *S, int dv, int dk, const float *q, const float *k, const float *v,
+                  float beta, float decay, float *o) {
   const __m512 vd = _mm512_set1_ps(decay);
   int j = 0;
-  for (; j + 8 <= dv; j += 8) delta_rows_avx512(S + (size_t)j * dk, 8, dk, q, k, v + j, beta, vd, o + j);
-  for (; j < dv; j++) delta_rows_avx512(S + (size_t)j * dk, 1, dk, q, k, v + j, beta, vd, o + j);
+  for (; j + 8 <= dv; j += 8)
+    delta_rows_avx512(Sin + (size_t)j * dk, S + (size_t)j * dk, 8, dk, q, k, v + j, beta, vd, o + j);
+  for (; j < dv; j++)
+    delta_rows_avx512(Sin + (size_t)j * dk, S + (size_t)j * dk, 1, dk, q, k, v + j, beta, vd, o + j);
 }
 
 #endif /* Q35_DELTA_X86 */
 
-void q35_delta_step(float *S, int dv, int dk, const float *q, const float *k, const float *v, float beta, float decay,
-                    float *o) {
+void q35_delta_step(const float *S_in, float *S_out, int dv, int dk, const float *q, const float *k, const float *v,
+                    float beta, float decay, float *o) {
 #if Q35_DELTA_X86
   if (dk % 16 == 0) switch (q35_simd_active()) {
-    case Q35_SIMD_AVX512: delta_step_avx512(S, dv, dk, q, k, v, beta, decay, o); return;
-    case Q35_SIMD_AVX2: delta_step_avx2(S, dv, dk, q, k, v, beta, decay, o); return;
+    case Q35_SIMD_AVX512: delta_step_avx512(S_in, S_out, dv, dk, q, k, v, beta, decay, o); return;
+    case Q35_SIMD_AVX2: delta_step_avx2(S_in, S_out, dv, dk, q, k, v, beta, decay, o); return;
     default: break;
     }
 #endif
-  q35_delta_step_ref(S, dv, dk, q, k, v, beta, decay, o);
+  q35_delta_step_ref(S_in, S_out, dv, dk, q, k, v, beta, decay, o);
 }

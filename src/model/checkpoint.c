@@ -5,9 +5,10 @@
  * When the trunk rejects draft_k, the session must continue from the state after draft_{k-1}:
  * the attention layers need only the position moved back (KV entries past it are never read),
  * but the conv and delta-rule states have advanced through every token. So while a session is
- * armed the DeltaNet layer copies both states after each token into a slot (deltanet_layer.c),
- * and a rollback copies slot k back: the state bits are exactly those of a pass that stopped
- * there, so what follows is bit-identical to decoding without speculation.
+ * armed the DeltaNet layer keeps both states after each token in a slot (deltanet_layer.c: the
+ * conv state copied there, the delta-rule state written there by the step itself), and a
+ * rollback copies slot k back: the state bits are exactly those of a pass that stopped there, so
+ * what follows is bit-identical to decoding without speculation.
  */
 #include <stdlib.h>
 #include <string.h>

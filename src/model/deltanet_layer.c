@@ -103,6 +103,7 @@ static void gdn_recur(void *vctx, int ith, int nth) {
   for (long it = i0; it < i1; it++) {
     const int r = (int)(it / Hv), hv = (int)(it % Hv), hk = hv % Hk;
     float *S = f->rows[r].s->ssm_state[li] + (size_t)hv * dv * dk; /* [dv][dk] */
+    const float *Sin = S;
     for (int32_t i = 0; i < f->rows[r].n; i++) {
       const int64_t t = f->row_start[r] + i;
       const float *row = b->conv + t * C;
@@ -112,9 +113,11 @@ static void gdn_recur(void *vctx, int ith, int nth) {
       const float g = ssm_a[hv] * softplus(b->alpha[t * Hv + hv] + dt_bias[hv]);
       const float decay = expf(g);
       float *o = b->o + t * hp->ssm_d_inner + (size_t)hv * dv;
-      q35_delta_step(S, dv, dk, q, k, v, beta, decay, o);
-      if (i < f->rows[r].s->ckpt_n) /* armed (model/mtp.h): the state after token i into slot i */
-        memcpy(f->rows[r].s->ckpt_ssm[li] + ((size_t)i * Hv + hv) * dv * dk, S, sizeof(float) * (size_t)dv * dk);
+      /* armed (model/mtp.h): the state after token i straight into slot i, the next token reads it
+         there; the live state gets the state after the row's last token */
+      float *Sout = i < f->rows[r].s->ckpt_n ? f->rows[r].s->ckpt_ssm[li] + ((size_t)i * Hv + hv) * dv * dk : S;
+      q35_delta_step(Sin, Sout, dv, dk, q, k, v, beta, decay, o);
+      Sin = Sout;
       /* gated RMSNorm: norm over the head, times w, times silu(z) */
       const float *z = b->z + t * hp->ssm_d_inner + (size_t)hv * dv;
       double ss = 0.0;
@@ -127,6 +130,7 @@ static void gdn_recur(void *vctx, int ith, int nth) {
         for (int j = 0; j < m; j++) o[j0 + j] = o[j0 + j] * sc * nw[j0 + j] * sz[j];
       }
     }
+    if (Sin != S) memcpy(S, Sin, sizeof(float) * (size_t)dv * dk); /* every token armed (a row of <= ckpt_n) */
   }
 }
 

@@ -64,17 +64,33 @@ uint64_t q35_mtp_cache_bytes(const q35_model *m, int32_t n_ctx, int kv_type) {
   return 2 * (uint64_t)q35_row_size(kv_type, (int64_t)m->hp.n_head_kv * m->hp.head_dim) * (uint64_t)n_ctx;
 }
 
+/* The skipped entries [zpos, pos) written (zeros), before the head reads or writes the cache. */
+static void zero_skipped(q35_mtp_cache *c) {
+  if (c->zpos >= c->s.pos) return;
+  const size_t at = (size_t)c->zpos * c->s.kv_row_bytes, len = (size_t)(c->s.pos - c->zpos) * c->s.kv_row_bytes;
+  memset((char *)c->k + at, 0, len);
+  memset((char *)c->v + at, 0, len);
+  c->zpos = c->s.pos;
+}
+
+void q35_mtp_cache_set_pos(q35_mtp_cache *c, int32_t pos) {
+  if (pos > c->s.pos) { /* the entries from s.pos on stay: those before it that are skipped get their zeros */
+    zero_skipped(c);
+    c->zpos = pos;
+  } else if (c->zpos > pos) {
+    c->zpos = pos;
+  }
+  c->s.pos = pos;
+}
+
 void q35_mtp_cache_truncate(q35_mtp_cache *c, int32_t pos) {
-  if (pos >= 0 && pos < c->s.pos) c->s.pos = pos;
+  if (pos >= 0 && pos < c->s.pos) q35_mtp_cache_set_pos(c, pos);
 }
 
 void q35_mtp_cache_skip(q35_mtp_cache *c, int32_t n) {
   if (n <= 0) return;
   if (n > c->s.params.n_ctx - c->s.pos) n = c->s.params.n_ctx - c->s.pos;
-  const size_t at = (size_t)c->s.pos * c->s.kv_row_bytes, len = (size_t)n * c->s.kv_row_bytes;
-  memset((char *)c->k + at, 0, len);
-  memset((char *)c->v + at, 0, len);
-  c->s.pos += n;
+  c->s.pos += n; /* [zpos, s.pos): zeros, written by zero_skipped */
 }
 
 static int cat_reserve(q35_fwd_ws *ws, int64_t T, int64_t H, q35_err *err) {
@@ -155,6 +171,7 @@ static int forward_rows(const q35_model *m, q35_fwd_ws *ws, q35_mtp_row *rows, i
   int64_t t0 = 0;
   for (int r = 0; r < n_rows; r++) {
     q35_mtp_cache *c = rows[r].c;
+    zero_skipped(c);
     fr[r] = (q35_fwd_row){&c->s, rows[r].tokens, rows[r].n, 1, NULL, NULL, NULL, NULL};
     row_start[r] = (int32_t)t0;
     for (int32_t i = 0; i < rows[r].n; i++) {
@@ -179,6 +196,7 @@ static int forward_rows(const q35_model *m, q35_fwd_ws *ws, q35_mtp_row *rows, i
   int64_t G = 0;
   for (int r = 0; r < n_rows; r++) {
     rows[r].c->s.pos += rows[r].n;
+    rows[r].c->zpos = rows[r].c->s.pos;
     if (!rows[r].logits) continue;
     float *g = b.h + G * H;
     rmsnorm(g, b.x + (int64_t)(row_start[r] + rows[r].n - 1) * H, m->mtp.head_norm.data, H, hp->eps);

@@ -31,6 +31,9 @@ typedef struct q35_mtp_cache {
   q35_session s;       /* k_cache[0] / v_cache[0], params, pos: what the attention layer reads */
   void *k, *v;
   void *kp[1], *vp[1];
+  int32_t zpos;        /* entries [zpos, s.pos) are zeros not written yet (q35_mtp_cache_skip): the head writes
+                          them before it next runs on the cache, so a session that never drafts never touches
+                          them; below zpos the cache holds what an eager skip would have left */
   /* the draft state of a session (NULL / 0 for a bare cache) */
   int32_t draft_max;   /* drafts a row of the session may carry */
   int32_t draft_vocab; /* the head drafts among ids [0, draft_vocab) (n_vocab: all) */
@@ -83,8 +86,13 @@ int32_t q35_mtp_cache_pos(const q35_mtp_cache *c);
 void q35_mtp_cache_truncate(q35_mtp_cache *c, int32_t pos);
 /* Move the position n pairs on without running the head over them: their K/V entries become zeros
  * (a key of zeros scores 0 and its value adds nothing, the same for every session, whatever the
- * cache held before); at most up to n_ctx. */
+ * cache held before); at most up to n_ctx. The zeros are written when the head next runs on the
+ * cache (zpos), not here: a cold session that never drafts costs no cache pages. */
 void q35_mtp_cache_skip(q35_mtp_cache *c, int32_t n);
+/* Set the position without running the head: back (the entries past it are forgotten), or on
+ * over entries the cache holds already (they stay as they are; a restored snapshot's, or pairs a
+ * failed pass leaves out). */
+void q35_mtp_cache_set_pos(q35_mtp_cache *c, int32_t pos);
 /* Bytes of the head's KV cache for a context of n_ctx (what q35_mtp_cache_new allocates). */
 uint64_t q35_mtp_cache_bytes(const q35_model *m, int32_t n_ctx, int kv_type);
 

@@ -27,9 +27,11 @@ static const char *fmt_bytes(char *b, size_t n, uint64_t x) {
   return b;
 }
 
-/* Pending hidden states a session with drafts holds at most (model/mtp.h). */
+/* Pending hidden states a session with drafts holds at most (model/mtp.h), and room for the
+ * next decode token's: a decode row's states always go straight after the pending ones
+ * (engine/draft.c), never through the step's own buffer. */
 static int32_t pend_cap(int32_t draft_max) {
-  return draft_max + 1 > Q35_MTP_PEND_FLUSH ? draft_max + 1 : Q35_MTP_PEND_FLUSH;
+  return draft_max + 1 > Q35_MTP_PEND_FLUSH ? draft_max + 1 : Q35_MTP_PEND_FLUSH + 1;
 }
 
 /* Bytes of the DeltaNet conv + recurrent state of every layer (one snapshot's, one checkpoint's). */
@@ -69,8 +71,9 @@ static int draft_state_new(q35_session *s, q35_err *err) {
   c->draft_vocab = p->draft_vocab > 0 ? p->draft_vocab : m->hp.n_vocab;
   c->pend_cap = pend_cap(p->draft_max);
   c->idle = Q35_MTP_IDLE_STEPS; /* cold until the plan first drafts for it (model/mtp.h) */
-  /* touched now (zeroed), not in the first steps that keep hidden states */
-  c->pend_h = q35_alloc64((size_t)c->pend_cap * (size_t)m->hp.n_embd * sizeof(float), 1);
+  /* not touched here: a slot's pages are faulted in when a hidden state is first kept there, so
+     a session pays only for the slots it reaches (no state is read before it is written) */
+  c->pend_h = q35_alloc64((size_t)c->pend_cap * (size_t)m->hp.n_embd * sizeof(float), 0);
   c->pend_t = malloc((size_t)c->pend_cap * sizeof(int32_t));
   if (!c->pend_h || !c->pend_t) return q35_seterr(err, "out of memory (the MTP head's pending states)");
   if (q35_session_ckpt_reserve(s, p->draft_max, err)) return -1;
@@ -81,7 +84,7 @@ static int draft_state_new(q35_session *s, q35_err *err) {
 /* The head's state back to an empty session's (position 0, nothing pending). */
 static void draft_state_reset(q35_session *s) {
   if (!s->mtp) return;
-  s->mtp->s.pos = 0;
+  q35_mtp_cache_set_pos(s->mtp, 0);
   s->mtp->n_pend = 0;
   s->mtp->last_emitted = 0; /* (idle stays: the plan's recent choices for this session's steps) */
 }
@@ -285,13 +288,13 @@ int q35_session_restore(q35_session *s, const q35_snapshot *p, q35_err *err) {
     q35_mtp_cache *c = s->mtp;
     c->last_emitted = 0;
     if (p->has_mtp && p->n_pend <= c->pend_cap && p->mtp_pos <= c->s.params.n_ctx) {
-      c->s.pos = p->mtp_pos;
+      q35_mtp_cache_set_pos(c, p->mtp_pos);
       c->n_pend = p->n_pend;
       memcpy(c->pend_h, p->pend_h, (size_t)p->n_pend * (size_t)s->model->hp.n_embd * sizeof(float));
       memcpy(c->pend_t, p->pend_t, (size_t)p->n_pend * sizeof(int32_t));
     } else { /* a snapshot without the head's state: the head skips the prefix (drafts get worse, outputs
                 do not change) */
-      c->s.pos = p->pos;
+      q35_mtp_cache_set_pos(c, p->pos);
       c->n_pend = 0;
     }
   }

@@ -7,13 +7,15 @@
  * The reference twins are quant_q4_0 / quant_q5_0 (quantize_weights.c) and quant_q4_1 /
  * quant_q5_1 / quant_q3_k (quantize_lowbit.c): the fits of quantize_fit.h (q35_fit_sym_plain,
  * q35_fit_aff_plain) and the levels at the stored scale. Here four blocks (Q3_K: four sub-blocks
- * of 16) are fitted at once, block b in lane b, as quantize_plain_avx2.c does with eight: the
- * blocks are transposed into columns (column i lane b: element i of block b), each lane runs the
- * glue's operations in the glue's order (its sums: element i into partial sum i % 8 in index
- * order, folded as q35_fold8; its branches as masks, a finished lane kept instead of leaving the
- * loop), and the levels are rounded from the same columns. Every block is the reference's, byte
- * for byte (tests/test_quantize_plain.c compares them at every level). No float contraction: the
- * reference multiplies and adds separately. The byte packing assumes a little-endian machine.
+ * of 16) are fitted at once, block b in lane b, as quantize_plain_avx2.c does with eight, and two
+ * (Q3_K: four) such groups take turns, so that the latencies between one group's passes overlap
+ * the other's work. The blocks are transposed into columns (column i lane b: element i of block
+ * b), each lane runs the glue's operations in the glue's order (its sums: element i into partial
+ * sum i % 8 in index order, folded as q35_fold8; its branches as masks, a finished lane kept
+ * instead of leaving the loop), and the levels are rounded from the same columns. Every block is
+ * the reference's, byte for byte (tests/test_quantize_plain.c compares them at every level). No
+ * float contraction: the reference multiplies and adds separately. The byte packing assumes a
+ * little-endian machine.
  */
 #pragma GCC optimize("fp-contract=off")
 #include <string.h>
@@ -96,12 +98,14 @@ PVF pv_f4 pv_fold8(const pv_f4 *s) {
 
 /* 4x4 transpose of r[0..4) into c[0..4) (c[i] lane b = r[b] lane i) */
 PVF void pv_transpose4(const pv_f4 *r, pv_f4 *c) {
-  const pv_f4 t0 = __builtin_shufflevector(r[0], r[1], 0, 4, 1, 5), t1 = __builtin_shufflevector(r[0], r[1], 2, 6, 3, 7),
-              t2 = __builtin_shufflevector(r[2], r[3], 0, 4, 1, 5), t3 = __builtin_shufflevector(r[2], r[3], 2, 6, 3, 7);
-  c[0] = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
-  c[1] = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
-  c[2] = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
-  c[3] = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+#define PV_SHUF(a, b, i, j, k, l) __builtin_shufflevector(a, b, i, j, k, l)
+  const pv_f4 t0 = PV_SHUF(r[0], r[1], 0, 4, 1, 5), t1 = PV_SHUF(r[0], r[1], 2, 6, 3, 7);
+  const pv_f4 t2 = PV_SHUF(r[2], r[3], 0, 4, 1, 5), t3 = PV_SHUF(r[2], r[3], 2, 6, 3, 7);
+  c[0] = PV_SHUF(t0, t2, 0, 1, 4, 5);
+  c[1] = PV_SHUF(t0, t2, 2, 3, 6, 7);
+  c[2] = PV_SHUF(t1, t3, 0, 1, 4, 5);
+  c[3] = PV_SHUF(t1, t3, 2, 3, 6, 7);
+#undef PV_SHUF
 }
 
 /* blocks x[0..4) (n = 16 or 32 floats each, n apart) into columns c[0..n) */
@@ -140,94 +144,107 @@ PVF void pv_pass_aff(const pv_f4 *c, pv_f4 t, pv_f4 b, pv_f4 nmax, int clamp, pv
   }
 }
 
-/* q35_fit_sym_plain of the four blocks x[0..4) (n floats each, n apart) in columns c[0..n),
- * lane-wise: the scales d (+0 for a zero block) */
-PVF pv_f4 pv_fit_sym(const pv_f4 *c, const float *x, int n, float lo, float hi, int iters) {
+/* q35_fit_sym_plain of G groups of four blocks (group h: blocks x + 4 n h .. in columns c[h][0..n)),
+ * lane-wise: the scales d[h] (+0 for a zero block). The groups take turns, pass and glue, so that
+ * one group's glue (fold, divisions: a chain of latencies) overlaps the next group's pass. */
+PVF void pv_fit_sym(const pv_f4 (*c)[32], const float *x, int G, int n, float lo, float hi, int iters, pv_f4 *d) {
   const pv_f4 zero = pv_set1(0.0f), lov = pv_set1(lo), hiv = pv_set1(hi);
-  pv_f4 mx = zero, mn = zero;
-  PV_UNROLL(32) for (int i = 0; i < n; i++) { /* q35_plain_ext_sym, NaN skipped by max / min as 0 would be */
-    mx = pv_max(c[i], mx);
-    mn = pv_min(c[i], mn);
+  pv_f4 t[4];
+  pv_i4 inf_in[4], is0[4], live[4];
+  int lower0 = 0;
+  for (int h = 0; h < G; h++) {
+    pv_f4 mx = zero, mn = zero;
+    PV_UNROLL(32) for (int i = 0; i < n; i++) { /* q35_plain_ext_sym, NaN skipped by max / min as 0 would be */
+      mx = pv_max(c[h][i], mx);
+      mn = pv_min(c[h][i], mn);
+    }
+    inf_in[h] = ~pv_isfinite(mx) | ~pv_isfinite(mn); /* +-inf counts as 0: done below */
+    mx = mx + zero;
+    mn = mn + zero;
+    const pv_f4 max = pv_sel(-mn >= mx, mn, mx);
+    is0[h] = max == zero;
+    d[h] = max / lov, t[h] = lov / max;
+    live[h] = ~is0[h];
+    lower0 |= pv_any(live[h] & ~pv_isfinite(t[h]));
   }
-  const pv_i4 inf_in = ~pv_isfinite(mx) | ~pv_isfinite(mn); /* +-inf counts as 0: done below */
-  mx = mx + zero;
-  mn = mn + zero;
-  const pv_f4 max = pv_sel(-mn >= mx, mn, mx);
-  const pv_i4 is0 = max == zero;
-  pv_f4 d = max / lov, t = lov / max;
-  pv_i4 live = ~is0;
   /* the first pass, at t = lo / max with t finite, rounds no element below lo (|t x| <= |t max|,
    * which rounds to |lo|); a NaN element (mapped to hi instead of lo there) makes the sums NaN
    * either way, so the lane ends as the reference's does */
-  const int lower0 = pv_any(live & ~pv_isfinite(t));
-  for (int it = 0; it <= iters; it++) {
-    pv_f4 axl[8], all[8];
-    if (it == 0 && !lower0) pv_pass_sym(c, n, t, lov, hiv, 0, axl, all);
-    else pv_pass_sym(c, n, t, lov, hiv, 1, axl, all);
-    const pv_f4 sxl = pv_fold8(axl), sll = pv_fold8(all);
-    const pv_f4 dn = sxl / sll, tn = sll / sxl;
-    const pv_i4 ok = live & (sll > zero) & (dn != zero) & pv_isfinite(dn) & pv_isfinite(tn);
-    d = pv_sel(ok, dn, d);
-    t = pv_sel(ok, tn, t);
-    live = ok;
+  for (int it = 0; it <= iters; it++)
+    for (int h = 0; h < G; h++) {
+      pv_f4 axl[8], all[8];
+      if (it == 0 && !lower0) pv_pass_sym(c[h], n, t[h], lov, hiv, 0, axl, all);
+      else pv_pass_sym(c[h], n, t[h], lov, hiv, 1, axl, all);
+      const pv_f4 sxl = pv_fold8(axl), sll = pv_fold8(all);
+      const pv_f4 dn = sxl / sll, tn = sll / sxl;
+      const pv_i4 ok = live[h] & (sll > zero) & (dn != zero) & pv_isfinite(dn) & pv_isfinite(tn);
+      d[h] = pv_sel(ok, dn, d[h]);
+      t[h] = pv_sel(ok, tn, t[h]);
+      live[h] = ok;
+    }
+  for (int h = 0; h < G; h++) {
+    d[h] = pv_sel(is0[h], zero, d[h]);
+    if (pv_any(inf_in[h])) /* rare: the reference's own fit for these blocks */
+      for (int b = 0; b < 4; b++)
+        if (inf_in[h][b]) d[h][b] = q35_fit_sym_plain(x + n * (4 * h + b), n, (int)lo, (int)hi, iters);
   }
-  d = pv_sel(is0, zero, d);
-  if (pv_any(inf_in)) /* rare: the reference's own fit for these blocks */
-    for (int b = 0; b < 4; b++)
-      if (inf_in[b]) d[b] = q35_fit_sym_plain(x + n * b, n, (int)lo, (int)hi, iters);
-  return d;
 }
 
-/* q35_fit_aff_plain of the four blocks x[0..4) of 32 in columns c[0..32), lane-wise: scales a,
- * offsets b */
-PVF void pv_fit_aff(const pv_f4 *c, const float *x, float nmax, int iters, pv_f4 *a_out, pv_f4 *b_out) {
+/* q35_fit_aff_plain of G groups of four blocks of 32 (group h: blocks x + 128 h .. in columns
+ * c[h]), lane-wise: scales a[h], offsets b[h]; the groups take turns as in pv_fit_sym */
+PVF void pv_fit_aff(const pv_f4 (*c)[32], const float *x, int G, float nmax, int iters, pv_f4 *a, pv_f4 *b) {
   const pv_f4 zero = pv_set1(0.0f), inf = pv_set1(__builtin_inff()), ninf = -inf, nmv = pv_set1(nmax);
-  const pv_f4 sw = pv_set1(32.0f);
-  pv_f4 mn = inf, mx = ninf, sx[8];
-  PV_UNROLL(8) for (int k = 0; k < 8; k++) { /* q35_plain_ext_aff; +-inf or NaN make the sum non-finite: below */
-    pv_f4 s = zero;
-    PV_UNROLL(4) for (int i = k; i < 32; i += 8) {
-      mn = pv_min(c[i], mn);
-      mx = pv_max(c[i], mx);
-      s = s + c[i];
+  const pv_f4 sw = pv_set1(32.0f), eps_sw = pv_set1(1e-5f) * sw;
+  pv_f4 t[2], swx[2];
+  pv_i4 live[2];
+  int clamp0 = 0;
+  for (int h = 0; h < G; h++) {
+    pv_f4 mn = inf, mx = ninf, sx[8];
+    PV_UNROLL(8) for (int k = 0; k < 8; k++) { /* q35_plain_ext_aff; +-inf or NaN make the sum non-finite: below */
+      pv_f4 s = zero;
+      PV_UNROLL(4) for (int i = k; i < 32; i += 8) {
+        mn = pv_min(c[h][i], mn);
+        mx = pv_max(c[h][i], mx);
+        s = s + c[h][i];
+      }
+      sx[k] = s;
     }
-    sx[k] = s;
+    mn = mn + zero;
+    mx = mx + zero;
+    swx[h] = pv_fold8(sx);
+    const pv_i4 none = mn > mx;
+    mn = pv_sel(none, zero, mn);
+    mx = pv_sel(none, zero, mx);
+    const pv_f4 range = mx - mn;
+    live[h] = (mx > mn) & pv_isfinite(range);
+    a[h] = pv_sel(live[h], range / nmv, zero), b[h] = mn, t[h] = nmv / range;
+    live[h] &= pv_isfinite(swx[h]);
+    clamp0 |= pv_any(live[h] & ~pv_isfinite(t[h]));
   }
-  mn = mn + zero;
-  mx = mx + zero;
-  const pv_f4 swx = pv_fold8(sx);
-  const pv_i4 none = mn > mx;
-  mn = pv_sel(none, zero, mn);
-  mx = pv_sel(none, zero, mx);
-  const pv_f4 range = mx - mn;
-  pv_i4 live = (mx > mn) & pv_isfinite(range);
-  pv_f4 a = pv_sel(live, range / nmv, zero), b = mn, t = nmv / range;
-  live &= pv_isfinite(swx);
-  const pv_f4 eps_sw = pv_set1(1e-5f) * sw;
   /* the first pass, at the start (t = nmax / range > 0 finite, b = min, every value finite),
    * rounds every element into [0, nmax] (0 <= t (x - min) <= t range, which rounds to nmax): no
    * clamps needed where every live lane's t is finite */
-  const int clamp0 = pv_any(live & ~pv_isfinite(t));
-  for (int it = 0; it <= iters; it++) {
-    pv_f4 al[8], all[8], axl[8];
-    if (it == 0 && !clamp0) pv_pass_aff(c, t, b, nmv, 0, al, all, axl);
-    else pv_pass_aff(c, t, b, nmv, 1, al, all, axl);
-    const pv_f4 sl = pv_fold8(al), sll = pv_fold8(all), sxl = pv_fold8(axl);
-    const pv_f4 det = sw * sll - sl * sl;
-    const pv_f4 na = sw * sxl - sl * swx, an = na / det, bn = (sll * swx - sl * sxl) / det, tn = det / na;
-    pv_i4 ok = live & (det > eps_sw * sll) & (an > zero);
-    ok &= pv_isfinite(an) & pv_isfinite(bn) & pv_isfinite(tn);
-    a = pv_sel(ok, an, a);
-    b = pv_sel(ok, bn, b);
-    t = pv_sel(ok, tn, t);
-    live = ok;
+  for (int it = 0; it <= iters; it++)
+    for (int h = 0; h < G; h++) {
+      pv_f4 al[8], all[8], axl[8];
+      if (it == 0 && !clamp0) pv_pass_aff(c[h], t[h], b[h], nmv, 0, al, all, axl);
+      else pv_pass_aff(c[h], t[h], b[h], nmv, 1, al, all, axl);
+      const pv_f4 sl = pv_fold8(al), sll = pv_fold8(all), sxl = pv_fold8(axl);
+      const pv_f4 det = sw * sll - sl * sl;
+      const pv_f4 na = sw * sxl - sl * swx[h], an = na / det, bn = (sll * swx[h] - sl * sxl) / det, tn = det / na;
+      pv_i4 ok = live[h] & (det > eps_sw * sll) & (an > zero);
+      ok &= pv_isfinite(an) & pv_isfinite(bn) & pv_isfinite(tn);
+      a[h] = pv_sel(ok, an, a[h]);
+      b[h] = pv_sel(ok, bn, b[h]);
+      t[h] = pv_sel(ok, tn, t[h]);
+      live[h] = ok;
+    }
+  for (int h = 0; h < G; h++) {
+    const pv_i4 odd = ~pv_isfinite(swx[h]); /* a non-finite value (or an overflowing sum) */
+    if (pv_any(odd)) /* rare: the reference's own fit (its extremes skip +-inf) for these blocks */
+      for (int k = 0; k < 4; k++)
+        if (odd[k]) q35_fit_aff_plain(x + 32 * (4 * h + k), 32, (int)nmax, iters, &a[h][k], &b[h][k]);
   }
-  const pv_i4 odd = ~pv_isfinite(swx); /* a non-finite value (or an overflowing sum) */
-  if (pv_any(odd)) /* rare: the reference's own fit (its extremes skip +-inf) for these blocks */
-    for (int k = 0; k < 4; k++)
-      if (odd[k]) q35_fit_aff_plain(x + 32 * k, 32, (int)nmax, iters, &a[k], &b[k]);
-  *a_out = a;
-  *b_out = b;
 }
 
 /* the scales as stored: fp16 bits h[b], and the inverse of the stored value (the reference's
@@ -267,57 +284,61 @@ PVF void pv_store_bytes16(const pv_i4 *q, uint8_t *out, size_t stride) {
   for (int b = 0; b < 4; b++) memcpy(out + stride * (size_t)b, &t[b], 16);
 }
 
-/* Q4_0 / Q5_0 (hbit: the fifth bit to qh) and Q4_1 / Q5_1 (aff) on four blocks x[0..128) */
-PVF void pv_quant4(const float *x, uint8_t *y, size_t bs, int lo, int hi, int aff, int hbit) {
-  pv_f4 c[32];
-  pv_columns(x, 32, c);
-  uint16_t dh[4], mh[4];
-  pv_f4 id, m = pv_set1(0.0f);
-  pv_i4 L[32];
-  if (aff) {
-    pv_f4 a, b;
-    pv_fit_aff(c, x, (float)hi, Q35_PLAIN_ITERS_AFF, &a, &b);
-    id = pv_store_scales(a, dh, 1, NULL);
-    (void)pv_store_scales(b, mh, 0, &m);
-    const pv_i4 none = ~(id > pv_set1(0.0f)); /* q35_plain_levels_aff: all 0 */
-    PV_UNROLL(32) for (int j = 0; j < 32; j++) L[j] = pv_level((c[j] - m) * id, pv_set1(0.0f), pv_set1((float)hi));
-    if (pv_any(none))
-      PV_UNROLL(32) for (int j = 0; j < 32; j++) L[j] &= ~none;
-  } else {
-    id = pv_store_scales(pv_fit_sym(c, x, 32, (float)lo, (float)hi, Q35_PLAIN_ITERS_SYM), dh, 0, NULL);
-    const pv_i4 none = id == pv_set1(0.0f); /* q35_plain_levels_sym: all -lo */
-    const pv_f4 lov = pv_set1((float)lo);
-    PV_UNROLL(32) for (int j = 0; j < 32; j++) L[j] = pv_level(c[j] * id, lov, pv_set1((float)hi)) - lo;
-    if (pv_any(none))
-      PV_UNROLL(32) for (int j = 0; j < 32; j++) L[j] = (L[j] & ~none) | (none & -lo);
-  }
-  pv_i4 q[16];
-  PV_UNROLL(16) for (int j = 0; j < 16; j++) q[j] = (L[j] & 0xF) | ((L[j + 16] & 0xF) << 4);
-  /* the block layouts: d (fp16), [m (fp16)], [qh (4 bytes)], qs (16 bytes) */
-  const size_t qs_at = (aff ? 4 : 2) + (hbit ? 4 : 0);
-  pv_store_bytes16(q, y + qs_at, bs);
-  pv_u4 qh = {0, 0, 0, 0};
-  if (hbit)
-    PV_UNROLL(32) for (int j = 0; j < 32; j++) qh |= (pv_u4)((L[j] >> 4) & 1) << j;
-  for (int b = 0; b < 4; b++) {
-    uint8_t *yb = y + bs * (size_t)b;
-    memcpy(yb, &dh[b], 2);
-    if (aff) memcpy(yb + 2, &mh[b], 2);
-    if (hbit) memcpy(yb + (aff ? 4 : 2), &qh[b], 4);
+/* Q4_0 / Q5_0 (hbit: the fifth bit to qh) and Q4_1 / Q5_1 (aff) on eight blocks x[0..256): two
+ * groups of four */
+PVF void pv_quant8(const float *x, uint8_t *y, size_t bs, int lo, int hi, int aff, int hbit) {
+  pv_f4 c[2][32], s1[2], s2[2];
+  pv_columns(x, 32, c[0]);
+  pv_columns(x + 128, 32, c[1]);
+  if (aff) pv_fit_aff((const pv_f4(*)[32])c, x, 2, (float)hi, Q35_PLAIN_ITERS_AFF, s1, s2);
+  else pv_fit_sym((const pv_f4(*)[32])c, x, 2, 32, (float)lo, (float)hi, Q35_PLAIN_ITERS_SYM, s1);
+  for (int h = 0; h < 2; h++, x += 128, y += 4 * bs) {
+    uint16_t dh[4], mh[4];
+    pv_f4 id, m = pv_set1(0.0f);
+    pv_i4 L[32];
+    if (aff) {
+      id = pv_store_scales(s1[h], dh, 1, NULL);
+      (void)pv_store_scales(s2[h], mh, 0, &m);
+      const pv_i4 none = ~(id > pv_set1(0.0f)); /* q35_plain_levels_aff: all 0 */
+      PV_UNROLL(32) for (int j = 0; j < 32; j++) L[j] = pv_level((c[h][j] - m) * id, pv_set1(0.0f), pv_set1((float)hi));
+      if (pv_any(none))
+        PV_UNROLL(32) for (int j = 0; j < 32; j++) L[j] &= ~none;
+    } else {
+      id = pv_store_scales(s1[h], dh, 0, NULL);
+      const pv_i4 none = id == pv_set1(0.0f); /* q35_plain_levels_sym: all -lo */
+      const pv_f4 lov = pv_set1((float)lo);
+      PV_UNROLL(32) for (int j = 0; j < 32; j++) L[j] = pv_level(c[h][j] * id, lov, pv_set1((float)hi)) - lo;
+      if (pv_any(none))
+        PV_UNROLL(32) for (int j = 0; j < 32; j++) L[j] = (L[j] & ~none) | (none & -lo);
+    }
+    pv_i4 q[16];
+    PV_UNROLL(16) for (int j = 0; j < 16; j++) q[j] = (L[j] & 0xF) | ((L[j + 16] & 0xF) << 4);
+    /* the block layouts: d (fp16), [m (fp16)], [qh (4 bytes)], qs (16 bytes) */
+    const size_t qs_at = (aff ? 4 : 2) + (hbit ? 4 : 0);
+    pv_store_bytes16(q, y + qs_at, bs);
+    pv_u4 qh = {0, 0, 0, 0};
+    if (hbit)
+      PV_UNROLL(32) for (int j = 0; j < 32; j++) qh |= (pv_u4)((L[j] >> 4) & 1) << j;
+    for (int b = 0; b < 4; b++) {
+      uint8_t *yb = y + bs * (size_t)b;
+      memcpy(yb, &dh[b], 2);
+      if (aff) memcpy(yb + 2, &mh[b], 2);
+      if (hbit) memcpy(yb + (aff ? 4 : 2), &qh[b], 4);
+    }
   }
 }
 
-/* a row of nb blocks of 32, four at a time; the last 1-3 padded with zero blocks */
+/* a row of nb blocks of 32, eight at a time; the last 1-7 padded with zero blocks */
 PVF void pv_quant_row(const float *x, void *dst, int64_t n, size_t bs, int lo, int hi, int aff, int hbit) {
   uint8_t *y = dst;
   const int64_t nb = n / 32;
   int64_t i = 0;
-  for (; i + 4 <= nb; i += 4) pv_quant4(x + 32 * i, y + bs * (size_t)i, bs, lo, hi, aff, hbit);
+  for (; i + 8 <= nb; i += 8) pv_quant8(x + 32 * i, y + bs * (size_t)i, bs, lo, hi, aff, hbit);
   if (i < nb) {
-    float xp[128] = {0};
-    uint8_t yp[4 * 24];
+    float xp[256] = {0};
+    uint8_t yp[8 * 24];
     memcpy(xp, x + 32 * i, sizeof(float) * 32 * (size_t)(nb - i));
-    pv_quant4(xp, yp, bs, lo, hi, aff, hbit);
+    pv_quant8(xp, yp, bs, lo, hi, aff, hbit);
     memcpy(y + bs * (size_t)i, yp, bs * (size_t)(nb - i));
   }
 }
@@ -335,19 +356,18 @@ static void quant_q5_1_vec(const float *x, void *dst, int64_t n) {
   pv_quant_row(x, dst, n, sizeof(blk_q5_1), 0, 31, 1, 1);
 }
 
-/* Q3_K (quant_q3_k_w without an importance vector): the sub-block fits, the +-1 scale search and
- * the levels four sub-blocks at a time (sub-block 4 g + b in lane b), the packing on 64-bit words. */
+/* Q3_K (quant_q3_k_w without an importance vector): the sub-block fits (all sixteen, four groups
+ * taking turns), the +-1 scale search and the levels four sub-blocks at a time (sub-block 4 g + b in
+ * lane b), the packing on 64-bit words. */
 static void quant_q3_k_vec(const float *x, void *dst, int64_t n) {
   blk_q3_k *y = dst;
   const pv_f4 zero = pv_set1(0.0f), lo = pv_set1(-4.0f), hi = pv_set1(3.0f);
   for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-    pv_f4 c[4][16];
+    pv_f4 c[4][32], sg[4];
     float s[16];
-    for (int g = 0; g < 4; g++) {
-      pv_columns(x + 64 * g, 16, c[g]);
-      const pv_f4 sg = pv_fit_sym(c[g], x + 64 * g, 16, -4.0f, 3.0f, Q35_PLAIN_ITERS_SYM);
-      memcpy(s + 4 * g, &sg, sizeof sg);
-    }
+    for (int g = 0; g < 4; g++) pv_columns(x + 64 * g, 16, c[g]);
+    pv_fit_sym((const pv_f4(*)[32])c, x, 4, 16, -4.0f, 3.0f, Q35_PLAIN_ITERS_SYM, sg);
+    memcpy(s, sg, sizeof s);
     const float smax = q35_signed_absmax(s, 16);
     y[i].d = q35_fp32_to_fp16(smax / -32.f);
     const float d = q35_fp16_to_fp32(y[i].d);

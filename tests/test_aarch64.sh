@@ -8,7 +8,8 @@
 # reference), checking that each model got the variant it should ("simd" of the dispatch), and
 # tiny-model logits (f32, q8_0, q4_0, q4_k_m weights) against the x86 llama.cpp peer's logits of
 # the same file computed natively (tests/peer/llama_peer, tolerances of test_parity_llama.sh).
-# Once, on `max`: the attention and sampling-head twins (test_attn, test_sampler), the
+# Once, on `max`: the attention and sampling-head twins (test_attn, test_sampler), the plain
+# quantizers' vector twins (test_quantize_plain: quantize_plain_vec.c on NEON's generic vectors), the
 # invariance test (tests/test_invariance.sh with Q35 = the emulated binary) and one smoke test
 # against llama.cpp's own arm64 build (.peer/llama-arm64 from tools/setup-peers.sh, or
 # Q35_ARM64_PEER=DIR; skipped when absent): tests/peer/llama_peer.c cross-compiled against it,
@@ -37,7 +38,7 @@ trap 'rm -rf "$W"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
-if ! Q35_AARCH64_BUILD=$A Q35_AARCH64_TARGETS="q35 test_quant test_quant_tile test_deltanet test_attn test_sampler test_quant_lowbit test_quant_iq" \
+if ! Q35_AARCH64_BUILD=$A Q35_AARCH64_TARGETS="q35 test_quant test_quant_tile test_deltanet test_attn test_sampler test_quant_lowbit test_quant_iq test_quantize_plain" \
   bash "$SRC/tools/build-aarch64.sh" >"$W/build.log" 2>&1; then
   tail -30 "$W/build.log"
   echo "FAIL: the aarch64 build failed"
@@ -140,7 +141,7 @@ per_cpu() {
     done
   fi
   if [ "$cpu" = max ]; then
-    for t in test_attn test_sampler; do
+    for t in test_attn test_sampler test_quantize_plain; do
       if Q35_SANITIZE_RUN=1 Q35_QEMU_CPU=$cpu bash "$QEMU" "$A/tests/$t" >"$W/$cpu.$t.log" 2>&1; then
         echo "$cpu $t: $(tail -1 "$W/$cpu.$t.log")" >>"$out"
       else

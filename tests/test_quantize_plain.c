@@ -1,12 +1,14 @@
 /*
  * test_quantize_plain.c - the plain (unweighted) weight quantizers of Q4_0, Q5_0, Q4_1, Q5_1, Q3_K:
- * every SIMD level's quantize[] (quantize_plain_avx2.c at the AVX2 and AVX-512 levels) against
- * the scalar reference's (quantize_weights.c / quantize_lowbit.c), BYTE for byte, for every
- * level up to the active one (runs per level: test_quantize_plain@avx2, @scalar), on rows that
- * reach every branch of the fits: gaussian blocks of scales from 1e-9 to 1e4 (fp16 subnormal
- * and overflowing scales), outliers, all-positive / all-negative blocks, zero, -0, constant and
- * two-valued blocks, and blocks holding NaN or +-inf; row lengths whose block count leaves a
- * partial group of eight (the SIMD code fits eight blocks at once; Q3_K: eight sub-blocks of 16).
+ * every SIMD level's quantize[] (quantize_plain_vec.c at the scalar level, quantize_plain_avx2.c
+ * at the AVX2 and AVX-512 levels) against the plain reference's (q35_kernels_ref:
+ * quantize_weights.c / quantize_lowbit.c), BYTE for byte, for every level up to the active one
+ * (runs per level: test_quantize_plain@avx2, @scalar), on rows that reach every branch of the
+ * fits: gaussian blocks of scales from 1e-9 to 1e4 (fp16 subnormal and overflowing scales),
+ * outliers, all-positive / all-negative blocks, zero, -0, constant and two-valued blocks, blocks
+ * of float subnormals (the start's inverse scale overflows to inf), and blocks holding NaN or
+ * +-inf; row lengths whose block count leaves a partial group of four or eight (the SIMD code
+ * fits four or eight blocks at once; Q3_K: four or eight sub-blocks of 16).
  *
  * Then, independent of the levels: the error of the reference's blocks against a plain
  * implementation of ggml's reference quantizers (quantize_row_q4_0_ref ... q5_1_ref: the
@@ -52,6 +54,7 @@ static void fill_block(float *p, int k) {
     case 9: p[rng_u64() % 32] = rng_u64() % 2 ? INFINITY : -INFINITY; break;
     case 10: for (int j = 0; j < 32; j++) p[j] = (float)(rng_u64() % 7) * s; break;
     case 11: p[rng_u64() % 32] = 3e38f; break;
+    case 12: for (int j = 0; j < 32; j++) p[j] = gauss() * 1e-39f; break; /* float subnormals */
     default: for (int j = 0; j < 32; j++) p[j] = (float)((int)(rng_u64() % 33) - 16) * 0.25f; break; /* exact levels */
   }
 }
@@ -92,7 +95,7 @@ int main(void) {
   float *x = malloc(sizeof(float) * maxn * rows), *d = malloc(sizeof(float) * maxn), *g = malloc(sizeof(float) * 32);
   uint8_t *a = malloc((size_t)maxn * 2), *b = malloc((size_t)maxn * 2);
   q35_kernels ref;
-  q35_kernels_get(Q35_SIMD_SCALAR, &ref);
+  q35_kernels_ref(&ref); /* the plain reference (the scalar level's table has the vector twins) */
   for (q35_simd level = Q35_SIMD_SCALAR; level <= Q35_SIMD_NEON; level++) {
     q35_kernels k;
     if (q35_kernels_get(level, &k) != 0) continue;
@@ -100,9 +103,9 @@ int main(void) {
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
       const int n = lens[li];
       for (int r = 0; r < rows; r++) {
-        /* row r: kinds mixed per block, or (r < 13) all of kind r, so that a group of eight
+        /* row r: kinds mixed per block, or (r < 14) all of kind r, so that a group of eight
          * lanes holds one kind and a mix */
-        for (int i = 0; i < n; i += 32) fill_block(x + i, r < 13 ? r : (int)(rng_u64() % 13));
+        for (int i = 0; i < n; i += 32) fill_block(x + i, r < 14 ? r : (int)(rng_u64() % 14));
         for (size_t t = 0; t < sizeof ltypes / sizeof *ltypes; t++) {
           const int type = ltypes[t];
           if (type == Q35_TYPE_Q3_K && n % 256) continue;

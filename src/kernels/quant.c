@@ -38,6 +38,7 @@ static void overlay(q35_kernels *dst, const q35_kernels *src) {
 
 int q35_kernels_get(q35_simd level, q35_kernels *out) {
   q35_kernels_ref(out);
+  q35_kernels_quantize_plain_vec(out); /* every level: the AVX2 / AVX-512 ones replace them below */
   if (level == Q35_SIMD_SCALAR) return 0;
   if (!q35_simd_supported(level) || level > q35_simd_active()) return -1;
   q35_kernels k;

@@ -87,6 +87,9 @@ void q35_kernels_iq_neon(q35_kernels *k);
 void q35_kernels_quantize_plain_avx2(q35_kernels *k);
 /* the same file: Q4_1 / Q5_1 with sixteen blocks per 512-bit fit (called by the AVX-512 level) */
 void q35_kernels_quantize_plain_avx512(q35_kernels *k);
+/* quantize_plain_vec.c: the plain Q4_0 / Q5_0 / Q4_1 / Q5_1 / Q3_K weight quantizers on portable
+ * 4-float vectors, over every level's table (q35_kernels_get; not the reference's, q35_kernels_ref) */
+void q35_kernels_quantize_plain_vec(q35_kernels *k);
 /* quantize_iq.c: quantize[] of the IQ family (called by the reference table; every level uses them) */
 void q35_kernels_iq_quantizers(q35_kernels *k);
 /* The importance-weighted quantizer of an IQ-family type (qw: n importance values, NULL = as

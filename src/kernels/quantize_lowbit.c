@@ -1,7 +1,7 @@
 /*
  * quantize_lowbit.c - the weight quantizers of the lowbit family: floats -> Q2_K, Q3_K, MXFP4,
  * IQ4_NL, Q4_1, Q5_1 blocks (plain C; every SIMD level uses these, but for the plain Q4_1 / Q5_1
- * ones, whose AVX2 twins are in quantize_plain_avx2.c).
+ * / Q3_K ones, whose vector twins are in quantize_plain_vec.c and quantize_plain_avx2.c).
  *
  * Ours, not GGML's: per (sub-)block a handful of candidate scales (the range mapped onto the
  * grid, stretched a little either way), the scale (and offset) fitted by weighted least squares

@@ -1,14 +1,14 @@
 /*
  * quantize_weights.c - the weight quantizers: floats -> Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, IQ4_XS
- * blocks (plain C; every SIMD level uses these, but for the plain Q4_0 / Q5_0 ones, whose AVX2
- * twins are in quantize_plain_avx2.c), each with an importance-weighted form (an importance
- * vector qw per column: llama.cpp's imatrix). Ours, not GGML's: round to nearest with a small
- * scale search per (sub-)block minimising the weighted squared error (quantize_fit.h; without qw,
- * Q4_0 / Q5_0 take least-squares rounds from ggml's one-scale start instead: its speed),
- * good quality but not byte-identical to llama-quantize. The element weights with qw are the ones
- * ggml's quantizers use for the same type (noted at each); without qw, 1. They serve the exporter
- * and the tests; the activation quantizers (Q8_0, Q8_K, exact ggml-cpu) are in quant_ref.c and
- * the SIMD files.
+ * blocks (plain C; every SIMD level uses these, but for the plain Q4_0 / Q5_0 ones, whose vector
+ * twins are in quantize_plain_vec.c and quantize_plain_avx2.c), each with an importance-weighted
+ * form (an importance vector qw per column: llama.cpp's imatrix). Ours, not GGML's: round to
+ * nearest with a small scale search per (sub-)block minimising the weighted squared error
+ * (quantize_fit.h; without qw, Q4_0 / Q5_0 take least-squares rounds from ggml's one-scale start
+ * instead: its speed), good quality but not byte-identical to llama-quantize. The element weights
+ * with qw are the ones ggml's quantizers use for the same type (noted at each); without qw, 1.
+ * They serve the exporter and the tests; the activation quantizers (Q8_0, Q8_K, exact ggml-cpu)
+ * are in quant_ref.c and the SIMD files.
  */
 #include <math.h>
 #include <string.h>

@@ -213,6 +213,17 @@ QS_TILE(t_iq4_xs, 2, 2)
 QS_TILE(t_f32, 1, 2)
 QS_TILE(t_f16, 1, 2)
 QS_TILE(t_bf16, 1, 2)
+/* F32 (the MoE router's matrix) in prefill: QS_T_FLTK's loop order, whose 2 x 6 tile holds 12
+ * accumulators, 2 weight vectors and an activation vector, against 1 x 2 for QS_T_FLT (8 of 4 x
+ * 2 accumulators); same bits. Decode products (at most QS_NARROW columns) keep t_f32's one-row
+ * tiles: QS_T_FLTK's 1 x 1 runs one FMA chain at a time. */
+QS_TILE(t_f32k, 3, 4)
+static QS_TARGET void t_f32_wide(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *o,
+                                 size_t ors, size_t ocs) {
+  (void)t_f32k_dot; /* vec_dot stays t_f32's */
+  if (nc <= QS_NARROW) t_f32_tile(n, w, ws, nr, x, xs, nc, o, ors, ocs);
+  else t_f32k_tile(n, w, ws, nr, x, xs, nc, o, ors, ocs);
+}
 
 /*
  * Prefill drivers of the one-row tiles t_q4z2 (1 x 16), t_q8z2 and the K-quants' (1 x 8): cache
@@ -312,6 +323,7 @@ void q35_kernels_avx2(q35_kernels *k) {
   k->tile[Q35_TYPE_Q6_K] = t_q6_k_wide;
   QS_SET(k, Q35_TYPE_IQ4_XS, t_iq4_xs);
   QS_SET(k, Q35_TYPE_F32, t_f32);
+  k->tile[Q35_TYPE_F32] = t_f32_wide;
   QS_SET(k, Q35_TYPE_F16, t_f16);
   QS_SET(k, Q35_TYPE_BF16, t_bf16);
   qs_fill_convert(k);

@@ -213,9 +213,10 @@ QS_TILE(t_iq4_xs, 2, 2)
 QS_TILE(t_f32, 1, 2)
 QS_TILE(t_f16, 1, 2)
 QS_TILE(t_bf16, 1, 2)
-/* F32 (the MoE router's matrix) in prefill: QS_T_FLTK's loop order, whose 2 x 6 tile holds 12
- * accumulators, 2 weight vectors and an activation vector, against 1 x 2 for QS_T_FLT (8 of 4 x
- * 2 accumulators); same bits. Decode products (at most QS_NARROW columns) keep t_f32's one-row
+/* F32 (the MoE router's matrix) in prefill: QS_T_FLTK's loop order, whose 3 x 4 tile holds 12
+ * accumulators, 3 weight vectors and an activation vector (7 loads for 12 FMAs; 2 x 6 loaded
+ * each activation twice and was slower), against 1 x 2 for QS_T_FLT (8 = 4 x 2 accumulators, 3
+ * loads for 2 FMAs); same bits. Decode products (at most QS_NARROW columns) keep t_f32's one-row
  * tiles: QS_T_FLTK's 1 x 1 runs one FMA chain at a time. */
 QS_TILE(t_f32k, 3, 4)
 static QS_TARGET void t_f32_wide(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *o,

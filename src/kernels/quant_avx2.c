@@ -222,8 +222,12 @@ QS_TILE(t_f32k, 3, 4)
 static QS_TARGET void t_f32_wide(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *o,
                                  size_t ors, size_t ocs) {
   (void)t_f32k_dot; /* vec_dot stays t_f32's */
-  if (nc <= QS_NARROW) t_f32_tile(n, w, ws, nr, x, xs, nc, o, ors, ocs);
-  else t_f32k_tile(n, w, ws, nr, x, xs, nc, o, ors, ocs);
+  /* whole 3-row tiles here; the rows left over (the shared expert's 1-row gate) in t_f32's
+   * tiles, whose 1 x 2 keeps 8 FMA chains going where QS_T_FLTK's 1 x C would keep C */
+  const int nk = nc <= QS_NARROW ? 0 : nr - nr % 3;
+  if (nk) t_f32k_tile(n, w, ws, nk, x, xs, nc, o, ors, ocs);
+  if (nk < nr)
+    t_f32_tile(n, (const uint8_t *)w + (size_t)nk * ws, ws, nr - nk, x, xs, nc, o + (size_t)nk * ors, ors, ocs);
 }
 
 /*

@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
   const int reps = argc > 4 ? atoi(argv[4]) : 30;
   static const struct { int type; const char *name; } types[] = {
       {Q35_TYPE_Q4_0, "q4_0"}, {Q35_TYPE_Q8_0, "q8_0"}, {Q35_TYPE_Q4_K, "q4_k"}, {Q35_TYPE_Q5_K, "q5_k"},
-      {Q35_TYPE_Q6_K, "q6_k"}, {Q35_TYPE_Q5_0, "q5_0"}, {Q35_TYPE_IQ4_XS, "iq4_xs"}};
+      {Q35_TYPE_Q6_K, "q6_k"}, {Q35_TYPE_Q5_0, "q5_0"}, {Q35_TYPE_IQ4_XS, "iq4_xs"}, {Q35_TYPE_F32, "f32"}};
   float *f = malloc(sizeof(float) * (size_t)n * (size_t)(rows > cols ? rows : cols));
   srand(1);
   for (int64_t i = 0; i < n * (rows > cols ? rows : cols); i++) f[i] = (float)rand() / RAND_MAX - 0.5f;

@@ -352,9 +352,10 @@ int main(void) {
     for (int t = 0; t < NTYPES; t++) {
       const int type = types[t];
       const int blk = q35_type_block(type) < 32 ? 8 : q35_type_block(type);
-      /* n: one block, a few, odd block counts; float types also lengths with a scalar tail */
-      int64_t ns[5] = {blk, 3 * blk, 2 * 256 + (blk == 32 ? 64 : 0), 1024 + 256, 37};
-      const int nn = q35_type_block(type) == 1 ? 5 : 4;
+      /* n: one block, a few, odd block counts; float types also lengths with a scalar tail, and
+       * one that ends a chunk of QS_T_FLTK (512 elements) short, then 8-element steps and a tail */
+      int64_t ns[6] = {blk, 3 * blk, 2 * 256 + (blk == 32 ? 64 : 0), 1024 + 256, 37, 2 * 512 + 480 + 16 + 5};
+      const int nn = q35_type_block(type) == 1 ? 6 : 4;
       for (int ni = 0; ni < nn; ni++) {
         f64_check(q35_simd_name(level), &k, type, ns[ni]);
         for (int nr = 1; nr <= 9; nr += (ni < 2 ? 1 : 2))

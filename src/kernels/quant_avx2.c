@@ -213,6 +213,22 @@ QS_TILE(t_iq4_xs, 2, 2)
 QS_TILE(t_f32, 1, 2)
 QS_TILE(t_f16, 1, 2)
 QS_TILE(t_bf16, 1, 2)
+/* F32 (the MoE router's matrix) in prefill: QS_T_FLTK's loop order, whose 3 x 4 tile holds 12
+ * accumulators, 3 weight vectors and an activation vector (7 loads for 12 FMAs; 2 x 6 loaded
+ * each activation twice and was slower), against 1 x 2 for QS_T_FLT (8 = 4 x 2 accumulators, 3
+ * loads for 2 FMAs); same bits. Decode products (at most QS_NARROW columns) keep t_f32's one-row
+ * tiles: QS_T_FLTK's 1 x 1 runs one FMA chain at a time. */
+QS_TILE(t_f32k, 3, 4)
+static QS_TARGET void t_f32_wide(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *o,
+                                 size_t ors, size_t ocs) {
+  (void)t_f32k_dot; /* vec_dot stays t_f32's */
+  /* whole 3-row tiles here; the rows left over (the shared expert's 1-row gate) in t_f32's
+   * tiles, whose 1 x 2 keeps 8 FMA chains going where QS_T_FLTK's 1 x C would keep C */
+  const int nk = nc <= QS_NARROW ? 0 : nr - nr % 3;
+  if (nk) t_f32k_tile(n, w, ws, nk, x, xs, nc, o, ors, ocs);
+  if (nk < nr)
+    t_f32_tile(n, (const uint8_t *)w + (size_t)nk * ws, ws, nr - nk, x, xs, nc, o + (size_t)nk * ors, ors, ocs);
+}
 
 /*
  * Prefill drivers of the one-row tiles t_q4z2 (1 x 16), t_q8z2 and the K-quants' (1 x 8): cache
@@ -312,6 +328,7 @@ void q35_kernels_avx2(q35_kernels *k) {
   k->tile[Q35_TYPE_Q6_K] = t_q6_k_wide;
   QS_SET(k, Q35_TYPE_IQ4_XS, t_iq4_xs);
   QS_SET(k, Q35_TYPE_F32, t_f32);
+  k->tile[Q35_TYPE_F32] = t_f32_wide;
   QS_SET(k, Q35_TYPE_F16, t_f16);
   QS_SET(k, Q35_TYPE_BF16, t_bf16);
   qs_fill_convert(k);

@@ -32,6 +32,18 @@ QS_TILE(t_iq4_xs, 2, 4)
 QS_TILE(t_f32, 2, 2)
 QS_TILE(t_f16, 2, 2)
 QS_TILE(t_bf16, 2, 2)
+/* F32 in prefill: QS_T_FLTK's 4 x 4 tile (16 accumulators; quant_avx2.c's t_f32_wide says why) */
+QS_TILE(t_f32k, 4, 4)
+static QS_TARGET void t_f32_wide(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *o,
+                                 size_t ors, size_t ocs) {
+  (void)t_f32k_dot; /* vec_dot stays t_f32's */
+  /* whole 4-row tiles here; the rows left over (the shared expert's 1-row gate) in t_f32's
+   * tiles, whose 1 x 2 keeps 8 FMA chains going where QS_T_FLTK's 1 x C would keep C */
+  const int nk = nc <= QS_NARROW ? 0 : nr - nr % 4;
+  if (nk) t_f32k_tile(n, w, ws, nk, x, xs, nc, o, ors, ocs);
+  if (nk < nr)
+    t_f32_tile(n, (const uint8_t *)w + (size_t)nk * ws, ws, nr - nk, x, xs, nc, o + (size_t)nk * ors, ors, ocs);
+}
 
 /* two 256-bit halves -> one 512-bit register */
 QSF __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
@@ -406,6 +418,7 @@ void q35_kernels_avx512(q35_kernels *k) {
   QS_SET(k, Q35_TYPE_Q6_K, t_q6k5);
   QS_SET(k, Q35_TYPE_IQ4_XS, t_iq4_xs);
   QS_SET(k, Q35_TYPE_F32, t_f32);
+  k->tile[Q35_TYPE_F32] = t_f32_wide;
   QS_SET(k, Q35_TYPE_F16, t_f16);
   QS_SET(k, Q35_TYPE_BF16, t_bf16);
   qs_fill_convert(k);

@@ -29,7 +29,7 @@ lb=$((base + 3))
 bash "$Q35_SRC/tools/cluster.sh" 3 --detach --dir "$tmp" -m "$tmp/tiny.gguf" --q35 "$Q35" --port "$lb" \
   --base-port "$base" -t 1 -- --no-think --ctx 2048 --parallel 4 --max-sessions 64 --drain-timeout 20 >"$tmp/cluster.out"
 cat "$tmp/cluster.out"
-if [ "${Q35_SANITIZE_RUN:-0}" = 1 ]; then CLIENTS=12 RUN_S=24 KILL=8 DRAIN=14 BMAX=8 AFF=0.85; else CLIENTS=24 RUN_S=30 KILL=10 DRAIN=18 BMAX=6 AFF=0.95; fi
+if [ "${Q35_SANITIZE_RUN:-0}" = 1 ]; then CLIENTS=12 RUN_S=24 KILL=8 DRAIN=14 BMAX=-1 AFF=0.85; else CLIENTS=24 RUN_S=30 KILL=10 DRAIN=18 BMAX=6 AFF=0.95; fi
 rc=0
 Q35_URL="http://127.0.0.1:$lb" \
 Q35_REPLICAS="r1=http://127.0.0.1:$base,r2=http://127.0.0.1:$((base + 1)),r3=http://127.0.0.1:$((base + 2))" \

@@ -19,7 +19,7 @@
 #include "kernels/quant_lowbit.h"
 #include "kernels/quantize_fit.h"
 
-#define QP_T __attribute__((target("avx2,f16c")))
+#define QP_T __attribute__((target("avx2,fma,f16c")))
 #define QPF static inline QP_T
 
 /* fp16 by F16C (qp_store_scales): the reference's conversions for every value but NaN, never
@@ -210,6 +210,28 @@ QPF void qp_fit_sym8(const float *x, int n, int lo, int hi, int iters, float *d_
   _mm256_storeu_ps(d_out, _mm256_andnot_ps(is0, d)); /* +0 for a zero block */
 }
 
+/* q35_plain_pass_aff lane-wise (blocks of 32); clamp: at 0 and nmax (else none) */
+static inline __attribute__((always_inline)) QP_T void qp_pass_aff8(const qp_cols *c, __m256 t, __m256 b, __m256 nmv,
+                                                                   int clamp, __m256 *sl_out, __m256 *sll_out,
+                                                                   __m256 *sxl_out) {
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 al[8], all[8], axl[8];
+  _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) { /* partial sum k: elements k, k + 8, ... in order */
+    __m256 sl = zero, sll = zero, sxl = zero;
+    _Pragma("GCC unroll 4") for (int i = k; i < 32; i += 8) {
+      const __m256 v = c->v[i], u = _mm256_mul_ps(t, _mm256_sub_ps(v, b));
+      const __m256 l = clamp ? qp_round_clamp(u, zero, nmv) : _mm256_round_ps(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      sl = _mm256_add_ps(sl, l);
+      sll = _mm256_fmadd_ps(l, l, sll); /* exact: small integers (the same bits as mul, add) */
+      sxl = _mm256_add_ps(sxl, _mm256_mul_ps(v, l));
+    }
+    al[k] = sl, all[k] = sll, axl[k] = sxl;
+  }
+  *sl_out = qp_fold8v(al);
+  *sll_out = qp_fold8v(all);
+  *sxl_out = qp_fold8v(axl);
+}
+
 /* QFP_FIT_AFF of blocks x[0..8) (n = 32) */
 static QP_T void qp_fit_aff8(const float *x, int nmax, int iters, float *a_out, float *b_out) {
   qp_cols c;
@@ -217,13 +239,12 @@ static QP_T void qp_fit_aff8(const float *x, int nmax, int iters, float *a_out, 
   const __m256 zero = _mm256_setzero_ps(), inf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
   const __m256 nmv = _mm256_set1_ps((float)nmax), sw = _mm256_set1_ps(32.0f);
   __m256 mn = inf, mx = ninf, sx[8];
-  _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+  _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) { /* +-inf: the sum is not finite, see the end */
     __m256 s = zero;
     _Pragma("GCC unroll 4") for (int i = k; i < 32; i += 8) {
-      const __m256 v = c.v[i], f = qp_finite(v);
-      mn = _mm256_min_ps(_mm256_blendv_ps(inf, v, f), mn);
-      mx = _mm256_max_ps(_mm256_blendv_ps(ninf, v, f), mx);
-      s = _mm256_add_ps(s, v);
+      mn = _mm256_min_ps(c.v[i], mn); /* NaN skipped: min / max return their second operand */
+      mx = _mm256_max_ps(c.v[i], mx);
+      s = _mm256_add_ps(s, c.v[i]);
     }
     sx[k] = s;
   }
@@ -237,19 +258,13 @@ static QP_T void qp_fit_aff8(const float *x, int nmax, int iters, float *a_out, 
   __m256 a = _mm256_and_ps(live, _mm256_div_ps(range, nmv)), b = mn, t = _mm256_div_ps(nmv, range);
   live = _mm256_and_ps(live, qp_isfinite(swx));
   const __m256 eps_sw = _mm256_mul_ps(_mm256_set1_ps(1e-5f), sw);
+  /* the first pass needs no clamps where every live lane's t is finite (q35_fit_aff_plain's start
+   * rounds every element of a finite block into [0, nmax]: quantize_plain_vec.c's pv_fit_aff) */
+  const int clamp0 = _mm256_movemask_ps(_mm256_andnot_ps(qp_isfinite(t), live)) != 0;
   for (int it = 0; it <= iters; it++) {
-    __m256 al[8], all[8], axl[8];
-    _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) { /* partial sum k: elements k, k + 8, ... in order */
-      __m256 sl = zero, sll = zero, sxl = zero;
-      _Pragma("GCC unroll 4") for (int i = k; i < 32; i += 8) {
-        const __m256 v = c.v[i], l = qp_round_clamp(_mm256_mul_ps(t, _mm256_sub_ps(v, b)), zero, nmv);
-        sl = _mm256_add_ps(sl, l);
-        sll = _mm256_add_ps(sll, _mm256_mul_ps(l, l));
-        sxl = _mm256_add_ps(sxl, _mm256_mul_ps(v, l));
-      }
-      al[k] = sl, all[k] = sll, axl[k] = sxl;
-    }
-    const __m256 sl = qp_fold8v(al), sll = qp_fold8v(all), sxl = qp_fold8v(axl);
+    __m256 sl, sll, sxl;
+    if (it == 0 && !clamp0) qp_pass_aff8(&c, t, b, nmv, 0, &sl, &sll, &sxl);
+    else qp_pass_aff8(&c, t, b, nmv, 1, &sl, &sll, &sxl);
     const __m256 det = _mm256_sub_ps(_mm256_mul_ps(sw, sll), _mm256_mul_ps(sl, sl));
     const __m256 na = _mm256_sub_ps(_mm256_mul_ps(sw, sxl), _mm256_mul_ps(sl, swx));
     const __m256 an = _mm256_div_ps(na, det), tn = _mm256_div_ps(det, na);
@@ -264,6 +279,11 @@ static QP_T void qp_fit_aff8(const float *x, int nmax, int iters, float *a_out, 
   }
   _mm256_storeu_ps(a_out, a);
   _mm256_storeu_ps(b_out, b);
+  /* a non-finite value (or an overflowing sum): the reference's own fit (its extremes skip +-inf) */
+  for (int m = ~_mm256_movemask_ps(qp_isfinite(swx)) & 0xFF; m; m &= m - 1) {
+    const int k = __builtin_ctz((unsigned)m);
+    qp_fit_aff(x + 32 * k, 32, nmax, iters, &a_out[k], &b_out[k]);
+  }
 }
 
 /* 32 float levels (small non-negative integers) as bytes, in order */
@@ -283,14 +303,20 @@ QPF __m256i qp_levels_sym(const float *x, float id, int lo, int hi) {
   return qp_bytes32(r[0], r[1], r[2], r[3]);
 }
 
+/* the levels clamped first, then one conversion under the default rounding (to nearest even, as
+ * the magic-number pair): rounding commutes with a clamp at integers, and max_ps(v, 0) maps NaN to
+ * 0 as the reference does */
 QPF __m256i qp_levels_aff(const float *x, float id, float m, int nmax) {
   if (!(id > 0)) return _mm256_setzero_si256();
   const __m256 iv = _mm256_set1_ps(id), mv = _mm256_set1_ps(m), zero = _mm256_setzero_ps(),
                hiv = _mm256_set1_ps((float)nmax);
-  __m256 r[4];
-  for (int k = 0; k < 4; k++)
-    r[k] = qp_round_clamp(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + 8 * k), mv), iv), zero, hiv);
-  return qp_bytes32(r[0], r[1], r[2], r[3]);
+  __m256i r[4];
+  for (int k = 0; k < 4; k++) {
+    const __m256 v = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + 8 * k), mv), iv);
+    r[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, zero), hiv));
+  }
+  const __m256i ab = _mm256_packs_epi32(r[0], r[1]), cd = _mm256_packs_epi32(r[2], r[3]);
+  return _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
 /* eight scales (and offsets) as stored: fp16 bits, and the floats the levels take (the
@@ -399,7 +425,7 @@ static QP_T void quant_q5_1_avx2(const float *x, void *dst, int64_t n) {
  * operations on 512-bit registers (lane b: block b), comparisons as masks. Lane-wise the same
  * operations in the same order, so the same bits.
  */
-#define QP5_T __attribute__((target("avx512f,avx512vl,avx2,f16c")))
+#define QP5_T __attribute__((target("avx512f,avx512vl,avx2,fma,f16c")))
 #define QP5F static inline QP5_T
 
 QP5F __m512 qp5_join(__m256 lo, __m256 hi) {
@@ -423,6 +449,28 @@ QP5F __m512 qp5_fold8v(const __m512 *s) {
   return _mm512_add_ps(_mm512_add_ps(h0, h2), _mm512_add_ps(h1, h3));
 }
 
+/* qp_pass_aff8 on sixteen blocks */
+static inline __attribute__((always_inline)) QP5_T void qp5_pass_aff16(const __m512 *v, __m512 t, __m512 b, __m512 nmv,
+                                                                     int clamp, __m512 *sl_out, __m512 *sll_out,
+                                                                     __m512 *sxl_out) {
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 al[8], all[8], axl[8];
+  _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+    __m512 sl = zero, sll = zero, sxl = zero;
+    _Pragma("GCC unroll 4") for (int i = k; i < 32; i += 8) {
+      const __m512 u = _mm512_mul_ps(t, _mm512_sub_ps(v[i], b));
+      const __m512 l = clamp ? qp5_round_clamp(u, zero, nmv) : _mm512_roundscale_ps(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      sl = _mm512_add_ps(sl, l);
+      sll = _mm512_fmadd_ps(l, l, sll); /* exact, as in qp_pass_aff8 */
+      sxl = _mm512_add_ps(sxl, _mm512_mul_ps(v[i], l));
+    }
+    al[k] = sl, all[k] = sll, axl[k] = sxl;
+  }
+  *sl_out = qp5_fold8v(al);
+  *sll_out = qp5_fold8v(all);
+  *sxl_out = qp5_fold8v(axl);
+}
+
 /* QFP_FIT_AFF of blocks x[0..16) (n = 32) */
 static QP5_T void qp_fit_aff16(const float *x, int nmax, int iters, float *a_out, float *b_out) {
   qp_cols c0, c1;
@@ -433,12 +481,11 @@ static QP5_T void qp_fit_aff16(const float *x, int nmax, int iters, float *a_out
   const __m512 zero = _mm512_setzero_ps(), inf = _mm512_set1_ps(INFINITY), ninf = _mm512_set1_ps(-INFINITY);
   const __m512 nmv = _mm512_set1_ps((float)nmax), sw = _mm512_set1_ps(32.0f);
   __m512 mn = inf, mx = ninf, sx[8];
-  _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+  _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) { /* as qp_fit_aff8: +-inf ends at the fallback */
     __m512 s = zero;
     _Pragma("GCC unroll 4") for (int i = k; i < 32; i += 8) {
-      const __mmask16 f = qp5_finite(v[i]);
-      mn = _mm512_min_ps(_mm512_mask_blend_ps(f, inf, v[i]), mn);
-      mx = _mm512_max_ps(_mm512_mask_blend_ps(f, ninf, v[i]), mx);
+      mn = _mm512_min_ps(v[i], mn);
+      mx = _mm512_max_ps(v[i], mx);
       s = _mm512_add_ps(s, v[i]);
     }
     sx[k] = s;
@@ -454,19 +501,11 @@ static QP5_T void qp_fit_aff16(const float *x, int nmax, int iters, float *a_out
   __m512 a = _mm512_maskz_mov_ps(live, _mm512_div_ps(range, nmv)), b = mn, t = _mm512_div_ps(nmv, range);
   live &= qp5_isfinite(swx);
   const __m512 eps_sw = _mm512_mul_ps(_mm512_set1_ps(1e-5f), sw);
+  const int clamp0 = (live & ~qp5_isfinite(t)) != 0; /* as qp_fit_aff8 */
   for (int it = 0; it <= iters; it++) {
-    __m512 al[8], all[8], axl[8];
-    _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
-      __m512 sl = zero, sll = zero, sxl = zero;
-      _Pragma("GCC unroll 4") for (int i = k; i < 32; i += 8) {
-        const __m512 l = qp5_round_clamp(_mm512_mul_ps(t, _mm512_sub_ps(v[i], b)), zero, nmv);
-        sl = _mm512_add_ps(sl, l);
-        sll = _mm512_add_ps(sll, _mm512_mul_ps(l, l));
-        sxl = _mm512_add_ps(sxl, _mm512_mul_ps(v[i], l));
-      }
-      al[k] = sl, all[k] = sll, axl[k] = sxl;
-    }
-    const __m512 sl = qp5_fold8v(al), sll = qp5_fold8v(all), sxl = qp5_fold8v(axl);
+    __m512 sl, sll, sxl;
+    if (it == 0 && !clamp0) qp5_pass_aff16(v, t, b, nmv, 0, &sl, &sll, &sxl);
+    else qp5_pass_aff16(v, t, b, nmv, 1, &sl, &sll, &sxl);
     const __m512 det = _mm512_sub_ps(_mm512_mul_ps(sw, sll), _mm512_mul_ps(sl, sl));
     const __m512 na = _mm512_sub_ps(_mm512_mul_ps(sw, sxl), _mm512_mul_ps(sl, swx));
     const __m512 an = _mm512_div_ps(na, det), tn = _mm512_div_ps(det, na);
@@ -480,6 +519,10 @@ static QP5_T void qp_fit_aff16(const float *x, int nmax, int iters, float *a_out
   }
   _mm512_storeu_ps(a_out, a);
   _mm512_storeu_ps(b_out, b);
+  for (unsigned m = (unsigned)(__mmask16)~qp5_isfinite(swx); m; m &= m - 1) { /* as qp_fit_aff8 */
+    const int k = __builtin_ctz(m);
+    qp_fit_aff(x + 32 * k, 32, nmax, iters, &a_out[k], &b_out[k]);
+  }
 }
 
 /* Q4_1 / Q5_1 with sixteen blocks at once, then eight, then one */

@@ -12,7 +12,8 @@
  * the other's work. The blocks are transposed into columns (column i lane b: element i of block
  * b), each lane runs the glue's operations in the glue's order (its sums: element i into partial
  * sum i % 8 in index order, folded as q35_fold8; its branches as masks, a finished lane kept
- * instead of leaving the loop), and the levels are rounded from the same columns. Every block is
+ * instead of leaving the loop), and the levels are rounded from the same columns (Q4_1 / Q5_1: each
+ * block along the vector instead, see pv_pass_aff1 below: no columns to build). Every block is
  * the reference's, byte for byte (tests/test_quantize_plain.c compares them at every level). No
  * float contraction: the reference multiplies and adds separately. The byte packing assumes a
  * little-endian machine.
@@ -130,20 +131,6 @@ PVF void pv_pass_sym(const pv_f4 *c, int n, pv_f4 t, pv_f4 lo, pv_f4 hi, int low
   }
 }
 
-/* q35_plain_pass_aff lane-wise; clamp: at 0 and nmax (else none) */
-PVF void pv_pass_aff(const pv_f4 *c, pv_f4 t, pv_f4 b, pv_f4 nmax, int clamp, pv_f4 *al, pv_f4 *all, pv_f4 *axl) {
-  PV_UNROLL(8) for (int k = 0; k < 8; k++) {
-    pv_f4 sl = pv_set1(0.0f), sll = sl, sxl = sl;
-    PV_UNROLL(4) for (int i = k; i < 32; i += 8) {
-      const pv_f4 l = clamp ? pv_round_clamp(t * (c[i] - b), pv_set1(0.0f), nmax) : pv_round(t * (c[i] - b));
-      sl = sl + l;
-      sll = sll + l * l;
-      sxl = sxl + c[i] * l;
-    }
-    al[k] = sl, all[k] = sll, axl[k] = sxl;
-  }
-}
-
 /* q35_fit_sym_plain of G groups of four blocks (group h: blocks x + 4 n h .. in columns c[h][0..n)),
  * lane-wise: the scales d[h] (+0 for a zero block). The groups take turns, pass and glue, so that
  * one group's glue (fold, divisions: a chain of latencies) overlaps the next group's pass. */
@@ -190,28 +177,77 @@ PVF void pv_fit_sym(const pv_f4 (*c)[32], const float *x, int G, int n, float lo
   }
 }
 
-/* q35_fit_aff_plain of G groups of four blocks of 32 (group h: blocks x + 128 h .. in columns
- * c[h]), lane-wise: scales a[h], offsets b[h]; the groups take turns as in pv_fit_sym */
-PVF void pv_fit_aff(const pv_f4 (*c)[32], const float *x, int G, float nmax, int iters, pv_f4 *a, pv_f4 *b) {
-  const pv_f4 zero = pv_set1(0.0f), inf = pv_set1(__builtin_inff()), ninf = -inf, nmv = pv_set1(nmax);
+/* Q4_1 / Q5_1: the affine fit and the levels with each block along the vector (element 4 j + k
+ * of a block in lane k of its vector j), so that no columns are built: the reference's partial sum
+ * i % 8 is lane i % 4 of an accumulator for the even vectors j and of one for the odd ones, and
+ * their sum is q35_fold8's first step. Four blocks' such sums are then transposed into one vector
+ * per step (lane b: block b), where the fold ends and the glue runs lane-wise as in pv_fit_sym.
+ * The extremes skip no non-finite value: a block holding one (its sum is not finite) takes the
+ * reference's own fit. */
+
+#define PV_AG 2 /* groups of four blocks per call (four measured no faster) */
+
+/* q35_plain_pass_aff of one block at (t, b) broadcast: the fold's first step of its three sums */
+PVF void pv_pass_aff1(const float *x, pv_f4 t, pv_f4 b, pv_f4 nmax, int clamp, pv_f4 *hl, pv_f4 *hll, pv_f4 *hxl) {
+  const pv_f4 zero = pv_set1(0.0f);
+#if defined(__SSE2__)
+  /* the levels as integers (pv_level's clamp, then one conversion), sum l and sum l^2 in integers:
+   * exact as the float sums are (small integers), so the same values in any order; pmaddwd of a
+   * level 0..31 with itself is its square (the upper halves are 0) */
+  __m128i il = _mm_setzero_si128(), ill = il;
+  pv_f4 sxl0 = zero, sxl1 = zero;
+  PV_UNROLL(4) for (int j = 0; j < 8; j += 2) {
+    const pv_f4 v0 = pv_load(x + 4 * j), u0 = t * (v0 - b), v1 = pv_load(x + 4 * j + 4), u1 = t * (v1 - b);
+    const __m128i l0 = clamp ? (__m128i)pv_level(u0, zero, nmax) : _mm_cvtps_epi32((__m128)u0);
+    const __m128i l1 = clamp ? (__m128i)pv_level(u1, zero, nmax) : _mm_cvtps_epi32((__m128)u1);
+    const __m128i p = _mm_packs_epi32(l0, l1); /* eight levels 0..31 as int16 */
+    il = _mm_add_epi16(il, p);
+    ill = _mm_add_epi32(ill, _mm_madd_epi16(p, p));
+    sxl0 = sxl0 + v0 * (pv_f4)_mm_cvtepi32_ps(l0);
+    sxl1 = sxl1 + v1 * (pv_f4)_mm_cvtepi32_ps(l1);
+  }
+  il = _mm_madd_epi16(il, _mm_set1_epi16(1));
+  *hl = (pv_f4)_mm_cvtepi32_ps(il), *hll = (pv_f4)_mm_cvtepi32_ps(ill), *hxl = sxl0 + sxl1;
+#else
+  pv_f4 sl[2] = {zero, zero}, sll[2] = {zero, zero}, sxl[2] = {zero, zero};
+  PV_UNROLL(8) for (int j = 0; j < 8; j++) {
+    const pv_f4 v = pv_load(x + 4 * j), u = t * (v - b);
+    const pv_f4 l = clamp ? pv_round_clamp(u, zero, nmax) : pv_round(u);
+    sl[j & 1] = sl[j & 1] + l;
+    sll[j & 1] = sll[j & 1] + l * l;
+    sxl[j & 1] = sxl[j & 1] + v * l;
+  }
+  *hl = sl[0] + sl[1], *hll = sll[0] + sll[1], *hxl = sxl[0] + sxl[1];
+#endif
+}
+
+/* q35_fit_aff_plain of blocks x[0..4 PV_AG) (32 floats each), lane-wise per group of four: scales
+ * a[g], offsets b[g] (lane b: block 4 g + b); the groups take turns, pass and glue */
+PVF void pv_fit_aff_g(const float *x, float nmax, int iters, pv_f4 *a, pv_f4 *b) {
+  const pv_f4 zero = pv_set1(0.0f), inf = pv_set1(__builtin_inff()), nmv = pv_set1(nmax);
   const pv_f4 sw = pv_set1(32.0f), eps_sw = pv_set1(1e-5f) * sw;
-  pv_f4 t[2], swx[2];
-  pv_i4 live[2];
+  pv_f4 t[PV_AG], swx[PV_AG];
+  pv_i4 live[PV_AG];
   int clamp0 = 0;
-  for (int h = 0; h < G; h++) {
-    pv_f4 mn = inf, mx = ninf, sx[8];
-    PV_UNROLL(8) for (int k = 0; k < 8; k++) { /* q35_plain_ext_aff; +-inf or NaN make the sum non-finite: below */
-      pv_f4 s = zero;
-      PV_UNROLL(4) for (int i = k; i < 32; i += 8) {
-        mn = pv_min(c[h][i], mn);
-        mx = pv_max(c[h][i], mx);
-        s = s + c[h][i];
+  for (int h = 0; h < PV_AG; h++) {
+    pv_f4 mnq[4], mxq[4], sq[4], M[4], X[4], S[4];
+    for (int k = 0; k < 4; k++) { /* q35_plain_ext_aff per block; a non-finite value: below */
+      const float *xb = x + 32 * (4 * h + k);
+      pv_f4 mn = inf, mx = -inf, sx[2] = {zero, zero};
+      PV_UNROLL(8) for (int j = 0; j < 8; j++) {
+        const pv_f4 v = pv_load(xb + 4 * j);
+        mn = pv_min(mn, v); /* NaN: propagates or not, the lane takes the reference's fit anyway */
+        mx = pv_max(mx, v);
+        sx[j & 1] = sx[j & 1] + v;
       }
-      sx[k] = s;
+      mnq[k] = mn, mxq[k] = mx, sq[k] = sx[0] + sx[1];
     }
-    mn = mn + zero;
-    mx = mx + zero;
-    swx[h] = pv_fold8(sx);
+    pv_transpose4(mnq, M);
+    pv_transpose4(mxq, X);
+    pv_transpose4(sq, S);
+    pv_f4 mn = pv_min(pv_min(M[0], M[1]), pv_min(M[2], M[3])) + zero;
+    pv_f4 mx = pv_max(pv_max(X[0], X[1]), pv_max(X[2], X[3])) + zero;
+    swx[h] = (S[0] + S[2]) + (S[1] + S[3]);
     const pv_i4 none = mn > mx;
     mn = pv_sel(none, zero, mn);
     mx = pv_sel(none, zero, mx);
@@ -225,11 +261,19 @@ PVF void pv_fit_aff(const pv_f4 (*c)[32], const float *x, int G, float nmax, int
    * rounds every element into [0, nmax] (0 <= t (x - min) <= t range, which rounds to nmax): no
    * clamps needed where every live lane's t is finite */
   for (int it = 0; it <= iters; it++)
-    for (int h = 0; h < G; h++) {
-      pv_f4 al[8], all[8], axl[8];
-      if (it == 0 && !clamp0) pv_pass_aff(c[h], t[h], b[h], nmv, 0, al, all, axl);
-      else pv_pass_aff(c[h], t[h], b[h], nmv, 1, al, all, axl);
-      const pv_f4 sl = pv_fold8(al), sll = pv_fold8(all), sxl = pv_fold8(axl);
+    for (int h = 0; h < PV_AG; h++) {
+      pv_f4 hl[4], hll[4], hxl[4], L[4], LL[4], XL[4];
+      for (int k = 0; k < 4; k++) {
+        const pv_f4 tk = pv_set1(t[h][k]), bk = pv_set1(b[h][k]);
+        const float *xb = x + 32 * (4 * h + k);
+        if (it == 0 && !clamp0) pv_pass_aff1(xb, tk, bk, nmv, 0, &hl[k], &hll[k], &hxl[k]);
+        else pv_pass_aff1(xb, tk, bk, nmv, 1, &hl[k], &hll[k], &hxl[k]);
+      }
+      pv_transpose4(hl, L);
+      pv_transpose4(hll, LL);
+      pv_transpose4(hxl, XL);
+      const pv_f4 sl = (L[0] + L[2]) + (L[1] + L[3]), sll = (LL[0] + LL[2]) + (LL[1] + LL[3]);
+      const pv_f4 sxl = (XL[0] + XL[2]) + (XL[1] + XL[3]);
       const pv_f4 det = sw * sll - sl * sl;
       const pv_f4 na = sw * sxl - sl * swx[h], an = na / det, bn = (sll * swx[h] - sl * sxl) / det, tn = det / na;
       pv_i4 ok = live[h] & (det > eps_sw * sll) & (an > zero);
@@ -239,7 +283,7 @@ PVF void pv_fit_aff(const pv_f4 (*c)[32], const float *x, int G, float nmax, int
       t[h] = pv_sel(ok, tn, t[h]);
       live[h] = ok;
     }
-  for (int h = 0; h < G; h++) {
+  for (int h = 0; h < PV_AG; h++) {
     const pv_i4 odd = ~pv_isfinite(swx[h]); /* a non-finite value (or an overflowing sum) */
     if (pv_any(odd)) /* rare: the reference's own fit (its extremes skip +-inf) for these blocks */
       for (int k = 0; k < 4; k++)
@@ -284,61 +328,108 @@ PVF void pv_store_bytes16(const pv_i4 *q, uint8_t *out, size_t stride) {
   for (int b = 0; b < 4; b++) memcpy(out + stride * (size_t)b, &t[b], 16);
 }
 
-/* Q4_0 / Q5_0 (hbit: the fifth bit to qh) and Q4_1 / Q5_1 (aff) on eight blocks x[0..256): two
- * groups of four */
-PVF void pv_quant8(const float *x, uint8_t *y, size_t bs, int lo, int hi, int aff, int hbit) {
-  pv_f4 c[2][32], s1[2], s2[2];
+/* Q4_0 / Q5_0 (hbit: the fifth bit to qh) on eight blocks x[0..256): two groups of four */
+PVF void pv_quant8_sym(const float *x, uint8_t *y, size_t bs, int lo, int hi, int hbit) {
+  pv_f4 c[2][32], s1[2];
   pv_columns(x, 32, c[0]);
   pv_columns(x + 128, 32, c[1]);
-  if (aff) pv_fit_aff((const pv_f4(*)[32])c, x, 2, (float)hi, Q35_PLAIN_ITERS_AFF, s1, s2);
-  else pv_fit_sym((const pv_f4(*)[32])c, x, 2, 32, (float)lo, (float)hi, Q35_PLAIN_ITERS_SYM, s1);
+  pv_fit_sym((const pv_f4(*)[32])c, x, 2, 32, (float)lo, (float)hi, Q35_PLAIN_ITERS_SYM, s1);
   for (int h = 0; h < 2; h++, x += 128, y += 4 * bs) {
-    uint16_t dh[4], mh[4];
-    pv_f4 id, m = pv_set1(0.0f);
+    uint16_t dh[4];
     pv_i4 L[32];
-    if (aff) {
-      id = pv_store_scales(s1[h], dh, 1, NULL);
-      (void)pv_store_scales(s2[h], mh, 0, &m);
-      const pv_i4 none = ~(id > pv_set1(0.0f)); /* q35_plain_levels_aff: all 0 */
-      PV_UNROLL(32) for (int j = 0; j < 32; j++) L[j] = pv_level((c[h][j] - m) * id, pv_set1(0.0f), pv_set1((float)hi));
-      if (pv_any(none))
-        PV_UNROLL(32) for (int j = 0; j < 32; j++) L[j] &= ~none;
-    } else {
-      id = pv_store_scales(s1[h], dh, 0, NULL);
-      const pv_i4 none = id == pv_set1(0.0f); /* q35_plain_levels_sym: all -lo */
-      const pv_f4 lov = pv_set1((float)lo);
-      PV_UNROLL(32) for (int j = 0; j < 32; j++) L[j] = pv_level(c[h][j] * id, lov, pv_set1((float)hi)) - lo;
-      if (pv_any(none))
-        PV_UNROLL(32) for (int j = 0; j < 32; j++) L[j] = (L[j] & ~none) | (none & -lo);
-    }
+    const pv_f4 id = pv_store_scales(s1[h], dh, 0, NULL);
+    const pv_i4 none = id == pv_set1(0.0f); /* q35_plain_levels_sym: all -lo */
+    const pv_f4 lov = pv_set1((float)lo);
+    PV_UNROLL(32) for (int j = 0; j < 32; j++) L[j] = pv_level(c[h][j] * id, lov, pv_set1((float)hi)) - lo;
+    if (pv_any(none))
+      PV_UNROLL(32) for (int j = 0; j < 32; j++) L[j] = (L[j] & ~none) | (none & -lo);
     pv_i4 q[16];
     PV_UNROLL(16) for (int j = 0; j < 16; j++) q[j] = (L[j] & 0xF) | ((L[j + 16] & 0xF) << 4);
-    /* the block layouts: d (fp16), [m (fp16)], [qh (4 bytes)], qs (16 bytes) */
-    const size_t qs_at = (aff ? 4 : 2) + (hbit ? 4 : 0);
-    pv_store_bytes16(q, y + qs_at, bs);
+    /* the block layouts: d (fp16), [qh (4 bytes)], qs (16 bytes) */
+    pv_store_bytes16(q, y + 2 + (hbit ? 4 : 0), bs);
     pv_u4 qh = {0, 0, 0, 0};
     if (hbit)
       PV_UNROLL(32) for (int j = 0; j < 32; j++) qh |= (pv_u4)((L[j] >> 4) & 1) << j;
     for (int b = 0; b < 4; b++) {
       uint8_t *yb = y + bs * (size_t)b;
       memcpy(yb, &dh[b], 2);
-      if (aff) memcpy(yb + 2, &mh[b], 2);
-      if (hbit) memcpy(yb + (aff ? 4 : 2), &qh[b], 4);
+      if (hbit) memcpy(yb + 2, &qh[b], 4);
     }
   }
 }
 
-/* a row of nb blocks of 32, eight at a time; the last 1-7 padded with zero blocks */
+/* q35_plain_levels_aff of one block at the stored inverse scale id > 0 and min m (broadcast),
+ * packed: the nibbles to qs[0..16), with hbit the fifth bits to *qh */
+PVF void pv_levels_aff1(const float *x, pv_f4 id, pv_f4 m, float nmax, int hbit, uint8_t *qs, uint32_t *qh) {
+  pv_i4 L[8];
+#if defined(__SSE2__)
+  /* the clamp at nmax, then the conversion; the packs below saturate what is below 0 (NaN and
+   * the out-of-range values convert to INT32_MIN: min_ps keeps a NaN second operand) to 0 */
+  PV_UNROLL(8) for (int j = 0; j < 8; j++)
+    L[j] = (pv_i4)_mm_cvtps_epi32(_mm_min_ps(_mm_set1_ps(nmax), (__m128)((pv_load(x + 4 * j) - m) * id)));
+#else
+  PV_UNROLL(8) for (int j = 0; j < 8; j++) L[j] = pv_level((pv_load(x + 4 * j) - m) * id, pv_set1(0.0f), pv_set1(nmax));
+#endif
+#if defined(__SSE2__)
+  const __m128i lo = _mm_packus_epi16(_mm_packs_epi32((__m128i)L[0], (__m128i)L[1]), _mm_packs_epi32((__m128i)L[2], (__m128i)L[3]));
+  const __m128i hi = _mm_packus_epi16(_mm_packs_epi32((__m128i)L[4], (__m128i)L[5]), _mm_packs_epi32((__m128i)L[6], (__m128i)L[7]));
+  if (hbit) { /* levels 0..31: bit 4 of each byte moved to its top bit */
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    _mm_storeu_si128((__m128i *)qs, _mm_or_si128(_mm_and_si128(lo, m4), _mm_slli_epi16(_mm_and_si128(hi, m4), 4)));
+    *qh = (uint32_t)_mm_movemask_epi8(_mm_slli_epi16(lo, 3)) | (uint32_t)_mm_movemask_epi8(_mm_slli_epi16(hi, 3)) << 16;
+  } else { /* levels 0..15: the shift stays within each byte */
+    _mm_storeu_si128((__m128i *)qs, _mm_or_si128(lo, _mm_slli_epi16(hi, 4)));
+  }
+#else
+  uint8_t b[32];
+  for (int j = 0; j < 32; j++) b[j] = (uint8_t)L[j / 4][j % 4];
+  for (int j = 0; j < 16; j++) qs[j] = (uint8_t)((b[j] & 0xF) | (b[j + 16] & 0xF) << 4);
+  if (hbit) {
+    uint32_t h = 0;
+    for (int j = 0; j < 32; j++) h |= (uint32_t)((b[j] >> 4) & 1) << j;
+    *qh = h;
+  }
+#endif
+}
+
+/* Q4_1 / Q5_1 (hbit: the fifth bit to qh) on 4 PV_AG blocks at x */
+PVF void pv_quant_aff_g(const float *x, uint8_t *y, size_t bs, int nmax, int hbit) {
+  pv_f4 a[PV_AG], b[PV_AG];
+  pv_fit_aff_g(x, (float)nmax, Q35_PLAIN_ITERS_AFF, a, b);
+  for (int h = 0; h < PV_AG; h++) {
+    uint16_t dh[4], mh[4];
+    pv_f4 m;
+    const pv_f4 id = pv_store_scales(a[h], dh, 1, NULL);
+    (void)pv_store_scales(b[h], mh, 0, &m);
+    for (int k = 0; k < 4; k++) {
+      const int q = 4 * h + k;
+      /* the block layout: d (fp16), m (fp16), [qh (4 bytes)], qs (16 bytes) */
+      uint8_t *yb = y + bs * (size_t)q, *qs = yb + 4 + (hbit ? 4 : 0);
+      uint32_t qh = 0;
+      memcpy(yb, &dh[k], 2);
+      memcpy(yb + 2, &mh[k], 2);
+      if (id[k] > 0) pv_levels_aff1(x + 32 * q, pv_set1(id[k]), pv_set1(m[k]), (float)nmax, hbit, qs, &qh);
+      else memset(qs, 0, 16); /* q35_plain_levels_aff: all 0 */
+      if (hbit) memcpy(yb + 4, &qh, 4);
+    }
+  }
+}
+
+/* a row of nb blocks of 32, eight (Q4_1 / Q5_1: 4 PV_AG) at a time; the last ones padded with zero
+ * blocks */
 PVF void pv_quant_row(const float *x, void *dst, int64_t n, size_t bs, int lo, int hi, int aff, int hbit) {
   uint8_t *y = dst;
-  const int64_t nb = n / 32;
+  const int64_t nb = n / 32, step = aff ? 4 * PV_AG : 8;
   int64_t i = 0;
-  for (; i + 8 <= nb; i += 8) pv_quant8(x + 32 * i, y + bs * (size_t)i, bs, lo, hi, aff, hbit);
+  for (; i + step <= nb; i += step)
+    if (aff) pv_quant_aff_g(x + 32 * i, y + bs * (size_t)i, bs, hi, hbit);
+    else pv_quant8_sym(x + 32 * i, y + bs * (size_t)i, bs, lo, hi, hbit);
   if (i < nb) {
-    float xp[256] = {0};
-    uint8_t yp[8 * 24];
+    float xp[32 * 4 * PV_AG] = {0};
+    uint8_t yp[4 * PV_AG * 24];
     memcpy(xp, x + 32 * i, sizeof(float) * 32 * (size_t)(nb - i));
-    pv_quant8(xp, yp, bs, lo, hi, aff, hbit);
+    if (aff) pv_quant_aff_g(xp, yp, bs, hi, hbit);
+    else pv_quant8_sym(xp, yp, bs, lo, hi, hbit);
     memcpy(y + bs * (size_t)i, yp, bs * (size_t)(nb - i));
   }
 }

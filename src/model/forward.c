@@ -264,17 +264,21 @@ static void output_head(const q35_fwd *f, int joint) {
   q35_bufs *b = f->b;
   const int H = m->hp.n_embd, V = m->hp.n_vocab;
   q35_fwd_row *rows = f->rows;
-  for (int r = 0; r < f->n_rows; r++) /* every position's hidden state, for a session that asks */
-    for (int32_t i = 0; rows[r].s->hidden_all && i < rows[r].n; i++)
-      rmsnorm(rows[r].s->hidden_all + (size_t)i * H, b->x + (int64_t)(f->row_start[r] + i) * H, m->output_norm.data, H,
-              m->hp.eps);
   int64_t G = 0;
-  for (int r = 0; r < f->n_rows; r++)
-    for (int32_t i = rows[r].n - rows[r].n_out; i < rows[r].n; i++, G++) {
+  for (int r = 0; r < f->n_rows; r++) {
+    /* every position's hidden state, for a session that asks (hidden_all): the sampled positions'
+       is the norm just made for the output matrix (copied, not made twice: a decode row that keeps
+       it for the MTP head costs the step a copy), the others' made here */
+    float *all = rows[r].s->hidden_all;
+    const int32_t o0 = rows[r].n - rows[r].n_out;
+    for (int32_t i = 0; all && i < o0; i++)
+      rmsnorm(all + (size_t)i * H, b->x + (int64_t)(f->row_start[r] + i) * H, m->output_norm.data, H, m->hp.eps);
+    for (int32_t i = o0; i < rows[r].n; i++, G++) {
       rmsnorm(b->h + G * H, b->x + (int64_t)(f->row_start[r] + i) * H, m->output_norm.data, H, m->hp.eps);
-      if (rows[r].hidden)
-        memcpy(rows[r].hidden + (size_t)(i - (rows[r].n - rows[r].n_out)) * H, b->h + G * H, sizeof(float) * H);
+      if (rows[r].hidden) memcpy(rows[r].hidden + (size_t)(i - o0) * H, b->h + G * H, sizeof(float) * H);
+      if (all) memcpy(all + (size_t)i * H, b->h + G * H, sizeof(float) * H);
     }
+  }
   if (G == 0) return;
   q35_mm_observe(&m->output, 0, b->h, H, H, G, NULL, 1);
   q35_act xa = Q35_ACT_NONE;

@@ -156,6 +156,10 @@ void q35_matmul_same(q35_pool *pool, const q35_tensor *const *ws, float *const *
                         xa->data,    xa->ld,      ys[i],      ldy[i],       pool};
     total += ws[i]->ne[1];
   }
-  q35_claim_init(pool, (long)total, MM_GRAIN);
+  /* as q35_matmul: larger pieces where the activations outweigh the weights several times */
+  double wbytes = 0.0;
+  for (int i = 0; i < n; i++) wbytes += (double)ws[i]->ne[1] * (double)ws[i]->nb1;
+  const int big_x = (double)T * (double)xa->ld > 4.0 * wbytes;
+  q35_claim_init(pool, (long)total, big_x ? 4 * MM_GRAIN : MM_GRAIN);
   q35_pool_run(pool, mm_multi_run, &mm);
 }

@@ -405,9 +405,11 @@ void q35_layer_moe(const q35_fwd *f, const q35_layer *L) {
   pool_or_inline(f->pool, moe_route, &rt, T <= INLINE_ROWS);
   const int n_active = moe_lists(hp, b);
   /* the shared expert rides in the routed experts' launches when its gate and up take the same
-   * converted activations as theirs */
+   * converted activations as theirs, and the step's tokens fit one tile pass (decode, small
+   * batches): a unit of moe_mm reads all of its tokens' activations, which for a long prompt
+   * q35_matmul's token blocks keep in cache instead */
   const int gtype = q35_vec_dot_type(L->gate_up_exps.data ? L->gate_up_exps.type : L->gate_exps.type);
-  const int shared = Is > 0 && q35_vec_dot_type(L->gate_shexp.type) == gtype &&
+  const int shared = Is > 0 && T <= MOE_CB && q35_vec_dot_type(L->gate_shexp.type) == gtype &&
                      q35_vec_dot_type(L->up_shexp.type) == gtype;
   q35_act xa = Q35_ACT_NONE;
   moe_experts(f, L, n_active, &xa, shared);

@@ -35,6 +35,10 @@ enum { MM_GRAIN = MM_RB };
 
 /* rows [n0, n1) of one product */
 static void mm_rows(const mm_task *t, long n0, long n1) {
+  if (t->T == 1) { /* decode: the whole piece in one call to the row kernels (no per-block call) */
+    q35_vec_dot_rows(t->type, t->K, t->w + (size_t)n0 * t->nb1, t->nb1, (int)(n1 - n0), t->x, t->y + n0);
+    return;
+  }
   for (int64_t j0 = 0; j0 < t->T; j0 += MM_TB) {
     const int64_t j1 = j0 + MM_TB < t->T ? j0 + MM_TB : t->T;
     for (long nb = n0; nb < n1; nb += MM_RB) {

@@ -10,6 +10,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,19 +67,27 @@ int q35_kernels_get(q35_simd level, q35_kernels *out) {
  * read-only afterwards. */
 static q35_kernels g_kernels, g_ref_kernels;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+/* set once the tables are written: the per-call check stays inline (a decode step makes thousands
+ * of kernel calls, and pthread_once is a call into libc each time) */
+static atomic_int g_ready;
 
 static void dispatch_init(void) {
   q35_kernels_ref(&g_ref_kernels);
   if (q35_kernels_get(q35_simd_active(), &g_kernels)) q35_kernels_ref(&g_kernels);
+  atomic_store_explicit(&g_ready, 1, memory_order_release);
+}
+
+static inline void kern_init(void) {
+  if (!atomic_load_explicit(&g_ready, memory_order_acquire)) pthread_once(&g_once, dispatch_init);
 }
 
 static inline const q35_kernels *kern(void) {
-  pthread_once(&g_once, dispatch_init);
+  kern_init();
   return &g_kernels;
 }
 
 static inline const q35_kernels *kern_ref(void) {
-  pthread_once(&g_once, dispatch_init);
+  kern_init();
   return &g_ref_kernels;
 }
 

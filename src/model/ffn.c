@@ -102,6 +102,11 @@ typedef struct {
   const q35_layer *L;
   int phase;          /* 0: gate+up, 1: down */
   int n_active;
+  /* the shared expert's blocks after the routed experts' units, in the same launch (0: none):
+   * its T rows of converted activations (h for gate+up, its SwiGLU output for down) */
+  int shared;
+  const char *xs;
+  size_t lds;
 } moe_task;
 
 /* units: (active expert, block of MOE_RB weight rows); phase 0 has gate blocks then up blocks.
@@ -110,6 +115,11 @@ enum { MOE_RB = 16, MOE_CB = 32 };
 static int moe_blocks(const q35_hparams *hp, int phase) {
   const int nbh = (hp->n_ff_exp + MOE_RB - 1) / MOE_RB;
   return phase == 0 ? 2 * nbh : (hp->n_embd + MOE_RB - 1) / MOE_RB;
+}
+/* the shared expert's blocks: gate then up, or down */
+static int moe_shared_blocks(const q35_hparams *hp, int phase) {
+  const int nbs = (hp->n_ff_shexp + MOE_RB - 1) / MOE_RB;
+  return phase == 0 ? 2 * nbs : (hp->n_embd + MOE_RB - 1) / MOE_RB;
 }
 
 /* One unit's weights and destination. */
@@ -122,6 +132,37 @@ typedef struct {
   float *out;
   const char *x;      /* the gathered, converted activations */
 } moe_unit;
+
+/* Block blk of the shared expert (phase 0: gate blocks then up blocks into b->gus; 1: down into
+ * b->sh), over the step's T tokens in c->xs. */
+static moe_unit moe_shared_unit(const moe_task *c, int blk) {
+  const q35_hparams *hp = &c->f->m->hp;
+  const q35_layer *L = c->L;
+  const q35_bufs *b = c->f->b;
+  const int Is = hp->n_ff_shexp, H = hp->n_embd, nbs = (Is + MOE_RB - 1) / MOE_RB;
+  moe_unit u;
+  if (c->phase == 0) {
+    const int part = blk >= nbs; /* 0: gate, 1: up */
+    u.r0 = (blk % nbs) * MOE_RB;
+    u.r1 = u.r0 + MOE_RB < Is ? u.r0 + MOE_RB : Is;
+    u.w = part ? &L->up_shexp : &L->gate_shexp;
+    u.ocol = part * Is + u.r0;
+    u.K = H;
+    u.ldo = 2 * Is;
+    u.out = b->gus;
+  } else {
+    u.r0 = blk * MOE_RB;
+    u.r1 = u.r0 + MOE_RB < H ? u.r0 + MOE_RB : H;
+    u.w = &L->down_shexp;
+    u.ocol = u.r0;
+    u.K = Is;
+    u.ldo = H;
+    u.out = b->sh;
+  }
+  u.wr = (const char *)u.w->data + (size_t)u.r0 * u.w->nb1;
+  u.x = c->xs;
+  return u;
+}
 
 static moe_unit moe_unit_of(const moe_task *c, int e, int blk) {
   const q35_hparams *hp = &c->f->m->hp;
@@ -172,8 +213,18 @@ static void moe_mm(void *vctx, int ith, int nth) {
   const int in_type = c->phase == 0 ? (L->gate_up_exps.data ? L->gate_up_exps.type : L->gate_exps.type)
                                     : L->down_exps.type;
   const size_t ldx = q35_row_size(q35_vec_dot_type(in_type), c->phase == 0 ? hp->n_embd : hp->n_ff_exp);
+  const long n_routed = (long)c->n_active * nblk;
   while (q35_claim_next(c->f->pool, ith, &from, &u0, &u1)) {
     for (long i = u0; i < u1; i++) {
+      if (i >= n_routed) { /* the shared expert: every token */
+        const moe_unit u = moe_shared_unit(c, (int)(i - n_routed));
+        for (int64_t c0 = 0; c0 < b->T; c0 += MOE_CB) {
+          const int nc = b->T - c0 < MOE_CB ? (int)(b->T - c0) : MOE_CB;
+          q35_vec_dot_tile_ex(u.w->type, u.K, u.wr, u.w->nb1, u.r1 - u.r0, u.x + (size_t)c0 * c->lds, c->lds, nc,
+                              u.out + (size_t)c0 * u.ldo + u.ocol, 1, (size_t)u.ldo);
+        }
+        continue;
+      }
       const int e = b->active[i / nblk];
       const moe_unit u = moe_unit_of(c, e, (int)(i % nblk));
       /* this expert's slots are rows [estart, estart + ecount) of the gathered activations */
@@ -261,26 +312,44 @@ static void observe_down(const q35_layer *L, const q35_bufs *b, int n_active, in
 }
 
 /* The routed experts: gate + up for every (token, slot) on the activations gathered in expert
- * order, SwiGLU, down. xa receives the conversion of h (the shared expert reuses it). */
-static void moe_experts(const q35_fwd *f, const q35_layer *L, int n_active, q35_act *xa) {
+ * order, SwiGLU, down. xa receives the conversion of h. With `shared`, the shared expert's
+ * gate + up and down run in the same two launches (into b->gus, b->acts, b->sh): a decode step
+ * has fewer launches to wait for, and each product is still one q35_vec_dot per output. */
+static void moe_experts(const q35_fwd *f, const q35_layer *L, int n_active, q35_act *xa, int shared) {
   const q35_hparams *hp = &f->m->hp;
   q35_bufs *b = f->b;
-  const int64_t T = b->T, H = hp->n_embd, k = hp->n_expert_used, I = hp->n_ff_exp;
+  const int64_t T = b->T, H = hp->n_embd, k = hp->n_expert_used, I = hp->n_ff_exp, Is = hp->n_ff_shexp;
   const int gtype = L->gate_up_exps.data ? L->gate_up_exps.type : L->gate_exps.type;
   if (q35_mm_observer) observe_experts(L, b, n_active, H, I, k);
+  if (shared) {
+    q35_mm_observe(&L->gate_shexp, 0, b->h, H, H, T, NULL, 1);
+    q35_mm_observe(&L->up_shexp, 0, b->h, H, H, T, NULL, 1);
+  }
   q35_act_prepare(f->pool, xa, q35_vec_dot_type(gtype), b->h, H, H, T, b->xq);
   gather_task ga = {b, T * k, k, xa->ld};
   pool_or_inline(f->pool, gather_run, &ga, T <= INLINE_ROWS);
-  moe_task c = {f, L, 0, n_active};
-  q35_claim_init(f->pool, (long)n_active * moe_blocks(hp, 0), 1);
+  moe_task c = {f, L, 0, n_active, shared, xa->data, xa->ld};
+  q35_claim_init(f->pool, (long)n_active * moe_blocks(hp, 0) + (shared ? moe_shared_blocks(hp, 0) : 0), 1);
   q35_pool_run(f->pool, moe_mm, &c);
   swiglu_task sw = {T * k, I, b->gu, b->act};
   pool_or_inline(f->pool, swiglu_run, &sw, T * k * I <= INLINE_ELEMS);
+  if (shared) {
+    swiglu_task ss = {T, Is, b->gus, b->acts};
+    pool_or_inline(f->pool, swiglu_run, &ss, T * Is <= INLINE_ELEMS);
+  }
   if (q35_mm_observer) observe_down(L, b, n_active, I);
+  if (shared) q35_mm_observe(&L->down_shexp, 0, b->acts, Is, Is, T, NULL, 1);
   q35_act aa = Q35_ACT_NONE;
   q35_act_prepare(f->pool, &aa, q35_vec_dot_type(L->down_exps.type), b->act, I, I, T * k, b->xq3);
+  if (shared) { /* h's conversion in b->xq is spent: the shared SwiGLU output's goes there */
+    q35_act as = Q35_ACT_NONE;
+    q35_act_prepare(f->pool, &as, q35_vec_dot_type(L->down_shexp.type), b->acts, Is, Is, T, b->xq);
+    c.xs = as.data;
+    c.lds = as.ld;
+    xa->type = -1; /* no longer h */
+  }
   c.phase = 1;
-  q35_claim_init(f->pool, (long)n_active * moe_blocks(hp, 1), 1);
+  q35_claim_init(f->pool, (long)n_active * moe_blocks(hp, 1) + (shared ? moe_shared_blocks(hp, 1) : 0), 1);
   q35_pool_run(f->pool, moe_mm, &c);
 }
 
@@ -323,21 +392,28 @@ void q35_layer_moe(const q35_fwd *f, const q35_layer *L) {
   const q35_hparams *hp = &f->m->hp;
   q35_bufs *b = f->b;
   const int64_t T = b->T, H = hp->n_embd, E = hp->n_expert, Is = hp->n_ff_shexp;
-  /* router (on float activations converted to the router's dot type) */
-  q35_matmul_f(f->pool, &L->router, b->h, H, T, b->logits_r, E, b->xq);
+  /* router and the shared expert's gate (one launch when their dot types agree), on float
+   * activations converted to the router's dot type */
+  q35_tensor g = L->shexp_gate;
+  g.ne[1] = 1;
+  const q35_tensor *rw[2] = {&L->router, &g};
+  float *ry[2] = {b->logits_r, b->shg};
+  const int64_t rld[2] = {E, 1};
+  q35_act xr = Q35_ACT_NONE;
+  q35_matmul_same(f->pool, rw, ry, rld, Is > 0 && L->shexp_gate.data ? 2 : 1, &xr, b->h, H, T, b->xq);
   moe_tok_task rt = {f, L};
   pool_or_inline(f->pool, moe_route, &rt, T <= INLINE_ROWS);
   const int n_active = moe_lists(hp, b);
+  /* the shared expert rides in the routed experts' launches when its gate and up take the same
+   * converted activations as theirs, and the step's tokens fit one tile pass (decode, small
+   * batches): a unit of moe_mm reads all of its tokens' activations, which for a long prompt
+   * q35_matmul's token blocks keep in cache instead */
+  const int gtype = q35_vec_dot_type(L->gate_up_exps.data ? L->gate_up_exps.type : L->gate_exps.type);
+  const int shared = Is > 0 && T <= MOE_CB && q35_vec_dot_type(L->gate_shexp.type) == gtype &&
+                     q35_vec_dot_type(L->up_shexp.type) == gtype;
   q35_act xa = Q35_ACT_NONE;
-  moe_experts(f, L, n_active, &xa);
-  if (Is > 0) { /* the shared expert and its gate */
-    swiglu_ffn(f, &L->gate_shexp, &L->up_shexp, &L->down_shexp, &xa, b->sh);
-    if (L->shexp_gate.data) {
-      q35_tensor g = L->shexp_gate;
-      g.ne[1] = 1;
-      q35_matmul_f(f->pool, &g, b->h, H, T, b->shg, 1, b->xq2);
-    }
-  }
+  moe_experts(f, L, n_active, &xa, shared);
+  if (Is > 0 && !shared) swiglu_ffn(f, &L->gate_shexp, &L->up_shexp, &L->down_shexp, &xa, b->sh);
   moe_tok_task ct = {f, L};
   pool_or_inline(f->pool, moe_combine, &ct, T <= INLINE_ROWS);
 }

@@ -108,6 +108,8 @@ static void bufs_layout(const q35_model *m, q35_bufs *b, arena *a, int64_t T, in
   b->y = arena_get(a, T * k * H * 4);
   b->sh = arena_get(a, T * H * 4);
   b->shg = arena_get(a, T * 4);
+  b->gus = arena_get(a, T * 2 * (hp->is_moe ? hp->n_ff_shexp : 0) * 4);
+  b->acts = arena_get(a, T * (hp->is_moe ? hp->n_ff_shexp : 0) * 4);
   b->row_of = arena_get(a, T * 4);
   b->pos_of = arena_get(a, T * 4);
   b->lg = joint ? arena_get(a, (int64_t)LG_COLS * hp->n_vocab * 4) : NULL;

@@ -79,6 +79,7 @@ typedef struct {
   float *act;             /* [T*k][I] or [T][F] */
   float *y;               /* [T*k][H] */
   float *sh, *shg;        /* shared expert out [T][H], gates [T] */
+  float *gus, *acts;      /* shared expert gate|up [T][2Is] and SwiGLU output [T][Is] */
   /* row bookkeeping */
   int32_t *row_of;        /* token -> row */
   int32_t *pos_of;        /* token -> absolute position */

@@ -35,6 +35,10 @@ enum { MM_GRAIN = MM_RB };
 
 /* rows [n0, n1) of one product */
 static void mm_rows(const mm_task *t, long n0, long n1) {
+  if (t->T == 1) { /* decode: the whole piece in one call to the row kernels (no per-block call) */
+    q35_vec_dot_rows(t->type, t->K, t->w + (size_t)n0 * t->nb1, t->nb1, (int)(n1 - n0), t->x, t->y + n0);
+    return;
+  }
   for (int64_t j0 = 0; j0 < t->T; j0 += MM_TB) {
     const int64_t j1 = j0 + MM_TB < t->T ? j0 + MM_TB : t->T;
     for (long nb = n0; nb < n1; nb += MM_RB) {
@@ -156,6 +160,10 @@ void q35_matmul_same(q35_pool *pool, const q35_tensor *const *ws, float *const *
                         xa->data,    xa->ld,      ys[i],      ldy[i],       pool};
     total += ws[i]->ne[1];
   }
-  q35_claim_init(pool, (long)total, MM_GRAIN);
+  /* as q35_matmul: larger pieces where the activations outweigh the weights several times */
+  double wbytes = 0.0;
+  for (int i = 0; i < n; i++) wbytes += (double)ws[i]->ne[1] * (double)ws[i]->nb1;
+  const int big_x = (double)T * (double)xa->ld > 4.0 * wbytes;
+  q35_claim_init(pool, (long)total, big_x ? 4 * MM_GRAIN : MM_GRAIN);
   q35_pool_run(pool, mm_multi_run, &mm);
 }

@@ -9,7 +9,8 @@
  *      $(pkg-config --libs jansson libpcre2-8 libutf8proc) -lm -pthread
  * Run: build/matvec_bench [ROWS, default 248320] [ROWS PER CALL, default 64]
  *   env REP=N repeats each pass N times (a small ROWS with REP=400 measures the kernel in cache);
- *   env TYPE=q8_0 (q6_K, q4_K, ...) another weight type (default q4_0).
+ *   env TYPE=q8_0 (q6_K, q4_K, ...) another weight type (default q4_0);
+ *   env K=512 another row length (default 2048; 512 is an expert's down projection).
  * Each line gives the best wall time of 7 passes and the best CPU time of the slowest thread
  * (the figure to compare on a shared, busy machine).
  */
@@ -63,7 +64,7 @@ static void *run(void *p) {
 
 int main(int argc, char **argv) {
   const int type = getenv("TYPE") ? q35_type_from_name(getenv("TYPE")) : Q35_TYPE_Q4_0;
-  const int64_t n = 2048;
+  const int64_t n = getenv("K") ? atoll(getenv("K")) : 2048;
   if (type < 0 || !q35_type_quantizable(type)) {
     fprintf(stderr, "matvec_bench: TYPE=%s is not a weight type q35 quantizes\n", getenv("TYPE"));
     return 2;

@@ -392,15 +392,15 @@ QSI void q4z_group(const int R, const int C, const int FULL, const uint8_t *w, s
   }
 }
 
-QSI void t_q4z(const int R, const int C, TILE_ARGS) {
+QSI void t_q4z_pf(const int R, const int C, const size_t pfd, TILE_ARGS) { /* pfd = pf_ahead(R, ws) */
   const int64_t nb = n / QK8_0, ng = nb / 16;
   __m512 acc[TRM][TCM];
   FOR_R FOR_C acc[r][c] = _mm512_setzero_ps();
-  const size_t pfd = pf_ahead(R, ws);
   for (int64_t g = 0; g < ng; g++) q4z_group(R, C, 1, w, ws, pfd, x, xs, g, 16, acc);
   if (nb % 16) q4z_group(R, C, 0, w, ws, pfd, x, xs, ng, (int)(nb % 16), acc);
   FOR_R FOR_C OUT(r, c) = hsum16(acc[r][c]);
 }
+QSI void t_q4z(const int R, const int C, TILE_ARGS) { t_q4z_pf(R, C, pf_ahead(R, ws), n, w, ws, x, xs, o, ors, ocs); }
 /* one-row tiles up to 8 columns: for this kernel a 1 x 8 tile streams a large matrix faster than
  * 2 x 4 tiles (QS_NARROW, quant_256.inc) */
 #undef QS_NARROW
@@ -408,6 +408,29 @@ QSI void t_q4z(const int R, const int C, TILE_ARGS) {
 QS_TILE(t_q4z, 2, 4)
 #undef QS_NARROW
 #define QS_NARROW 4
+
+/* Products of 1..3 columns (a decode step, a verify step of one or two drafts): all rows in one
+ * call with the 1 x C tile inlined in the row loop, so its constants (byte and word permutes,
+ * masks, the prefetch distance) are set up once a call instead of once a row, which for short rows
+ * (an expert's down projection: one group of 16 blocks a row) was a large part of the row's work.
+ * Each output is still the 1 x C tile's, i.e. vec_dot's, value. */
+static QS_TARGET void t_q4z_rows(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, int nc,
+                                 float *o, size_t ors, size_t ocs) {
+  const uint8_t *w = wv, *x = xv;
+  const size_t pfd = pf_ahead(1, ws);
+  switch (nc) {
+  case 1:
+    for (int r = 0; r < nr; r++) t_q4z_pf(1, 1, pfd, n, w + (size_t)r * ws, ws, x, xs, &OUT(r, 0), ors, ocs);
+    return;
+  case 2:
+    for (int r = 0; r < nr; r++) t_q4z_pf(1, 2, pfd, n, w + (size_t)r * ws, ws, x, xs, &OUT(r, 0), ors, ocs);
+    return;
+  case 3:
+    for (int r = 0; r < nr; r++) t_q4z_pf(1, 3, pfd, n, w + (size_t)r * ws, ws, x, xs, &OUT(r, 0), ors, ocs);
+    return;
+  default: t_q4z_tile(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);
+  }
+}
 
 static QS_TARGET void quant_q8_0z_512(const float *x, void *dst, int64_t n) {
   q35_act_quantize(Q35_TYPE_Q8_0Z, x, dst, n, q8_0_block_256);
@@ -439,7 +462,8 @@ void q35_kernels_avx512(q35_kernels *k) {
       QS_SET(k, Q35_TYPE_Q4_0, t_q4x);
     } else {
       QS_SET(k, Q35_TYPE_Q4_0, t_q4z);
-      k->gemv[Q35_TYPE_Q4_0] = t_q4z_tile; /* one row at a time with the prefetch (vec_dot has no stride) */
+      k->tile[Q35_TYPE_Q4_0] = t_q4z_rows;
+      k->gemv[Q35_TYPE_Q4_0] = t_q4z_rows; /* one row at a time with the prefetch (vec_dot has no stride) */
       k->quantize[Q35_TYPE_Q8_0Z] = quant_q8_0z_512;
       k->q4_0_act = Q35_TYPE_Q8_0Z;
     }

@@ -6,8 +6,9 @@
  * (sum of the tokens) must match between trees.
  *
  * Build a tree's binary and run it (TREE: a checkout's root):
- *   cc -std=gnu11 -O2 -Wall -Wextra -Werror -fno-math-errno -pthread -ITREE/include -ITREE/src \
- *     bench/sampler_ab.c TREE/src/sample/[a-z]*.c TREE/src/base/util.c TREE/src/base/cpu.c -o ab -lm
+ *   cc -std=gnu11 -O2 -Wall -Wextra -Werror -fno-math-errno -pthread -ITREE/include \
+ *     -ITREE/src bench/sampler_ab.c TREE/src/sample/[a-z]*.c TREE/src/base/util.c \
+ *     TREE/src/base/cpu.c -o ab -lm
  *   Q35_SIMD=avx2 taskset -c 0 ./ab [TOP_P]     (TOP_P default 0.9; 1 = keep-all)
  */
 #include <math.h>

@@ -389,9 +389,9 @@ T256 float sample_scan_chunks_avx2(const float *l, int32_t n, float *cmax, int32
 }
 
 /* One vector of the fused pass: y's parts into all, those of y > hi into above, the lanes of
- * y in [lo, hi] (and in k when tail) copied out to cw + c; returns the count copied. hi2: every w > hi has
- * C = 0 (hi >= 2^-18: such a w is a multiple of 2^-41, so W is a multiple of 2^20), so the
- * mass above takes two parts. */
+ * y in [lo, hi] (and in k when tail) copied out to cw; returns the count copied. hi2: every
+ * w > hi has C = 0 (hi >= 2^-18: such a w is a multiple of 2^-41, so W is a multiple of 2^20),
+ * so the mass above takes two parts. */
 T256 static inline __attribute__((always_inline)) int32_t
 fused_step(__m256 y, int tail, __m256 k, __m256 lv, __m256 hv, int hi2, acc3 *all,
            acc3 *above, float *cw) {

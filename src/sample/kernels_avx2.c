@@ -15,40 +15,73 @@
 
 #define T256 __attribute__((target("avx2,fma")))
 
-/* For each 8-bit lane mask, the indices of its set lanes in order, one per nibble. */
-static const uint32_t compress_lut[256] = {
-    0x00000000, 0x00000000, 0x00000001, 0x00000010, 0x00000002, 0x00000020, 0x00000021, 0x00000210,
-    0x00000003, 0x00000030, 0x00000031, 0x00000310, 0x00000032, 0x00000320, 0x00000321, 0x00003210,
-    0x00000004, 0x00000040, 0x00000041, 0x00000410, 0x00000042, 0x00000420, 0x00000421, 0x00004210,
-    0x00000043, 0x00000430, 0x00000431, 0x00004310, 0x00000432, 0x00004320, 0x00004321, 0x00043210,
-    0x00000005, 0x00000050, 0x00000051, 0x00000510, 0x00000052, 0x00000520, 0x00000521, 0x00005210,
-    0x00000053, 0x00000530, 0x00000531, 0x00005310, 0x00000532, 0x00005320, 0x00005321, 0x00053210,
-    0x00000054, 0x00000540, 0x00000541, 0x00005410, 0x00000542, 0x00005420, 0x00005421, 0x00054210,
-    0x00000543, 0x00005430, 0x00005431, 0x00054310, 0x00005432, 0x00054320, 0x00054321, 0x00543210,
-    0x00000006, 0x00000060, 0x00000061, 0x00000610, 0x00000062, 0x00000620, 0x00000621, 0x00006210,
-    0x00000063, 0x00000630, 0x00000631, 0x00006310, 0x00000632, 0x00006320, 0x00006321, 0x00063210,
-    0x00000064, 0x00000640, 0x00000641, 0x00006410, 0x00000642, 0x00006420, 0x00006421, 0x00064210,
-    0x00000643, 0x00006430, 0x00006431, 0x00064310, 0x00006432, 0x00064320, 0x00064321, 0x00643210,
-    0x00000065, 0x00000650, 0x00000651, 0x00006510, 0x00000652, 0x00006520, 0x00006521, 0x00065210,
-    0x00000653, 0x00006530, 0x00006531, 0x00065310, 0x00006532, 0x00065320, 0x00065321, 0x00653210,
-    0x00000654, 0x00006540, 0x00006541, 0x00065410, 0x00006542, 0x00065420, 0x00065421, 0x00654210,
-    0x00006543, 0x00065430, 0x00065431, 0x00654310, 0x00065432, 0x00654320, 0x00654321, 0x06543210,
-    0x00000007, 0x00000070, 0x00000071, 0x00000710, 0x00000072, 0x00000720, 0x00000721, 0x00007210,
-    0x00000073, 0x00000730, 0x00000731, 0x00007310, 0x00000732, 0x00007320, 0x00007321, 0x00073210,
-    0x00000074, 0x00000740, 0x00000741, 0x00007410, 0x00000742, 0x00007420, 0x00007421, 0x00074210,
-    0x00000743, 0x00007430, 0x00007431, 0x00074310, 0x00007432, 0x00074320, 0x00074321, 0x00743210,
-    0x00000075, 0x00000750, 0x00000751, 0x00007510, 0x00000752, 0x00007520, 0x00007521, 0x00075210,
-    0x00000753, 0x00007530, 0x00007531, 0x00075310, 0x00007532, 0x00075320, 0x00075321, 0x00753210,
-    0x00000754, 0x00007540, 0x00007541, 0x00075410, 0x00007542, 0x00075420, 0x00075421, 0x00754210,
-    0x00007543, 0x00075430, 0x00075431, 0x00754310, 0x00075432, 0x00754320, 0x00754321, 0x07543210,
-    0x00000076, 0x00000760, 0x00000761, 0x00007610, 0x00000762, 0x00007620, 0x00007621, 0x00076210,
-    0x00000763, 0x00007630, 0x00007631, 0x00076310, 0x00007632, 0x00076320, 0x00076321, 0x00763210,
-    0x00000764, 0x00007640, 0x00007641, 0x00076410, 0x00007642, 0x00076420, 0x00076421, 0x00764210,
-    0x00007643, 0x00076430, 0x00076431, 0x00764310, 0x00076432, 0x00764320, 0x00764321, 0x07643210,
-    0x00000765, 0x00007650, 0x00007651, 0x00076510, 0x00007652, 0x00076520, 0x00076521, 0x00765210,
-    0x00007653, 0x00076530, 0x00076531, 0x00765310, 0x00076532, 0x00765320, 0x00765321, 0x07653210,
-    0x00007654, 0x00076540, 0x00076541, 0x00765410, 0x00076542, 0x00765420, 0x00765421, 0x07654210,
-    0x00076543, 0x00765430, 0x00765431, 0x07654310, 0x00765432, 0x07654320, 0x07654321, 0x76543210,
+/* For each 8-bit lane mask, the indices of its set lanes in order, one per byte (widened to a
+ * permutation by one vpmovzxbd from memory). */
+static const uint64_t compress_lut[256] = {
+    0x0000000000000000ull, 0x0000000000000000ull, 0x0000000000000001ull, 0x0000000000000100ull,
+    0x0000000000000002ull, 0x0000000000000200ull, 0x0000000000000201ull, 0x0000000000020100ull,
+    0x0000000000000003ull, 0x0000000000000300ull, 0x0000000000000301ull, 0x0000000000030100ull,
+    0x0000000000000302ull, 0x0000000000030200ull, 0x0000000000030201ull, 0x0000000003020100ull,
+    0x0000000000000004ull, 0x0000000000000400ull, 0x0000000000000401ull, 0x0000000000040100ull,
+    0x0000000000000402ull, 0x0000000000040200ull, 0x0000000000040201ull, 0x0000000004020100ull,
+    0x0000000000000403ull, 0x0000000000040300ull, 0x0000000000040301ull, 0x0000000004030100ull,
+    0x0000000000040302ull, 0x0000000004030200ull, 0x0000000004030201ull, 0x0000000403020100ull,
+    0x0000000000000005ull, 0x0000000000000500ull, 0x0000000000000501ull, 0x0000000000050100ull,
+    0x0000000000000502ull, 0x0000000000050200ull, 0x0000000000050201ull, 0x0000000005020100ull,
+    0x0000000000000503ull, 0x0000000000050300ull, 0x0000000000050301ull, 0x0000000005030100ull,
+    0x0000000000050302ull, 0x0000000005030200ull, 0x0000000005030201ull, 0x0000000503020100ull,
+    0x0000000000000504ull, 0x0000000000050400ull, 0x0000000000050401ull, 0x0000000005040100ull,
+    0x0000000000050402ull, 0x0000000005040200ull, 0x0000000005040201ull, 0x0000000504020100ull,
+    0x0000000000050403ull, 0x0000000005040300ull, 0x0000000005040301ull, 0x0000000504030100ull,
+    0x0000000005040302ull, 0x0000000504030200ull, 0x0000000504030201ull, 0x0000050403020100ull,
+    0x0000000000000006ull, 0x0000000000000600ull, 0x0000000000000601ull, 0x0000000000060100ull,
+    0x0000000000000602ull, 0x0000000000060200ull, 0x0000000000060201ull, 0x0000000006020100ull,
+    0x0000000000000603ull, 0x0000000000060300ull, 0x0000000000060301ull, 0x0000000006030100ull,
+    0x0000000000060302ull, 0x0000000006030200ull, 0x0000000006030201ull, 0x0000000603020100ull,
+    0x0000000000000604ull, 0x0000000000060400ull, 0x0000000000060401ull, 0x0000000006040100ull,
+    0x0000000000060402ull, 0x0000000006040200ull, 0x0000000006040201ull, 0x0000000604020100ull,
+    0x0000000000060403ull, 0x0000000006040300ull, 0x0000000006040301ull, 0x0000000604030100ull,
+    0x0000000006040302ull, 0x0000000604030200ull, 0x0000000604030201ull, 0x0000060403020100ull,
+    0x0000000000000605ull, 0x0000000000060500ull, 0x0000000000060501ull, 0x0000000006050100ull,
+    0x0000000000060502ull, 0x0000000006050200ull, 0x0000000006050201ull, 0x0000000605020100ull,
+    0x0000000000060503ull, 0x0000000006050300ull, 0x0000000006050301ull, 0x0000000605030100ull,
+    0x0000000006050302ull, 0x0000000605030200ull, 0x0000000605030201ull, 0x0000060503020100ull,
+    0x0000000000060504ull, 0x0000000006050400ull, 0x0000000006050401ull, 0x0000000605040100ull,
+    0x0000000006050402ull, 0x0000000605040200ull, 0x0000000605040201ull, 0x0000060504020100ull,
+    0x0000000006050403ull, 0x0000000605040300ull, 0x0000000605040301ull, 0x0000060504030100ull,
+    0x0000000605040302ull, 0x0000060504030200ull, 0x0000060504030201ull, 0x0006050403020100ull,
+    0x0000000000000007ull, 0x0000000000000700ull, 0x0000000000000701ull, 0x0000000000070100ull,
+    0x0000000000000702ull, 0x0000000000070200ull, 0x0000000000070201ull, 0x0000000007020100ull,
+    0x0000000000000703ull, 0x0000000000070300ull, 0x0000000000070301ull, 0x0000000007030100ull,
+    0x0000000000070302ull, 0x0000000007030200ull, 0x0000000007030201ull, 0x0000000703020100ull,
+    0x0000000000000704ull, 0x0000000000070400ull, 0x0000000000070401ull, 0x0000000007040100ull,
+    0x0000000000070402ull, 0x0000000007040200ull, 0x0000000007040201ull, 0x0000000704020100ull,
+    0x0000000000070403ull, 0x0000000007040300ull, 0x0000000007040301ull, 0x0000000704030100ull,
+    0x0000000007040302ull, 0x0000000704030200ull, 0x0000000704030201ull, 0x0000070403020100ull,
+    0x0000000000000705ull, 0x0000000000070500ull, 0x0000000000070501ull, 0x0000000007050100ull,
+    0x0000000000070502ull, 0x0000000007050200ull, 0x0000000007050201ull, 0x0000000705020100ull,
+    0x0000000000070503ull, 0x0000000007050300ull, 0x0000000007050301ull, 0x0000000705030100ull,
+    0x0000000007050302ull, 0x0000000705030200ull, 0x0000000705030201ull, 0x0000070503020100ull,
+    0x0000000000070504ull, 0x0000000007050400ull, 0x0000000007050401ull, 0x0000000705040100ull,
+    0x0000000007050402ull, 0x0000000705040200ull, 0x0000000705040201ull, 0x0000070504020100ull,
+    0x0000000007050403ull, 0x0000000705040300ull, 0x0000000705040301ull, 0x0000070504030100ull,
+    0x0000000705040302ull, 0x0000070504030200ull, 0x0000070504030201ull, 0x0007050403020100ull,
+    0x0000000000000706ull, 0x0000000000070600ull, 0x0000000000070601ull, 0x0000000007060100ull,
+    0x0000000000070602ull, 0x0000000007060200ull, 0x0000000007060201ull, 0x0000000706020100ull,
+    0x0000000000070603ull, 0x0000000007060300ull, 0x0000000007060301ull, 0x0000000706030100ull,
+    0x0000000007060302ull, 0x0000000706030200ull, 0x0000000706030201ull, 0x0000070603020100ull,
+    0x0000000000070604ull, 0x0000000007060400ull, 0x0000000007060401ull, 0x0000000706040100ull,
+    0x0000000007060402ull, 0x0000000706040200ull, 0x0000000706040201ull, 0x0000070604020100ull,
+    0x0000000007060403ull, 0x0000000706040300ull, 0x0000000706040301ull, 0x0000070604030100ull,
+    0x0000000706040302ull, 0x0000070604030200ull, 0x0000070604030201ull, 0x0007060403020100ull,
+    0x0000000000070605ull, 0x0000000007060500ull, 0x0000000007060501ull, 0x0000000706050100ull,
+    0x0000000007060502ull, 0x0000000706050200ull, 0x0000000706050201ull, 0x0000070605020100ull,
+    0x0000000007060503ull, 0x0000000706050300ull, 0x0000000706050301ull, 0x0000070605030100ull,
+    0x0000000706050302ull, 0x0000070605030200ull, 0x0000070605030201ull, 0x0007060503020100ull,
+    0x0000000007060504ull, 0x0000000706050400ull, 0x0000000706050401ull, 0x0000070605040100ull,
+    0x0000000706050402ull, 0x0000070605040200ull, 0x0000070605040201ull, 0x0007060504020100ull,
+    0x0000000706050403ull, 0x0000070605040300ull, 0x0000070605040301ull, 0x0007060504030100ull,
+    0x0000070605040302ull, 0x0007060504030200ull, 0x0007060504030201ull, 0x0706050403020100ull,
 };
 
 /* All-ones in lanes 0 .. r - 1 (r >= 8: all). */
@@ -58,9 +91,7 @@ T256 static inline __m256i tail_mask(int32_t r) {
 
 /* The permutation that moves the lanes set in m (a movemask) to the front, in order. */
 T256 static inline __m256i compress_perm(int m) {
-  __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32((int)compress_lut[m]),
-                                _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
-  return _mm256_and_si256(v, _mm256_set1_epi32(7));
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&compress_lut[m]));
 }
 
 /* Store the lanes of x selected by m to out (8 lanes written: out needs SLACK); their count. */
@@ -92,7 +123,10 @@ T256 static inline __m256 exp256(__m256 x) {
  * three 32-bit parts W = A 2^40 + B 2^20 + C: A = trunc(w 2^21), B = trunc(r1 2^20) with r1 =
  * w 2^21 - A, C = trunc(r2 2^20) with r2 = r1 2^20 - B. Every step is exact in fp32 (a
  * power-of-two scale, or a float less its integer part, which is the float's own low bits), so
- * the parts are W's bits; A <= 2^21 and B, C < 2^20. No 64-bit lane (AVX2 has no float -> int64
+ * the parts are W's bits; A <= 2^21 and B, C < 2^20. The remainders are taken from w 2^41 and
+ * w 2^61 by fused multiply-adds (r1 2^20 = w 2^41 - A 2^20, r1 2^40 = w 2^61 - A 2^40, r2 2^20 =
+ * r1 2^40 - B 2^20: each exact result is representable), so the three scales run side by side
+ * and the dependency chain is two roundings long. No 64-bit lane (AVX2 has no float -> int64
  * conversion) and no lane shuffle until a sum is folded. */
 typedef struct {
   __m256i a, b, c;
@@ -100,10 +134,15 @@ typedef struct {
 #define ACC3_MAX 1024 /* adds of parts <= 2^21 per 32-bit lane before a fold: 2^31 < 2^32 */
 
 T256 static inline void split3(__m256 w, __m256i *a, __m256i *b, __m256i *c) {
-  const __m256 s21 = _mm256_set1_ps(0x1p21f), s20 = _mm256_set1_ps(0x1p20f);
-  __m256 t1 = _mm256_mul_ps(w, s21);
-  __m256 t2 = _mm256_mul_ps(_mm256_sub_ps(t1, _mm256_round_ps(t1, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)), s20);
-  __m256 t3 = _mm256_mul_ps(_mm256_sub_ps(t2, _mm256_round_ps(t2, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)), s20);
+  const __m256 s20 = _mm256_set1_ps(0x1p20f), s40 = _mm256_set1_ps(0x1p40f);
+  __m256 t1 = _mm256_mul_ps(w, _mm256_set1_ps(0x1p21f));
+  __m256 u2 = _mm256_mul_ps(w, _mm256_set1_ps(0x1p41f));
+  __m256 u3 = _mm256_mul_ps(w, _mm256_set1_ps(0x1p61f));
+  __m256 fa = _mm256_round_ps(t1, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  __m256 t2 = _mm256_fnmadd_ps(fa, s20, u2);
+  __m256 r3 = _mm256_fnmadd_ps(fa, s40, u3);
+  __m256 fb = _mm256_round_ps(t2, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  __m256 t3 = _mm256_fnmadd_ps(fb, s20, r3);
   *a = _mm256_cvttps_epi32(t1);
   *b = _mm256_cvttps_epi32(t2);
   *c = _mm256_cvttps_epi32(t3);
@@ -349,36 +388,52 @@ T256 float sample_scan_chunks_avx2(const float *l, int32_t n, float *cmax, int32
   return reduce_max256(g);
 }
 
-/* sample_fused_scalar's twin; pow2 as in scaled256. Each block's sums stay in 32-bit parts
- * (BLOCK / 8 <= ACC3_MAX adds a lane) and are folded at its end. */
+/* One vector of the fused pass: y's parts into all, those of y > hi into above, the lanes of
+ * y in [lo, hi] (and in k when tail) copied out to cw; returns the count copied. hi2: every
+ * w > hi has C = 0 (hi >= 2^-18: such a w is a multiple of 2^-41, so W is a multiple of 2^20),
+ * so the mass above takes two parts. */
 T256 static inline __attribute__((always_inline)) int32_t
-fused_avx2_body(const float *l, int32_t n, float m, float temp, float inv, int pow2, float lo,
-                float hi, u128 *bsum, int32_t *cstart, u128 *total, float *cw) {
+fused_step(__m256 y, int tail, __m256 k, __m256 lv, __m256 hv, int hi2, acc3 *all,
+           acc3 *above, float *cw) {
+  __m256i pa, pb, pc;
+  split3(y, &pa, &pb, &pc);
+  all->a = _mm256_add_epi32(all->a, pa);
+  all->b = _mm256_add_epi32(all->b, pb);
+  all->c = _mm256_add_epi32(all->c, pc);
+  /* branch-free: the masks are data dependent and often mixed */
+  __m256i up = _mm256_castps_si256(_mm256_cmp_ps(y, hv, _CMP_GT_OQ));
+  above->a = _mm256_add_epi32(above->a, _mm256_and_si256(pa, up));
+  above->b = _mm256_add_epi32(above->b, _mm256_and_si256(pb, up));
+  if (!hi2) above->c = _mm256_add_epi32(above->c, _mm256_and_si256(pc, up));
+  __m256 in = _mm256_andnot_ps(_mm256_castsi256_ps(up), _mm256_cmp_ps(y, lv, _CMP_GE_OQ));
+  if (tail) in = _mm256_and_ps(k, in);
+  return compress_store_ps(cw, y, _mm256_movemask_ps(in));
+}
+
+/* sample_fused_scalar's twin; pow2 as in scaled256, hi2 as in fused_step (constants in each
+ * instance below). Each block's sums stay in 32-bit parts (BLOCK / 8 <= ACC3_MAX adds a lane)
+ * and are folded at its end; whole vectors take no mask, only a row's last partial one does. */
+T256 static inline __attribute__((always_inline)) int32_t
+fused_avx2_body(const float *l, int32_t n, float m, float temp, float inv, int pow2, int hi2,
+                float lo, float hi, u128 *bsum, int32_t *cstart, u128 *total, float *cw) {
   __m256 mv = _mm256_set1_ps(m), tv = _mm256_set1_ps(temp), invv = _mm256_set1_ps(inv);
   __m256 lv = _mm256_set1_ps(lo), hv = _mm256_set1_ps(hi);
+  const __m256 ones = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
   u128 tot = 0;
   int32_t c = 0;
   for (int32_t b = 0; b * BLOCK < n; b++) {
     int32_t e = block_end(b, BLOCK, n), i = b * BLOCK;
     acc3 all = acc3_zero(), above = acc3_zero();
     cstart[b] = c;
-    for (; i < e; i += 8) {
-      int full = e - i >= 8; /* a whole vector: no mask (all but a row's last) */
-      __m256i k = full ? _mm256_set1_epi32(-1) : tail_mask(e - i);
-      __m256 li = full ? _mm256_loadu_ps(l + i) : load_tail(l + i, mv, k);
-      __m256 x = scaled256(_mm256_sub_ps(li, mv), tv, invv, pow2);
-      __m256 y = full ? exp256(x) : _mm256_and_ps(exp256(x), _mm256_castsi256_ps(k));
-      __m256i pa, pb, pc;
-      split3(y, &pa, &pb, &pc);
-      all.a = _mm256_add_epi32(all.a, pa);
-      all.b = _mm256_add_epi32(all.b, pb);
-      all.c = _mm256_add_epi32(all.c, pc);
-      /* branch-free: the masks are data dependent and often mixed */
-      __m256 up = _mm256_cmp_ps(y, hv, _CMP_GT_OQ);
-      acc3_add(&above, pa, pb, pc, _mm256_castps_si256(up));
-      __m256 in = _mm256_and_ps(_mm256_castsi256_ps(k),
-                                _mm256_andnot_ps(up, _mm256_cmp_ps(y, lv, _CMP_GE_OQ)));
-      c += compress_store_ps(cw + c, y, _mm256_movemask_ps(in));
+    for (; i + 8 <= e; i += 8) {
+      __m256 y = exp256(scaled256(_mm256_sub_ps(_mm256_loadu_ps(l + i), mv), tv, invv, pow2));
+      c += fused_step(y, 0, ones, lv, hv, hi2, &all, &above, cw + c);
+    }
+    if (i < e) {
+      __m256i k = tail_mask(e - i);
+      __m256 x = scaled256(_mm256_sub_ps(load_tail(l + i, mv, k), mv), tv, invv, pow2);
+      __m256 y = _mm256_and_ps(exp256(x), _mm256_castsi256_ps(k));
+      c += fused_step(y, 1, _mm256_castsi256_ps(k), lv, hv, hi2, &all, &above, cw + c);
     }
     bsum[b] = fold3(above);
     tot += fold3(all);
@@ -390,8 +445,14 @@ fused_avx2_body(const float *l, int32_t n, float m, float temp, float inv, int p
 T256 int32_t sample_fused_avx2(const float *l, int32_t n, float m, float temp, float lo,
                                float hi, u128 *bsum, int32_t *cstart, u128 *total, float *cw) {
   float inv = pow2_recip(temp);
-  if (inv != 0.0f) return fused_avx2_body(l, n, m, temp, inv, 1, lo, hi, bsum, cstart, total, cw);
-  return fused_avx2_body(l, n, m, temp, 0.0f, 0, lo, hi, bsum, cstart, total, cw);
+  if (hi >= 0x1p-18f) {
+    if (inv != 0.0f)
+      return fused_avx2_body(l, n, m, temp, inv, 1, 1, lo, hi, bsum, cstart, total, cw);
+    return fused_avx2_body(l, n, m, temp, 0.0f, 0, 1, lo, hi, bsum, cstart, total, cw);
+  }
+  if (inv != 0.0f)
+    return fused_avx2_body(l, n, m, temp, inv, 1, 0, lo, hi, bsum, cstart, total, cw);
+  return fused_avx2_body(l, n, m, temp, 0.0f, 0, 0, lo, hi, bsum, cstart, total, cw);
 }
 
 T256 void sample_exp_array_avx2(const float *x, float *y, int32_t n) {

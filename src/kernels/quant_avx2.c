@@ -238,7 +238,68 @@ QSI void q8z2_half(const int R, const int C, const uint8_t *const *ga, const uin
   }
 }
 
+/* Q8_0 (blocks of 34 bytes): half h's 8 scales. The two 16-byte loads of lane k start 2k bytes
+ * before the scales of blocks e = 4k + 2h (low 128-bit lane) and e + 1 (high), so both land in
+ * word k; three word blends collect the four pairs and a qword permute puts the high lane's
+ * words after the low lane's (z2_d4's order). The loads span bytes 68h .. 68h + 452 of the group. */
+QSF __m128i q8z2_d8(const uint8_t *a, int h) {
+  __m256i u[4];
+  _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+    const uint8_t *e = a + 34 * (4 * k + 2 * h) - 2 * k;
+    u[k] = _mm256_loadu2_m128i((const __m128i *)(e + 34), (const __m128i *)e);
+  }
+  const __m256i r = _mm256_blend_epi16(_mm256_blend_epi16(u[0], u[1], 0x02), _mm256_blend_epi16(u[2], u[3], 0x08), 0x0C);
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(r, 0x08));
+}
+
+/* one group of a Q8_0 row (16 blocks at a) against one column's group b, both halves: q8z2_half's
+ * steps for one pair, with the scales from q8z2_d8 */
+QSI void q8z2_g1(const uint8_t *a, const uint8_t *b, __m256 acc[2]) {
+  _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+    __m256i P = _mm256_setzero_si256();
+    _Pragma("GCC unroll 2") for (int part = 0; part < 2; part++) {
+      const __m256i y0 = q8z2_ld2(a, 2 * h, part), y1 = q8z2_ld2(a, 4 + 2 * h, part),
+                    y2 = q8z2_ld2(a, 8 + 2 * h, part), y3 = q8z2_ld2(a, 12 + 2 * h, part);
+      const __m256i t0 = _mm256_unpacklo_epi32(y0, y1), t1 = _mm256_unpackhi_epi32(y0, y1);
+      const __m256i t2 = _mm256_unpacklo_epi32(y2, y3), t3 = _mm256_unpackhi_epi32(y2, y3);
+      const __m256i S[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
+                            _mm256_unpackhi_epi64(t1, t3)};
+      _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+        const __m256i y = loadu256(b + 32 * h + 256 * part + 64 * j);
+        P = _mm256_add_epi32(P, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(S[j], S[j]), _mm256_sign_epi8(y, S[j])),
+                                                  _mm256_set1_epi16(1)));
+        KQ_PIN(P);
+      }
+    }
+    const __m256 yd = _mm256_loadu_ps((const float *)(const void *)(b + 32 * h + 576));
+    acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P), _mm256_mul_ps(_mm256_cvtph_ps(q8z2_d8(a, h)), yd), acc[h]);
+  }
+}
+
+/* one Q8_0 row (n elements at w) times one Q8_0Z column x; prefetches the group pfd bytes ahead */
+QSI float q8z2_row1(int64_t n, const uint8_t *w, size_t pfd, const uint8_t *x) {
+  const int64_t nb = n / QK8_0, ng = nb / 16, kb = nb % 16;
+  const size_t gsz = 16 * sizeof(blk_q8_0);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t q = 0; q < ng; q++) {
+    const uint8_t *g = w + (size_t)q * gsz;
+    pf_span(g + pfd, gsz);
+    q8z2_g1(g, x + (size_t)q * Q8Z_GROUP, acc);
+  }
+  if (kb) { /* a last group of kb < 16 blocks, zero-padded */
+    uint8_t tail[16 * sizeof(blk_q8_0)];
+    memset(tail, 0, gsz);
+    memcpy(tail, w + (size_t)ng * gsz, (size_t)kb * sizeof(blk_q8_0));
+    q8z2_g1(tail, x + (size_t)ng * Q8Z_GROUP, acc);
+  }
+  return hsum8(_mm256_add_ps(acc[0], acc[1]));
+}
+
 QSI void t_q8z2(const int R, const int C, TILE_ARGS) {
+  if (R == 1 && C == 1) {
+    OUT(0, 0) = q8z2_row1(n, w, pf_ahead(1, ws), x);
+    return;
+  }
   const int64_t nb = n / QK8_0, ng = nb / 16, kb = nb % 16;
   const size_t gsz = 16 * sizeof(blk_q8_0);
   uint8_t tail[TRM][16 * sizeof(blk_q8_0)]; /* a last group of kb < 16 blocks, zero-padded */
@@ -358,17 +419,21 @@ static QS_TARGET void t_q4z2_wide(int64_t n, const void *w, size_t ws, int nr, c
   else row1_tile(16, fk, n, w, ws, nr, x, xs, nc, o, ors, ocs);
 }
 
-/* Q4_0's gemv (one column): q4z2_row1 row by row without a call per row (vec_dot's bits) */
-static QS_TARGET void t_q4z2_gemv(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, int nc,
-                                  float *o, size_t ors, size_t ocs) {
-  if (nc != 1) {
-    t_q4z2_tile(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);
-    return;
+/* The gemv (one column) of Q4_0 and Q8_0: T_row1 row by row without a call per row (vec_dot's bits) */
+#define GEMV1(T)                                                                                                    \
+  static QS_TARGET void t_##T##_gemv(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, int nc, \
+                                 float *o, size_t ors, size_t ocs) {                                                \
+    if (nc != 1) {                                                                                                  \
+      t_##T##_tile(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);                                                         \
+      return;                                                                                                       \
+    }                                                                                                               \
+    const uint8_t *w = wv;                                                                                          \
+    const size_t pfd = pf_ahead(1, ws);                                                                             \
+    for (int r = 0; r < nr; r++) o[(size_t)r * ors] = T##_row1(n, w + (size_t)r * ws, pfd, xv);                     \
   }
-  const uint8_t *w = wv;
-  const size_t pfd = pf_ahead(1, ws);
-  for (int r = 0; r < nr; r++) o[(size_t)r * ors] = q4z2_row1(n, w + (size_t)r * ws, pfd, xv);
-}
+GEMV1(q4z2)
+GEMV1(q8z2)
+#undef GEMV1
 
 /* T_wide for a 1 x 8 template T (QS_TILE instance): 8-column tiles and one leftover tile */
 #define WIDE8(T)                                                                                                      \
@@ -387,7 +452,7 @@ WIDE8(t_q6_k)
 void q35_kernels_avx2(q35_kernels *k) {
   QS_SET(k, Q35_TYPE_Q8_0, t_q8z2);
   k->tile[Q35_TYPE_Q8_0] = t_q8z2_wide;
-  k->gemv[Q35_TYPE_Q8_0] = t_q8z2_tile; /* one row at a time with the prefetch */
+  k->gemv[Q35_TYPE_Q8_0] = t_q8z2_gemv; /* one row at a time with the prefetch */
   k->q8_0_act = Q35_TYPE_Q8_0Z;
   if (q35_cpu_q4_0_x()) { /* testing aid: the Q8_0X kernels (four lanes per block) */
     QS_SET(k, Q35_TYPE_Q4_0, t_q4_0);

@@ -34,8 +34,9 @@
  * goes through t_q4z's float steps in its order, and the result hsum8(half 0 + half 1) is t_q4z's
  * hsum16, bit for bit (tests/test_quant_tile.c compares the levels).
  * The halves run as two passes over the row (the second reads it from L1), so a pair keeps one
- * accumulator live at a time. A last group of fewer than 16 blocks is copied into a zeroed
- * buffer first: missing blocks read as zero bytes, as t_q4z's masked loads give them.
+ * accumulator live at a time; one column and one row (vec_dot, the gemv) run both halves in one
+ * pass instead (q4z2_row1). A last group of fewer than 16 blocks is copied into a zeroed buffer
+ * first: missing blocks read as zero bytes, as t_q4z's masked loads give them.
  */
 #define Z2C 16 /* t_q4z2's largest C (its prefill tile is 1 x 16: see the shapes below) */
 QSF __m256i q4z2_ld2(const uint8_t *a, int b0) { /* nibbles of blocks b0 (low lane) and b0 + 1 (high) */

@@ -34,8 +34,9 @@
  * goes through t_q4z's float steps in its order, and the result hsum8(half 0 + half 1) is t_q4z's
  * hsum16, bit for bit (tests/test_quant_tile.c compares the levels).
  * The halves run as two passes over the row (the second reads it from L1), so a pair keeps one
- * accumulator live at a time. A last group of fewer than 16 blocks is copied into a zeroed
- * buffer first: missing blocks read as zero bytes, as t_q4z's masked loads give them.
+ * accumulator live at a time; one column and one row (vec_dot, the gemv) run both halves in one
+ * pass instead (q4z2_row1). A last group of fewer than 16 blocks is copied into a zeroed buffer
+ * first: missing blocks read as zero bytes, as t_q4z's masked loads give them.
  */
 #define Z2C 16 /* t_q4z2's largest C (its prefill tile is 1 x 16: see the shapes below) */
 QSF __m256i q4z2_ld2(const uint8_t *a, int b0) { /* nibbles of blocks b0 (low lane) and b0 + 1 (high) */
@@ -88,7 +89,74 @@ QSI void q4z2_half(const int R, const int C, const uint8_t *const *ga, const uin
   }
 }
 
+/* Q4_0 only (blocks of 18 bytes): half h's 8 scales with four 32-byte loads. The load for lane
+ * k starts 2k bytes before block e = 4k + 2h's scale, so d_e lands in word k of the low 128-bit
+ * lane and d_(e + 1), 18 bytes on, in word k + 1 of the high lane; three byte blends collect the
+ * four loads, a byte shuffle moves the high lane's words 1..4 to 0..3, and a qword permute puts
+ * them after the low lane's (z2_d4's order). The loads span bytes 36h .. 36h + 278 of the group. */
+QSF __m128i q4z2_d8(const uint8_t *a, int h) {
+  const __m256i m1 = _mm256_setr_epi16(0, -1, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0);
+  const __m256i m2 = _mm256_setr_epi16(0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0);
+  const __m256i m3 = _mm256_setr_epi16(0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0);
+  const __m256i m23 = _mm256_or_si256(m2, m3);
+  const uint8_t *e = a + 36 * h;
+  const __m256i p01 = _mm256_blendv_epi8(loadu256(e), loadu256(e + 72 - 2), m1);
+  const __m256i p23 = _mm256_blendv_epi8(loadu256(e + 144 - 4), loadu256(e + 216 - 6), m3);
+  const __m256i r = _mm256_blendv_epi8(p01, p23, m23);
+  const __m256i sh = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -1, -1, -1, -1, -1, -1, -1, -1, 2, 3, 4, 5, 6, 7, 8, 9, -1,
+                                      -1, -1, -1, -1, -1, -1, -1);
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_shuffle_epi8(r, sh), 0x08));
+}
+
+/* one group of a Q4_0 row (16 blocks at a) against one column's group b, both halves */
+QSI void q4z2_g1(const uint8_t *a, const uint8_t *b, __m256 acc[2]) {
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  const __m256 D[2] = {_mm256_cvtph_ps(q4z2_d8(a, 0)), _mm256_cvtph_ps(q4z2_d8(a, 1))};
+  _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+    const __m256i y0 = q4z2_ld2(a, 2 * h), y1 = q4z2_ld2(a, 4 + 2 * h), y2 = q4z2_ld2(a, 8 + 2 * h),
+                  y3 = q4z2_ld2(a, 12 + 2 * h);
+    const __m256i t0 = _mm256_unpacklo_epi32(y0, y1), t1 = _mm256_unpackhi_epi32(y0, y1);
+    const __m256i t2 = _mm256_unpacklo_epi32(y2, y3), t3 = _mm256_unpackhi_epi32(y2, y3);
+    const __m256i V[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
+                          _mm256_unpackhi_epi64(t1, t3)};
+    const uint8_t *bh = b + 32 * h;
+    __m256i s16 = _mm256_maddubs_epi16(_mm256_and_si256(V[0], m4), loadu256(bh));
+    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(V[0], 4), m4), loadu256(bh + 256)));
+    _Pragma("GCC unroll 3") for (int j = 1; j < 4; j++) {
+      s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(V[j], m4), loadu256(bh + 64 * j)));
+      s16 = _mm256_add_epi16(
+          s16, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(V[j], 4), m4), loadu256(bh + 256 + 64 * j)));
+    }
+    const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)), loadu256(bh + 512));
+    const __m256 yd = _mm256_loadu_ps((const float *)(const void *)(bh + 576));
+    acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(D[h], yd), acc[h]);
+  }
+}
+
+/* one Q4_0 row (n elements at w) times one Q8_0Z column x; prefetches the group pfd bytes ahead */
+QSI float q4z2_row1(int64_t n, const uint8_t *w, size_t pfd, const uint8_t *x) {
+  const int64_t nb = n / QK8_0, ng = nb / 16, kb = nb % 16;
+  const size_t gsz = 16 * sizeof(blk_q4_0);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t q = 0; q < ng; q++) {
+    const uint8_t *g = w + (size_t)q * gsz;
+    pf_span(g + pfd, gsz);
+    q4z2_g1(g, x + (size_t)q * Q8Z_GROUP, acc);
+  }
+  if (kb) { /* a last group of kb < 16 blocks, zero-padded */
+    uint8_t tail[16 * sizeof(blk_q4_0)];
+    memset(tail, 0, gsz);
+    memcpy(tail, w + (size_t)ng * gsz, (size_t)kb * sizeof(blk_q4_0));
+    q4z2_g1(tail, x + (size_t)ng * Q8Z_GROUP, acc);
+  }
+  return hsum8(_mm256_add_ps(acc[0], acc[1]));
+}
+
 QSI void t_q4z2(const int R, const int C, TILE_ARGS) {
+  if (R == 1 && C == 1) {
+    OUT(0, 0) = q4z2_row1(n, w, pf_ahead(1, ws), x);
+    return;
+  }
   const int64_t nb = n / QK8_0, ng = nb / 16, kb = nb % 16;
   const size_t gsz = 16 * sizeof(blk_q4_0);
   uint8_t tail[TRM][16 * sizeof(blk_q4_0)]; /* a last group of kb < 16 blocks, zero-padded */
@@ -171,7 +239,68 @@ QSI void q8z2_half(const int R, const int C, const uint8_t *const *ga, const uin
   }
 }
 
+/* Q8_0 (blocks of 34 bytes): half h's 8 scales. The two 16-byte loads of lane k start 2k bytes
+ * before the scales of blocks e = 4k + 2h (low 128-bit lane) and e + 1 (high), so both land in
+ * word k; three word blends collect the four pairs and a qword permute puts the high lane's
+ * words after the low lane's (z2_d4's order). The loads span bytes 68h .. 68h + 452 of the group. */
+QSF __m128i q8z2_d8(const uint8_t *a, int h) {
+  __m256i u[4];
+  _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+    const uint8_t *e = a + 34 * (4 * k + 2 * h) - 2 * k;
+    u[k] = _mm256_loadu2_m128i((const __m128i *)(e + 34), (const __m128i *)e);
+  }
+  const __m256i r = _mm256_blend_epi16(_mm256_blend_epi16(u[0], u[1], 0x02), _mm256_blend_epi16(u[2], u[3], 0x08), 0x0C);
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(r, 0x08));
+}
+
+/* one group of a Q8_0 row (16 blocks at a) against one column's group b, both halves: q8z2_half's
+ * steps for one pair, with the scales from q8z2_d8 */
+QSI void q8z2_g1(const uint8_t *a, const uint8_t *b, __m256 acc[2]) {
+  _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+    __m256i P = _mm256_setzero_si256();
+    _Pragma("GCC unroll 2") for (int part = 0; part < 2; part++) {
+      const __m256i y0 = q8z2_ld2(a, 2 * h, part), y1 = q8z2_ld2(a, 4 + 2 * h, part),
+                    y2 = q8z2_ld2(a, 8 + 2 * h, part), y3 = q8z2_ld2(a, 12 + 2 * h, part);
+      const __m256i t0 = _mm256_unpacklo_epi32(y0, y1), t1 = _mm256_unpackhi_epi32(y0, y1);
+      const __m256i t2 = _mm256_unpacklo_epi32(y2, y3), t3 = _mm256_unpackhi_epi32(y2, y3);
+      const __m256i S[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
+                            _mm256_unpackhi_epi64(t1, t3)};
+      _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+        const __m256i y = loadu256(b + 32 * h + 256 * part + 64 * j);
+        P = _mm256_add_epi32(P, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(S[j], S[j]), _mm256_sign_epi8(y, S[j])),
+                                                  _mm256_set1_epi16(1)));
+        KQ_PIN(P);
+      }
+    }
+    const __m256 yd = _mm256_loadu_ps((const float *)(const void *)(b + 32 * h + 576));
+    acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P), _mm256_mul_ps(_mm256_cvtph_ps(q8z2_d8(a, h)), yd), acc[h]);
+  }
+}
+
+/* one Q8_0 row (n elements at w) times one Q8_0Z column x; prefetches the group pfd bytes ahead */
+QSI float q8z2_row1(int64_t n, const uint8_t *w, size_t pfd, const uint8_t *x) {
+  const int64_t nb = n / QK8_0, ng = nb / 16, kb = nb % 16;
+  const size_t gsz = 16 * sizeof(blk_q8_0);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t q = 0; q < ng; q++) {
+    const uint8_t *g = w + (size_t)q * gsz;
+    pf_span(g + pfd, gsz);
+    q8z2_g1(g, x + (size_t)q * Q8Z_GROUP, acc);
+  }
+  if (kb) { /* a last group of kb < 16 blocks, zero-padded */
+    uint8_t tail[16 * sizeof(blk_q8_0)];
+    memset(tail, 0, gsz);
+    memcpy(tail, w + (size_t)ng * gsz, (size_t)kb * sizeof(blk_q8_0));
+    q8z2_g1(tail, x + (size_t)ng * Q8Z_GROUP, acc);
+  }
+  return hsum8(_mm256_add_ps(acc[0], acc[1]));
+}
+
 QSI void t_q8z2(const int R, const int C, TILE_ARGS) {
+  if (R == 1 && C == 1) {
+    OUT(0, 0) = q8z2_row1(n, w, pf_ahead(1, ws), x);
+    return;
+  }
   const int64_t nb = n / QK8_0, ng = nb / 16, kb = nb % 16;
   const size_t gsz = 16 * sizeof(blk_q8_0);
   uint8_t tail[TRM][16 * sizeof(blk_q8_0)]; /* a last group of kb < 16 blocks, zero-padded */
@@ -291,6 +420,22 @@ static QS_TARGET void t_q4z2_wide(int64_t n, const void *w, size_t ws, int nr, c
   else row1_tile(16, fk, n, w, ws, nr, x, xs, nc, o, ors, ocs);
 }
 
+/* The gemv (one column) of Q4_0 and Q8_0: T_row1 row by row without a call per row (vec_dot's bits) */
+#define GEMV1(T)                                                                                                    \
+  static QS_TARGET void t_##T##_gemv(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, int nc, \
+                                 float *o, size_t ors, size_t ocs) {                                                \
+    if (nc != 1) {                                                                                                  \
+      t_##T##_tile(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);                                                         \
+      return;                                                                                                       \
+    }                                                                                                               \
+    const uint8_t *w = wv;                                                                                          \
+    const size_t pfd = pf_ahead(1, ws);                                                                             \
+    for (int r = 0; r < nr; r++) o[(size_t)r * ors] = T##_row1(n, w + (size_t)r * ws, pfd, xv);                     \
+  }
+GEMV1(q4z2)
+GEMV1(q8z2)
+#undef GEMV1
+
 /* T_wide for a 1 x 8 template T (QS_TILE instance): 8-column tiles and one leftover tile */
 #define WIDE8(T)                                                                                                      \
   static QS_TARGET void T##_wide(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,      \
@@ -308,7 +453,7 @@ WIDE8(t_q6_k)
 void q35_kernels_avx2(q35_kernels *k) {
   QS_SET(k, Q35_TYPE_Q8_0, t_q8z2);
   k->tile[Q35_TYPE_Q8_0] = t_q8z2_wide;
-  k->gemv[Q35_TYPE_Q8_0] = t_q8z2_tile; /* one row at a time with the prefetch */
+  k->gemv[Q35_TYPE_Q8_0] = t_q8z2_gemv; /* one row at a time with the prefetch */
   k->q8_0_act = Q35_TYPE_Q8_0Z;
   if (q35_cpu_q4_0_x()) { /* testing aid: the Q8_0X kernels (four lanes per block) */
     QS_SET(k, Q35_TYPE_Q4_0, t_q4_0);
@@ -316,7 +461,7 @@ void q35_kernels_avx2(q35_kernels *k) {
   } else {
     QS_SET(k, Q35_TYPE_Q4_0, t_q4z2);
     k->tile[Q35_TYPE_Q4_0] = t_q4z2_wide;
-    k->gemv[Q35_TYPE_Q4_0] = t_q4z2_tile; /* one row at a time with the prefetch (vec_dot has no stride) */
+    k->gemv[Q35_TYPE_Q4_0] = t_q4z2_gemv; /* one row at a time with the prefetch (vec_dot has no stride) */
     k->q4_0_act = Q35_TYPE_Q8_0Z;
   }
   QS_SET(k, Q35_TYPE_Q5_0, t_q5_0);

@@ -10,6 +10,7 @@
 #define QS_VNNI 1
 #include "kernels/quant_256.inc"
 #define IQP_RB 4 /* prefill micro-tiles 4 x 4 */
+#define IQ_PF_AHEAD 1024 /* the one-column gemv prefetches 1 KiB ahead (docs/PERF.md, session 12) */
 #include "kernels/quant_iq_256.inc"
 
 /* Micro-tile shapes R x C (32 vector registers); one-column gemv with G super-blocks per pass (G = 4

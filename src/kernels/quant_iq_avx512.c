@@ -14,13 +14,13 @@
 #include "kernels/quant_iq_256.inc"
 
 /* Micro-tile shapes R x C (32 vector registers); one-column gemv with G super-blocks per pass (G = 4
- * where it measured faster than 2: docs/PERF.md, issue 16, session 9) */
+ * where it measured faster than 2: docs/PERF.md, issue 16, sessions 9 and 12) */
 QS_TILE(t_iq2_xxs, 2, 4)
 IQ_PTILE(t_iq2_xxs, sizeof(blk_iq2_xxs), 4, 0.125f)
 IQ_GEMV(t_iq2_xxs, 2)
 QS_TILE(t_iq2_xs, 2, 4)
 IQ_PTILE(t_iq2_xs, sizeof(blk_iq2_xs), 4, 0.125f)
-IQ_GEMV(t_iq2_xs, 2)
+IQ_GEMV(t_iq2_xs, 4)
 QS_TILE(t_iq2_s, 2, 4)
 IQ_PTILE(t_iq2_s, sizeof(blk_iq2_s), 4, 0.125f)
 IQ_GEMV(t_iq2_s, 2)

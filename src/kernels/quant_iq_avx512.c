@@ -10,16 +10,17 @@
 #define QS_VNNI 1
 #include "kernels/quant_256.inc"
 #define IQP_RB 4 /* prefill micro-tiles 4 x 4 */
+#define IQ_PF_AHEAD 1024 /* the one-column gemv prefetches 1 KiB ahead (docs/PERF.md, session 12) */
 #include "kernels/quant_iq_256.inc"
 
 /* Micro-tile shapes R x C (32 vector registers); one-column gemv with G super-blocks per pass (G = 4
- * where it measured faster than 2: docs/PERF.md, issue 16, session 9) */
+ * where it measured faster than 2: docs/PERF.md, issue 16, sessions 9 and 12) */
 QS_TILE(t_iq2_xxs, 2, 4)
 IQ_PTILE(t_iq2_xxs, sizeof(blk_iq2_xxs), 4, 0.125f)
 IQ_GEMV(t_iq2_xxs, 2)
 QS_TILE(t_iq2_xs, 2, 4)
 IQ_PTILE(t_iq2_xs, sizeof(blk_iq2_xs), 4, 0.125f)
-IQ_GEMV(t_iq2_xs, 2)
+IQ_GEMV(t_iq2_xs, 4)
 QS_TILE(t_iq2_s, 2, 4)
 IQ_PTILE(t_iq2_s, sizeof(blk_iq2_s), 4, 0.125f)
 IQ_GEMV(t_iq2_s, 2)

@@ -148,9 +148,11 @@ static void public_api(void) {
  * Cross-level identity for the K-quant kernels: the avx512 level's Q4_K / Q5_K / Q6_K kernels
  * (512-bit integer sums in quant_avx512.c) must give the avx2 level's bits (quant_256_kquants.inc's
  * 256-bit kernels, whose integer sums and float steps they reproduce) for every row pair, as
- * vec_dot and as tiles. Rows are raw random bytes (every 4/6-bit code, every scale and min),
- * scales patched to finite fp16 with edge values, activations with extreme bytes (-128, 127),
- * sums that do not match their bytes, and tiny, zero and huge scales.
+ * vec_dot and as tiles; the avx2 tiles and both levels' one-column products (the avx2 gemv,
+ * quant_avx2.c's q4k_row1 / q6k_row1) give the avx2 vec_dot's bits on the same rows. Rows are
+ * raw random bytes (every 4/6-bit code, every scale and min), scales patched to finite fp16 with
+ * edge values, activations with extreme bytes (-128, 127), sums that do not match their bytes,
+ * and tiny, zero and huge scales.
  */
 static const uint16_t fp16_edges[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x0400, 0x7bff, 0xfbff, 0x3c00, 0x1400, 0x9400};
 static uint16_t rnd_fp16(void) {
@@ -228,6 +230,19 @@ static void kquant_cross_level(void) {
       for (int i = 0; i < nr * nc; i++) bad += !same_float(got[i], want[i]);
       CHECK(!bad, "%s n=%lld %dx%d: avx512 tile != avx2 vec_dot in %d pairs", q35_type_name(type), (long long)n, nr, nc,
             bad);
+      /* the avx2 tiles, and both levels' one-column products (the gemv) on these rows */
+      q35_tile_run(&k1, type, n, wo, ws, nr, xo, xs, nc, got, (size_t)nc, 1);
+      bad = 0;
+      for (int i = 0; i < nr * nc; i++) bad += !same_float(got[i], want[i]);
+      CHECK(!bad, "%s n=%lld %dx%d: avx2 tile != avx2 vec_dot in %d pairs", q35_type_name(type), (long long)n, nr, nc,
+            bad);
+      for (int lv = 0; lv < 2; lv++) {
+        q35_tile_run(lv ? &k2 : &k1, type, n, wo, ws, nr, xo, xs, 1, got, 1, 0);
+        bad = 0;
+        for (int r = 0; r < nr; r++) bad += !same_float(got[r], want[r * nc]);
+        CHECK(!bad, "%s n=%lld %dx1: %s one column != avx2 vec_dot in %d rows", q35_type_name(type), (long long)n, nr,
+              lv ? "avx512" : "avx2", bad);
+      }
     }
     free(w);
     free(x);

@@ -4,7 +4,8 @@
  *   Q4_0 x Q8_0Z, Q8_0 x Q8_0Z                 t_q4z2, t_q8z2 (here: one int32 lane per block)
  *   Q5_0 x Q8_0                                 t_q5_0 (quant_256_q4_0_q5_0_q8_0.inc)
  *   Q4_0 x Q8_0X (testing aid Q35_Q4_0_X)       t_q4_0 (quant_256_q4_0_q5_0_q8_0.inc)
- *   Q4_K, Q5_K, Q6_K, IQ4_XS x Q8_K             t_q4_k, t_q5_k, t_q6_k, t_iq4_xs (quant_256_kquants.inc)
+ *   Q4_K, Q5_K, Q6_K, IQ4_XS x Q8_K             t_q4_k, t_q5_k, t_q6_k, t_iq4_xs (quant_256_kquants.inc);
+ *                                               one column of Q4_K / Q5_K / Q6_K: q4k_row1, q6k_row1 (here)
  *   F32, F16, BF16                              t_f32, t_f16, t_bf16 (quant_256_float.inc)
  *   quantize Q8_0, Q8_K, Q8_0X, Q8_0Y, Q8_0Z; dequantize F16, BF16, Q8_0, Q4_0 (quant_256_convert.inc)
  * The plain Q4_0 / Q5_0 / Q4_1 / Q5_1 weight quantizers: quantize_plain_avx2.c. The rest (other
@@ -436,6 +437,137 @@ GEMV1(q4z2)
 GEMV1(q8z2)
 #undef GEMV1
 
+/*
+ * The gemv (one column) of Q4_K / Q5_K and Q6_K: one row against one Q8_K column per call of
+ * q4k_row1 / q6k_row1, rows looped in one function, with the integer and float steps of t_q4_k / t_q5_k /
+ * t_q6_k (quant_256_kquants.inc) for C = R = 1, so every int32 lane of a block's isum and msum
+ * is the same integer and every float step the same operation in the same order: the same bits
+ * as vec_dot, the tiles and the AVX-512 level (tests/test_quant_tile.c). Fewer instructions per
+ * super-block than the template's 1 x 1 instance:
+ * - the scales: the 16 bytes from q4k_sm8's unpack done on a 128-bit broadcast load (no
+ *   separate broadcast); Q6_K's 16 int8 scales widened once per block, each half's 8 by one
+ *   qword permute (the template widens and broadcasts them per half and again for the bsums);
+ * - the float step: d and dmin (Q6_K: d) converted from one broadcast load, multiplied by d_x in
+ *   all lanes (the same float product d_w * d_x as the template's broadcasts), and each product
+ *   spread over the lanes with one in-lane permute (the template: two scalar conversions, two
+ *   broadcasts from registers and two multiplies per block);
+ * - the prefetch: the rows are contiguous, so the same offset pfd ahead of each block is one line
+ *   per 64 bytes it covers (the template's pf_span adds a prefetch of its last byte, and
+ *   vec_dot's ws = 0 made it prefetch the block being read);
+ * - no call, stack frame and setup per row.
+ */
+static inline __attribute__((always_inline)) QS_TARGET void kq_pf(const uint8_t *p, const int bytes) {
+#ifndef Q35_NO_PREFETCH
+  /* consecutive blocks: lines p .. p + bytes rounded up, whose union over the blocks covers the row */
+  _Pragma("GCC unroll 4") for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
+/* a Q4_K / Q5_K block's 16 scale/min bytes (q4k_sm8's) in both 128-bit lanes */
+QSF __m256i q4k_sm8x2(const uint8_t *s) {
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)s));
+  const __m256i a = _mm256_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 1, 0));
+  const __m256i b = _mm256_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 0, 0));
+  const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(a, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
+                                      _mm256_setr_epi32(0x3f3f3f3f, 0x3f3f3f3f, 0x0f0f0f0f, 0x0f0f0f0f, 0x3f3f3f3f,
+                                                        0x3f3f3f3f, 0x0f0f0f0f, 0x0f0f0f0f));
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(b, 2),
+                                      _mm256_setr_epi32(0, 0, 0x30303030, 0x30303030, 0, 0, 0x30303030, 0x30303030));
+  return _mm256_or_si256(lo, hi);
+}
+
+/* one Q4_K (HAS_QH 0) or Q5_K (1) row of nb blocks at w times the Q8_K column x */
+QSI float q4k_row1(const int HAS_QH, int64_t nb, const uint8_t *w, size_t pfd, const uint8_t *x) {
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  const size_t bsz = HAS_QH ? sizeof(blk_q5_k) : sizeof(blk_q4_k);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; i++) {
+    const uint8_t *a = w + (size_t)i * bsz;
+    const blk_q8_k *b = (const blk_q8_k *)(const void *)x + i;
+    kq_pf(a + pfd, (int)bsz);
+    const __m256i sm = q4k_sm8x2(a + 4);
+    const uint8_t *qs = HAS_QH ? ((const blk_q5_k *)(const void *)a)->qs : ((const blk_q4_k *)(const void *)a)->qs;
+    __m256i qh = _mm256_setzero_si256();
+    if (HAS_QH) qh = loadu256(((const blk_q5_k *)(const void *)a)->qh);
+    __m256i isum = _mm256_setzero_si256();
+    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+      const __m256i q = loadu256(qs + 32 * k);
+      __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      if (HAS_QH) {
+        const __m256i one = _mm256_set1_epi8(1);
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k + 1), one), 4));
+      }
+      isum = madd_acc(isum, _mm256_maddubs_epi16(lo, loadu256(b->qs + 64 * k)),
+                      _mm256_shuffle_epi8(sm, ld_idx32(k4s_sc[2 * k])));
+      KQ_PIN(isum);
+      isum = madd_acc(isum, _mm256_maddubs_epi16(hi, loadu256(b->qs + 64 * k + 32)),
+                      _mm256_shuffle_epi8(sm, ld_idx32(k4s_sc[2 * k + 1])));
+      KQ_PIN(isum);
+    }
+    const __m256i msum = _mm256_madd_epi16(loadu256(b->bsums), _mm256_shuffle_epi8(sm, ld_idx32(k4s_mn)));
+    /* d, dmin (fp16 at a) in every lane pair, times d_x: lanes d_w d_x, dmin_w d_x, ... */
+    const __m128i dm = _mm_castps_si128(_mm_broadcast_ss((const float *)(const void *)a));
+    const __m256 p = _mm256_mul_ps(_mm256_cvtph_ps(dm), _mm256_set1_ps(b->d));
+    acc = _mm256_fmadd_ps(_mm256_permute_ps(p, 0x00), _mm256_cvtepi32_ps(isum), acc);
+    acc = _mm256_fnmadd_ps(_mm256_permute_ps(p, 0x55), _mm256_cvtepi32_ps(msum), acc);
+  }
+  return hsum8(acc);
+}
+
+/* one Q6_K row of nb blocks at w times the Q8_K column x (t_q6_k's AVX2 steps) */
+QSI float q6k_row1(int64_t nb, const uint8_t *w, size_t pfd, const uint8_t *x) {
+  const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; i++) {
+    const blk_q6_k *a = (const blk_q6_k *)(const void *)w + i;
+    const blk_q8_k *b = (const blk_q8_k *)(const void *)x + i;
+    kq_pf((const uint8_t *)a + pfd, (int)sizeof *a);
+    /* the 16 scales as int16 (0..7 low lane, 8..15 high); half h's 8 in both lanes */
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a->scales));
+    __m256i isum = _mm256_setzero_si256();
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+      const __m256i ql0 = loadu256(a->ql + 64 * h), ql1 = loadu256(a->ql + 64 * h + 32), qh = loadu256(a->qh + 32 * h);
+      const __m256i s8 = _mm256_permute4x64_epi64(sc16, h ? 0xEE : 0x44);
+      _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+        const __m256i l = k & 1 ? ql1 : ql0;
+        const __m256i lq = k & 2 ? _mm256_srli_epi16(l, 4) : l;
+        const __m256i hs = k == 0 ? _mm256_slli_epi16(qh, 4) : k == 1 ? _mm256_slli_epi16(qh, 2)
+                         : k == 2 ? qh : _mm256_srli_epi16(qh, 2);
+        const __m256i q = _mm256_or_si256(_mm256_and_si256(lq, m4), _mm256_and_si256(hs, m30));
+        isum = madd_acc(isum, _mm256_maddubs_epi16(q, loadu256(b->qs + 128 * h + 32 * k)),
+                        _mm256_shuffle_epi8(s8, ld_idx32(k6s_pair[k])));
+        KQ_PIN(isum);
+      }
+    }
+    /* 32 sum sc bsum as t_q6_k (the scales times 32 fit int16, a pair stays below 2^28) */
+    const __m256i is = _mm256_sub_epi32(isum, _mm256_madd_epi16(loadu256(b->bsums), _mm256_slli_epi16(sc16, 5)));
+    uint16_t d;
+    memcpy(&d, &a->d, 2);
+    const __m256 p = _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16((short)d)), _mm256_set1_ps(b->d));
+    acc = _mm256_fmadd_ps(p, _mm256_cvtepi32_ps(is), acc);
+  }
+  return hsum8(acc);
+}
+
+#define KQ_GEMV(T, ROW)                                                                                             \
+  static QS_TARGET void T##_gemv(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, int nc,    \
+                                 float *o, size_t ors, size_t ocs) {                                                \
+    if (nc != 1) {                                                                                                  \
+      T##_tile(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);                                                             \
+      return;                                                                                                       \
+    }                                                                                                               \
+    const uint8_t *w = wv;                                                                                          \
+    const size_t pfd = pf_ahead(1, ws);                                                                             \
+    for (int r = 0; r < nr; r++) o[(size_t)r * ors] = ROW;                                                          \
+  }
+KQ_GEMV(t_q4_k, q4k_row1(0, n / QK_K, w + (size_t)r * ws, pfd, xv))
+KQ_GEMV(t_q5_k, q4k_row1(1, n / QK_K, w + (size_t)r * ws, pfd, xv))
+KQ_GEMV(t_q6_k, q6k_row1(n / QK_K, w + (size_t)r * ws, pfd, xv))
+#undef KQ_GEMV
+
 /* T_wide for a 1 x 8 template T (QS_TILE instance): 8-column tiles and one leftover tile */
 #define WIDE8(T)                                                                                                      \
   static QS_TARGET void T##_wide(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,      \
@@ -471,6 +603,9 @@ void q35_kernels_avx2(q35_kernels *k) {
   k->tile[Q35_TYPE_Q4_K] = t_q4_k_wide;
   k->tile[Q35_TYPE_Q5_K] = t_q5_k_wide;
   k->tile[Q35_TYPE_Q6_K] = t_q6_k_wide;
+  k->gemv[Q35_TYPE_Q4_K] = t_q4_k_gemv; /* one column: q4k_row1 / q6k_row1 row by row, with the prefetch */
+  k->gemv[Q35_TYPE_Q5_K] = t_q5_k_gemv;
+  k->gemv[Q35_TYPE_Q6_K] = t_q6_k_gemv;
   QS_SET(k, Q35_TYPE_IQ4_XS, t_iq4_xs);
   QS_SET(k, Q35_TYPE_F32, t_f32);
   k->tile[Q35_TYPE_F32] = t_f32_wide;

@@ -8,6 +8,7 @@
 #define QS_VNNI 0
 #include "kernels/quant_256.inc"
 #define IQP_RB 2 /* prefill micro-tiles 2 x 4 */
+#define IQ_IQ1S_SC32 2 /* IQ1_S gemv: per-32 scales by broadcast loads (docs/PERF.md, session 13) */
 #include "kernels/quant_iq_256.inc"
 
 /* Micro-tile shapes R x C (16 vector registers); one-column gemv with G super-blocks per pass

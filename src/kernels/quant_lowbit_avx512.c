@@ -172,6 +172,11 @@ static const int32_t lz_ridx5[16] = {0, 6, 12, 26, 1, 7, 13, 27, 0, 0, 0, 0, 0, 
 /* Q5_1: two such registers R0, R1 -> d, m of R0 then R1, qh of R0 then R1 */
 static const int32_t lz_xidx5[16] = {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
 
+/* one vpermw splits the d, m dwords of 16 blocks into their d words (low half) and m words (high
+ * half): one op where two vpmovdw and a shift were (docs/PERF.md, session 13) */
+static const int16_t lz_didx[32] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
+                                    1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+
 /* the low (h = 0) or high 8 lanes */
 QSF __m256 lz_half(__m512 v, int h) {
   return h ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)) : _mm512_castps512_ps256(v);
@@ -182,6 +187,7 @@ QSI void lz_row(const int TY, int64_t nb16, const uint8_t *a, const __m512i *yt,
   const __m512i m4 = _mm512_set1_epi8(0xF), tidx = _mm512_loadu_si512(lz_tidx);
   const __m512i qidx = _mm512_loadu_si512(lz_qidx[TY == LB_Q5_1]);
   const size_t bo = TY == LB_Q4_1 ? 16 : 32; /* offset of the second load */
+  const __m512i didx = _mm512_loadu_si512(lz_didx);
   __m256 acc = *accp;
   for (int64_t q = 0; q < nb16; q++, a += 16 * LZ_WB(TY), yt += 8) {
     __m512i A[4], B[4], Q[4];
@@ -223,8 +229,9 @@ QSI void lz_row(const int TY, int64_t nb16, const uint8_t *a, const __m512i *yt,
       p = _mm512_dpbusd_epi32(p, H, yt[4 + j]);
     }
     const __m512 fi = _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(tidx, p)); /* block order */
-    const __m512 fdw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(DM));
-    const __m512 fmw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(DM, 16)));
+    const __m512i dm = _mm512_permutexvar_epi16(didx, DM); /* the 16 d words, then the 16 m words */
+    const __m512 fdw = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
+    const __m512 fmw = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
     _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) { /* lb_group's steps, blocks 8h .. 8h + 7 */
       const float *xs8 = xsc + 32 * q + 16 * h;
       const __m256 fih = lz_half(fi, h);

@@ -272,19 +272,22 @@ exp_row_avx2_body(const float *l, int32_t n, float m, float temp, float inv, int
   const __m256 all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
   for (int32_t b = 0; b * BLOCK < n; b++) { /* BLOCK / 8 <= ACC3_MAX adds a lane */
     int32_t e = block_end(b, BLOCK, n), i = b * BLOCK;
-    acc3 acc = acc3_zero();
     for (; i + 8 <= e; i += 8) {
-      __m256 y = exp256(scaled256(_mm256_sub_ps(_mm256_loadu_ps(l + i), mv), tv, invv, pow2));
-      _mm256_storeu_ps(w + i, y);
-      acc_w(&acc, y, all);
+      __m256 x = scaled256(_mm256_sub_ps(_mm256_loadu_ps(l + i), mv), tv, invv, pow2);
+      _mm256_storeu_ps(w + i, exp256(x));
     }
+    __m256i k = tail_mask(e - i); /* used only when i < e */
+    __m256 yt = _mm256_setzero_ps();
     if (i < e) {
-      __m256i k = tail_mask(e - i);
       __m256 x = scaled256(_mm256_sub_ps(load_tail(l + i, mv, k), mv), tv, invv, pow2);
-      __m256 y = _mm256_and_ps(exp256(x), _mm256_castsi256_ps(k));
-      _mm256_maskstore_ps(w + i, k, y);
-      acc_w(&acc, y, all);
+      yt = _mm256_and_ps(exp256(x), _mm256_castsi256_ps(k));
+      _mm256_maskstore_ps(w + i, k, yt);
     }
+    /* the sums from the block just stored (L1), as in fused_avx2_body */
+    acc3 acc = acc3_zero();
+    int32_t j = b * BLOCK;
+    for (; j + 8 <= e; j += 8) acc_w(&acc, _mm256_loadu_ps(w + j), all);
+    if (j < e) acc_w(&acc, yt, all);
     bsum[b] = fold3(acc);
   }
 }
@@ -411,30 +414,41 @@ fused_step(__m256 y, int tail, __m256 k, __m256 lv, __m256 hv, int hi2, acc3 *al
 }
 
 /* sample_fused_scalar's twin; pow2 as in scaled256, hi2 as in fused_step (constants in each
- * instance below). Each block's sums stay in 32-bit parts (BLOCK / 8 <= ACC3_MAX adds a lane)
- * and are folded at its end; whole vectors take no mask, only a row's last partial one does. */
+ * instance below). Each block runs as two loops over an L1-resident buffer of its weights: the
+ * exp into yb, then the parts' sums and the window copy from yb. One loop holding both is one
+ * long dependent chain per vector over more than 16 ymm registers' worth of constants and
+ * accumulators, and runs slower than the two (docs/PERF.md, issue 15). Each block's sums stay
+ * in 32-bit parts (BLOCK / 8 <= ACC3_MAX adds a lane) and are folded at its end; whole vectors
+ * take no mask, only a row's last partial one does (its lanes past the row are 0 in yb). */
 T256 static inline __attribute__((always_inline)) int32_t
 fused_avx2_body(const float *l, int32_t n, float m, float temp, float inv, int pow2, int hi2,
                 float lo, float hi, u128 *bsum, int32_t *cstart, u128 *total, float *cw) {
   __m256 mv = _mm256_set1_ps(m), tv = _mm256_set1_ps(temp), invv = _mm256_set1_ps(inv);
   __m256 lv = _mm256_set1_ps(lo), hv = _mm256_set1_ps(hi);
   const __m256 ones = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  float yb[BLOCK] __attribute__((aligned(32)));
   u128 tot = 0;
   int32_t c = 0;
   for (int32_t b = 0; b * BLOCK < n; b++) {
-    int32_t e = block_end(b, BLOCK, n), i = b * BLOCK;
+    const float *lb = l + b * BLOCK;
+    int32_t len = block_end(b, BLOCK, n) - b * BLOCK, i = 0;
+    for (; i + 8 <= len; i += 8) {
+      __m256 x = scaled256(_mm256_sub_ps(_mm256_loadu_ps(lb + i), mv), tv, invv, pow2);
+      _mm256_store_ps(yb + i, exp256(x));
+    }
+    __m256i k = tail_mask(len - i); /* used only when i < len (BLOCK % 8 == 0: yb has room) */
+    if (i < len) {
+      __m256 x = scaled256(_mm256_sub_ps(load_tail(lb + i, mv, k), mv), tv, invv, pow2);
+      _mm256_store_ps(yb + i, _mm256_and_ps(exp256(x), _mm256_castsi256_ps(k)));
+    }
     acc3 all = acc3_zero(), above = acc3_zero();
     cstart[b] = c;
-    for (; i + 8 <= e; i += 8) {
-      __m256 y = exp256(scaled256(_mm256_sub_ps(_mm256_loadu_ps(l + i), mv), tv, invv, pow2));
-      c += fused_step(y, 0, ones, lv, hv, hi2, &all, &above, cw + c);
-    }
-    if (i < e) {
-      __m256i k = tail_mask(e - i);
-      __m256 x = scaled256(_mm256_sub_ps(load_tail(l + i, mv, k), mv), tv, invv, pow2);
-      __m256 y = _mm256_and_ps(exp256(x), _mm256_castsi256_ps(k));
-      c += fused_step(y, 1, _mm256_castsi256_ps(k), lv, hv, hi2, &all, &above, cw + c);
-    }
+    int32_t j = 0;
+    for (; j + 8 <= len; j += 8)
+      c += fused_step(_mm256_load_ps(yb + j), 0, ones, lv, hv, hi2, &all, &above, cw + c);
+    if (j < len)
+      c += fused_step(_mm256_load_ps(yb + j), 1, _mm256_castsi256_ps(k), lv, hv, hi2, &all,
+                      &above, cw + c);
     bsum[b] = fold3(above);
     tot += fold3(all);
   }

@@ -245,7 +245,10 @@ T512 float sample_scan_chunks_512(const float *l, int32_t n, float *cmax, int32_
 /* sample_fused_scalar's twin; pow2 as in scaled512.
  * W of lanes 0-7 and 8-15 goes into separate 64-bit lanes: W <= 2^61, so four vectors add at
  * most 2^63 to a lane; every four vectors the lanes are split into 32-bit halves and added
- * into wide accumulators (as acc_fix512 does per vector). */
+ * into wide accumulators (as acc_fix512 does per vector). Each block runs as two loops over an
+ * L1-resident buffer of its weights, the exp into ybuf and then the sums and the window copy
+ * from ybuf: shorter dependent chains per loop than one loop doing both (as kernels_avx2.c's
+ * fused_avx2_body; docs/PERF.md, issue 15). Lanes past the row are 0 in ybuf. */
 T512 static inline __attribute__((always_inline)) int32_t
 fused_512_body(const float *l, int32_t n, float m, float temp, float inv, int pow2, float lo,
                float hi, u128 *bsum, int32_t *cstart, u128 *total, float *cw) {
@@ -253,20 +256,29 @@ fused_512_body(const float *l, int32_t n, float m, float temp, float inv, int po
   __m512 lv = _mm512_set1_ps(lo), hv = _mm512_set1_ps(hi);
   __m512i z = _mm512_setzero_si512();
   __m512i th = z, tl = z; /* total: high and low 32-bit halves */
+  float ybuf[BLOCK] __attribute__((aligned(64)));
   int32_t c = 0;
   for (int32_t b = 0; b * BLOCK < n; b++) {
     int32_t e = block_end(b, BLOCK, n), i = b * BLOCK;
     __m512i ah = z, al = z; /* mass above hi, halves */
+    const int32_t s0 = i; /* ybuf[j] is the weight of element s0 + j */
+    int32_t t = i;
+    for (; t + 16 <= e; t += 16) {
+      __m512 x = scaled512(_mm512_sub_ps(_mm512_loadu_ps(l + t), mv), tv, invv, pow2);
+      _mm512_store_ps(ybuf + (t - s0), exp512(x));
+    }
+    if (t < e) {
+      __mmask16 k = tail_mask(e - t);
+      __m512 x = scaled512(_mm512_sub_ps(_mm512_mask_loadu_ps(mv, k, l + t), mv), tv, invv, pow2);
+      _mm512_store_ps(ybuf + (t - s0), _mm512_maskz_mov_ps(k, exp512(x)));
+    }
     cstart[b] = c;
     while (i < e) {
       __m512i ta = z, tb = z, ua = z, ub = z;
       int full = e - i >= 64; /* four whole vectors: no masks (the common case) */
       for (int u = 0; u < 4 && i < e; u++, i += 16) {
         __mmask16 k = full ? (__mmask16)0xffff : tail_mask(e - i);
-        __m512 li = full ? _mm512_loadu_ps(l + i) : _mm512_mask_loadu_ps(mv, k, l + i);
-        __m512 d = _mm512_sub_ps(li, mv);
-        __m512 x = scaled512(d, tv, invv, pow2);
-        __m512 y = full ? exp512(x) : _mm512_maskz_mov_ps(k, exp512(x));
+        __m512 y = _mm512_load_ps(ybuf + (i - s0));
         __m512i wa, wb;
         fix512(y, &wa, &wb);
         ta = _mm512_add_epi64(ta, wa);

@@ -390,6 +390,10 @@ int main(void) {
       if (level > 0) {
         tile_case(q35_simd_name(level), &k, type, 4096, 21, 67);
         cases++;
+        /* one column of many rows: the avx2 Q4_0 gemv's two-stream path (rows 128 KiB and more
+         * apart), an odd row count, and a last group of 3 blocks */
+        if (type == Q35_TYPE_Q4_0)
+          for (int i = 0; i < 2; i++, cases++) tile_case(q35_simd_name(level), &k, type, i ? 2048 + 96 : 2048, 301, 1);
       }
     }
     printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");

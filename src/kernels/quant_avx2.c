@@ -153,6 +153,33 @@ QSI float q4z2_row1(int64_t n, const uint8_t *w, size_t pfd, const uint8_t *x) {
   return hsum8(_mm256_add_ps(acc[0], acc[1]));
 }
 
+/* Two Q4_0 rows (at wa and wb) times one column, group by group: each row's steps are
+ * q4z2_row1's, so each result has its bits. For the gemv, which takes rows far apart so that one
+ * core reads two memory streams at once (see t_q4z2_gemv). */
+QSI void q4z2_row2(int64_t n, const uint8_t *wa, const uint8_t *wb, size_t pfd, const uint8_t *x, float *oa,
+                   float *ob) {
+  const int64_t nb = n / QK8_0, ng = nb / 16, kb = nb % 16;
+  const size_t gsz = 16 * sizeof(blk_q4_0);
+  __m256 aa[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, ab[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t q = 0; q < ng; q++) {
+    const uint8_t *ga = wa + (size_t)q * gsz, *gb = wb + (size_t)q * gsz;
+    pf_span(ga + pfd, gsz);
+    pf_span(gb + pfd, gsz);
+    q4z2_g1(ga, x + (size_t)q * Q8Z_GROUP, aa);
+    q4z2_g1(gb, x + (size_t)q * Q8Z_GROUP, ab);
+  }
+  if (kb) { /* a last group of kb < 16 blocks, zero-padded */
+    uint8_t tail[16 * sizeof(blk_q4_0)];
+    memset(tail, 0, gsz);
+    memcpy(tail, wa + (size_t)ng * gsz, (size_t)kb * sizeof(blk_q4_0));
+    q4z2_g1(tail, x + (size_t)ng * Q8Z_GROUP, aa);
+    memcpy(tail, wb + (size_t)ng * gsz, (size_t)kb * sizeof(blk_q4_0));
+    q4z2_g1(tail, x + (size_t)ng * Q8Z_GROUP, ab);
+  }
+  *oa = hsum8(_mm256_add_ps(aa[0], aa[1]));
+  *ob = hsum8(_mm256_add_ps(ab[0], ab[1]));
+}
+
 QSI void t_q4z2(const int R, const int C, TILE_ARGS) {
   if (R == 1 && C == 1) {
     OUT(0, 0) = q4z2_row1(n, w, pf_ahead(1, ws), x);
@@ -421,7 +448,7 @@ static QS_TARGET void t_q4z2_wide(int64_t n, const void *w, size_t ws, int nr, c
   else row1_tile(16, fk, n, w, ws, nr, x, xs, nc, o, ors, ocs);
 }
 
-/* The gemv (one column) of Q4_0 and Q8_0: T_row1 row by row without a call per row (vec_dot's bits) */
+/* The gemv (one column) of Q8_0: T_row1 row by row without a call per row (vec_dot's bits) */
 #define GEMV1(T)                                                                                                    \
   static QS_TARGET void t_##T##_gemv(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, int nc, \
                                  float *o, size_t ors, size_t ocs) {                                                \
@@ -433,7 +460,6 @@ static QS_TARGET void t_q4z2_wide(int64_t n, const void *w, size_t ws, int nr, c
     const size_t pfd = pf_ahead(1, ws);                                                                             \
     for (int r = 0; r < nr; r++) o[(size_t)r * ors] = T##_row1(n, w + (size_t)r * ws, pfd, xv);                     \
   }
-GEMV1(q4z2)
 GEMV1(q8z2)
 #undef GEMV1
 
@@ -567,6 +593,30 @@ KQ_GEMV(t_q4_k, q4k_row1(0, n / QK_K, w + (size_t)r * ws, pfd, xv))
 KQ_GEMV(t_q5_k, q4k_row1(1, n / QK_K, w + (size_t)r * ws, pfd, xv))
 KQ_GEMV(t_q6_k, q6k_row1(n / QK_K, w + (size_t)r * ws, pfd, xv))
 #undef KQ_GEMV
+
+/* The Q4_0 gemv: as GEMV1, but a call of many rows takes rows r and r + h (h = nr / 2) together,
+ * group by group (q4z2_row2), once the two are Q4Z2_TWO_BYTES or more apart. One core streaming
+ * one sequential range reads less than it can from two ranges far apart (the hardware
+ * prefetchers run one stream each; docs/PERF.md, session 13); rows closer together than that read
+ * no faster and, a few KB apart, slower. The bits are q4z2_row1's for every row. */
+#define Q4Z2_TWO_BYTES ((size_t)128 << 10)
+static QS_TARGET void t_q4z2_gemv(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, int nc,
+                                  float *o, size_t ors, size_t ocs) {
+  if (nc != 1) {
+    t_q4z2_tile(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);
+    return;
+  }
+  const uint8_t *w = wv;
+  const size_t pfd = pf_ahead(1, ws);
+  const int h = nr / 2;
+  int r = 0;
+  if ((size_t)h * ws >= Q4Z2_TWO_BYTES) {
+    for (; r < h; r++)
+      q4z2_row2(n, w + (size_t)r * ws, w + (size_t)(r + h) * ws, pfd, xv, &o[(size_t)r * ors], &o[(size_t)(r + h) * ors]);
+    r = 2 * h;
+  }
+  for (; r < nr; r++) o[(size_t)r * ors] = q4z2_row1(n, w + (size_t)r * ws, pfd, xv);
+}
 
 /* T_wide for a 1 x 8 template T (QS_TILE instance): 8-column tiles and one leftover tile */
 #define WIDE8(T)                                                                                                      \

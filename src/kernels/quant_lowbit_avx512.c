@@ -172,6 +172,9 @@ static const int32_t lz_sidx4[16] = {0, 5, 10, 15, 0, 5, 10, 15, 0, 5, 10, 15, 0
 static const int32_t lz_ridx5[16] = {0, 6, 12, 26, 1, 7, 13, 27, 0, 0, 0, 0, 0, 0, 0, 0};
 /* Q5_1: two such registers R0, R1 -> d, m of R0 then R1, qh of R0 then R1 */
 static const int32_t lz_xidx5[16] = {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
+/* Q5_1: from X01 (qh of blocks 0..7 in lanes 8..15) and X23 (8..15), the qh of block 4k + p into
+ * lane 4p + k (the transposed lanes) by one vpermt2d */
+static const int32_t lz_hidx5[16] = {8, 12, 24, 28, 9, 13, 25, 29, 10, 14, 26, 30, 11, 15, 27, 31};
 
 /* one vpermw splits the d, m dwords of 16 blocks into their d words (low half) and m words (high
  * half): one op where two vpmovdw and a shift were (docs/PERF.md, session 13) */

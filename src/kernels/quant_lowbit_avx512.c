@@ -3,8 +3,9 @@
  * The 256-bit templates of quant_lowbit_256.inc with VNNI (vpdpbusd / vpdpwssd) and the larger
  * tiles 32 vector registers allow; where the CPU has VBMI (as Q4_0, whose activations they take),
  * IQ4_NL and MXFP4 x Q8_0Z with 512-bit registers and the one-column Q4_1 / Q5_1 with 512-bit
- * integer sums (below). Q2_K / Q3_K: the 512-bit template of quant_lowbit_k23.inc (with GFNI its
- * instance in quant_lowbit_gfni_avx512.c).
+ * integer sums (below; with GFNI too, an instance whose high nibbles take one vgf2p8affineqb).
+ * Q2_K / Q3_K: the 512-bit template of quant_lowbit_k23.inc (with GFNI its instance in
+ * quant_lowbit_gfni_avx512.c).
  */
 #define QS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define QS_VNNI 1
@@ -171,6 +172,9 @@ static const int32_t lz_sidx4[16] = {0, 5, 10, 15, 0, 5, 10, 15, 0, 5, 10, 15, 0
 static const int32_t lz_ridx5[16] = {0, 6, 12, 26, 1, 7, 13, 27, 0, 0, 0, 0, 0, 0, 0, 0};
 /* Q5_1: two such registers R0, R1 -> d, m of R0 then R1, qh of R0 then R1 */
 static const int32_t lz_xidx5[16] = {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
+/* Q5_1: from X01 (qh of blocks 0..7 in lanes 8..15) and X23 (8..15), the qh of block 4k + p into
+ * lane 4p + k (the transposed lanes) by one vpermt2d */
+static const int32_t lz_hidx5[16] = {8, 12, 24, 28, 9, 13, 25, 29, 10, 14, 26, 30, 11, 15, 27, 31};
 
 /* one vpermw splits the d, m dwords of 16 blocks into their d words (low half) and m words (high
  * half): one op where two vpmovdw and a shift were (docs/PERF.md, session 13) */
@@ -182,101 +186,59 @@ QSF __m256 lz_half(__m512 v, int h) {
   return h ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)) : _mm512_castps512_ps256(v);
 }
 
-/* one row's full groups of 16 blocks (nb16 of them) into acc (lb_group's float steps) */
-QSI void lz_row(const int TY, int64_t nb16, const uint8_t *a, const __m512i *yt, const float *xsc, __m256 *accp) {
-  const __m512i m4 = _mm512_set1_epi8(0xF), tidx = _mm512_loadu_si512(lz_tidx);
-  const __m512i qidx = _mm512_loadu_si512(lz_qidx[TY == LB_Q5_1]);
-  const size_t bo = TY == LB_Q4_1 ? 16 : 32; /* offset of the second load */
-  const __m512i didx = _mm512_loadu_si512(lz_didx);
-  __m256 acc = *accp;
-  for (int64_t q = 0; q < nb16; q++, a += 16 * LZ_WB(TY), yt += 8) {
-    __m512i A[4], B[4], Q[4];
-    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
-      A[k] = _mm512_loadu_si512(a + 4 * LZ_WB(TY) * k);
-      B[k] = _mm512_loadu_si512(a + 4 * LZ_WB(TY) * k + bo);
-      Q[k] = _mm512_permutex2var_epi32(A[k], qidx, B[k]);
-    }
-    __m512i DM, QH = _mm512_setzero_si512();
-    if (TY == LB_Q4_1) {
-      const __m512i sidx = _mm512_loadu_si512(lz_sidx4);
-      DM = _mm512_maskz_permutexvar_epi32(0x000F, sidx, A[0]);
-      DM = _mm512_mask_permutexvar_epi32(DM, 0x00F0, sidx, A[1]);
-      DM = _mm512_mask_permutexvar_epi32(DM, 0x0F00, sidx, A[2]);
-      DM = _mm512_mask_permutexvar_epi32(DM, 0xF000, sidx, A[3]);
-    } else {
-      const __m512i ridx = _mm512_loadu_si512(lz_ridx5), xidx = _mm512_loadu_si512(lz_xidx5);
-      __m512i Rr[4];
-      _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) Rr[k] = _mm512_permutex2var_epi32(A[k], ridx, B[k]);
-      const __m512i X01 = _mm512_permutex2var_epi32(Rr[0], xidx, Rr[1]);
-      const __m512i X23 = _mm512_permutex2var_epi32(Rr[2], xidx, Rr[3]);
-      DM = _mm512_shuffle_i64x2(X01, X23, 0x44);
-      QH = _mm512_permutexvar_epi32(tidx, _mm512_shuffle_i64x2(X01, X23, 0xEE)); /* transposed lanes */
-    }
-    const __m512i t0 = _mm512_unpacklo_epi32(Q[0], Q[1]), t1 = _mm512_unpackhi_epi32(Q[0], Q[1]);
-    const __m512i t2 = _mm512_unpacklo_epi32(Q[2], Q[3]), t3 = _mm512_unpackhi_epi32(Q[2], Q[3]);
-    const __m512i V[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3),
-                          _mm512_unpackhi_epi64(t1, t3)};
-    __m512i p = _mm512_setzero_si512();
-    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
-      __m512i L = _mm512_and_si512(V[j], m4), H = _mm512_and_si512(_mm512_srli_epi16(V[j], 4), m4);
-      if (TY == LB_Q5_1) { /* bit 4 of byte i: qh bit 4j + i (L), 16 + 4j + i (H); offsets mod 64 */
-        const __m512i cl = _mm512_set1_epi64((long long)(0x1F1E1D1C3F3E3D3Cull + 0x0404040404040404ull * (unsigned)j));
-        const __m512i ch = _mm512_add_epi8(cl, _mm512_set1_epi8(16));
-        L = _mm512_ternarylogic_epi32(L, _mm512_multishift_epi64_epi8(cl, QH), _mm512_set1_epi8(0x10), 0xF8);
-        H = _mm512_ternarylogic_epi32(H, _mm512_multishift_epi64_epi8(ch, QH), _mm512_set1_epi8(0x10), 0xF8);
-      }
-      p = _mm512_dpbusd_epi32(p, L, yt[j]);
-      p = _mm512_dpbusd_epi32(p, H, yt[4 + j]);
-    }
-    const __m512 fi = _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(tidx, p)); /* block order */
-    const __m512i dm = _mm512_permutexvar_epi16(didx, DM); /* the 16 d words, then the 16 m words */
-    const __m512 fdw = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
-    const __m512 fmw = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
-    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) { /* lb_group's steps, blocks 8h .. 8h + 7 */
-      const float *xs8 = xsc + 32 * q + 16 * h;
-      const __m256 fih = lz_half(fi, h);
-      const __m256 dwh = lz_half(fdw, h);
-      const __m256 mwh = lz_half(fmw, h);
-      acc = _mm256_fmadd_ps(fih, _mm256_mul_ps(dwh, _mm256_loadu_ps(xs8)), acc);
-      acc = _mm256_fmadd_ps(mwh, _mm256_loadu_ps(xs8 + 8), acc);
-    }
-  }
-  *accp = acc;
-}
+/* the row kernel (quant_lowbit_lz.inc): lz_row here, lz_row_gf with GFNI below */
+#define LZ_ROW lz_row
+#define LZ_GFNI 0
+#include "kernels/quant_lowbit_lz.inc"
+#undef LZ_ROW
+#undef LZ_GFNI
 
 /* rows of at least LZ_MINR and at most LB_XSC_MAX blocks; else LB_GEMV1's path */
 #define LZ_MINR 4
-#define LZ_GEMV(T, TY)                                                                                    \
-  static QS_TARGET void T##_gemvz(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, \
-                                  int nc, float *o, size_t ors, size_t ocs) {                             \
-    const int64_t nb = n / QK8_0, nb16 = nb / 16;                                                         \
-    if (nb > LB_XSC_MAX || nr < LZ_MINR || nb16 == 0) {                                                   \
-      T##_gemv(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);                                                   \
-      return;                                                                                             \
-    }                                                                                                     \
-    const uint8_t *w = wv, *x = xv;                                                                       \
-    float xsc[2 * LB_XSC_MAX + 16];                                                                       \
-    __m512i yt[LB_XSC_MAX / 2]; /* 8 vectors per 16 blocks */                                             \
-    for (int64_t g = 0; g < nb; g += 8) {                                                                 \
-      __m256 d, s;                                                                                        \
-      lb_xscales(x, g, nb - g < 8 ? (int)(nb - g) : 8, &d, &s);                                           \
-      _mm256_storeu_ps(xsc + 2 * g, d);                                                                   \
-      _mm256_storeu_ps(xsc + 2 * g + 8, s);                                                               \
-    }                                                                                                     \
-    for (int64_t q = 0; q < nb16; q++) lz_xgroup(x + (size_t)q * 16 * 36, yt + 8 * q);                    \
-    for (int r = 0; r < nr; r++) {                                                                        \
-      const uint8_t *a = w + (size_t)r * ws;                                                              \
-      __m256 acc[TRM][TCM];                                                                               \
-      acc[0][0] = _mm256_setzero_ps();                                                                    \
-      lz_row(TY, nb16, a, yt, xsc, &acc[0][0]);                                                           \
-      int64_t g = 16 * nb16;                                                                              \
-      for (; g + 8 <= nb; g += 8) lb_group(TY, 1, 1, 1, a, 0, x, 0, g, 8, xsc, acc);                      \
-      if (g < nb) lb_group(TY, 1, 1, 0, a, 0, x, 0, g, (int)(nb - g), xsc, acc);                          \
-      OUT(r, 0) = hsum8(acc[0][0]);                                                                       \
-    }                                                                                                     \
+#define LZ_GEMV(T, TY, ROW, Z)                                                                               \
+  static QS_TARGET void T##_gemv##Z(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, \
+                                  int nc, float *o, size_t ors, size_t ocs) {                                \
+    const int64_t nb = n / QK8_0, nb16 = nb / 16;                                                            \
+    if (nb > LB_XSC_MAX || nr < LZ_MINR || nb16 == 0) {                                                      \
+      T##_gemv(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);                                                      \
+      return;                                                                                                \
+    }                                                                                                        \
+    const uint8_t *w = wv, *x = xv;                                                                          \
+    float xsc[2 * LB_XSC_MAX + 16];                                                                          \
+    __m512i yt[LB_XSC_MAX / 2]; /* 8 vectors per 16 blocks */                                                \
+    for (int64_t g = 0; g < nb; g += 8) {                                                                    \
+      __m256 d, s;                                                                                           \
+      lb_xscales(x, g, nb - g < 8 ? (int)(nb - g) : 8, &d, &s);                                              \
+      _mm256_storeu_ps(xsc + 2 * g, d);                                                                      \
+      _mm256_storeu_ps(xsc + 2 * g + 8, s);                                                                  \
+    }                                                                                                        \
+    for (int64_t q = 0; q < nb16; q++) lz_xgroup(x + (size_t)q * 16 * 36, yt + 8 * q);                       \
+    for (int r = 0; r < nr; r++) {                                                                           \
+      const uint8_t *a = w + (size_t)r * ws;                                                                 \
+      __m256 acc[TRM][TCM];                                                                                  \
+      acc[0][0] = _mm256_setzero_ps();                                                                       \
+      ROW(TY, nb16, a, yt, xsc, &acc[0][0]);                                                                 \
+      int64_t g = 16 * nb16;                                                                                 \
+      for (; g + 8 <= nb; g += 8) lb_group(TY, 1, 1, 1, a, 0, x, 0, g, 8, xsc, acc);                         \
+      if (g < nb) lb_group(TY, 1, 1, 0, a, 0, x, 0, g, (int)(nb - g), xsc, acc);                             \
+      OUT(r, 0) = hsum8(acc[0][0]);                                                                          \
+    }                                                                                                        \
   }
-LZ_GEMV(t_q4_1, LB_Q4_1)
-LZ_GEMV(t_q5_1, LB_Q5_1)
+LZ_GEMV(t_q4_1, LB_Q4_1, lz_row, z)
+LZ_GEMV(t_q5_1, LB_Q5_1, lz_row, z)
+
+/* with GFNI: the high nibbles by one vgf2p8affineqb (quant_lowbit_lz.inc); same bytes, same bits */
+#undef QS_TARGET
+#define QS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,gfni,avx2,fma,f16c")))
+#define LZ_ROW lz_row_gf
+#define LZ_GFNI 1
+#include "kernels/quant_lowbit_lz.inc"
+#undef LZ_ROW
+#undef LZ_GFNI
+LZ_GEMV(t_q4_1, LB_Q4_1, lz_row_gf, zg)
+LZ_GEMV(t_q5_1, LB_Q5_1, lz_row_gf, zg)
+#undef QS_TARGET
+#define QS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
 
 /* as t_q4z: one-row tiles up to 8 columns */
 #undef QS_NARROW
@@ -293,8 +255,9 @@ void q35_kernels_lowbit_avx512(q35_kernels *k) {
   LB_SET1(k, Q35_TYPE_Q4_1, t_q4_1);
   LB_SET1(k, Q35_TYPE_Q5_1, t_q5_1);
   if (q35_cpu_has(Q35_CPU_AVX512_VBMI)) { /* the one-column Q4_1 / Q5_1 with 512-bit sums (above) */
-    k->gemv[Q35_TYPE_Q4_1] = t_q4_1_gemvz;
-    k->gemv[Q35_TYPE_Q5_1] = t_q5_1_gemvz;
+    const int gf = q35_cpu_has(Q35_CPU_GFNI);
+    k->gemv[Q35_TYPE_Q4_1] = gf ? t_q4_1_gemvzg : t_q4_1_gemvz;
+    k->gemv[Q35_TYPE_Q5_1] = gf ? t_q5_1_gemvzg : t_q5_1_gemvz;
   }
   /* IQ4_NL and MXFP4 take Q8_0Z where Q4_0 does (q35_kernels_avx512 with VBMI), else Q8_0X */
   if (k->q4_0_act == Q35_TYPE_Q8_0Z) {

@@ -348,6 +348,8 @@ static void q4_0z_cross_level(void) {
   printf("q4_0 x q8_0z cross-level: %ld pairs, %ld finite and nonzero\n", pairs, finite);
 }
 
+static void rows2_two_streams(q35_simd level, const q35_kernels *k);
+
 int main(void) {
   public_api();
   kquant_cross_level();
@@ -396,8 +398,53 @@ int main(void) {
           for (int i = 0; i < 2; i++, cases++) tile_case(q35_simd_name(level), &k, type, i ? 2048 + 96 : 2048, 301, 1);
       }
     }
+    rows2_two_streams(level, &k);
     printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   printf("%ld tile cases\n", cases);
   return check_done("test_quant_tile");
+}
+
+/*
+ * Q4_0's two-stream paths against per-row vec_dot: the one-row tiles of 1..3 columns (the AVX-512
+ * level runs rows r and r + nr/2 together once the halves are 128 KiB apart), and the gemv2 entry
+ * (two ranges, row r of each) with the ranges near each other and far apart, either way round,
+ * through the level's table and, for the active level, through q35_vec_dot_rows2.
+ */
+static void rows2_two_streams(q35_simd level, const q35_kernels *k) {
+  const char *lvl = q35_simd_name(level);
+  const int type = Q35_TYPE_Q4_0, vt = q35_kernels_vec_dot_type(k, type);
+  for (int i = 0; i < 2; i++) {
+    const int64_t n = i ? 2048 + 96 : 2048; /* the second: a last group of 3 blocks */
+    for (int nc = 2; nc <= 3; nc++) tile_case(lvl, k, type, n, 301, nc);
+    const int nr = 37, ors = 3;
+    const size_t ws = q35_row_size(type, n) + (size_t)(16 * i), far = (size_t)300 << 10;
+    const int nall = 2 * nr + (int)(far / ws); /* the last nr rows start > 300 KiB after the first */
+    uint8_t *wbuf, *xb;
+    const uint8_t *w = make_rows(type, n, nall, ws, 3, 0, &wbuf);
+    const uint8_t *x = make_rows(vt, n, 1, q35_row_size(vt, n), 5, 1, &xb);
+    const int pairs[4][2] = {{0, nr}, {nr, 0}, {0, nall - nr}, {nall - nr, 0}}; /* first rows of wa, wb */
+    float *oa = malloc(sizeof(float) * (size_t)(nr * ors)), *ob = malloc(sizeof(float) * (size_t)(nr * ors));
+    for (int p = 0; p < 4; p++) {
+      const uint8_t *wa = w + (size_t)pairs[p][0] * ws, *wb = w + (size_t)pairs[p][1] * ws;
+      for (int api = 0; api < 2; api++) {
+        if (api ? q35_simd_active() != level : !k->gemv2[type]) continue;
+        memset(oa, 0xFF, sizeof(float) * (size_t)(nr * ors));
+        memset(ob, 0xFF, sizeof(float) * (size_t)(nr * ors));
+        if (api) q35_vec_dot_rows2(type, n, wa, wb, ws, nr, x, oa, ob, (size_t)ors);
+        else k->gemv2[type](n, wa, wb, ws, nr, x, oa, ob, (size_t)ors);
+        int bad = 0, gap = 0;
+        for (int r = 0; r < nr; r++) {
+          const float ea = k->vec_dot[type](n, wa + (size_t)r * ws, x), eb = k->vec_dot[type](n, wb + (size_t)r * ws, x);
+          bad += memcmp(&ea, &oa[r * ors], 4) != 0;
+          bad += memcmp(&eb, &ob[r * ors], 4) != 0;
+          for (int j = 1; j < ors; j++) gap += !isnan(oa[r * ors + j]) || !isnan(ob[r * ors + j]);
+        }
+        CHECK(!bad, "%s q4_0 n=%lld rows2 (%s, rows %d and %d): %d of %d outputs != vec_dot", lvl, (long long)n,
+              api ? "q35_vec_dot_rows2" : "gemv2", pairs[p][0], pairs[p][1], bad, 2 * nr);
+        CHECK(!gap, "%s q4_0 rows2: %d writes between the output rows", lvl, gap);
+      }
+    }
+    free(oa); free(ob); free(wbuf); free(xb);
+  }
 }

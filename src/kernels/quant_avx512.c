@@ -326,14 +326,14 @@ QS_TILE(t_q4x, 4, 8)
  */
 static const int16_t q4z_sidx[32] = {0, 0, 0, 0, 9, 9, 9, 9, 18, 18, 18, 18, 27, 27, 27, 27}; /* word 9s: block s's d */
 
-QSI void q4z_group(const int R, const int C, const int FULL, const uint8_t *w, size_t ws, size_t pfd, const uint8_t *x,
+QSI void q4z_group(const int R, const int C, const int FULL, const uint8_t *const wr[TRM], size_t pfd, const uint8_t *x,
                    size_t xs, int64_t q, int kb, __m512 acc[TRM][TCM]) {
   const __m512i m4 = _mm512_set1_epi8(0xF);
   const __m512i iq = _mm512_loadu_si512(q4x_iq), sidx = _mm512_loadu_si512(q4z_sidx);
   __m512i L[TRM][4], H[TRM][4];
   __m512 D[TRM];
   FOR_R {
-    const uint8_t *a = w + (size_t)r * ws + (size_t)q * 16 * sizeof(blk_q4_0);
+    const uint8_t *a = wr[r] + (size_t)q * 16 * sizeof(blk_q4_0);
     /* the same group four tiles ahead, at least QS_PF_MIN bytes (pfd = pf_ahead, computed once a
      * tile: its division in here cost a divide per group; one tile ahead is too close for this
      * kernel's pace) */
@@ -392,13 +392,35 @@ QSI void q4z_group(const int R, const int C, const int FULL, const uint8_t *w, s
   }
 }
 
-QSI void t_q4z_pf(const int R, const int C, const size_t pfd, TILE_ARGS) { /* pfd = pf_ahead(R, ws) */
+/* The R x C block sums of rows wr[0..R-1], which may lie anywhere (a tile's rows, or two rows far
+ * apart read as two memory streams), group by group; pfd = the prefetch distance per row. */
+QSI void q4z_acc(const int R, const int C, const size_t pfd, int64_t n, const uint8_t *const wr[TRM], const uint8_t *x,
+                 size_t xs, __m512 acc[TRM][TCM]) {
   const int64_t nb = n / QK8_0, ng = nb / 16;
-  __m512 acc[TRM][TCM];
   FOR_R FOR_C acc[r][c] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < ng; g++) q4z_group(R, C, 1, w, ws, pfd, x, xs, g, 16, acc);
-  if (nb % 16) q4z_group(R, C, 0, w, ws, pfd, x, xs, ng, (int)(nb % 16), acc);
+  for (int64_t g = 0; g < ng; g++) q4z_group(R, C, 1, wr, pfd, x, xs, g, 16, acc);
+  if (nb % 16) q4z_group(R, C, 0, wr, pfd, x, xs, ng, (int)(nb % 16), acc);
+}
+
+QSI void t_q4z_pf(const int R, const int C, const size_t pfd, TILE_ARGS) { /* pfd = pf_ahead(R, ws) */
+  const uint8_t *wr[TRM] = {0};
+  FOR_R wr[r] = w + (size_t)r * ws;
+  __m512 acc[TRM][TCM];
+  q4z_acc(R, C, pfd, n, wr, x, xs, acc);
   FOR_R FOR_C OUT(r, c) = hsum16(acc[r][c]);
+}
+
+/* Rows wa and wb against C columns at once, interleaved group by group: oa[c*ocs], ob[c*ocs].
+ * Each row's arithmetic is the 1 x C tile's, so both equal vec_dot bit for bit. */
+QSI void t_q4z_two(const int C, const size_t pfd, int64_t n, const uint8_t *wa, const uint8_t *wb, const uint8_t *x,
+                   size_t xs, float *oa, float *ob, size_t ocs) {
+  const uint8_t *wr[TRM] = {wa, wb};
+  __m512 acc[TRM][TCM];
+  q4z_acc(2, C, pfd, n, wr, x, xs, acc);
+  FOR_C {
+    oa[(size_t)c * ocs] = hsum16(acc[0][c]);
+    ob[(size_t)c * ocs] = hsum16(acc[1][c]);
+  }
 }
 QSI void t_q4z(const int R, const int C, TILE_ARGS) { t_q4z_pf(R, C, pf_ahead(R, ws), n, w, ws, x, xs, o, ors, ocs); }
 /* one-row tiles up to 8 columns: for this kernel a 1 x 8 tile streams a large matrix faster than
@@ -413,23 +435,49 @@ QS_TILE(t_q4z, 2, 4)
  * call with the 1 x C tile inlined in the row loop, so its constants (byte and word permutes,
  * masks, the prefetch distance) are set up once a call instead of once a row, which for short rows
  * (an expert's down projection: one group of 16 blocks a row) was a large part of the row's work.
- * Each output is still the 1 x C tile's, i.e. vec_dot's, value. */
+ * When the call's two halves are Q4Z_TWO_BYTES or more apart, rows r and r + nr/2 run together
+ * (t_q4z_two): one core streams more from two ranges far apart than from one (its hardware
+ * prefetchers run one stream each; docs/PERF.md, issue 15 session 13 and issue 19 session 14);
+ * closer together they read no faster. Each output is still the 1 x C tile's, i.e. vec_dot's,
+ * value. */
+#define Q4Z_TWO_BYTES ((size_t)128 << 10)
+QSI void q4z_rows_c(const int C, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, float *o,
+                    size_t ors, size_t ocs) {
+  const size_t pfd = pf_ahead(1, ws);
+  const int h = nr / 2;
+  int r = 0;
+  if ((size_t)h * ws >= Q4Z_TWO_BYTES) {
+    for (; r < h; r++)
+      t_q4z_two(C, pfd, n, w + (size_t)r * ws, w + (size_t)(r + h) * ws, x, xs, &OUT(r, 0), &OUT(r + h, 0), ocs);
+    r = 2 * h;
+  }
+  for (; r < nr; r++) t_q4z_pf(1, C, pfd, n, w + (size_t)r * ws, ws, x, xs, &OUT(r, 0), ors, ocs);
+}
+
 static QS_TARGET void t_q4z_rows(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, int nc,
                                  float *o, size_t ors, size_t ocs) {
-  const uint8_t *w = wv, *x = xv;
-  const size_t pfd = pf_ahead(1, ws);
   switch (nc) {
-  case 1:
-    for (int r = 0; r < nr; r++) t_q4z_pf(1, 1, pfd, n, w + (size_t)r * ws, ws, x, xs, &OUT(r, 0), ors, ocs);
-    return;
-  case 2:
-    for (int r = 0; r < nr; r++) t_q4z_pf(1, 2, pfd, n, w + (size_t)r * ws, ws, x, xs, &OUT(r, 0), ors, ocs);
-    return;
-  case 3:
-    for (int r = 0; r < nr; r++) t_q4z_pf(1, 3, pfd, n, w + (size_t)r * ws, ws, x, xs, &OUT(r, 0), ors, ocs);
-    return;
+  case 1: q4z_rows_c(1, n, wv, ws, nr, xv, xs, o, ors, ocs); return;
+  case 2: q4z_rows_c(2, n, wv, ws, nr, xv, xs, o, ors, ocs); return;
+  case 3: q4z_rows_c(3, n, wv, ws, nr, xv, xs, o, ors, ocs); return;
   default: t_q4z_tile(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);
   }
+}
+
+/* The gemv2 entry (two row ranges, one column): row r of wa with row r of wb, as two streams when
+ * the ranges are Q4Z_TWO_BYTES or more apart (either way round); else each range by itself. */
+static QS_TARGET void t_q4z_gemv2(int64_t n, const void *wav, const void *wbv, size_t ws, int nr, const void *x,
+                                  float *oa, float *ob, size_t ors) {
+  const uint8_t *wa = wav, *wb = wbv;
+  const uintptr_t ua = (uintptr_t)wa, ub = (uintptr_t)wb;
+  if ((ua > ub ? ua - ub : ub - ua) < Q4Z_TWO_BYTES) {
+    q4z_rows_c(1, n, wa, ws, nr, x, 0, oa, ors, 0);
+    q4z_rows_c(1, n, wb, ws, nr, x, 0, ob, ors, 0);
+    return;
+  }
+  const size_t pfd = pf_ahead(1, ws);
+  for (int r = 0; r < nr; r++)
+    t_q4z_two(1, pfd, n, wa + (size_t)r * ws, wb + (size_t)r * ws, x, 0, &oa[(size_t)r * ors], &ob[(size_t)r * ors], 0);
 }
 
 static QS_TARGET void quant_q8_0z_512(const float *x, void *dst, int64_t n) {
@@ -464,6 +512,7 @@ void q35_kernels_avx512(q35_kernels *k) {
       QS_SET(k, Q35_TYPE_Q4_0, t_q4z);
       k->tile[Q35_TYPE_Q4_0] = t_q4z_rows;
       k->gemv[Q35_TYPE_Q4_0] = t_q4z_rows; /* one row at a time with the prefetch (vec_dot has no stride) */
+      k->gemv2[Q35_TYPE_Q4_0] = t_q4z_gemv2;
       k->quantize[Q35_TYPE_Q8_0Z] = quant_q8_0z_512;
       k->q4_0_act = Q35_TYPE_Q8_0Z;
     }

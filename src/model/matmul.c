@@ -33,10 +33,21 @@ enum { MM_TB = 32, MM_RB = 16 };
 /* Rows go out in chunks of MM_GRAIN, so each claimed piece is whole row blocks. */
 enum { MM_GRAIN = MM_RB };
 
+/* Up to MM_TSMALL tokens (a verify step of one or two drafts) a piece goes to the tile kernels in
+ * one call, as decode's does to the row kernels: the activations are a few KB and stay in cache
+ * anyway, and a whole piece lets a kernel read two row ranges far apart at once (two memory
+ * streams: the AVX-512 Q4_0 rows kernel), which 16-row blocks are too short for. */
+enum { MM_TSMALL = 3 };
+
 /* rows [n0, n1) of one product */
 static void mm_rows(const mm_task *t, long n0, long n1) {
   if (t->T == 1) { /* decode: the whole piece in one call to the row kernels (no per-block call) */
     q35_vec_dot_rows(t->type, t->K, t->w + (size_t)n0 * t->nb1, t->nb1, (int)(n1 - n0), t->x, t->y + n0);
+    return;
+  }
+  if (t->T <= MM_TSMALL) {
+    q35_vec_dot_tile_ex(t->type, t->K, t->w + (size_t)n0 * t->nb1, t->nb1, (int)(n1 - n0), t->x, t->ldx, (int)t->T,
+                        t->y + n0, 1, (size_t)t->ldy);
     return;
   }
   for (int64_t j0 = 0; j0 < t->T; j0 += MM_TB) {

@@ -111,9 +111,9 @@ typedef struct {
 
 /* units: (active expert, pair of blocks of MOE_RB weight rows); phase 0 pairs a gate block with
  * the up block of the same rows, phase 1 down block j with block j + half (half the matrix away).
- * A slot's one-column products of a pair run as one q35_vec_dot_rows2: one core reads the two
+ * An expert with one slot (decode) runs its pair as one q35_vec_dot_rows2: one core reads the two
  * blocks as two memory streams, more bytes per second than one (docs/PERF.md, issue 15 session
- * 14). An expert's slots go through the tile MOE_CB at a time. */
+ * 14). More slots go through each block's tile MOE_CB at a time. */
 enum { MOE_RB = 16, MOE_CB = 32 };
 static int moe_pairs(int rows, int phase) {
   const int nb = (rows + MOE_RB - 1) / MOE_RB;

@@ -10,7 +10,11 @@
  * Run: build/matvec_bench [ROWS, default 248320] [ROWS PER CALL, default 64]
  *   env REP=N repeats each pass N times (a small ROWS with REP=400 measures the kernel in cache);
  *   env TYPE=q8_0 (q6_K, q4_K, ...) another weight type (default q4_0);
- *   env K=512 another row length (default 2048; 512 is an expert's down projection).
+ *   env K=512 another row length (default 2048; 512 is an expert's down projection);
+ *   env PAIR=D the MoE experts' decode order (src/model/ffn.c): rows in segments of 2D, each call
+ *   of ROWS PER CALL rows at r in a segment's first half paired with the rows at r + D, as one
+ *   q35_vec_dot_rows2 (one column; two tile calls for more): two memory streams per thread.
+ *   PAIR=512 is an expert's gate and up (I = 512), K=512 PAIR=1024 its down halves (H = 2048).
  * Each line gives the best wall time of 7 passes and the best CPU time of the slowest thread
  * (the figure to compare on a shared, busy machine).
  */
@@ -40,7 +44,7 @@ typedef struct {
   int nc;
   float *o;
   size_t ocs;
-  int chunk, rep;
+  int chunk, rep, pair;
   double cpu; /* this thread's CPU seconds */
 } job;
 
@@ -55,8 +59,21 @@ static void *run(void *p) {
   const double c0 = cpu_now();
   for (int q = 0; q < j->rep; q++)
     for (int r = j->r0; r < j->r1; r += j->chunk) {
+      const int D = j->pair;
+      if (D && (r - j->r0) % (2 * D) >= D) { /* a segment's second half: done with its first */
+        r += D - j->chunk;
+        continue;
+      }
       const int nr = j->r1 - r < j->chunk ? j->r1 - r : j->chunk;
-      q35_vec_dot_tile_ex(j->type, j->n, j->w + (size_t)r * j->ws, j->ws, nr, j->x, j->xs, j->nc, j->o + r, 1, j->ocs);
+      if (D && j->nc == 1)
+        q35_vec_dot_rows2(j->type, j->n, j->w + (size_t)r * j->ws, j->w + (size_t)(r + D) * j->ws, j->ws, nr, j->x,
+                          j->o + r, j->o + r + D, 1);
+      else {
+        q35_vec_dot_tile_ex(j->type, j->n, j->w + (size_t)r * j->ws, j->ws, nr, j->x, j->xs, j->nc, j->o + r, 1, j->ocs);
+        if (D)
+          q35_vec_dot_tile_ex(j->type, j->n, j->w + (size_t)(r + D) * j->ws, j->ws, nr, j->x, j->xs, j->nc, j->o + r + D, 1,
+                              j->ocs);
+      }
     }
   j->cpu = cpu_now() - c0;
   return NULL;
@@ -70,8 +87,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   const int rows = argc > 1 ? atoi(argv[1]) : 248320, chunk = argc > 2 ? atoi(argv[2]) : 64;
-  const int rep = getenv("REP") ? atoi(getenv("REP")) : 1;
-  if (rows < 64 || chunk < 1 || rep < 1) {
+  const int rep = getenv("REP") ? atoi(getenv("REP")) : 1, pair = getenv("PAIR") ? atoi(getenv("PAIR")) : 0;
+  if (rows < 64 || chunk < 1 || rep < 1 || pair < 0 || (pair && (pair % chunk || rows % (4 * pair)))) {
+    fprintf(stderr, "PAIR=D needs ROWS a multiple of 4D and D of ROWS PER CALL\n");
     fprintf(stderr, "usage: matvec_bench [ROWS >= 64] [ROWS PER CALL >= 1]   (env REP >= 1)\n");
     return 2;
   }
@@ -96,8 +114,8 @@ int main(int argc, char **argv) {
   }
   const size_t ocs = (size_t)rows;
   float *o = aligned_alloc(64, (sizeof(float) * ocs * 8 + 63) / 64 * 64);
-  printf("%s %d x %lld, activations %s, %d rows per call, %d pass(es)\n", q35_type_name(type), rows, (long long)n, q35_type_name(vt), chunk,
-         rep);
+  printf("%s %d x %lld, activations %s, %d rows per call, %d pass(es), pair distance %d rows\n", q35_type_name(type), rows,
+         (long long)n, q35_type_name(vt), chunk, rep, pair);
   for (int nt = 1; nt <= 2; nt++)
     for (int nc = 1; nc <= 8; nc *= 2) {
       double best = 1e30, best_cpu = 1e30;
@@ -107,7 +125,7 @@ int main(int argc, char **argv) {
         const double t = now();
         for (int i = 0; i < nt; i++) {
           J[i] = (job){type, n, w, ws, (int)((int64_t)rows * i / nt), (int)((int64_t)rows * (i + 1) / nt), x, xs, nc, o, ocs,
-                       chunk, rep, 0};
+                       chunk, rep, pair, 0};
           pthread_create(&th[i], NULL, run, &J[i]);
         }
         for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);

@@ -59,6 +59,33 @@ static uint8_t *make_rows(int type, int64_t n, int nr, size_t ws, size_t off, in
   return buf + off;
 }
 
+/* The two-range one-column product of table k (its gemv2, or where it has none the two gemv
+ * calls q35_vec_dot_rows2 falls back to) on ranges [0, h) and [nr - h, nr) of the nr rows at w,
+ * h = (nr + 1) / 2 (they share a row when nr is odd), against want[r * wst] (vec_dot of row r on
+ * column x): returns the number of rows that differ. */
+static int gemv2_bad(const q35_kernels *k, int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
+                     const float *want, size_t wst) {
+  const int h = (nr + 1) / 2;
+  const size_t ors = 1 + rng_u64() % 3;
+  float *oa = malloc(sizeof(float) * ors * (size_t)h), *ob = malloc(sizeof(float) * ors * (size_t)h);
+  memset(oa, 0xFF, sizeof(float) * ors * (size_t)h);
+  memset(ob, 0xFF, sizeof(float) * ors * (size_t)h);
+  const uint8_t *wb = w + (size_t)(nr - h) * ws;
+  if (k->gemv2[type]) k->gemv2[type](n, w, wb, ws, h, x, oa, ob, ors);
+  else {
+    q35_tile_run(k, type, n, w, ws, h, x, 0, 1, oa, ors, 0);
+    q35_tile_run(k, type, n, wb, ws, h, x, 0, 1, ob, ors, 0);
+  }
+  int bad = 0;
+  for (int r = 0; r < h; r++)
+    bad += !(memcmp(&oa[(size_t)r * ors], &want[(size_t)r * wst], 4) == 0 || (isnan(oa[r * ors]) && isnan(want[r * wst]))) +
+           !(memcmp(&ob[(size_t)r * ors], &want[(size_t)(nr - h + r) * wst], 4) == 0 ||
+             (isnan(ob[r * ors]) && isnan(want[(nr - h + r) * wst])));
+  free(oa);
+  free(ob);
+  return bad;
+}
+
 /* One tile case at one level: returns 0 when everything matched. */
 static void tile_case(const char *lvl, const q35_kernels *k, int type, int64_t n, int nr, int nc) {
   const int vt = q35_kernels_vec_dot_type(k, type);
@@ -83,6 +110,9 @@ static void tile_case(const char *lvl, const q35_kernels *k, int type, int64_t n
   for (int r = 0; r < nr; r++)
     for (int c = 0; c < nc; c++) bad |= memcmp(&want[r * nc + c], &gotT[r + c * nr], 4) != 0;
   CHECK(!bad, "%s %s n=%lld %dx%d: transposed tile != per-pair vec_dot", lvl, q35_type_name(type), (long long)n, nr, nc);
+  /* the two-range one-column product (gemv2) on column 0 */
+  bad = gemv2_bad(k, type, n, w, ws, nr, x, want, (size_t)nc);
+  CHECK(!bad, "%s %s n=%lld nr=%d: gemv2 != per-row vec_dot in %d rows", lvl, q35_type_name(type), (long long)n, nr, bad);
   free(want); free(got); free(gotT); free(wb); free(xb);
 }
 
@@ -131,6 +161,29 @@ static void public_api(void) {
     CHECK(!bad, "public %s: q35_vec_dot_tile != q35_vec_dot", q35_type_name(type));
     CHECK(!badr, "public %s: q35_vec_dot_tile_ref != q35_vec_dot_ref", q35_type_name(type));
     CHECK(!bade, "public %s: q35_vec_dot_tile_ex (transposed) != q35_vec_dot", q35_type_name(type));
+    free(wb); free(xb);
+  }
+  /* q35_vec_dot_rows2 (the active level's gemv2, or two gemv calls where it has none): odd row
+   * counts, ranges apart and overlapping, a strided output */
+  for (int t = 0; t < NTYPES; t++) {
+    const int type = types[t], vt = q35_vec_dot_type(type);
+    const int nr = 11;
+    const size_t ws = q35_row_size(type, n) + 5;
+    uint8_t *wb, *xb;
+    const uint8_t *w = make_rows(type, n, nr, ws, 3, 0, &wb);
+    const uint8_t *x = make_rows(vt, n, 1, q35_row_size(vt, n), 1, 1, &xb);
+    float want[11], o[2][3 * 5];
+    for (int r = 0; r < nr; r++) want[r] = q35_vec_dot(type, n, w + r * ws, x);
+    static const int offs[][2] = {{0, 6}, {1, 5}, {6, 2}, {3, 3}};
+    int bad = 0;
+    for (int i = 0; i < 4; i++) {
+      const int a = offs[i][0], b = offs[i][1], m = 5;
+      memset(o, 0xFF, sizeof o);
+      q35_vec_dot_rows2(type, n, w + a * ws, w + b * ws, ws, m, x, o[0], o[1], 3);
+      for (int r = 0; r < m; r++)
+        bad += memcmp(&o[0][3 * r], &want[a + r], 4) != 0 || memcmp(&o[1][3 * r], &want[b + r], 4) != 0;
+    }
+    CHECK(!bad, "public %s: q35_vec_dot_rows2 != q35_vec_dot in %d rows", q35_type_name(type), bad);
     free(wb); free(xb);
   }
   /* unsupported type: NaN, no crash; empty tiles write nothing */
@@ -242,6 +295,9 @@ static void kquant_cross_level(void) {
         for (int r = 0; r < nr; r++) bad += !same_float(got[r], want[r * nc]);
         CHECK(!bad, "%s n=%lld %dx1: %s one column != avx2 vec_dot in %d rows", q35_type_name(type), (long long)n, nr,
               lv ? "avx512" : "avx2", bad);
+        bad = gemv2_bad(lv ? &k2 : &k1, type, n, wo, ws, nr, xo, want, (size_t)nc);
+        CHECK(!bad, "%s n=%lld nr=%d: %s gemv2 != avx2 vec_dot in %d rows", q35_type_name(type), (long long)n, nr,
+              lv ? "avx512" : "avx2", bad);
       }
     }
     free(w);
@@ -280,6 +336,7 @@ static void q8_0_raw_weights(const char *lvl, const q35_kernels *k) {
       CHECK(fabs(v - f) <= 1e-5 * mag, "%s q8_0 raw weights vec_dot %.9g vs f64 %.9g", lvl, v, f);
       CHECK(same_float(got[r * nc + c], v), "%s q8_0 raw weights tile != vec_dot", lvl);
     }
+  CHECK(gemv2_bad(k, Q35_TYPE_Q8_0, n, w, ws, nr, x, got, (size_t)nc) == 0, "%s q8_0 raw weights gemv2 != vec_dot", lvl);
   free(w); free(xb); free(dw); free(dx);
 }
 
@@ -341,6 +398,11 @@ static void q4_0z_cross_level(void) {
     bad = 0;
     for (int i = 0; i < nr * nc; i++) bad += !same_float(got[i], want[i]);
     CHECK(!bad, "q4_0 n=%lld %dx%d: avx2 tile != avx512 vec_dot in %d pairs", (long long)n, nr, nc, bad);
+    for (int lv = 0; lv < 2; lv++) {
+      bad = gemv2_bad(lv ? &k2 : &k1, Q35_TYPE_Q4_0, n, wo, ws, nr, x, want, (size_t)nc);
+      CHECK(!bad, "q4_0 n=%lld nr=%d: %s gemv2 != avx512 vec_dot in %d rows", (long long)n, nr, lv ? "avx512" : "avx2",
+            bad);
+    }
   }
   free(w);
   free(x);

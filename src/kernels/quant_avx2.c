@@ -153,33 +153,6 @@ QSI float q4z2_row1(int64_t n, const uint8_t *w, size_t pfd, const uint8_t *x) {
   return hsum8(_mm256_add_ps(acc[0], acc[1]));
 }
 
-/* Two Q4_0 rows (at wa and wb) times one column, group by group: each row's steps are
- * q4z2_row1's, so each result has its bits. For the gemv, which takes rows far apart so that one
- * core reads two memory streams at once (see t_q4z2_gemv). */
-QSI void q4z2_row2(int64_t n, const uint8_t *wa, const uint8_t *wb, size_t pfd, const uint8_t *x, float *oa,
-                   float *ob) {
-  const int64_t nb = n / QK8_0, ng = nb / 16, kb = nb % 16;
-  const size_t gsz = 16 * sizeof(blk_q4_0);
-  __m256 aa[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, ab[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int64_t q = 0; q < ng; q++) {
-    const uint8_t *ga = wa + (size_t)q * gsz, *gb = wb + (size_t)q * gsz;
-    pf_span(ga + pfd, gsz);
-    pf_span(gb + pfd, gsz);
-    q4z2_g1(ga, x + (size_t)q * Q8Z_GROUP, aa);
-    q4z2_g1(gb, x + (size_t)q * Q8Z_GROUP, ab);
-  }
-  if (kb) { /* a last group of kb < 16 blocks, zero-padded */
-    uint8_t tail[16 * sizeof(blk_q4_0)];
-    memset(tail, 0, gsz);
-    memcpy(tail, wa + (size_t)ng * gsz, (size_t)kb * sizeof(blk_q4_0));
-    q4z2_g1(tail, x + (size_t)ng * Q8Z_GROUP, aa);
-    memcpy(tail, wb + (size_t)ng * gsz, (size_t)kb * sizeof(blk_q4_0));
-    q4z2_g1(tail, x + (size_t)ng * Q8Z_GROUP, ab);
-  }
-  *oa = hsum8(_mm256_add_ps(aa[0], aa[1]));
-  *ob = hsum8(_mm256_add_ps(ab[0], ab[1]));
-}
-
 QSI void t_q4z2(const int R, const int C, TILE_ARGS) {
   if (R == 1 && C == 1) {
     OUT(0, 0) = q4z2_row1(n, w, pf_ahead(1, ws), x);
@@ -323,6 +296,37 @@ QSI float q8z2_row1(int64_t n, const uint8_t *w, size_t pfd, const uint8_t *x) {
   }
   return hsum8(_mm256_add_ps(acc[0], acc[1]));
 }
+
+/* Two rows (at wa and wb) of Q4_0 (q4z2) or Q8_0 (q8z2) times one column, group by group: each
+ * row's steps are T_row1's, so each result has its bits. For rows far apart, so that one core
+ * reads two memory streams at once (t_q4z2_gemv, the gemv2 kernels below). */
+#define Z2_ROW2(T, BLK)                                                                                             \
+  QSI void T##_row2(int64_t n, const uint8_t *wa, const uint8_t *wb, size_t pfd, const uint8_t *x, float *oa,      \
+                    float *ob) {                                                                                    \
+    const int64_t nb = n / QK8_0, ng = nb / 16, kb = nb % 16;                                                       \
+    const size_t gsz = 16 * sizeof(BLK);                                                                            \
+    __m256 aa[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, ab[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};  \
+    for (int64_t q = 0; q < ng; q++) {                                                                              \
+      const uint8_t *ga = wa + (size_t)q * gsz, *gb = wb + (size_t)q * gsz;                                         \
+      pf_span(ga + pfd, gsz);                                                                                       \
+      pf_span(gb + pfd, gsz);                                                                                       \
+      T##_g1(ga, x + (size_t)q * Q8Z_GROUP, aa);                                                                    \
+      T##_g1(gb, x + (size_t)q * Q8Z_GROUP, ab);                                                                    \
+    }                                                                                                               \
+    if (kb) { /* a last group of kb < 16 blocks, zero-padded */                                                     \
+      uint8_t tail[16 * sizeof(BLK)];                                                                               \
+      memset(tail, 0, gsz);                                                                                         \
+      memcpy(tail, wa + (size_t)ng * gsz, (size_t)kb * sizeof(BLK));                                                \
+      T##_g1(tail, x + (size_t)ng * Q8Z_GROUP, aa);                                                                 \
+      memcpy(tail, wb + (size_t)ng * gsz, (size_t)kb * sizeof(BLK));                                                \
+      T##_g1(tail, x + (size_t)ng * Q8Z_GROUP, ab);                                                                 \
+    }                                                                                                               \
+    *oa = hsum8(_mm256_add_ps(aa[0], aa[1]));                                                                       \
+    *ob = hsum8(_mm256_add_ps(ab[0], ab[1]));                                                                       \
+  }
+Z2_ROW2(q4z2, blk_q4_0)
+Z2_ROW2(q8z2, blk_q8_0)
+#undef Z2_ROW2
 
 QSI void t_q8z2(const int R, const int C, TILE_ARGS) {
   if (R == 1 && C == 1) {
@@ -504,78 +508,122 @@ QSF __m256i q4k_sm8x2(const uint8_t *s) {
   return _mm256_or_si256(lo, hi);
 }
 
+/* acc plus one Q4_K (HAS_QH 0) or Q5_K (1) block at a times the Q8_K block b */
+QSI __m256 q4k_blk(const int HAS_QH, const uint8_t *a, const blk_q8_k *b, __m256 acc) {
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  const __m256i sm = q4k_sm8x2(a + 4);
+  const uint8_t *qs = HAS_QH ? ((const blk_q5_k *)(const void *)a)->qs : ((const blk_q4_k *)(const void *)a)->qs;
+  __m256i qh = _mm256_setzero_si256();
+  if (HAS_QH) qh = loadu256(((const blk_q5_k *)(const void *)a)->qh);
+  __m256i isum = _mm256_setzero_si256();
+  _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+    const __m256i q = loadu256(qs + 32 * k);
+    __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    if (HAS_QH) {
+      const __m256i one = _mm256_set1_epi8(1);
+      lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), one), 4));
+      hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k + 1), one), 4));
+    }
+    isum = madd_acc(isum, _mm256_maddubs_epi16(lo, loadu256(b->qs + 64 * k)),
+                    _mm256_shuffle_epi8(sm, ld_idx32(k4s_sc[2 * k])));
+    KQ_PIN(isum);
+    isum = madd_acc(isum, _mm256_maddubs_epi16(hi, loadu256(b->qs + 64 * k + 32)),
+                    _mm256_shuffle_epi8(sm, ld_idx32(k4s_sc[2 * k + 1])));
+    KQ_PIN(isum);
+  }
+  const __m256i msum = _mm256_madd_epi16(loadu256(b->bsums), _mm256_shuffle_epi8(sm, ld_idx32(k4s_mn)));
+  /* d, dmin (fp16 at a) in every lane pair, times d_x: lanes d_w d_x, dmin_w d_x, ... */
+  const __m128i dm = _mm_castps_si128(_mm_broadcast_ss((const float *)(const void *)a));
+  const __m256 p = _mm256_mul_ps(_mm256_cvtph_ps(dm), _mm256_set1_ps(b->d));
+  acc = _mm256_fmadd_ps(_mm256_permute_ps(p, 0x00), _mm256_cvtepi32_ps(isum), acc);
+  acc = _mm256_fnmadd_ps(_mm256_permute_ps(p, 0x55), _mm256_cvtepi32_ps(msum), acc);
+  return acc;
+}
+
 /* one Q4_K (HAS_QH 0) or Q5_K (1) row of nb blocks at w times the Q8_K column x */
 QSI float q4k_row1(const int HAS_QH, int64_t nb, const uint8_t *w, size_t pfd, const uint8_t *x) {
-  const __m256i m4 = _mm256_set1_epi8(0xF);
   const size_t bsz = HAS_QH ? sizeof(blk_q5_k) : sizeof(blk_q4_k);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; i++) {
     const uint8_t *a = w + (size_t)i * bsz;
-    const blk_q8_k *b = (const blk_q8_k *)(const void *)x + i;
     kq_pf(a + pfd, (int)bsz);
-    const __m256i sm = q4k_sm8x2(a + 4);
-    const uint8_t *qs = HAS_QH ? ((const blk_q5_k *)(const void *)a)->qs : ((const blk_q4_k *)(const void *)a)->qs;
-    __m256i qh = _mm256_setzero_si256();
-    if (HAS_QH) qh = loadu256(((const blk_q5_k *)(const void *)a)->qh);
-    __m256i isum = _mm256_setzero_si256();
-    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
-      const __m256i q = loadu256(qs + 32 * k);
-      __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-      if (HAS_QH) {
-        const __m256i one = _mm256_set1_epi8(1);
-        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), one), 4));
-        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k + 1), one), 4));
-      }
-      isum = madd_acc(isum, _mm256_maddubs_epi16(lo, loadu256(b->qs + 64 * k)),
-                      _mm256_shuffle_epi8(sm, ld_idx32(k4s_sc[2 * k])));
-      KQ_PIN(isum);
-      isum = madd_acc(isum, _mm256_maddubs_epi16(hi, loadu256(b->qs + 64 * k + 32)),
-                      _mm256_shuffle_epi8(sm, ld_idx32(k4s_sc[2 * k + 1])));
-      KQ_PIN(isum);
-    }
-    const __m256i msum = _mm256_madd_epi16(loadu256(b->bsums), _mm256_shuffle_epi8(sm, ld_idx32(k4s_mn)));
-    /* d, dmin (fp16 at a) in every lane pair, times d_x: lanes d_w d_x, dmin_w d_x, ... */
-    const __m128i dm = _mm_castps_si128(_mm_broadcast_ss((const float *)(const void *)a));
-    const __m256 p = _mm256_mul_ps(_mm256_cvtph_ps(dm), _mm256_set1_ps(b->d));
-    acc = _mm256_fmadd_ps(_mm256_permute_ps(p, 0x00), _mm256_cvtepi32_ps(isum), acc);
-    acc = _mm256_fnmadd_ps(_mm256_permute_ps(p, 0x55), _mm256_cvtepi32_ps(msum), acc);
+    acc = q4k_blk(HAS_QH, a, (const blk_q8_k *)(const void *)x + i, acc);
   }
   return hsum8(acc);
 }
 
-/* one Q6_K row of nb blocks at w times the Q8_K column x (t_q6_k's AVX2 steps) */
-QSI float q6k_row1(int64_t nb, const uint8_t *w, size_t pfd, const uint8_t *x) {
+/* two such rows (at wa and wb) block by block, each with q4k_row1's steps and bits: two memory
+ * streams for one core (the gemv2 kernels) */
+QSI void q4k_row2(const int HAS_QH, int64_t nb, const uint8_t *wa, const uint8_t *wb, size_t pfd, const uint8_t *x,
+                  float *oa, float *ob) {
+  const size_t bsz = HAS_QH ? sizeof(blk_q5_k) : sizeof(blk_q4_k);
+  __m256 aa = _mm256_setzero_ps(), ab = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; i++) {
+    const uint8_t *a = wa + (size_t)i * bsz, *b = wb + (size_t)i * bsz;
+    const blk_q8_k *y = (const blk_q8_k *)(const void *)x + i;
+    kq_pf(a + pfd, (int)bsz);
+    kq_pf(b + pfd, (int)bsz);
+    aa = q4k_blk(HAS_QH, a, y, aa);
+    ab = q4k_blk(HAS_QH, b, y, ab);
+  }
+  *oa = hsum8(aa);
+  *ob = hsum8(ab);
+}
+
+/* acc plus one Q6_K block at a times the Q8_K block b (t_q6_k's AVX2 steps) */
+QSI __m256 q6k_blk(const blk_q6_k *a, const blk_q8_k *b, __m256 acc) {
   const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
+  /* the 16 scales as int16 (0..7 low lane, 8..15 high); half h's 8 in both lanes */
+  const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a->scales));
+  __m256i isum = _mm256_setzero_si256();
+  _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+    const __m256i ql0 = loadu256(a->ql + 64 * h), ql1 = loadu256(a->ql + 64 * h + 32), qh = loadu256(a->qh + 32 * h);
+    const __m256i s8 = _mm256_permute4x64_epi64(sc16, h ? 0xEE : 0x44);
+    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+      const __m256i l = k & 1 ? ql1 : ql0;
+      const __m256i lq = k & 2 ? _mm256_srli_epi16(l, 4) : l;
+      const __m256i hs = k == 0 ? _mm256_slli_epi16(qh, 4) : k == 1 ? _mm256_slli_epi16(qh, 2)
+                       : k == 2 ? qh : _mm256_srli_epi16(qh, 2);
+      const __m256i q = _mm256_or_si256(_mm256_and_si256(lq, m4), _mm256_and_si256(hs, m30));
+      isum = madd_acc(isum, _mm256_maddubs_epi16(q, loadu256(b->qs + 128 * h + 32 * k)),
+                      _mm256_shuffle_epi8(s8, ld_idx32(k6s_pair[k])));
+      KQ_PIN(isum);
+    }
+  }
+  /* 32 sum sc bsum as t_q6_k (the scales times 32 fit int16, a pair stays below 2^28) */
+  const __m256i is = _mm256_sub_epi32(isum, _mm256_madd_epi16(loadu256(b->bsums), _mm256_slli_epi16(sc16, 5)));
+  uint16_t d;
+  memcpy(&d, &a->d, 2);
+  const __m256 p = _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16((short)d)), _mm256_set1_ps(b->d));
+  acc = _mm256_fmadd_ps(p, _mm256_cvtepi32_ps(is), acc);
+  return acc;
+}
+
+/* one Q6_K row of nb blocks at w times the Q8_K column x */
+QSI float q6k_row1(int64_t nb, const uint8_t *w, size_t pfd, const uint8_t *x) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; i++) {
     const blk_q6_k *a = (const blk_q6_k *)(const void *)w + i;
-    const blk_q8_k *b = (const blk_q8_k *)(const void *)x + i;
     kq_pf((const uint8_t *)a + pfd, (int)sizeof *a);
-    /* the 16 scales as int16 (0..7 low lane, 8..15 high); half h's 8 in both lanes */
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a->scales));
-    __m256i isum = _mm256_setzero_si256();
-    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-      const __m256i ql0 = loadu256(a->ql + 64 * h), ql1 = loadu256(a->ql + 64 * h + 32), qh = loadu256(a->qh + 32 * h);
-      const __m256i s8 = _mm256_permute4x64_epi64(sc16, h ? 0xEE : 0x44);
-      _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
-        const __m256i l = k & 1 ? ql1 : ql0;
-        const __m256i lq = k & 2 ? _mm256_srli_epi16(l, 4) : l;
-        const __m256i hs = k == 0 ? _mm256_slli_epi16(qh, 4) : k == 1 ? _mm256_slli_epi16(qh, 2)
-                         : k == 2 ? qh : _mm256_srli_epi16(qh, 2);
-        const __m256i q = _mm256_or_si256(_mm256_and_si256(lq, m4), _mm256_and_si256(hs, m30));
-        isum = madd_acc(isum, _mm256_maddubs_epi16(q, loadu256(b->qs + 128 * h + 32 * k)),
-                        _mm256_shuffle_epi8(s8, ld_idx32(k6s_pair[k])));
-        KQ_PIN(isum);
-      }
-    }
-    /* 32 sum sc bsum as t_q6_k (the scales times 32 fit int16, a pair stays below 2^28) */
-    const __m256i is = _mm256_sub_epi32(isum, _mm256_madd_epi16(loadu256(b->bsums), _mm256_slli_epi16(sc16, 5)));
-    uint16_t d;
-    memcpy(&d, &a->d, 2);
-    const __m256 p = _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16((short)d)), _mm256_set1_ps(b->d));
-    acc = _mm256_fmadd_ps(p, _mm256_cvtepi32_ps(is), acc);
+    acc = q6k_blk(a, (const blk_q8_k *)(const void *)x + i, acc);
   }
   return hsum8(acc);
+}
+
+/* two Q6_K rows (at wa and wb) block by block, each with q6k_row1's steps and bits */
+QSI void q6k_row2(int64_t nb, const uint8_t *wa, const uint8_t *wb, size_t pfd, const uint8_t *x, float *oa,
+                  float *ob) {
+  __m256 aa = _mm256_setzero_ps(), ab = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; i++) {
+    const blk_q6_k *a = (const blk_q6_k *)(const void *)wa + i, *b = (const blk_q6_k *)(const void *)wb + i;
+    const blk_q8_k *y = (const blk_q8_k *)(const void *)x + i;
+    kq_pf((const uint8_t *)a + pfd, (int)sizeof *a);
+    kq_pf((const uint8_t *)b + pfd, (int)sizeof *b);
+    aa = q6k_blk(a, y, aa);
+    ab = q6k_blk(b, y, ab);
+  }
+  *oa = hsum8(aa);
+  *ob = hsum8(ab);
 }
 
 #define KQ_GEMV(T, ROW)                                                                                             \
@@ -618,6 +666,24 @@ static QS_TARGET void t_q4z2_gemv(int64_t n, const void *wv, size_t ws, int nr, 
   for (; r < nr; r++) o[(size_t)r * ors] = q4z2_row1(n, w + (size_t)r * ws, pfd, xv);
 }
 
+/* The gemv2 kernels (q35_gemv2_fn): rows r of the two ranges at wa and wb together, each row with
+ * its gemv's steps and bits; the caller picks ranges far apart (two memory streams per core). */
+#define GEMV2(T, ROW2)                                                                                              \
+  static QS_TARGET void T##_gemv2(int64_t n, const void *wav, const void *wbv, size_t ws, int nr, const void *xv,  \
+                                  float *oa, float *ob, size_t ors) {                                               \
+    const uint8_t *wa = wav, *wb = wbv;                                                                             \
+    const size_t pfd = pf_ahead(1, ws);                                                                             \
+    for (int r = 0; r < nr; r++) ROW2;                                                                              \
+  }
+#define GEMV2_ARGS wa + (size_t)r * ws, wb + (size_t)r * ws, pfd, xv, &oa[(size_t)r * ors], &ob[(size_t)r * ors]
+GEMV2(t_q4z2, q4z2_row2(n, GEMV2_ARGS))
+GEMV2(t_q8z2, q8z2_row2(n, GEMV2_ARGS))
+GEMV2(t_q4_k, q4k_row2(0, n / QK_K, GEMV2_ARGS))
+GEMV2(t_q5_k, q4k_row2(1, n / QK_K, GEMV2_ARGS))
+GEMV2(t_q6_k, q6k_row2(n / QK_K, GEMV2_ARGS))
+#undef GEMV2_ARGS
+#undef GEMV2
+
 /* T_wide for a 1 x 8 template T (QS_TILE instance): 8-column tiles and one leftover tile */
 #define WIDE8(T)                                                                                                      \
   static QS_TARGET void T##_wide(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,      \
@@ -636,6 +702,7 @@ void q35_kernels_avx2(q35_kernels *k) {
   QS_SET(k, Q35_TYPE_Q8_0, t_q8z2);
   k->tile[Q35_TYPE_Q8_0] = t_q8z2_wide;
   k->gemv[Q35_TYPE_Q8_0] = t_q8z2_gemv; /* one row at a time with the prefetch */
+  k->gemv2[Q35_TYPE_Q8_0] = t_q8z2_gemv2;
   k->q8_0_act = Q35_TYPE_Q8_0Z;
   if (q35_cpu_q4_0_x()) { /* testing aid: the Q8_0X kernels (four lanes per block) */
     QS_SET(k, Q35_TYPE_Q4_0, t_q4_0);
@@ -644,6 +711,7 @@ void q35_kernels_avx2(q35_kernels *k) {
     QS_SET(k, Q35_TYPE_Q4_0, t_q4z2);
     k->tile[Q35_TYPE_Q4_0] = t_q4z2_wide;
     k->gemv[Q35_TYPE_Q4_0] = t_q4z2_gemv; /* one row at a time with the prefetch (vec_dot has no stride) */
+    k->gemv2[Q35_TYPE_Q4_0] = t_q4z2_gemv2;
     k->q4_0_act = Q35_TYPE_Q8_0Z;
   }
   QS_SET(k, Q35_TYPE_Q5_0, t_q5_0);
@@ -656,6 +724,9 @@ void q35_kernels_avx2(q35_kernels *k) {
   k->gemv[Q35_TYPE_Q4_K] = t_q4_k_gemv; /* one column: q4k_row1 / q6k_row1 row by row, with the prefetch */
   k->gemv[Q35_TYPE_Q5_K] = t_q5_k_gemv;
   k->gemv[Q35_TYPE_Q6_K] = t_q6_k_gemv;
+  k->gemv2[Q35_TYPE_Q4_K] = t_q4_k_gemv2; /* two row ranges at once: q4k_row2 / q6k_row2 */
+  k->gemv2[Q35_TYPE_Q5_K] = t_q5_k_gemv2;
+  k->gemv2[Q35_TYPE_Q6_K] = t_q6_k_gemv2;
   QS_SET(k, Q35_TYPE_IQ4_XS, t_iq4_xs);
   QS_SET(k, Q35_TYPE_F32, t_f32);
   k->tile[Q35_TYPE_F32] = t_f32_wide;

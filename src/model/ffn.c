@@ -109,57 +109,79 @@ typedef struct {
   size_t lds;
 } moe_task;
 
-/* units: (active expert, block of MOE_RB weight rows); phase 0 has gate blocks then up blocks.
- * An expert's slots go through the tile MOE_CB at a time. */
+/* units: (active expert, pair of blocks of MOE_RB weight rows); phase 0 pairs a gate block with
+ * the up block of the same rows, phase 1 down block j with block j + half (half the matrix away).
+ * An expert with one slot (decode) runs its pair as one q35_vec_dot_rows2: one core reads the two
+ * blocks as two memory streams, more bytes per second than one (docs/PERF.md, issue 15 session
+ * 14). More slots go through each block's tile MOE_CB at a time. */
 enum { MOE_RB = 16, MOE_CB = 32 };
-static int moe_blocks(const q35_hparams *hp, int phase) {
-  const int nbh = (hp->n_ff_exp + MOE_RB - 1) / MOE_RB;
-  return phase == 0 ? 2 * nbh : (hp->n_embd + MOE_RB - 1) / MOE_RB;
+static int moe_pairs(int rows, int phase) {
+  const int nb = (rows + MOE_RB - 1) / MOE_RB;
+  return phase == 0 ? nb : (nb + 1) / 2;
 }
-/* the shared expert's blocks: gate then up, or down */
+static int moe_blocks(const q35_hparams *hp, int phase) {
+  return moe_pairs(phase == 0 ? hp->n_ff_exp : hp->n_embd, phase);
+}
+/* the shared expert's units: gate+up pairs, or down pairs */
 static int moe_shared_blocks(const q35_hparams *hp, int phase) {
-  const int nbs = (hp->n_ff_shexp + MOE_RB - 1) / MOE_RB;
-  return phase == 0 ? 2 * nbs : (hp->n_embd + MOE_RB - 1) / MOE_RB;
+  return moe_pairs(phase == 0 ? hp->n_ff_shexp : hp->n_embd, phase);
 }
 
-/* One unit's weights and destination. */
+/* One block's weights and output columns. */
 typedef struct {
-  const q35_tensor *w;
-  const char *wr;     /* row r0 of the unit */
-  int r0, r1;         /* rows [r0, r1) of the block */
-  int ocol;           /* output column of row r0 */
+  const q35_tensor *w; /* NULL: none */
+  const char *wr;      /* row r0 of the block */
+  int nr;              /* rows r0 .. r0 + nr */
+  int ocol;            /* output column of row r0 */
+} moe_blk;
+
+/* One unit: two blocks of one shape (b[1].w NULL where the pair has no second) and their
+ * destination. */
+typedef struct {
+  moe_blk b[2];
   int64_t K, ldo;
   float *out;
-  const char *x;      /* the gathered, converted activations */
+  const char *x; /* the gathered, converted activations */
 } moe_unit;
 
-/* Block blk of the shared expert (phase 0: gate blocks then up blocks into b->gus; 1: down into
- * b->sh), over the step's T tokens in c->xs. */
+/* rows [r0, r0 + MOE_RB) of rows, clipped, of the matrix at base (row stride w->nb1) */
+static moe_blk moe_blk_at(const q35_tensor *w, const char *base, int r0, int rows, int ocol) {
+  moe_blk k;
+  k.w = w;
+  k.nr = r0 + MOE_RB < rows ? MOE_RB : rows - r0;
+  k.wr = base + (size_t)r0 * w->nb1;
+  k.ocol = ocol;
+  return k;
+}
+
+/* the down pair of unit j of a matrix of H rows at base: blocks j and j + half */
+static void moe_down_pair(moe_unit *u, const q35_tensor *w, const char *base, int j, int H) {
+  const int half = moe_pairs(H, 1) * MOE_RB;
+  u->b[0] = moe_blk_at(w, base, j * MOE_RB, H, j * MOE_RB);
+  u->b[1].w = NULL;
+  if (half + j * MOE_RB < H) u->b[1] = moe_blk_at(w, base, half + j * MOE_RB, H, half + j * MOE_RB);
+}
+
+/* Unit blk of the shared expert (phase 0: gate and up blocks into b->gus; 1: down into b->sh),
+ * over the step's T tokens in c->xs. */
 static moe_unit moe_shared_unit(const moe_task *c, int blk) {
   const q35_hparams *hp = &c->f->m->hp;
   const q35_layer *L = c->L;
   const q35_bufs *b = c->f->b;
-  const int Is = hp->n_ff_shexp, H = hp->n_embd, nbs = (Is + MOE_RB - 1) / MOE_RB;
+  const int Is = hp->n_ff_shexp, H = hp->n_embd;
   moe_unit u;
   if (c->phase == 0) {
-    const int part = blk >= nbs; /* 0: gate, 1: up */
-    u.r0 = (blk % nbs) * MOE_RB;
-    u.r1 = u.r0 + MOE_RB < Is ? u.r0 + MOE_RB : Is;
-    u.w = part ? &L->up_shexp : &L->gate_shexp;
-    u.ocol = part * Is + u.r0;
+    u.b[0] = moe_blk_at(&L->gate_shexp, L->gate_shexp.data, blk * MOE_RB, Is, blk * MOE_RB);
+    u.b[1] = moe_blk_at(&L->up_shexp, L->up_shexp.data, blk * MOE_RB, Is, Is + blk * MOE_RB);
     u.K = H;
     u.ldo = 2 * Is;
     u.out = b->gus;
   } else {
-    u.r0 = blk * MOE_RB;
-    u.r1 = u.r0 + MOE_RB < H ? u.r0 + MOE_RB : H;
-    u.w = &L->down_shexp;
-    u.ocol = u.r0;
+    moe_down_pair(&u, &L->down_shexp, L->down_shexp.data, blk, H);
     u.K = Is;
     u.ldo = H;
     u.out = b->sh;
   }
-  u.wr = (const char *)u.w->data + (size_t)u.r0 * u.w->nb1;
   u.x = c->xs;
   return u;
 }
@@ -168,36 +190,48 @@ static moe_unit moe_unit_of(const moe_task *c, int e, int blk) {
   const q35_hparams *hp = &c->f->m->hp;
   const q35_layer *L = c->L;
   const q35_bufs *b = c->f->b;
-  const int I = hp->n_ff_exp, H = hp->n_embd, nbh = (I + MOE_RB - 1) / MOE_RB;
+  const int I = hp->n_ff_exp, H = hp->n_embd;
   moe_unit u;
   if (c->phase == 0) {
-    const int part = blk >= nbh; /* 0: gate, 1: up */
-    u.r0 = (blk % nbh) * MOE_RB;
-    u.r1 = u.r0 + MOE_RB < I ? u.r0 + MOE_RB : I;
-    if (L->gate_up_exps.data) {
-      u.w = &L->gate_up_exps;
-      u.wr = (const char *)u.w->data + (size_t)e * u.w->nb2 + (size_t)(part * I + u.r0) * u.w->nb1;
+    const int r0 = blk * MOE_RB;
+    if (L->gate_up_exps.data) { /* gate rows 0 .. I, up rows I .. 2I of expert e's matrix */
+      const char *base = (const char *)L->gate_up_exps.data + (size_t)e * L->gate_up_exps.nb2;
+      u.b[0] = moe_blk_at(&L->gate_up_exps, base, r0, I, r0);
+      u.b[1] = moe_blk_at(&L->gate_up_exps, base + (size_t)I * L->gate_up_exps.nb1, r0, I, I + r0);
     } else {
-      u.w = part ? &L->up_exps : &L->gate_exps;
-      u.wr = (const char *)u.w->data + (size_t)e * u.w->nb2 + (size_t)u.r0 * u.w->nb1;
+      u.b[0] = moe_blk_at(&L->gate_exps, (const char *)L->gate_exps.data + (size_t)e * L->gate_exps.nb2, r0, I, r0);
+      u.b[1] = moe_blk_at(&L->up_exps, (const char *)L->up_exps.data + (size_t)e * L->up_exps.nb2, r0, I, I + r0);
     }
-    u.ocol = part * I + u.r0;
     u.K = H;
     u.ldo = 2 * I;
     u.out = b->gu;
     u.x = b->xq2;
   } else {
-    u.r0 = blk * MOE_RB;
-    u.r1 = u.r0 + MOE_RB < H ? u.r0 + MOE_RB : H;
-    u.w = &L->down_exps;
-    u.wr = (const char *)u.w->data + (size_t)e * u.w->nb2 + (size_t)u.r0 * u.w->nb1;
-    u.ocol = u.r0;
+    moe_down_pair(&u, &L->down_exps, (const char *)L->down_exps.data + (size_t)e * L->down_exps.nb2, blk, H);
     u.K = I;
     u.ldo = H;
     u.out = b->y;
     u.x = b->xq3;
   }
   return u;
+}
+
+/* Unit u on nc0 activation rows from x (row stride ldx) into out (row stride u->ldo): one
+ * column with two blocks of one type and shape as a q35_vec_dot_rows2, else each block's tiles. */
+static void moe_unit_run(const moe_unit *u, const char *x, size_t ldx, int64_t nc0, float *out) {
+  const moe_blk *p = &u->b[0], *q = &u->b[1];
+  if (nc0 == 1 && q->w && q->w->type == p->w->type && q->w->nb1 == p->w->nb1 && q->nr == p->nr) {
+    q35_vec_dot_rows2(p->w->type, u->K, p->wr, q->wr, p->w->nb1, p->nr, x, out + p->ocol, out + q->ocol, 1);
+    return;
+  }
+  for (int i = 0; i < 2 && u->b[i].w; i++) {
+    const moe_blk *k = &u->b[i];
+    for (int64_t c0 = 0; c0 < nc0; c0 += MOE_CB) {
+      const int nc = nc0 - c0 < MOE_CB ? (int)(nc0 - c0) : MOE_CB;
+      q35_vec_dot_tile_ex(k->w->type, u->K, k->wr, k->w->nb1, k->nr, x + (size_t)c0 * ldx, ldx, nc,
+                          out + (size_t)c0 * u->ldo + k->ocol, 1, (size_t)u->ldo);
+    }
+  }
 }
 
 /* Units go out in claimed pieces (q35_claim_next), one unit per chunk. */
@@ -218,21 +252,13 @@ static void moe_mm(void *vctx, int ith, int nth) {
     for (long i = u0; i < u1; i++) {
       if (i >= n_routed) { /* the shared expert: every token */
         const moe_unit u = moe_shared_unit(c, (int)(i - n_routed));
-        for (int64_t c0 = 0; c0 < b->T; c0 += MOE_CB) {
-          const int nc = b->T - c0 < MOE_CB ? (int)(b->T - c0) : MOE_CB;
-          q35_vec_dot_tile_ex(u.w->type, u.K, u.wr, u.w->nb1, u.r1 - u.r0, u.x + (size_t)c0 * c->lds, c->lds, nc,
-                              u.out + (size_t)c0 * u.ldo + u.ocol, 1, (size_t)u.ldo);
-        }
+        moe_unit_run(&u, u.x, c->lds, b->T, u.out);
         continue;
       }
       const int e = b->active[i / nblk];
       const moe_unit u = moe_unit_of(c, e, (int)(i % nblk));
       /* this expert's slots are rows [estart, estart + ecount) of the gathered activations */
-      for (int32_t c0 = 0; c0 < b->ecount[e]; c0 += MOE_CB) {
-        const int32_t i0 = b->estart[e] + c0, nc = b->ecount[e] - c0 < MOE_CB ? b->ecount[e] - c0 : MOE_CB;
-        q35_vec_dot_tile_ex(u.w->type, u.K, u.wr, u.w->nb1, u.r1 - u.r0, u.x + (size_t)i0 * ldx, ldx, nc,
-                            u.out + (size_t)i0 * u.ldo + u.ocol, 1, (size_t)u.ldo);
-      }
+      moe_unit_run(&u, u.x + (size_t)b->estart[e] * ldx, ldx, b->ecount[e], u.out + (size_t)b->estart[e] * u.ldo);
     }
   }
 }

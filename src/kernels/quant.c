@@ -34,6 +34,8 @@ static void overlay(q35_kernels *dst, const q35_kernels *src) {
     else if (src->tile[t]) dst->tile[t] = src->tile[t];
     if (src->vec_dot[t]) dst->gemv[t] = src->gemv[t];
     else if (src->gemv[t]) dst->gemv[t] = src->gemv[t];
+    if (src->vec_dot[t]) dst->gemv2[t] = src->gemv2[t];
+    else if (src->gemv2[t]) dst->gemv2[t] = src->gemv2[t];
   }
 }
 
@@ -212,6 +214,18 @@ void q35_vec_dot_rows(int type, int64_t n, const void *w, size_t w_stride, int n
   }
   const q35_vec_dot_fn f = type_ok(type) ? k->vec_dot[type] : NULL;
   for (int r = 0; r < nr; r++) out[r] = f ? f(n, (const char *)w + (size_t)r * w_stride, x) : NAN;
+}
+
+void q35_vec_dot_rows2(int type, int64_t n, const void *wa, const void *wb, size_t w_stride, int nr, const void *x,
+                       float *oa, float *ob, size_t out_stride) {
+  const q35_kernels *k = kern();
+  if (nr <= 0) return;
+  if (type_ok(type) && k->gemv2[type]) {
+    k->gemv2[type](n, wa, wb, w_stride, nr, x, oa, ob, out_stride);
+    return;
+  }
+  q35_tile_run(k, type, n, wa, w_stride, nr, x, 0, 1, oa, out_stride, 0);
+  q35_tile_run(k, type, n, wb, w_stride, nr, x, 0, 1, ob, out_stride, 0);
 }
 
 void q35_vec_dot_tile(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x,

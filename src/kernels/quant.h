@@ -70,6 +70,11 @@ void q35_vec_dot_tile_ref(int type, int64_t n, const void *w, size_t w_stride, i
 /* out[r] = q35_vec_dot(type, n, w + r*w_stride, x) for r < nr, bit for bit: one activation row
  * against many weight rows (decode), through whichever kernel is fastest for that. */
 void q35_vec_dot_rows(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x, float *out);
+/* Two row ranges of one shape at once (e.g. an expert's gate and up blocks): oa[r*out_stride] =
+ * q35_vec_dot(type, n, wa + r*w_stride, x) and ob[r*out_stride] likewise from wb, r < nr, bit for
+ * bit; the kernels that have it read the two ranges as two memory streams. */
+void q35_vec_dot_rows2(int type, int64_t n, const void *wa, const void *wb, size_t w_stride, int nr, const void *x,
+                       float *oa, float *ob, size_t out_stride);
 /* As q35_vec_dot_tile with a general output layout: out[r*out_rs + c*out_cs] (in floats). E.g.
  * token-major Y[t][row] (row stride ldy): out = &Y[0][row0], out_rs = 1, out_cs = ldy. */
 void q35_vec_dot_tile_ex(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x,

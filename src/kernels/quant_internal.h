@@ -33,6 +33,13 @@ typedef void (*q35_dequantize_fn)(const void *src, float *dst, int64_t n);
 typedef void (*q35_tile_fn)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,
                             float *out, size_t ors, size_t ocs);
 
+/* Two row ranges of one shape against one activation column: oa[r*ors] = vec_dot(n, wa + r*ws, x)
+ * and ob[r*ors] = vec_dot(n, wb + r*ws, x) for r < nr, bit-identical to the table's vec_dot. The
+ * kernel reads the two ranges together: one core streams more from two ranges far apart than from
+ * one (docs/PERF.md, issue 15 session 13). */
+typedef void (*q35_gemv2_fn)(int64_t n, const void *wa, const void *wb, size_t ws, int nr, const void *x, float *oa,
+                             float *ob, size_t ors);
+
 /* Kernel table: one entry per type id, NULL where the level has no special kernel (the
  * dispatcher falls back to the previous level, finally the reference). */
 typedef struct {
@@ -46,6 +53,7 @@ typedef struct {
   q35_tile_fn gemv[Q35_TYPE_COUNT]; /* one activation column (nc = 1) where a tile kernel beats a loop
                                      * of vec_dot calls: the AVX-512 Q4_0 x Q8_0Z one, whose one-row
                                      * tiles prefetch the rows ahead (vec_dot has no row stride) */
+  q35_gemv2_fn gemv2[Q35_TYPE_COUNT]; /* two row ranges at once (NULL: two gemv calls) */
 } q35_kernels;
 
 /* The tile product through a table: its tile kernel, or a loop over its vec_dot. */

@@ -193,17 +193,20 @@ QSF __m256 lz_half(__m512 v, int h) {
 #undef LZ_ROW
 #undef LZ_GFNI
 
-/* rows of at least LZ_MINR and at most LB_XSC_MAX blocks; else LB_GEMV1's path */
+/* rows of at least LZ_MINR and at most LB_XSC_MAX blocks; else LB_GEMV1's path. LZ_TWO_BYTES: a
+ * call of many rows takes rows r and r + nr / 2 together, group by group, once the two are that
+ * far apart: one core streams more from two ranges far apart than from one (the hardware
+ * prefetchers run one stream each; docs/PERF.md, issue 15 session 13 and issue 16 session 14).
+ * The gemv2 instance (two bases, e.g. an expert's gate and up blocks) always pairs. Each row's
+ * float steps are the one-row ones in the same order: the same bits. */
 #define LZ_MINR 4
+#define LZ_TWO_BYTES ((size_t)128 << 10)
 #define LZ_GEMV(T, TY, ROW, Z)                                                                               \
-  static QS_TARGET void T##_gemv##Z(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, \
-                                  int nc, float *o, size_t ors, size_t ocs) {                                \
+  /* np row pairs (row r of wa and of wb, group by group), then ns single rows of wc */                     \
+  static QS_TARGET void T##_lz##Z(int64_t n, const uint8_t *x, const uint8_t *wa, const uint8_t *wb, int np,  \
+                                  const uint8_t *wc, int ns, size_t ws, float *oa, float *ob, float *oc,      \
+                                  size_t ors) {                                                              \
     const int64_t nb = n / QK8_0, nb16 = nb / 16;                                                            \
-    if (nb > LB_XSC_MAX || nr < LZ_MINR || nb16 == 0) {                                                      \
-      T##_gemv(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);                                                      \
-      return;                                                                                                \
-    }                                                                                                        \
-    const uint8_t *w = wv, *x = xv;                                                                          \
     float xsc[2 * LB_XSC_MAX + 16];                                                                          \
     __m512i yt[LB_XSC_MAX / 2]; /* 8 vectors per 16 blocks */                                                \
     for (int64_t g = 0; g < nb; g += 8) {                                                                    \
@@ -213,16 +216,58 @@ QSF __m256 lz_half(__m512 v, int h) {
       _mm256_storeu_ps(xsc + 2 * g + 8, s);                                                                  \
     }                                                                                                        \
     for (int64_t q = 0; q < nb16; q++) lz_xgroup(x + (size_t)q * 16 * 36, yt + 8 * q);                       \
-    for (int r = 0; r < nr; r++) {                                                                           \
-      const uint8_t *a = w + (size_t)r * ws;                                                                 \
-      __m256 acc[TRM][TCM];                                                                                  \
-      acc[0][0] = _mm256_setzero_ps();                                                                       \
-      ROW(TY, nb16, a, yt, xsc, &acc[0][0]);                                                                 \
-      int64_t g = 16 * nb16;                                                                                 \
-      for (; g + 8 <= nb; g += 8) lb_group(TY, 1, 1, 1, a, 0, x, 0, g, 8, xsc, acc);                         \
-      if (g < nb) lb_group(TY, 1, 1, 0, a, 0, x, 0, g, (int)(nb - g), xsc, acc);                             \
-      OUT(r, 0) = hsum8(acc[0][0]);                                                                          \
+    for (int i = 0; i < np + ns; i++) {                                                                      \
+      const int two = i < np;                                                                                \
+      const uint8_t *ab[2] = {two ? wa + (size_t)i * ws : wc + (size_t)(i - np) * ws,                        \
+                              two ? wb + (size_t)i * ws : NULL};                                             \
+      __m256 acc[2][TRM][TCM];                                                                               \
+      acc[0][0][0] = acc[1][0][0] = _mm256_setzero_ps();                                                     \
+      if (two) {                                                                                             \
+        for (int64_t q = 0; q < nb16; q++) {                                                                 \
+          const size_t off = (size_t)q * 16 * LZ_WB(TY);                                                     \
+          ROW(TY, 1, ab[0] + off, yt + 8 * q, xsc + 32 * q, &acc[0][0][0]);                                  \
+          ROW(TY, 1, ab[1] + off, yt + 8 * q, xsc + 32 * q, &acc[1][0][0]);                                  \
+        }                                                                                                    \
+      } else {                                                                                               \
+        ROW(TY, nb16, ab[0], yt, xsc, &acc[0][0][0]);                                                        \
+      }                                                                                                      \
+      for (int k = 0; k <= two; k++) {                                                                       \
+        int64_t g = 16 * nb16;                                                                               \
+        for (; g + 8 <= nb; g += 8) lb_group(TY, 1, 1, 1, ab[k], 0, x, 0, g, 8, xsc, acc[k]);                \
+        if (g < nb) lb_group(TY, 1, 1, 0, ab[k], 0, x, 0, g, (int)(nb - g), xsc, acc[k]);                    \
+      }                                                                                                      \
+      if (two) {                                                                                             \
+        oa[(size_t)i * ors] = hsum8(acc[0][0][0]);                                                           \
+        ob[(size_t)i * ors] = hsum8(acc[1][0][0]);                                                           \
+      } else {                                                                                               \
+        oc[(size_t)(i - np) * ors] = hsum8(acc[0][0][0]);                                                    \
+      }                                                                                                      \
     }                                                                                                        \
+  }                                                                                                          \
+  static QS_TARGET void T##_gemv##Z(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, \
+                                  int nc, float *o, size_t ors, size_t ocs) {                                \
+    const int64_t nb = n / QK8_0, nb16 = nb / 16;                                                            \
+    if (nb > LB_XSC_MAX || nr < LZ_MINR || nb16 == 0) {                                                      \
+      T##_gemv(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);                                                      \
+      return;                                                                                                \
+    }                                                                                                        \
+    const uint8_t *w = wv;                                                                                   \
+    const int h = nr / 2;                                                                                    \
+    if ((size_t)h * ws >= LZ_TWO_BYTES)                                                                      \
+      T##_lz##Z(n, xv, w, w + (size_t)h * ws, h, w + (size_t)(2 * h) * ws, nr - 2 * h, ws, o,                \
+                o + (size_t)h * ors, o + (size_t)(2 * h) * ors, ors);                                        \
+    else                                                                                                     \
+      T##_lz##Z(n, xv, NULL, NULL, 0, w, nr, ws, NULL, NULL, o, ors);                                        \
+  }                                                                                                          \
+  static QS_TARGET void T##_gemv2##Z(int64_t n, const void *wa, const void *wb, size_t ws, int nr,           \
+                                   const void *xv, float *oa, float *ob, size_t ors) {                      \
+    const int64_t nb = n / QK8_0, nb16 = nb / 16;                                                            \
+    if (nb > LB_XSC_MAX || 2 * nr < LZ_MINR || nb16 == 0) {                                                  \
+      T##_gemv(n, wa, ws, nr, xv, 0, 1, oa, ors, 0);                                                         \
+      T##_gemv(n, wb, ws, nr, xv, 0, 1, ob, ors, 0);                                                         \
+      return;                                                                                                \
+    }                                                                                                        \
+    T##_lz##Z(n, xv, wa, wb, nr, NULL, 0, ws, oa, ob, NULL, ors);                                            \
   }
 LZ_GEMV(t_q4_1, LB_Q4_1, lz_row, z)
 LZ_GEMV(t_q5_1, LB_Q5_1, lz_row, z)
@@ -258,6 +303,8 @@ void q35_kernels_lowbit_avx512(q35_kernels *k) {
     const int gf = q35_cpu_has(Q35_CPU_GFNI);
     k->gemv[Q35_TYPE_Q4_1] = gf ? t_q4_1_gemvzg : t_q4_1_gemvz;
     k->gemv[Q35_TYPE_Q5_1] = gf ? t_q5_1_gemvzg : t_q5_1_gemvz;
+    k->gemv2[Q35_TYPE_Q4_1] = gf ? t_q4_1_gemv2zg : t_q4_1_gemv2z; /* two bases: always two streams */
+    k->gemv2[Q35_TYPE_Q5_1] = gf ? t_q5_1_gemv2zg : t_q5_1_gemv2z;
   }
   /* IQ4_NL and MXFP4 take Q8_0Z where Q4_0 does (q35_kernels_avx512 with VBMI), else Q8_0X */
   if (k->q4_0_act == Q35_TYPE_Q8_0Z) {

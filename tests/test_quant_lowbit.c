@@ -247,14 +247,15 @@ static void big_tile_f64(q35_simd level, const q35_kernels *k, int type, int emu
 
 /* Q4_1 / Q5_1 one-column gemv and gemv2 (two bases; NULL: two gemv calls, as q35_vec_dot_rows2)
  * bit-equal to vec_dot row by row: odd row counts, a big matrix whose halves lie far apart (the
- * AVX-512 kernels then read rows r and r + nr / 2 together) and small ones, two bases far apart
+ * AVX-512 kernels then read pairs of rows far apart together) and small ones, two bases far apart
  * and near, block counts with and without a tail after the groups of 16. */
 static void rows2_check(q35_simd level, const q35_kernels *k, int type) {
   const int vt = q35_kernels_vec_dot_type(k, type);
   long bad = 0;
   for (int rep = 0; rep < 8; rep++) {
     const int64_t n = 32 * (rep % 2 ? 55 : 64);
-    const int nr = rep < 4 ? 301 + 2 * (rep % 2) : 1 + rep % 4 * 2 + (rep == 7 ? 6 : 0);
+    /* 1801: more than one of the AVX-512 kernels' ~2 MiB blocks of row pairs */
+    const int nr = rep < 4 ? (rep == 3 ? 1801 : 301 + 2 * (rep % 2)) : 1 + rep % 4 * 2 + (rep == 7 ? 6 : 0);
     const size_t ws = q35_row_size(type, n) + (size_t)rep % 3;
     /* gemv2's bases: far apart (a gap of 200 rows) or near (interleaved halves of one range) */
     const size_t span = ws * (size_t)(2 * nr + 200) + 8;

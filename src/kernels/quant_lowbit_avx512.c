@@ -193,14 +193,15 @@ QSF __m256 lz_half(__m512 v, int h) {
 #undef LZ_ROW
 #undef LZ_GFNI
 
-/* rows of at least LZ_MINR and at most LB_XSC_MAX blocks; else LB_GEMV1's path. LZ_TWO_BYTES: a
- * call of many rows takes rows r and r + nr / 2 together, group by group, once the two are that
- * far apart: one core streams more from two ranges far apart than from one (the hardware
- * prefetchers run one stream each; docs/PERF.md, issue 15 session 13 and issue 16 session 14).
- * The gemv2 instance (two bases, e.g. an expert's gate and up blocks) always pairs. Each row's
- * float steps are the one-row ones in the same order: the same bits. */
+/* rows of at least LZ_MINR and at most LB_XSC_MAX blocks; else LB_GEMV1's path. Two memory streams:
+ * per block of rows about 2 LZ_PAIR_BYTES long, rows r and r + half are read together, group by
+ * group, where the two are LZ_TWO_BYTES or more apart. At 2 threads this paid with the two rows
+ * ~0.75-1.5 MiB apart and lost with them 192 KiB, 3 MiB or 64 MiB apart (docs/PERF.md, session 14
+ * "Two memory streams"), hence the blocks and no gemv2 instance (its two bases lie tensors apart).
+ * Each row's float steps are the one-row ones in the same order: the same bits. */
 #define LZ_MINR 4
 #define LZ_TWO_BYTES ((size_t)128 << 10)
+#define LZ_PAIR_BYTES ((size_t)1 << 20)
 #define LZ_GEMV(T, TY, ROW, Z)                                                                               \
   /* np row pairs (row r of wa and of wb, group by group), then ns single rows of wc */                     \
   static QS_TARGET void T##_lz##Z(int64_t n, const uint8_t *x, const uint8_t *wa, const uint8_t *wb, int np,  \
@@ -252,22 +253,17 @@ QSF __m256 lz_half(__m512 v, int h) {
       return;                                                                                                \
     }                                                                                                        \
     const uint8_t *w = wv;                                                                                   \
-    const int h = nr / 2;                                                                                    \
-    if ((size_t)h * ws >= LZ_TWO_BYTES)                                                                      \
-      T##_lz##Z(n, xv, w, w + (size_t)h * ws, h, w + (size_t)(2 * h) * ws, nr - 2 * h, ws, o,                \
-                o + (size_t)h * ors, o + (size_t)(2 * h) * ors, ors);                                        \
-    else                                                                                                     \
-      T##_lz##Z(n, xv, NULL, NULL, 0, w, nr, ws, NULL, NULL, o, ors);                                        \
-  }                                                                                                          \
-  static QS_TARGET void T##_gemv2##Z(int64_t n, const void *wa, const void *wb, size_t ws, int nr,           \
-                                   const void *xv, float *oa, float *ob, size_t ors) {                      \
-    const int64_t nb = n / QK8_0, nb16 = nb / 16;                                                            \
-    if (nb > LB_XSC_MAX || 2 * nr < LZ_MINR || nb16 == 0) {                                                  \
-      T##_gemv(n, wa, ws, nr, xv, 0, 1, oa, ors, 0);                                                         \
-      T##_gemv(n, wb, ws, nr, xv, 0, 1, ob, ors, 0);                                                         \
-      return;                                                                                                \
+    const int blk = 2 * (int)((LZ_PAIR_BYTES + ws - 1) / ws); /* rows r, r + blk / 2 ~LZ_PAIR_BYTES apart */ \
+    for (int r = 0; r < nr; r += blk) {                                                                      \
+      const int m = nr - r < blk ? nr - r : blk, h = m / 2;                                                  \
+      const uint8_t *wr = w + (size_t)r * ws;                                                                \
+      float *orr = o + (size_t)r * ors;                                                                      \
+      if ((size_t)h * ws >= LZ_TWO_BYTES)                                                                    \
+        T##_lz##Z(n, xv, wr, wr + (size_t)h * ws, h, wr + (size_t)(2 * h) * ws, m - 2 * h, ws, orr,          \
+                  orr + (size_t)h * ors, orr + (size_t)(2 * h) * ors, ors);                                  \
+      else                                                                                                   \
+        T##_lz##Z(n, xv, NULL, NULL, 0, wr, m, ws, NULL, NULL, orr, ors);                                    \
     }                                                                                                        \
-    T##_lz##Z(n, xv, wa, wb, nr, NULL, 0, ws, oa, ob, NULL, ors);                                            \
   }
 LZ_GEMV(t_q4_1, LB_Q4_1, lz_row, z)
 LZ_GEMV(t_q5_1, LB_Q5_1, lz_row, z)
@@ -303,8 +299,6 @@ void q35_kernels_lowbit_avx512(q35_kernels *k) {
     const int gf = q35_cpu_has(Q35_CPU_GFNI);
     k->gemv[Q35_TYPE_Q4_1] = gf ? t_q4_1_gemvzg : t_q4_1_gemvz;
     k->gemv[Q35_TYPE_Q5_1] = gf ? t_q5_1_gemvzg : t_q5_1_gemvz;
-    k->gemv2[Q35_TYPE_Q4_1] = gf ? t_q4_1_gemv2zg : t_q4_1_gemv2z; /* two bases: always two streams */
-    k->gemv2[Q35_TYPE_Q5_1] = gf ? t_q5_1_gemv2zg : t_q5_1_gemv2z;
   }
   /* IQ4_NL and MXFP4 take Q8_0Z where Q4_0 does (q35_kernels_avx512 with VBMI), else Q8_0X */
   if (k->q4_0_act == Q35_TYPE_Q8_0Z) {

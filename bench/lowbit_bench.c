@@ -4,7 +4,8 @@
  * SIMD level this CPU has, the paths the forward pass takes:
  *   decode   one activation column times a weight matrix far bigger than the caches
  *            (q35_tile_run with nc = 1: the level's gemv), GB/s of weights streamed, THREADS
- *            threads each on its own slice of rows
+ *            threads each on its own slice of rows, in calls of CHUNK rows (0: the whole slice in
+ *            one call, as a decode's matmul hands each thread its rows)
  *   prefill  an expert-shaped 512 x 2048 matrix (in cache) times C = 16 and 64 activation
  *            columns through the level's tile kernel, GMAC/s, one thread
  * Compare decode with bench/membw at the same thread count (the roofline). Times are CPU seconds
@@ -15,7 +16,7 @@
  *   cc -O2 -Iinclude -Isrc bench/lowbit_bench.c build/libq35.a -o build/lowbit_bench \
  *      $(pkg-config --libs jansson libpcre2-8 libutf8proc) -lm -pthread
  * Run: build/lowbit_bench [MiB of weights per matrix, default 512] [THREADS, default 1] [types: comma
- *      list of names, default all]
+ *      list of names or all, default all] [CHUNK: rows per gemv call, default 64; 0: the whole slice]
  * The IQ types have no q35 quantizer: their rows are random bytes with normal fp16 scales.
  */
 #include <pthread.h>
@@ -28,6 +29,8 @@
 #include "base/util.h"
 #include "kernels/quant.h"
 #include "kernels/quant_internal.h"
+
+static int chunk = 64; /* rows per gemv call; 0: each thread's whole slice at once */
 
 static double now(void) {
   struct timespec t;
@@ -50,8 +53,9 @@ typedef struct {
 static void *run_job(void *p) {
   job *j = p;
   const double t0 = now();
-  for (int r = j->r0; r < j->r1; r += 64) {
-    const int nr = j->r1 - r < 64 ? j->r1 - r : 64;
+  const int step = chunk > 0 ? chunk : j->r1 - j->r0;
+  for (int r = j->r0; r < j->r1; r += step) {
+    const int nr = j->r1 - r < step ? j->r1 - r : step;
     q35_tile_run(j->k, j->type, j->n, j->w + (size_t)r * j->ws, j->ws, nr, j->x, 0, 1, j->o + r, 1, 0);
   }
   j->cpu = now() - t0;
@@ -100,7 +104,8 @@ static void bench_decode(size_t mib, int nth) {
     xf[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
     wf[i] = (float)((i * 104729) % 1000) / 50000.0f - 0.01f;
   }
-  printf("decode: GB/s of weights, %zu MiB matrix, n = %lld, %d thread(s)\n%-7s", mib, (long long)n, nth, "type");
+  printf("decode: GB/s of weights, %zu MiB matrix, n = %lld, %d thread(s), calls of %d rows (0: the slice)\n%-7s", mib,
+         (long long)n, nth, chunk, "type");
   for (int l = 0; l <= Q35_SIMD_AVX512; l++) printf(" %8s", q35_simd_name(l));
   printf("\n");
   for (int t = 0; t < NT; t++) {
@@ -201,7 +206,8 @@ static void bench_prefill(void) {
 int main(int argc, char **argv) {
   const size_t mib = argc > 1 ? (size_t)atoi(argv[1]) : 512;
   const int nth = argc > 2 ? atoi(argv[2]) : 1;
-  only = argc > 3 ? argv[3] : NULL;
+  only = argc > 3 && strcmp(argv[3], "all") ? argv[3] : NULL;
+  chunk = argc > 4 ? atoi(argv[4]) : 64;
   bench_decode(mib, nth);
   bench_prefill();
   return 0;

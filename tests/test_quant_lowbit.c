@@ -245,6 +245,47 @@ static void big_tile_f64(q35_simd level, const q35_kernels *k, int type, int emu
   free(w); free(x); free(f); free(dw); free(dx); free(got);
 }
 
+/* Q4_1 / Q5_1 one-column gemv and gemv2 (two bases; NULL: two gemv calls, as q35_vec_dot_rows2)
+ * bit-equal to vec_dot row by row: odd row counts, a big matrix whose halves lie far apart (the
+ * AVX-512 kernels then read pairs of rows far apart together) and small ones, two bases far apart
+ * and near, block counts with and without a tail after the groups of 16. */
+static void rows2_check(q35_simd level, const q35_kernels *k, int type) {
+  const int vt = q35_kernels_vec_dot_type(k, type);
+  long bad = 0;
+  for (int rep = 0; rep < 8; rep++) {
+    const int64_t n = 32 * (rep % 2 ? 55 : 64);
+    /* 1801: more than one of the AVX-512 kernels' ~2 MiB blocks of row pairs */
+    const int nr = rep < 4 ? (rep == 3 ? 1801 : 301 + 2 * (rep % 2)) : 1 + rep % 4 * 2 + (rep == 7 ? 6 : 0);
+    const size_t ws = q35_row_size(type, n) + (size_t)rep % 3;
+    /* gemv2's bases: far apart (a gap of 200 rows) or near (interleaved halves of one range) */
+    const size_t span = ws * (size_t)(2 * nr + 200) + 8;
+    uint8_t *wbuf = malloc(span), *xb = malloc(q35_row_size(vt, n) + 8);
+    uint8_t *w = wbuf + rep % 3, *x = xb + rep % 2;
+    for (size_t i = 0; i + ws <= span - 3; i += ws) rnd_weights(type, w + i, n);
+    rnd_act(vt, x, n, 0);
+    float *want = malloc(sizeof(float) * (size_t)(2 * nr + 200)), *oa = malloc(sizeof(float) * 2 * (size_t)nr);
+    for (int r = 0; r < 2 * nr + 200; r++) want[r] = k->vec_dot[type](n, w + (size_t)r * ws, x);
+    q35_tile_run(k, type, n, w, ws, nr, x, 0, 1, oa, 1, 0); /* gemv */
+    for (int r = 0; r < nr; r++) bad += !same_float(oa[r], want[r]);
+    for (int far = 0; far < 2; far++) {
+      const int rb = far ? nr + 200 : 1; /* row of wb's first row */
+      const size_t wstr = far ? ws : 2 * ws, ostr = 2; /* near: every other row of each base */
+      float *ob = oa + 1;
+      if (k->gemv2[type]) k->gemv2[type](n, w, w + (size_t)rb * ws, wstr, nr, x, oa, ob, ostr);
+      else {
+        q35_tile_run(k, type, n, w, wstr, nr, x, 0, 1, oa, ostr, 0);
+        q35_tile_run(k, type, n, w + (size_t)rb * ws, wstr, nr, x, 0, 1, ob, ostr, 0);
+      }
+      for (int r = 0; r < nr; r++) {
+        const int ra = far ? r : 2 * r, rbr = far ? rb + r : rb + 2 * r;
+        bad += !same_float(oa[2 * r], want[ra]) + !same_float(ob[2 * r], want[rbr]);
+      }
+    }
+    free(wbuf); free(xb); free(want); free(oa);
+  }
+  CHECK(!bad, "%s %s: gemv / gemv2 != vec_dot in %ld rows", q35_simd_name(level), q35_type_name(type), bad);
+}
+
 int main(void) {
   const int types[] = {Q35_TYPE_Q3_K, Q35_TYPE_Q2_K, Q35_TYPE_MXFP4, Q35_TYPE_IQ4_NL, Q35_TYPE_Q4_1, Q35_TYPE_Q5_1};
   const int n = 1024, NR = 5, NC = 3;
@@ -293,6 +334,8 @@ int main(void) {
       random_blocks(level, &k, &ref, types[t]);
       big_tile_f64(level, &k, types[t], emu);
     }
+    rows2_check(level, &k, Q35_TYPE_Q4_1);
+    rows2_check(level, &k, Q35_TYPE_Q5_1);
     printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   return check_done("test_quant_lowbit");

@@ -193,17 +193,21 @@ QSF __m256 lz_half(__m512 v, int h) {
 #undef LZ_ROW
 #undef LZ_GFNI
 
-/* rows of at least LZ_MINR and at most LB_XSC_MAX blocks; else LB_GEMV1's path */
+/* rows of at least LZ_MINR and at most LB_XSC_MAX blocks; else LB_GEMV1's path. Two memory streams:
+ * per block of rows about 2 LZ_PAIR_BYTES long, rows r and r + half are read together, group by
+ * group, where the two are LZ_TWO_BYTES or more apart. At 2 threads this paid with the two rows
+ * ~0.75-1.5 MiB apart and lost with them 192 KiB, 3 MiB or 64 MiB apart (docs/PERF.md, session 14
+ * "Two memory streams"), hence the blocks and no gemv2 instance (its two bases lie tensors apart).
+ * Each row's float steps are the one-row ones in the same order: the same bits. */
 #define LZ_MINR 4
+#define LZ_TWO_BYTES ((size_t)128 << 10)
+#define LZ_PAIR_BYTES ((size_t)1 << 20)
 #define LZ_GEMV(T, TY, ROW, Z)                                                                               \
-  static QS_TARGET void T##_gemv##Z(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, \
-                                  int nc, float *o, size_t ors, size_t ocs) {                                \
+  /* np row pairs (row r of wa and of wb, group by group), then ns single rows of wc */                     \
+  static QS_TARGET void T##_lz##Z(int64_t n, const uint8_t *x, const uint8_t *wa, const uint8_t *wb, int np,  \
+                                  const uint8_t *wc, int ns, size_t ws, float *oa, float *ob, float *oc,      \
+                                  size_t ors) {                                                              \
     const int64_t nb = n / QK8_0, nb16 = nb / 16;                                                            \
-    if (nb > LB_XSC_MAX || nr < LZ_MINR || nb16 == 0) {                                                      \
-      T##_gemv(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);                                                      \
-      return;                                                                                                \
-    }                                                                                                        \
-    const uint8_t *w = wv, *x = xv;                                                                          \
     float xsc[2 * LB_XSC_MAX + 16];                                                                          \
     __m512i yt[LB_XSC_MAX / 2]; /* 8 vectors per 16 blocks */                                                \
     for (int64_t g = 0; g < nb; g += 8) {                                                                    \
@@ -213,15 +217,52 @@ QSF __m256 lz_half(__m512 v, int h) {
       _mm256_storeu_ps(xsc + 2 * g + 8, s);                                                                  \
     }                                                                                                        \
     for (int64_t q = 0; q < nb16; q++) lz_xgroup(x + (size_t)q * 16 * 36, yt + 8 * q);                       \
-    for (int r = 0; r < nr; r++) {                                                                           \
-      const uint8_t *a = w + (size_t)r * ws;                                                                 \
-      __m256 acc[TRM][TCM];                                                                                  \
-      acc[0][0] = _mm256_setzero_ps();                                                                       \
-      ROW(TY, nb16, a, yt, xsc, &acc[0][0]);                                                                 \
-      int64_t g = 16 * nb16;                                                                                 \
-      for (; g + 8 <= nb; g += 8) lb_group(TY, 1, 1, 1, a, 0, x, 0, g, 8, xsc, acc);                         \
-      if (g < nb) lb_group(TY, 1, 1, 0, a, 0, x, 0, g, (int)(nb - g), xsc, acc);                             \
-      OUT(r, 0) = hsum8(acc[0][0]);                                                                          \
+    for (int i = 0; i < np + ns; i++) {                                                                      \
+      const int two = i < np;                                                                                \
+      const uint8_t *ab[2] = {two ? wa + (size_t)i * ws : wc + (size_t)(i - np) * ws,                        \
+                              two ? wb + (size_t)i * ws : NULL};                                             \
+      __m256 acc[2][TRM][TCM];                                                                               \
+      acc[0][0][0] = acc[1][0][0] = _mm256_setzero_ps();                                                     \
+      if (two) {                                                                                             \
+        for (int64_t q = 0; q < nb16; q++) {                                                                 \
+          const size_t off = (size_t)q * 16 * LZ_WB(TY);                                                     \
+          ROW(TY, 1, ab[0] + off, yt + 8 * q, xsc + 32 * q, &acc[0][0][0]);                                  \
+          ROW(TY, 1, ab[1] + off, yt + 8 * q, xsc + 32 * q, &acc[1][0][0]);                                  \
+        }                                                                                                    \
+      } else {                                                                                               \
+        ROW(TY, nb16, ab[0], yt, xsc, &acc[0][0][0]);                                                        \
+      }                                                                                                      \
+      for (int k = 0; k <= two; k++) {                                                                       \
+        int64_t g = 16 * nb16;                                                                               \
+        for (; g + 8 <= nb; g += 8) lb_group(TY, 1, 1, 1, ab[k], 0, x, 0, g, 8, xsc, acc[k]);                \
+        if (g < nb) lb_group(TY, 1, 1, 0, ab[k], 0, x, 0, g, (int)(nb - g), xsc, acc[k]);                    \
+      }                                                                                                      \
+      if (two) {                                                                                             \
+        oa[(size_t)i * ors] = hsum8(acc[0][0][0]);                                                           \
+        ob[(size_t)i * ors] = hsum8(acc[1][0][0]);                                                           \
+      } else {                                                                                               \
+        oc[(size_t)(i - np) * ors] = hsum8(acc[0][0][0]);                                                    \
+      }                                                                                                      \
+    }                                                                                                        \
+  }                                                                                                          \
+  static QS_TARGET void T##_gemv##Z(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, \
+                                  int nc, float *o, size_t ors, size_t ocs) {                                \
+    const int64_t nb = n / QK8_0, nb16 = nb / 16;                                                            \
+    if (nb > LB_XSC_MAX || nr < LZ_MINR || nb16 == 0) {                                                      \
+      T##_gemv(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);                                                      \
+      return;                                                                                                \
+    }                                                                                                        \
+    const uint8_t *w = wv;                                                                                   \
+    const int blk = 2 * (int)((LZ_PAIR_BYTES + ws - 1) / ws); /* rows r, r + blk / 2 ~LZ_PAIR_BYTES apart */ \
+    for (int r = 0; r < nr; r += blk) {                                                                      \
+      const int m = nr - r < blk ? nr - r : blk, h = m / 2;                                                  \
+      const uint8_t *wr = w + (size_t)r * ws;                                                                \
+      float *orr = o + (size_t)r * ors;                                                                      \
+      if ((size_t)h * ws >= LZ_TWO_BYTES)                                                                    \
+        T##_lz##Z(n, xv, wr, wr + (size_t)h * ws, h, wr + (size_t)(2 * h) * ws, m - 2 * h, ws, orr,          \
+                  orr + (size_t)h * ors, orr + (size_t)(2 * h) * ors, ors);                                  \
+      else                                                                                                   \
+        T##_lz##Z(n, xv, NULL, NULL, 0, wr, m, ws, NULL, NULL, orr, ors);                                    \
     }                                                                                                        \
   }
 LZ_GEMV(t_q4_1, LB_Q4_1, lz_row, z)

@@ -102,6 +102,89 @@ static QS_TARGET void t_iq2_xs_gemvx(int64_t n, const void *wv, size_t ws, int n
   }
 }
 
+/*
+ * IQ2_XXS / IQ3_XXS one-column gemv with the sign bytes built in vector registers (VBMI and GFNI):
+ * their sub-block's four 7-bit sign fields lie in bits 0..27 of one 32-bit word (the scale in
+ * 28..31). Per super-block one vpmultishiftqb puts each field in its own byte (bit offsets 0, 7,
+ * 14 and 21 of each word of a qword; bit 7 of the byte is the next field's first bit) and one
+ * vgf2p8affineqb keeps bits 0..6 and sets bit 7 to their parity (the eighth sign, as in
+ * q35_ksigns14): the 8 sub-blocks' 32-bit negation masks, stored once and read as masks, where the
+ * template (SGN 3 / 4) takes each from two lookups in the 32 KiB q35_ksigns14. IQ3_XXS's 8 words
+ * are contiguous (32 bytes); IQ2_XXS's are the high halves of the 8 qwords of qs (64 bytes), so
+ * sub-block ib's mask is the result's dword 2 ib there. Scales, grid lookups, the passes and
+ * prefetch and the float steps are the template's (SC32 1), in its order: same bits as vec_dot.
+ */
+/* result bit i (matrix byte 7 - i) = source bit i for i < 7; bit 7 = the parity of source bits 0..6 */
+#define IQX7_SGN_MATRIX 0x010204081020407Full
+QSI void iqx7_sbs(const int T3, const int KK, const uint8_t *w, const uint8_t *x, int64_t i, float *sum) {
+  const size_t BSZ = T3 ? sizeof(blk_iq3_xxs) : sizeof(blk_iq2_xxs);
+  __m256i acc[4], odd[4];
+  uint32_t sc32[4][8], sm[4][16];
+  _Pragma("GCC unroll 4") for (int k = 0; k < KK; k++) {
+    const uint8_t *bw = w + (size_t)(i + k) * BSZ;
+    odd[k] = iq_odd(T3 ? scl_iq3_xxs(bw) : scl_iq2_xxs(bw));
+    iq_sc32_store(odd[k], sc32[k]);
+    if (T3) { /* byte j of a qword from bit 7 j (j < 4) / 32 + 7 (j - 4): both words' fields */
+      const __m256i f = _mm256_multishift_epi64_epi8(_mm256_set1_epi64x(0x352E2720150E0700ll), loadu256(bw + 66));
+      _mm256_storeu_si256((__m256i *)(void *)sm[k],
+                          _mm256_gf2p8affine_epi64_epi8(f, _mm256_set1_epi64x((long long)IQX7_SGN_MATRIX), 0));
+    } else { /* bytes j and 4 + j of a qword from bit 32 + 7 j: the high word's fields, twice */
+      const __m512i f = _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x352E2720352E2720ll), _mm512_loadu_si512(bw + 2));
+      _mm512_storeu_si512(sm[k], _mm512_gf2p8affine_epi64_epi8(f, _mm512_set1_epi64((long long)IQX7_SGN_MATRIX), 0));
+    }
+    acc[k] = _mm256_setzero_si256();
+  }
+  _Pragma("GCC unroll 8") for (int ib = 0; ib < 8; ib++) {
+    _Pragma("GCC unroll 4") for (int k = 0; k < KK; k++) {
+      const uint8_t *bw = w + (size_t)(i + k) * BSZ;
+      const blk_q8_k *b = (const blk_q8_k *)x + i + k;
+      __m256i q, s;
+      if (T3)
+        dec_iq3_xxs(bw, ib, &q, &s);
+      else
+        dec_iq2_xxs(bw, ib, &q, &s);
+      const __m256i sc = _mm256_set1_epi32((int)sc32[k][ib]);
+      const __m256i y = loadu256(b->qs + 32 * ib);
+      const __m256i ys = _mm256_mask_sub_epi8(y, (__mmask32)sm[k][T3 ? ib : 2 * ib], _mm256_setzero_si256(), y);
+      acc[k] = madd_acc(acc[k], _mm256_maddubs_epi16(q, ys), sc);
+    }
+  }
+  _Pragma("GCC unroll 4") for (int k = 0; k < KK; k++) {
+    const float dw = dw_d(w + (size_t)(i + k) * BSZ);
+    const blk_q8_k *b = (const blk_q8_k *)x + i + k;
+    *sum += dw * b->d * hsum_i32_f(acc[k]);
+  }
+}
+/* T##_rowg's passes (G super-blocks, then 2 and 1; G = 2 as IQ_GEMV's for both types: 4 measured
+ * level for IQ2_XXS and slower for IQ3_XXS, docs/PERF.md) and prefetch with iqx7_sbs */
+QSI void iqx7_gemv(const int T3, const int G, int64_t n, const void *wv, size_t ws, int nr, const void *xv, float *o,
+                   size_t ors) {
+  const size_t BSZ = T3 ? sizeof(blk_iq3_xxs) : sizeof(blk_iq2_xxs);
+  const int64_t nsb = n / QK_K;
+  for (int r = 0; r < nr; r++) {
+    const uint8_t *w = (const uint8_t *)wv + (size_t)r * ws;
+    float sum = 0;
+    int64_t i = 0;
+    for (; i + G <= nsb; i += G) {
+      pf_span(w + (size_t)(i + G) * BSZ + IQ_PF_AHEAD, (size_t)G * BSZ);
+      iqx7_sbs(T3, G, w, xv, i, &sum);
+    }
+    if (G > 2 && i + 2 <= nsb) iqx7_sbs(T3, 2, w, xv, i, &sum), i += 2;
+    if (i < nsb) iqx7_sbs(T3, 1, w, xv, i, &sum);
+    o[(size_t)r * ors] = (T3 ? 0.25f : 0.125f) * sum;
+  }
+}
+static QS_TARGET void t_iq2_xxs_gemvx(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, int nc,
+                                      float *o, size_t ors, size_t ocs) {
+  (void)xs, (void)nc, (void)ocs; /* one column */
+  iqx7_gemv(0, 2, n, wv, ws, nr, xv, o, ors);
+}
+static QS_TARGET void t_iq3_xxs_gemvx(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, int nc,
+                                      float *o, size_t ors, size_t ocs) {
+  (void)xs, (void)nc, (void)ocs; /* one column */
+  iqx7_gemv(1, 2, n, wv, ws, nr, xv, o, ors);
+}
+
 void q35_kernels_iq_avx512(q35_kernels *k) {
   q35_iq_tables_init();
   IQ_SET_G(k, Q35_TYPE_IQ2_XXS, t_iq2_xxs);
@@ -111,5 +194,9 @@ void q35_kernels_iq_avx512(q35_kernels *k) {
   IQ_SET(k, Q35_TYPE_IQ3_S, t_iq3_s);
   IQ_SET_G(k, Q35_TYPE_IQ1_S, t_iq1_s);
   IQ_SET_G(k, Q35_TYPE_IQ1_M, t_iq1_m);
-  if (q35_cpu_has(Q35_CPU_AVX512_VBMI) && q35_cpu_has(Q35_CPU_GFNI)) k->gemv[Q35_TYPE_IQ2_XS] = t_iq2_xs_gemvx;
+  if (q35_cpu_has(Q35_CPU_AVX512_VBMI) && q35_cpu_has(Q35_CPU_GFNI)) {
+    k->gemv[Q35_TYPE_IQ2_XS] = t_iq2_xs_gemvx;
+    k->gemv[Q35_TYPE_IQ2_XXS] = t_iq2_xxs_gemvx;
+    k->gemv[Q35_TYPE_IQ3_XXS] = t_iq3_xxs_gemvx;
+  }
 }

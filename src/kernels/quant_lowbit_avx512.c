@@ -198,7 +198,9 @@ QSF __m256 lz_half(__m512 v, int h) {
  * group, where the two are LZ_TWO_BYTES or more apart. At 2 threads this paid with the two rows
  * ~0.75-1.5 MiB apart and lost with them 192 KiB, 3 MiB or 64 MiB apart (docs/PERF.md, session 14
  * "Two memory streams"), hence the blocks and no gemv2 instance (its two bases lie tensors apart).
- * Each row's float steps are the one-row ones in the same order: the same bits. */
+ * Each row's float steps are the one-row ones in the same order: the same bits. Each group
+ * prefetches the same group pf_ahead(1, ws) bytes (4 rows) ahead, as Q4_0's kernel does: without it
+ * Q5_1 streamed at 2 threads well below Q4_0 (docs/PERF.md, session 15). */
 #define LZ_MINR 4
 #define LZ_TWO_BYTES ((size_t)128 << 10)
 #define LZ_PAIR_BYTES ((size_t)1 << 20)
@@ -217,6 +219,7 @@ QSF __m256 lz_half(__m512 v, int h) {
       _mm256_storeu_ps(xsc + 2 * g + 8, s);                                                                  \
     }                                                                                                        \
     for (int64_t q = 0; q < nb16; q++) lz_xgroup(x + (size_t)q * 16 * 36, yt + 8 * q);                       \
+    const size_t pfd = pf_ahead(1, ws); /* as Q4_0's: each group 4 rows (>= QS_PF_MIN bytes) ahead */       \
     for (int i = 0; i < np + ns; i++) {                                                                      \
       const int two = i < np;                                                                                \
       const uint8_t *ab[2] = {two ? wa + (size_t)i * ws : wc + (size_t)(i - np) * ws,                        \
@@ -226,11 +229,11 @@ QSF __m256 lz_half(__m512 v, int h) {
       if (two) {                                                                                             \
         for (int64_t q = 0; q < nb16; q++) {                                                                 \
           const size_t off = (size_t)q * 16 * LZ_WB(TY);                                                     \
-          ROW(TY, 1, ab[0] + off, yt + 8 * q, xsc + 32 * q, &acc[0][0][0]);                                  \
-          ROW(TY, 1, ab[1] + off, yt + 8 * q, xsc + 32 * q, &acc[1][0][0]);                                  \
+          ROW(TY, 1, ab[0] + off, yt + 8 * q, xsc + 32 * q, pfd, &acc[0][0][0]);                             \
+          ROW(TY, 1, ab[1] + off, yt + 8 * q, xsc + 32 * q, pfd, &acc[1][0][0]);                             \
         }                                                                                                    \
       } else {                                                                                               \
-        ROW(TY, nb16, ab[0], yt, xsc, &acc[0][0][0]);                                                        \
+        ROW(TY, nb16, ab[0], yt, xsc, pfd, &acc[0][0][0]);                                                   \
       }                                                                                                      \
       for (int k = 0; k <= two; k++) {                                                                       \
         int64_t g = 16 * nb16;                                                                               \

@@ -399,7 +399,8 @@ QSI void q4z_group(const int R, const int C, const int FULL, const uint8_t *cons
       }
     }
     const __m512 yd = _mm512_loadu_ps(b + 576);
-    FOR_R acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p[r], ph[r])), _mm512_mul_ps(D[r], yd), acc[r][c]);
+    FOR_R acc[r][c] =
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p[r], ph[r])), _mm512_mul_ps(D[r], yd), acc[r][c]);
   }
 }
 

@@ -38,9 +38,9 @@ void q35_session_ckpt_free(q35_session *s) {
 }
 
 /* A layer's delta-rule slots (2 MiB a position at the 35B-A3B's shape): 2 MiB aligned and advised
- * MADV_HUGEPAGE, so q35_session_ckpt_touch takes one fault per 2 MiB instead of 512 (first-touch
- * faults of 4 KiB pages were most of a 64-token drafting run's one-off cost, docs/PERF.md issue 19
- * session 15). Smaller blocks as before. Released with free(). */
+ * MADV_HUGEPAGE, so q35_session_ckpt_touch takes one page fault per 2 MiB instead of 512 (the
+ * touch runs inside the first drafting step; its 4 KiB faults were most of its cost). Smaller
+ * blocks as before. Released with free(). */
 static float *ckpt_alloc(size_t bytes) {
   const size_t huge = (size_t)2 << 20;
   if (bytes < huge || bytes > SIZE_MAX - huge) return q35_alloc64(bytes, 0);

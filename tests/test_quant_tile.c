@@ -411,6 +411,7 @@ static void q4_0z_cross_level(void) {
 }
 
 static void rows2_two_streams(q35_simd level, const q35_kernels *k);
+static void rows_adjacent_pairs(q35_simd level, const q35_kernels *k);
 
 int main(void) {
   public_api();
@@ -461,6 +462,7 @@ int main(void) {
       }
     }
     rows2_two_streams(level, &k);
+    rows_adjacent_pairs(level, &k);
     printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   printf("%ld tile cases\n", cases);
@@ -509,4 +511,18 @@ static void rows2_two_streams(q35_simd level, const q35_kernels *k) {
     }
     free(oa); free(ob); free(wbuf); free(xb);
   }
+}
+
+/*
+ * Q4_0's one-row tiles of 2 and 3 columns on rows closer together than the two-stream threshold:
+ * the AVX-512 level runs adjacent rows r and r + 1 as pairs (each activation vector loaded once
+ * for both), an odd count's last row alone. Full groups of 16 blocks and a short last group (n =
+ * 2048 + 96: 3 blocks; n = 576: 2), even and odd row counts, against per-pair vec_dot.
+ */
+static void rows_adjacent_pairs(q35_simd level, const q35_kernels *k) {
+  static const int64_t ns[3] = {2048, 2048 + 96, 576};
+  static const int nrs[5] = {2, 3, 8, 17, 64};
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 5; j++)
+      for (int nc = 2; nc <= 3; nc++) tile_case(q35_simd_name(level), k, Q35_TYPE_Q4_0, ns[i], nrs[j], nc);
 }

@@ -376,19 +376,31 @@ QSI void q4z_group(const int R, const int C, const int FULL, const uint8_t *cons
     D[r] = _mm512_cvtph_ps(_mm512_castsi512_si256(dw));
   }
   FOR_C {
+    /* two chains of four per row (low and high nibbles), joined by one add: the int32 sums wrap
+     * exactly, so this is the same integer as one chain of eight, at half its latency. Each of
+     * the column's ten vectors is loaded once for all R rows: with every product reading its
+     * own copy, a 2 x C tile issued twice the loads, and the load ports (not the multiplies)
+     * bound the multi-column products. */
     const uint8_t *b = x + (size_t)c * xs + (size_t)q * Q8Z_GROUP;
-    const __m512 yd = _mm512_loadu_ps(b + 576);
+    __m512i off = _mm512_loadu_si512(b + 512);
+    if (R > 1) __asm__("" : "+v"(off));
+    __m512i p[TRM], ph[TRM];
     FOR_R {
-      /* two chains of four (low and high nibbles), joined by one add: the int32 sums wrap
-       * exactly, so this is the same integer as one chain of eight, at half its latency */
-      __m512i p = _mm512_loadu_si512(b + 512), ph = _mm512_setzero_si512();
-      _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
-        p = _mm512_dpbusd_epi32(p, L[r][j], _mm512_loadu_si512(b + 64 * j));
-        ph = _mm512_dpbusd_epi32(ph, H[r][j], _mm512_loadu_si512(b + 256 + 64 * j));
-      }
-      p = _mm512_add_epi32(p, ph);
-      acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(D[r], yd), acc[r][c]);
+      p[r] = off;
+      ph[r] = _mm512_setzero_si512();
     }
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+      __m512i yl = _mm512_loadu_si512(b + 64 * j), yh = _mm512_loadu_si512(b + 256 + 64 * j);
+      if (R > 1) /* in registers: the compiler would fold each load into every row's vpdpbusd */
+        __asm__("" : "+v"(yl), "+v"(yh));
+      FOR_R {
+        p[r] = _mm512_dpbusd_epi32(p[r], L[r][j], yl);
+        ph[r] = _mm512_dpbusd_epi32(ph[r], H[r][j], yh);
+      }
+    }
+    const __m512 yd = _mm512_loadu_ps(b + 576);
+    FOR_R acc[r][c] =
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p[r], ph[r])), _mm512_mul_ps(D[r], yd), acc[r][c]);
   }
 }
 
@@ -450,7 +462,9 @@ QSI void q4z_rows_c(const int C, int64_t n, const uint8_t *w, size_t ws, int nr,
     for (; r < h; r++)
       t_q4z_two(C, pfd, n, w + (size_t)r * ws, w + (size_t)(r + h) * ws, x, xs, &OUT(r, 0), &OUT(r + h, 0), ocs);
     r = 2 * h;
-  }
+  } else if (C > 1) /* adjacent rows in pairs: each activation vector loaded once for both */
+    for (; r + 1 < nr; r += 2)
+      t_q4z_two(C, pfd, n, w + (size_t)r * ws, w + (size_t)(r + 1) * ws, x, xs, &OUT(r, 0), &OUT(r + 1, 0), ocs);
   for (; r < nr; r++) t_q4z_pf(1, C, pfd, n, w + (size_t)r * ws, ws, x, xs, &OUT(r, 0), ors, ocs);
 }
 

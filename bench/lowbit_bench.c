@@ -9,8 +9,9 @@
  *   prefill  an expert-shaped 512 x 2048 matrix (in cache) times C = 16 and 64 activation
  *            columns through the level's tile kernel, GMAC/s, one thread
  * Compare decode with bench/membw at the same thread count (the roofline). Times are CPU seconds
- * (of the slowest thread), as membw's "per CPU-second" figure: on a shared, oversubscribed machine
- * wall time also counts the time the threads were not running. Not part of ctest.
+ * (of the slowest thread in a pass, the best of 5 passes by the same threads), as membw's "per
+ * CPU-second" figure: on a shared, oversubscribed machine wall time also counts the time the
+ * threads were not running. Not part of ctest.
  *
  * Build (after cmake --build build):
  *   cc -O2 -Iinclude -Isrc bench/lowbit_bench.c build/libq35.a -o build/lowbit_bench \
@@ -31,6 +32,7 @@
 #include "kernels/quant_internal.h"
 
 static int chunk = 64; /* rows per gemv call; 0: each thread's whole slice at once */
+#define MAXREPS 5     /* passes per measurement (the best counts); 1 for the scalar level */
 
 static double now(void) {
   struct timespec t;
@@ -47,18 +49,28 @@ typedef struct {
   int r0, r1;
   const uint8_t *x;
   float *o;
-  double cpu;
+  int reps;
+  pthread_barrier_t *bar;
+  double cpu[MAXREPS]; /* CPU seconds of each pass */
 } job;
 
+/* the passes over the thread's rows, all threads starting each pass together. The threads live
+ * through all the passes, as the engine's pool threads do: a thread created per pass gets a cached
+ * stack whose pages glibc dropped at the last thread's exit (all but 16 KiB), so a kernel frame
+ * deeper than that (Q4_1 / Q5_1's one-column gemv at AVX-512, ~42 KiB) page-faults again in every
+ * pass, inside the timed CPU time (docs/PERF.md, session 15, "Q4_1 / Q5_1 at small matrices") */
 static void *run_job(void *p) {
   job *j = p;
-  const double t0 = now();
   const int step = chunk > 0 ? chunk : j->r1 - j->r0;
-  for (int r = j->r0; r < j->r1; r += step) {
-    const int nr = j->r1 - r < step ? j->r1 - r : step;
-    q35_tile_run(j->k, j->type, j->n, j->w + (size_t)r * j->ws, j->ws, nr, j->x, 0, 1, j->o + r, 1, 0);
+  for (int rep = 0; rep < j->reps; rep++) {
+    pthread_barrier_wait(j->bar);
+    const double t0 = now();
+    for (int r = j->r0; r < j->r1; r += step) {
+      const int nr = j->r1 - r < step ? j->r1 - r : step;
+      q35_tile_run(j->k, j->type, j->n, j->w + (size_t)r * j->ws, j->ws, nr, j->x, 0, 1, j->o + r, 1, 0);
+    }
+    j->cpu[rep] = now() - t0;
   }
-  j->cpu = now() - t0;
   return NULL;
 }
 
@@ -125,19 +137,22 @@ static void bench_decode(size_t mib, int nth) {
       }
       uint8_t *x = malloc(q35_row_size(Q35_TYPE_Q8_0X, n) + q35_row_size(Q35_TYPE_Q8_K, n));
       q35_quantize_row_ref(q35_kernels_vec_dot_type(&k, type), xf, x, n);
-      double best = 1e30;
-      for (int rep = 0; rep < (l == 0 ? 1 : 5); rep++) {
-        job jobs[64];
-        pthread_t th[64];
-        for (int i = 0; i < nth && i < 64; i++) {
-          jobs[i] = (job){&k, type, n, src, rb, rows * i / nth, rows * (i + 1) / nth, x, o, 0};
-          pthread_create(&th[i], NULL, run_job, &jobs[i]);
-        }
+      const int reps = l == 0 ? 1 : MAXREPS, nt = nth < 64 ? nth : 64;
+      job jobs[64];
+      pthread_t th[64];
+      pthread_barrier_t bar;
+      pthread_barrier_init(&bar, NULL, (unsigned)nt);
+      for (int i = 0; i < nt; i++) {
+        jobs[i] = (job){&k, type, n, src, rb, rows * i / nth, rows * (i + 1) / nth, x, o, reps, &bar, {0}};
+        pthread_create(&th[i], NULL, run_job, &jobs[i]);
+      }
+      for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
+      pthread_barrier_destroy(&bar);
+      double best = 1e30; /* per pass the slowest thread's time, the best pass */
+      for (int rep = 0; rep < reps; rep++) {
         double dt = 0;
-        for (int i = 0; i < nth && i < 64; i++) {
-          pthread_join(th[i], NULL);
-          if (jobs[i].cpu > dt) dt = jobs[i].cpu;
-        }
+        for (int i = 0; i < nt; i++)
+          if (jobs[i].cpu[rep] > dt) dt = jobs[i].cpu[rep];
         if (dt < best) best = dt;
       }
       printf(" %8.2f", (double)(rb * (size_t)rows) / best / 1e9);
@@ -162,8 +177,8 @@ static void bench_prefill(void) {
   for (int t = 0; t < NT; t++) {
     const int type = types[t];
     const size_t wrs = q35_row_size(type, n);
-    uint8_t *w = malloc(wrs * (size_t)rows);
     if (!wanted(type)) continue;
+    uint8_t *w = malloc(wrs * (size_t)rows);
     for (int r = 0; r < rows; r++) {
       for (int64_t i = 0; i < n; i++) f[i] = (float)((i * 131 + r * 7) % 1000) / 50000.0f - 0.01f;
       make_row(type, f, w + (size_t)r * wrs, n, (uint64_t)r + 1);

@@ -30,9 +30,11 @@ void *q35_alloc64(size_t n, int zero) {
   return p;
 }
 
-void *q35_alloc_huge(size_t n) {
+void *q35_alloc_huge(size_t n) { return q35_alloc_huge_from(n, Q35_HUGE_ALLOC_MIN); }
+
+void *q35_alloc_huge_from(size_t n, size_t min_bytes) {
   const size_t huge = (size_t)2 << 20;
-  if (n < Q35_HUGE_ALLOC_MIN || n > SIZE_MAX - huge) return q35_alloc64(n, 0);
+  if (n < min_bytes || n < huge || n > SIZE_MAX - huge) return q35_alloc64(n, 0);
   const size_t r = (n + huge - 1) & ~(huge - 1);
   void *p = aligned_alloc(huge, r);
 #ifdef MADV_HUGEPAGE

@@ -37,6 +37,9 @@ void *q35_alloc64(size_t n, int zero);
  * zeroed; release with free(). NULL when out of memory. */
 #define Q35_HUGE_ALLOC_MIN ((size_t)8 << 20)
 void *q35_alloc_huge(size_t n);
+/* the same from min_bytes on (at least 2 MiB): blocks a few 2 MiB pages long whose first touch
+ * falls inside a timed step (the speculative rounds' state slots and logits rows) */
+void *q35_alloc_huge_from(size_t n, size_t min_bytes);
 
 /* ---- IEEE half and bfloat16 <-> float, exact (round to nearest even) ---- */
 static inline float q35_fp16_to_fp32(uint16_t h) {

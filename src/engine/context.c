@@ -109,7 +109,8 @@ int q35_context_reserve(q35_context *c, int32_t n_rows, int32_t n_out, q35_err *
     free(c->logits);
     free(c->out);
     free(c->item_row);
-    c->logits = q35_alloc64((size_t)n_out * V * sizeof(float), 0);
+    /* 2 MiB pages from two rows on: a verify step's rows are first touched inside it */
+    c->logits = q35_alloc_huge_from((size_t)n_out * V * sizeof(float), (size_t)2 << 20);
     c->out = malloc((size_t)n_out * sizeof *c->out);
     c->item_row = malloc((size_t)n_out * sizeof *c->item_row);
     c->out_cap = n_out;

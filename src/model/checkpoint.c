@@ -10,10 +10,8 @@
  * rollback copies slot k back: the state bits are exactly those of a pass that stopped there, so
  * what follows is bit-identical to decoding without speculation.
  */
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "base/util.h"
 #include "model/mtp.h"
@@ -37,19 +35,10 @@ void q35_session_ckpt_free(q35_session *s) {
   s->ckpt_cap = s->ckpt_n = s->ckpt_last = 0;
 }
 
-/* A layer's delta-rule slots (2 MiB a position at the 35B-A3B's shape): 2 MiB aligned and advised
- * MADV_HUGEPAGE, so q35_session_ckpt_touch takes one page fault per 2 MiB instead of 512 (the
- * touch runs inside the first drafting step; its 4 KiB faults were most of its cost). Smaller
- * blocks as before. Released with free(). */
-static float *ckpt_alloc(size_t bytes) {
-  const size_t huge = (size_t)2 << 20;
-  if (bytes < huge || bytes > SIZE_MAX - huge) return q35_alloc64(bytes, 0);
-  void *p = aligned_alloc(huge, (bytes + huge - 1) & ~(huge - 1));
-#ifdef MADV_HUGEPAGE
-  if (p) madvise(p, (bytes + huge - 1) & ~(huge - 1), MADV_HUGEPAGE); /* advice only */
-#endif
-  return p;
-}
+/* A layer's delta-rule slots (2 MiB a position at the 35B-A3B's shape) come 2 MiB aligned and
+ * advised MADV_HUGEPAGE, so q35_session_ckpt_touch takes one page fault per 2 MiB instead of 512
+ * (the touch runs inside the first drafting step; its 4 KiB faults were most of its cost). */
+#define CKPT_HUGE_FROM ((size_t)2 << 20)
 
 static int ckpt_grow(q35_session *s, int32_t n, q35_err *err) {
   const q35_hparams *hp = &s->model->hp;
@@ -62,7 +51,7 @@ static int ckpt_grow(q35_session *s, int32_t n, q35_err *err) {
      declines) never pays for their pages; q35_session_ckpt_touch does before the first verify */
   for (int i = 0; ok && i < L; i++) {
     s->ckpt_conv[i] = q35_alloc64(conv_floats(hp) * (size_t)n * sizeof(float) + sizeof(float), 0);
-    s->ckpt_ssm[i] = ckpt_alloc(ssm_floats(hp) * (size_t)n * sizeof(float));
+    s->ckpt_ssm[i] = q35_alloc_huge_from(ssm_floats(hp) * (size_t)n * sizeof(float), CKPT_HUGE_FROM);
     ok = s->ckpt_conv[i] && s->ckpt_ssm[i];
   }
   if (!ok) {

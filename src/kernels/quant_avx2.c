@@ -678,6 +678,15 @@ WIDE8(t_q5_k)
 WIDE8(t_q6_k)
 #undef WIDE8
 
+void q35_kernels_avx2_kquant_gemv(q35_kernels *k) {
+  k->gemv[Q35_TYPE_Q4_K] = t_q4_k_gemv; /* one column: q4k_row2 / q6k_row2 on rows far apart, with the prefetch */
+  k->gemv[Q35_TYPE_Q5_K] = t_q5_k_gemv;
+  k->gemv[Q35_TYPE_Q6_K] = t_q6_k_gemv;
+  k->gemv2[Q35_TYPE_Q4_K] = t_q4_k_gemv2; /* two row ranges at once: q4k_row2 / q6k_row2 */
+  k->gemv2[Q35_TYPE_Q5_K] = t_q5_k_gemv2;
+  k->gemv2[Q35_TYPE_Q6_K] = t_q6_k_gemv2;
+}
+
 void q35_kernels_avx2(q35_kernels *k) {
   QS_SET(k, Q35_TYPE_Q8_0, t_q8z2);
   k->tile[Q35_TYPE_Q8_0] = t_q8z2_wide;
@@ -701,12 +710,7 @@ void q35_kernels_avx2(q35_kernels *k) {
   k->tile[Q35_TYPE_Q4_K] = t_q4_k_wide;
   k->tile[Q35_TYPE_Q5_K] = t_q5_k_wide;
   k->tile[Q35_TYPE_Q6_K] = t_q6_k_wide;
-  k->gemv[Q35_TYPE_Q4_K] = t_q4_k_gemv; /* one column: q4k_row2 / q6k_row2 on rows far apart, with the prefetch */
-  k->gemv[Q35_TYPE_Q5_K] = t_q5_k_gemv;
-  k->gemv[Q35_TYPE_Q6_K] = t_q6_k_gemv;
-  k->gemv2[Q35_TYPE_Q4_K] = t_q4_k_gemv2; /* two row ranges at once: q4k_row2 / q6k_row2 */
-  k->gemv2[Q35_TYPE_Q5_K] = t_q5_k_gemv2;
-  k->gemv2[Q35_TYPE_Q6_K] = t_q6_k_gemv2;
+  q35_kernels_avx2_kquant_gemv(k);
   QS_SET(k, Q35_TYPE_IQ4_XS, t_iq4_xs);
   QS_SET(k, Q35_TYPE_F32, t_f32);
   k->tile[Q35_TYPE_F32] = t_f32_wide;

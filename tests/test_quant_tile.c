@@ -412,6 +412,7 @@ static void q4_0z_cross_level(void) {
 
 static void rows2_two_streams(q35_simd level, const q35_kernels *k);
 static void rows_adjacent_pairs(q35_simd level, const q35_kernels *k);
+static void gemv_two_streams(q35_simd level, const q35_kernels *k);
 
 int main(void) {
   public_api();
@@ -455,14 +456,15 @@ int main(void) {
       if (level > 0) {
         tile_case(q35_simd_name(level), &k, type, 4096, 21, 67);
         cases++;
-        /* one column of many rows: the avx2 Q4_0 gemv's two-stream path (rows 128 KiB and more
-         * apart), an odd row count, and a last group of 3 blocks */
-        if (type == Q35_TYPE_Q4_0)
+        /* one column of many rows: the avx2 gemv's two-stream path (rows 128 KiB and more apart),
+         * an odd row count, and (Q4_0, Q8_0) a last group of 3 blocks */
+        if (type == Q35_TYPE_Q4_0 || type == Q35_TYPE_Q8_0)
           for (int i = 0; i < 2; i++, cases++) tile_case(q35_simd_name(level), &k, type, i ? 2048 + 96 : 2048, 301, 1);
       }
     }
     rows2_two_streams(level, &k);
     rows_adjacent_pairs(level, &k);
+    gemv_two_streams(level, &k);
     printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   printf("%ld tile cases\n", cases);
@@ -525,4 +527,51 @@ static void rows_adjacent_pairs(q35_simd level, const q35_kernels *k) {
   for (int i = 0; i < 3; i++)
     for (int j = 0; j < 5; j++)
       for (int nc = 2; nc <= 3; nc++) tile_case(q35_simd_name(level), k, Q35_TYPE_Q4_0, ns[i], nrs[j], nc);
+}
+
+/*
+ * The K-quant one-column products of many rows (the avx2 gemv runs rows r and r + nr/2 together
+ * once the halves are 128 KiB apart) against the level's per-row vec_dot, on the cross-level
+ * check's wild rows (raw bytes, edge scales, extreme and inconsistent activations) at odd
+ * addresses: row counts just under and just over the two-stream threshold (odd, so one row is
+ * left over) and 301, an output stride of 3 whose gaps must stay untouched (a NaN pattern that
+ * no product gives marks what was not written).
+ */
+static void gemv_two_streams(q35_simd level, const q35_kernels *k) {
+  const char *lvl = q35_simd_name(level);
+  static const int kt[] = {Q35_TYPE_Q4_K, Q35_TYPE_Q5_K, Q35_TYPE_Q6_K};
+  const size_t far = (size_t)128 << 10, ors = 3;
+  const uint32_t unset = 0x7FC0DEADu;
+  for (int t = 0; t < 3; t++) {
+    const int type = kt[t];
+    if (q35_kernels_vec_dot_type(k, type) != Q35_TYPE_Q8_K) continue;
+    for (int i = 0; i < 2; i++) {
+      const int64_t n = i ? 9 * QK_K : 8 * QK_K;
+      const size_t ws = q35_row_size(type, n) + (size_t)(8 * i), xs = q35_row_size(Q35_TYPE_Q8_K, n);
+      const int hmin = (int)((far + ws - 1) / ws); /* the fewest rows per half that take two streams */
+      const int nrs[3] = {2 * hmin - 1, 2 * hmin + 1, 301};
+      uint8_t *wbuf = malloc(ws * 301 + 1), *xbuf = malloc(xs + 1);
+      uint8_t *w = wbuf + 1, *x = xbuf + 1; /* odd addresses */
+      for (int r = 0; r < 301; r++) rnd_kquant_row(type, w + (size_t)r * ws, n);
+      rnd_q8k_row(x, n, i);
+      float *want = malloc(sizeof(float) * 301), *o = malloc(sizeof(float) * 301 * ors);
+      for (int r = 0; r < 301; r++) want[r] = k->vec_dot[type](n, w + (size_t)r * ws, x);
+      for (int j = 0; j < 3; j++) {
+        const int nr = nrs[j] < 301 ? nrs[j] : 301;
+        for (size_t g = 0; g < 301 * ors; g++) memcpy(&o[g], &unset, 4);
+        q35_tile_run(k, type, n, w, ws, nr, x, xs, 1, o, ors, 0);
+        int bad = 0, gap = 0;
+        for (int r = 0; r < nr; r++) {
+          bad += !same_float(o[(size_t)r * ors], want[r]) || memcmp(&o[(size_t)r * ors], &unset, 4) == 0;
+          for (size_t g = 1; g < ors; g++) gap += memcmp(&o[(size_t)r * ors + g], &unset, 4) != 0;
+        }
+        for (size_t g = (size_t)nr * ors; g < 301 * ors; g++) gap += memcmp(&o[g], &unset, 4) != 0;
+        CHECK(!bad, "%s %s n=%lld nr=%d: one column of many rows != vec_dot in %d rows", lvl, q35_type_name(type),
+              (long long)n, nr, bad);
+        CHECK(!gap, "%s %s n=%lld nr=%d: %d writes outside the output rows", lvl, q35_type_name(type), (long long)n,
+              nr, gap);
+      }
+      free(want); free(o); free(wbuf); free(xbuf);
+    }
+  }
 }

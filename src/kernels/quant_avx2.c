@@ -452,21 +452,6 @@ static QS_TARGET void t_q4z2_wide(int64_t n, const void *w, size_t ws, int nr, c
   else row1_tile(16, fk, n, w, ws, nr, x, xs, nc, o, ors, ocs);
 }
 
-/* The gemv (one column) of Q8_0: T_row1 row by row without a call per row (vec_dot's bits) */
-#define GEMV1(T)                                                                                                    \
-  static QS_TARGET void t_##T##_gemv(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, int nc, \
-                                 float *o, size_t ors, size_t ocs) {                                                \
-    if (nc != 1) {                                                                                                  \
-      t_##T##_tile(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);                                                         \
-      return;                                                                                                       \
-    }                                                                                                               \
-    const uint8_t *w = wv;                                                                                          \
-    const size_t pfd = pf_ahead(1, ws);                                                                             \
-    for (int r = 0; r < nr; r++) o[(size_t)r * ors] = T##_row1(n, w + (size_t)r * ws, pfd, xv);                     \
-  }
-GEMV1(q8z2)
-#undef GEMV1
-
 /*
  * The gemv (one column) of Q4_K / Q5_K and Q6_K: one row against one Q8_K column per call of
  * q4k_row1 / q6k_row1, rows looped in one function, with the integer and float steps of t_q4_k / t_q5_k /
@@ -626,7 +611,14 @@ QSI void q6k_row2(int64_t nb, const uint8_t *wa, const uint8_t *wb, size_t pfd, 
   *ob = hsum8(ab);
 }
 
-#define KQ_GEMV(T, ROW)                                                                                             \
+/* The gemv (one column) of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K: T_row1 row by row without a call per
+ * row (vec_dot's bits), except that a call of many rows takes rows r and r + h (h = nr / 2)
+ * together (T_row2: each row with T_row1's steps and bits) once the two are TWO_STREAM_BYTES or
+ * more apart. One core streaming one sequential range reads less than it can from two ranges far
+ * apart (the hardware prefetchers run one stream each; docs/PERF.md, session 13); rows closer
+ * together than that read no faster and, a few KB apart, slower. */
+#define TWO_STREAM_BYTES ((size_t)128 << 10)
+#define GEMV(T, ROW1, ROW2)                                                                                         \
   static QS_TARGET void T##_gemv(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, int nc,    \
                                  float *o, size_t ors, size_t ocs) {                                                \
     if (nc != 1) {                                                                                                  \
@@ -635,36 +627,24 @@ QSI void q6k_row2(int64_t nb, const uint8_t *wa, const uint8_t *wb, size_t pfd, 
     }                                                                                                               \
     const uint8_t *w = wv;                                                                                          \
     const size_t pfd = pf_ahead(1, ws);                                                                             \
-    for (int r = 0; r < nr; r++) o[(size_t)r * ors] = ROW;                                                          \
+    const int h = nr / 2;                                                                                           \
+    int r = 0;                                                                                                      \
+    if ((size_t)h * ws >= TWO_STREAM_BYTES) {                                                                       \
+      for (; r < h; r++) ROW2;                                                                                      \
+      r = 2 * h;                                                                                                    \
+    }                                                                                                               \
+    for (; r < nr; r++) o[(size_t)r * ors] = ROW1;                                                                  \
   }
-KQ_GEMV(t_q4_k, q4k_row1(0, n / QK_K, w + (size_t)r * ws, pfd, xv))
-KQ_GEMV(t_q5_k, q4k_row1(1, n / QK_K, w + (size_t)r * ws, pfd, xv))
-KQ_GEMV(t_q6_k, q6k_row1(n / QK_K, w + (size_t)r * ws, pfd, xv))
-#undef KQ_GEMV
-
-/* The Q4_0 gemv: as GEMV1, but a call of many rows takes rows r and r + h (h = nr / 2) together,
- * group by group (q4z2_row2), once the two are Q4Z2_TWO_BYTES or more apart. One core streaming
- * one sequential range reads less than it can from two ranges far apart (the hardware
- * prefetchers run one stream each; docs/PERF.md, session 13); rows closer together than that read
- * no faster and, a few KB apart, slower. The bits are q4z2_row1's for every row. */
-#define Q4Z2_TWO_BYTES ((size_t)128 << 10)
-static QS_TARGET void t_q4z2_gemv(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, int nc,
-                                  float *o, size_t ors, size_t ocs) {
-  if (nc != 1) {
-    t_q4z2_tile(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);
-    return;
-  }
-  const uint8_t *w = wv;
-  const size_t pfd = pf_ahead(1, ws);
-  const int h = nr / 2;
-  int r = 0;
-  if ((size_t)h * ws >= Q4Z2_TWO_BYTES) {
-    for (; r < h; r++)
-      q4z2_row2(n, w + (size_t)r * ws, w + (size_t)(r + h) * ws, pfd, xv, &o[(size_t)r * ors], &o[(size_t)(r + h) * ors]);
-    r = 2 * h;
-  }
-  for (; r < nr; r++) o[(size_t)r * ors] = q4z2_row1(n, w + (size_t)r * ws, pfd, xv);
-}
+#define GEMV_ROW1 w + (size_t)r * ws, pfd, xv
+#define GEMV_ROW2 w + (size_t)r * ws, w + (size_t)(r + h) * ws, pfd, xv, &o[(size_t)r * ors], &o[(size_t)(r + h) * ors]
+GEMV(t_q4z2, q4z2_row1(n, GEMV_ROW1), q4z2_row2(n, GEMV_ROW2))
+GEMV(t_q8z2, q8z2_row1(n, GEMV_ROW1), q8z2_row2(n, GEMV_ROW2))
+GEMV(t_q4_k, q4k_row1(0, n / QK_K, GEMV_ROW1), q4k_row2(0, n / QK_K, GEMV_ROW2))
+GEMV(t_q5_k, q4k_row1(1, n / QK_K, GEMV_ROW1), q4k_row2(1, n / QK_K, GEMV_ROW2))
+GEMV(t_q6_k, q6k_row1(n / QK_K, GEMV_ROW1), q6k_row2(n / QK_K, GEMV_ROW2))
+#undef GEMV_ROW2
+#undef GEMV_ROW1
+#undef GEMV
 
 /* The gemv2 kernels (q35_gemv2_fn): rows r of the two ranges at wa and wb together, each row with
  * its gemv's steps and bits; the caller picks ranges far apart (two memory streams per core). */
@@ -698,10 +678,19 @@ WIDE8(t_q5_k)
 WIDE8(t_q6_k)
 #undef WIDE8
 
+void q35_kernels_avx2_kquant_gemv(q35_kernels *k) {
+  k->gemv[Q35_TYPE_Q4_K] = t_q4_k_gemv; /* one column: q4k_row2 / q6k_row2 on rows far apart, with the prefetch */
+  k->gemv[Q35_TYPE_Q5_K] = t_q5_k_gemv;
+  k->gemv[Q35_TYPE_Q6_K] = t_q6_k_gemv;
+  k->gemv2[Q35_TYPE_Q4_K] = t_q4_k_gemv2; /* two row ranges at once: q4k_row2 / q6k_row2 */
+  k->gemv2[Q35_TYPE_Q5_K] = t_q5_k_gemv2;
+  k->gemv2[Q35_TYPE_Q6_K] = t_q6_k_gemv2;
+}
+
 void q35_kernels_avx2(q35_kernels *k) {
   QS_SET(k, Q35_TYPE_Q8_0, t_q8z2);
   k->tile[Q35_TYPE_Q8_0] = t_q8z2_wide;
-  k->gemv[Q35_TYPE_Q8_0] = t_q8z2_gemv; /* one row at a time with the prefetch */
+  k->gemv[Q35_TYPE_Q8_0] = t_q8z2_gemv; /* two rows far apart at once, with the prefetch */
   k->gemv2[Q35_TYPE_Q8_0] = t_q8z2_gemv2;
   k->q8_0_act = Q35_TYPE_Q8_0Z;
   if (q35_cpu_q4_0_x()) { /* testing aid: the Q8_0X kernels (four lanes per block) */
@@ -710,7 +699,7 @@ void q35_kernels_avx2(q35_kernels *k) {
   } else {
     QS_SET(k, Q35_TYPE_Q4_0, t_q4z2);
     k->tile[Q35_TYPE_Q4_0] = t_q4z2_wide;
-    k->gemv[Q35_TYPE_Q4_0] = t_q4z2_gemv; /* one row at a time with the prefetch (vec_dot has no stride) */
+    k->gemv[Q35_TYPE_Q4_0] = t_q4z2_gemv; /* two rows far apart at once, with the prefetch */
     k->gemv2[Q35_TYPE_Q4_0] = t_q4z2_gemv2;
     k->q4_0_act = Q35_TYPE_Q8_0Z;
   }
@@ -721,12 +710,7 @@ void q35_kernels_avx2(q35_kernels *k) {
   k->tile[Q35_TYPE_Q4_K] = t_q4_k_wide;
   k->tile[Q35_TYPE_Q5_K] = t_q5_k_wide;
   k->tile[Q35_TYPE_Q6_K] = t_q6_k_wide;
-  k->gemv[Q35_TYPE_Q4_K] = t_q4_k_gemv; /* one column: q4k_row1 / q6k_row1 row by row, with the prefetch */
-  k->gemv[Q35_TYPE_Q5_K] = t_q5_k_gemv;
-  k->gemv[Q35_TYPE_Q6_K] = t_q6_k_gemv;
-  k->gemv2[Q35_TYPE_Q4_K] = t_q4_k_gemv2; /* two row ranges at once: q4k_row2 / q6k_row2 */
-  k->gemv2[Q35_TYPE_Q5_K] = t_q5_k_gemv2;
-  k->gemv2[Q35_TYPE_Q6_K] = t_q6_k_gemv2;
+  q35_kernels_avx2_kquant_gemv(k);
   QS_SET(k, Q35_TYPE_IQ4_XS, t_iq4_xs);
   QS_SET(k, Q35_TYPE_F32, t_f32);
   k->tile[Q35_TYPE_F32] = t_f32_wide;

@@ -507,6 +507,9 @@ void q35_kernels_avx512(q35_kernels *k) {
   QS_SET(k, Q35_TYPE_Q4_K, t_q4k5);
   QS_SET(k, Q35_TYPE_Q5_K, t_q5_k);
   QS_SET(k, Q35_TYPE_Q6_K, t_q6k5);
+  /* one column (decode): the AVX2 level's products (the same bits), which read rows far apart
+   * as two memory streams; the 512-bit vec_dot row by row reads one, without a useful prefetch */
+  q35_kernels_avx2_kquant_gemv(k);
   QS_SET(k, Q35_TYPE_IQ4_XS, t_iq4_xs);
   QS_SET(k, Q35_TYPE_F32, t_f32);
   k->tile[Q35_TYPE_F32] = t_f32_wide;

@@ -76,6 +76,9 @@ int q35_weights_quantize_weighted(int type, const float *src, void *dst, int64_t
 void q35_kernels_act_layouts(q35_kernels *k);      /* act_layout.c: Q8_0X/Y/Z quantize[], dequantize[] */
 void q35_kernels_avx2(q35_kernels *k);             /* quant_avx2.c: AVX2 + FMA + F16C */
 void q35_kernels_avx512(q35_kernels *k);           /* quant_avx512.c: AVX-512 F/BW/VL/DQ/VNNI (+ VBMI) */
+/* quant_avx2.c: the AVX2 Q4_K / Q5_K / Q6_K one-column products (gemv, gemv2), for the AVX-512
+ * level, whose K-quant vec_dot gives the AVX2 level's bits (tests/test_quant_tile.c) */
+void q35_kernels_avx2_kquant_gemv(q35_kernels *k);
 void q35_kernels_neon(q35_kernels *k);             /* quant_neon.c: aarch64 NEON (+ dotprod, i8mm) */
 /* The type families added after the first round, each level in its own file (each called at the
  * end of the level's function above):

@@ -563,7 +563,7 @@ QSI __m256 q6k_blk(const blk_q6_k *a, const blk_q8_k *b, __m256 acc) {
   __m256i isum = _mm256_setzero_si256();
   _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
     const __m256i ql0 = loadu256(a->ql + 64 * h), ql1 = loadu256(a->ql + 64 * h + 32), qh = loadu256(a->qh + 32 * h);
-    const __m256i s8 = _mm256_permute4x64_epi64(sc16, h ? 0xEE : 0x44);
+    const __m256i s8 = h ? _mm256_permute4x64_epi64(sc16, 0xEE) : _mm256_permute4x64_epi64(sc16, 0x44);
     _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
       const __m256i l = k & 1 ? ql1 : ql0;
       const __m256i lq = k & 2 ? _mm256_srli_epi16(l, 4) : l;

@@ -39,6 +39,14 @@ LB_GEMV1(t_q5_1, LB_Q5_1)
 #undef QS_TARGET
 #define QS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
 
+/* _mm512_inserti32x4 at lane p, where unrolling makes p a constant: spelled out so the lane is an
+ * immediate at every -O level */
+#define LZ_INS128(v, t, p)                                                                                        \
+  ((p) == 0   ? _mm512_inserti32x4(v, t, 0)                                                                     \
+   : (p) == 1 ? _mm512_inserti32x4(v, t, 1)                                                                     \
+   : (p) == 2 ? _mm512_inserti32x4(v, t, 2)                                                                     \
+              : _mm512_inserti32x4(v, t, 3))
+
 QSF float nz_hsum16(__m512 v) {
   return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
 }
@@ -87,7 +95,7 @@ QSI void nz_group(const int TY, const int R, const int C, const int FULL, const 
       __m512i v = _mm512_setzero_si512();
       _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) if (p < nk) {
         const __m128i t = _mm_loadu_si128((const __m128i *)(const void *)(ak + NX_WB(TY) * p + NX_QOFF(TY)));
-        v = _mm512_inserti32x4(v, t, p);
+        v = LZ_INS128(v, t, p);
       }
       Q[k] = v;
     }
@@ -149,7 +157,7 @@ QSF void lz_xgroup(const uint8_t *b, __m512i *yt) {
     _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
       __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(const void *)(b + 36 * (4 * k) + 4 + 16 * hh)));
       _Pragma("GCC unroll 3") for (int p = 1; p < 4; p++)
-        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(const void *)(b + 36 * (4 * k + p) + 4 + 16 * hh)), p);
+        v = LZ_INS128(v, _mm_loadu_si128((const __m128i *)(const void *)(b + 36 * (4 * k + p) + 4 + 16 * hh)), p);
       Q[k] = v;
     }
     const __m512i t0 = _mm512_unpacklo_epi32(Q[0], Q[1]), t1 = _mm512_unpackhi_epi32(Q[0], Q[1]);

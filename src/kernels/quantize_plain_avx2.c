@@ -329,7 +329,7 @@ QPF void qp_store_scales(const float *v, uint16_t *h, float *f) {
 
 QPF void qp_inverse(const float *d, float *id, int pos) {
   const __m256 dv = _mm256_loadu_ps(d), zero = _mm256_setzero_ps();
-  const __m256 ok = _mm256_cmp_ps(dv, zero, pos ? _CMP_GT_OQ : _CMP_NEQ_OQ);
+  const __m256 ok = pos ? _mm256_cmp_ps(dv, zero, _CMP_GT_OQ) : _mm256_cmp_ps(dv, zero, _CMP_NEQ_OQ);
   _mm256_storeu_ps(id, _mm256_and_ps(ok, _mm256_div_ps(_mm256_set1_ps(1.0f), dv)));
 }
 

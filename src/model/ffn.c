@@ -101,6 +101,7 @@ typedef struct {
   const q35_fwd *f;
   const q35_layer *L;
   int phase;          /* 0: gate+up, 1: down */
+  int rb;             /* weight rows per block (moe_rows) */
   int n_active;
   /* the shared expert's blocks after the routed experts' units, in the same launch (0: none):
    * its T rows of converted activations (h for gate+up, its SwiGLU output for down) */
@@ -109,22 +110,33 @@ typedef struct {
   size_t lds;
 } moe_task;
 
-/* units: (active expert, pair of blocks of MOE_RB weight rows); phase 0 pairs a gate block with
- * the up block of the same rows, phase 1 down block j with block j + half (half the matrix away).
+/* units: (active expert, pair of blocks of rb weight rows); phase 0 pairs a gate block with the
+ * up block of the same rows, phase 1 down block j with block j + half (half the matrix away).
  * An expert with one slot (decode) runs its pair as one q35_vec_dot_rows2: one core reads the two
  * blocks as two memory streams, more bytes per second than one (docs/PERF.md, issue 15 session
  * 14). More slots go through each block's tile MOE_CB at a time. */
 enum { MOE_RB = 16, MOE_CB = 32 };
-static int moe_pairs(int rows, int phase) {
-  const int nb = (rows + MOE_RB - 1) / MOE_RB;
+/* Rows per block for a step of T tokens in phase 0 / 1. Prefill keeps MOE_RB (a unit's tiles
+ * reuse each weight block over many columns: short blocks keep them in cache and split evenly).
+ * A decode step (T = 1: every expert has one slot) reads each unit's rows once, as two streams,
+ * and short calls stream less per second: gate / up go in 64-row blocks (72 KB a stream for a
+ * 2048-wide Q4_0 expert), down in 128-row blocks (36 KB a stream for a 512-wide one), still 8
+ * units an expert in each phase for two threads to share (docs/PERF.md, issue 15 session 16).
+ * The bits do not depend on it: every output is one row's product. */
+enum { MOE_RB_DEC0 = 64, MOE_RB_DEC1 = 128 };
+static int moe_rows(int64_t T, int phase) {
+  return T != 1 ? MOE_RB : phase == 0 ? MOE_RB_DEC0 : MOE_RB_DEC1;
+}
+static int moe_pairs(int rows, int phase, int rb) {
+  const int nb = (rows + rb - 1) / rb;
   return phase == 0 ? nb : (nb + 1) / 2;
 }
-static int moe_blocks(const q35_hparams *hp, int phase) {
-  return moe_pairs(phase == 0 ? hp->n_ff_exp : hp->n_embd, phase);
+static int moe_blocks(const q35_hparams *hp, int phase, int rb) {
+  return moe_pairs(phase == 0 ? hp->n_ff_exp : hp->n_embd, phase, rb);
 }
 /* the shared expert's units: gate+up pairs, or down pairs */
-static int moe_shared_blocks(const q35_hparams *hp, int phase) {
-  return moe_pairs(phase == 0 ? hp->n_ff_shexp : hp->n_embd, phase);
+static int moe_shared_blocks(const q35_hparams *hp, int phase, int rb) {
+  return moe_pairs(phase == 0 ? hp->n_ff_shexp : hp->n_embd, phase, rb);
 }
 
 /* One block's weights and output columns. */
@@ -144,22 +156,22 @@ typedef struct {
   const char *x; /* the gathered, converted activations */
 } moe_unit;
 
-/* rows [r0, r0 + MOE_RB) of rows, clipped, of the matrix at base (row stride w->nb1) */
-static moe_blk moe_blk_at(const q35_tensor *w, const char *base, int r0, int rows, int ocol) {
+/* rows [r0, r0 + rb) of rows, clipped, of the matrix at base (row stride w->nb1) */
+static moe_blk moe_blk_at(const q35_tensor *w, const char *base, int r0, int rb, int rows, int ocol) {
   moe_blk k;
   k.w = w;
-  k.nr = r0 + MOE_RB < rows ? MOE_RB : rows - r0;
+  k.nr = r0 + rb < rows ? rb : rows - r0;
   k.wr = base + (size_t)r0 * w->nb1;
   k.ocol = ocol;
   return k;
 }
 
 /* the down pair of unit j of a matrix of H rows at base: blocks j and j + half */
-static void moe_down_pair(moe_unit *u, const q35_tensor *w, const char *base, int j, int H) {
-  const int half = moe_pairs(H, 1) * MOE_RB;
-  u->b[0] = moe_blk_at(w, base, j * MOE_RB, H, j * MOE_RB);
+static void moe_down_pair(moe_unit *u, const q35_tensor *w, const char *base, int j, int rb, int H) {
+  const int half = moe_pairs(H, 1, rb) * rb;
+  u->b[0] = moe_blk_at(w, base, j * rb, rb, H, j * rb);
   u->b[1].w = NULL;
-  if (half + j * MOE_RB < H) u->b[1] = moe_blk_at(w, base, half + j * MOE_RB, H, half + j * MOE_RB);
+  if (half + j * rb < H) u->b[1] = moe_blk_at(w, base, half + j * rb, rb, H, half + j * rb);
 }
 
 /* Unit blk of the shared expert (phase 0: gate and up blocks into b->gus; 1: down into b->sh),
@@ -168,16 +180,16 @@ static moe_unit moe_shared_unit(const moe_task *c, int blk) {
   const q35_hparams *hp = &c->f->m->hp;
   const q35_layer *L = c->L;
   const q35_bufs *b = c->f->b;
-  const int Is = hp->n_ff_shexp, H = hp->n_embd;
+  const int Is = hp->n_ff_shexp, H = hp->n_embd, rb = c->rb;
   moe_unit u;
   if (c->phase == 0) {
-    u.b[0] = moe_blk_at(&L->gate_shexp, L->gate_shexp.data, blk * MOE_RB, Is, blk * MOE_RB);
-    u.b[1] = moe_blk_at(&L->up_shexp, L->up_shexp.data, blk * MOE_RB, Is, Is + blk * MOE_RB);
+    u.b[0] = moe_blk_at(&L->gate_shexp, L->gate_shexp.data, blk * rb, rb, Is, blk * rb);
+    u.b[1] = moe_blk_at(&L->up_shexp, L->up_shexp.data, blk * rb, rb, Is, Is + blk * rb);
     u.K = H;
     u.ldo = 2 * Is;
     u.out = b->gus;
   } else {
-    moe_down_pair(&u, &L->down_shexp, L->down_shexp.data, blk, H);
+    moe_down_pair(&u, &L->down_shexp, L->down_shexp.data, blk, rb, H);
     u.K = Is;
     u.ldo = H;
     u.out = b->sh;
@@ -190,24 +202,24 @@ static moe_unit moe_unit_of(const moe_task *c, int e, int blk) {
   const q35_hparams *hp = &c->f->m->hp;
   const q35_layer *L = c->L;
   const q35_bufs *b = c->f->b;
-  const int I = hp->n_ff_exp, H = hp->n_embd;
+  const int I = hp->n_ff_exp, H = hp->n_embd, rb = c->rb;
   moe_unit u;
   if (c->phase == 0) {
-    const int r0 = blk * MOE_RB;
+    const int r0 = blk * rb;
     if (L->gate_up_exps.data) { /* gate rows 0 .. I, up rows I .. 2I of expert e's matrix */
       const char *base = (const char *)L->gate_up_exps.data + (size_t)e * L->gate_up_exps.nb2;
-      u.b[0] = moe_blk_at(&L->gate_up_exps, base, r0, I, r0);
-      u.b[1] = moe_blk_at(&L->gate_up_exps, base + (size_t)I * L->gate_up_exps.nb1, r0, I, I + r0);
+      u.b[0] = moe_blk_at(&L->gate_up_exps, base, r0, rb, I, r0);
+      u.b[1] = moe_blk_at(&L->gate_up_exps, base + (size_t)I * L->gate_up_exps.nb1, r0, rb, I, I + r0);
     } else {
-      u.b[0] = moe_blk_at(&L->gate_exps, (const char *)L->gate_exps.data + (size_t)e * L->gate_exps.nb2, r0, I, r0);
-      u.b[1] = moe_blk_at(&L->up_exps, (const char *)L->up_exps.data + (size_t)e * L->up_exps.nb2, r0, I, I + r0);
+      u.b[0] = moe_blk_at(&L->gate_exps, (const char *)L->gate_exps.data + (size_t)e * L->gate_exps.nb2, r0, rb, I, r0);
+      u.b[1] = moe_blk_at(&L->up_exps, (const char *)L->up_exps.data + (size_t)e * L->up_exps.nb2, r0, rb, I, I + r0);
     }
     u.K = H;
     u.ldo = 2 * I;
     u.out = b->gu;
     u.x = b->xq2;
   } else {
-    moe_down_pair(&u, &L->down_exps, (const char *)L->down_exps.data + (size_t)e * L->down_exps.nb2, blk, H);
+    moe_down_pair(&u, &L->down_exps, (const char *)L->down_exps.data + (size_t)e * L->down_exps.nb2, blk, rb, H);
     u.K = I;
     u.ldo = H;
     u.out = b->y;
@@ -240,7 +252,7 @@ static void moe_mm(void *vctx, int ith, int nth) {
   const q35_hparams *hp = &c->f->m->hp;
   const q35_layer *L = c->L;
   const q35_bufs *b = c->f->b;
-  const int nblk = moe_blocks(hp, c->phase);
+  const int nblk = moe_blocks(hp, c->phase, c->rb);
   (void)nth;
   long u0, u1;
   int from = 0;
@@ -354,8 +366,8 @@ static void moe_experts(const q35_fwd *f, const q35_layer *L, int n_active, q35_
   q35_act_prepare(f->pool, xa, q35_vec_dot_type(gtype), b->h, H, H, T, b->xq);
   gather_task ga = {b, T * k, k, xa->ld};
   pool_or_inline(f->pool, gather_run, &ga, T <= INLINE_ROWS);
-  moe_task c = {f, L, 0, n_active, shared, xa->data, xa->ld};
-  q35_claim_init(f->pool, (long)n_active * moe_blocks(hp, 0) + (shared ? moe_shared_blocks(hp, 0) : 0), 1);
+  moe_task c = {f, L, 0, moe_rows(T, 0), n_active, shared, xa->data, xa->ld};
+  q35_claim_init(f->pool, (long)n_active * moe_blocks(hp, 0, c.rb) + (shared ? moe_shared_blocks(hp, 0, c.rb) : 0), 1);
   q35_pool_run(f->pool, moe_mm, &c);
   swiglu_task sw = {T * k, I, b->gu, b->act};
   pool_or_inline(f->pool, swiglu_run, &sw, T * k * I <= INLINE_ELEMS);
@@ -375,7 +387,8 @@ static void moe_experts(const q35_fwd *f, const q35_layer *L, int n_active, q35_
     xa->type = -1; /* no longer h */
   }
   c.phase = 1;
-  q35_claim_init(f->pool, (long)n_active * moe_blocks(hp, 1) + (shared ? moe_shared_blocks(hp, 1) : 0), 1);
+  c.rb = moe_rows(T, 1);
+  q35_claim_init(f->pool, (long)n_active * moe_blocks(hp, 1, c.rb) + (shared ? moe_shared_blocks(hp, 1, c.rb) : 0), 1);
   q35_pool_run(f->pool, moe_mm, &c);
 }
 

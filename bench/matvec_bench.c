@@ -15,6 +15,8 @@
  *   of ROWS PER CALL rows at r in a segment's first half paired with the rows at r + D, as one
  *   q35_vec_dot_rows2 (one column; two tile calls for more): two memory streams per thread.
  *   PAIR=512 is an expert's gate and up (I = 512), K=512 PAIR=1024 its down halves (H = 2048).
+ *   env COLS=123 the column counts to run, one digit each (default 1, 2, 4, 8: COLS=1248);
+ *   env THREADS=1 one thread only (default 1 and 2).
  * Each line gives the best wall time of 7 passes and the best CPU time of the slowest thread
  * (the figure to compare on a shared, busy machine).
  */
@@ -116,8 +118,16 @@ int main(int argc, char **argv) {
   float *o = aligned_alloc(64, (sizeof(float) * ocs * 8 + 63) / 64 * 64);
   printf("%s %d x %lld, activations %s, %d rows per call, %d pass(es), pair distance %d rows\n", q35_type_name(type), rows,
          (long long)n, q35_type_name(vt), chunk, rep, pair);
-  for (int nt = 1; nt <= 2; nt++)
-    for (int nc = 1; nc <= 8; nc *= 2) {
+  const int maxt = getenv("THREADS") ? atoi(getenv("THREADS")) : 2;
+  int cols[8] = {1, 2, 4, 8}, ncols = 4;
+  if (getenv("COLS")) { /* e.g. COLS=123: one digit per column count, 1..8 */
+    ncols = 0;
+    for (const char *s = getenv("COLS"); *s && ncols < 8; s++)
+      if (*s >= '1' && *s <= '8') cols[ncols++] = *s - '0';
+  }
+  for (int nt = 1; nt <= maxt && nt <= 2; nt++)
+    for (int ci = 0; ci < ncols; ci++) {
+      const int nc = cols[ci];
       double best = 1e30, best_cpu = 1e30;
       for (int k = 0; k < 7; k++) {
         pthread_t th[2];

@@ -130,8 +130,18 @@ void q35_act_prepare(q35_pool *pool, q35_act *q, int vtype, const float *x, int6
   q->ld = c.ldo;
 }
 
+/* One thread and a verify's 2..MM_TSMALL tokens: the whole matrix in one call. The claim would
+ * hand the lone thread pieces of a quarter of what is left, down to 16-row blocks, each a new
+ * call whose halves are too close for the tile kernels' two memory streams (and start their
+ * prefetch cold); one call reads two streams from end to end. Same value per row either way. */
+static int mm_whole(const q35_pool *pool, int64_t T) { return T > 1 && T <= MM_TSMALL && q35_pool_size(pool) == 1; }
+
 void q35_matmul(q35_pool *pool, const q35_tensor *w, const q35_act *xa, int64_t T, float *y, int64_t ldy) {
   mm_task t = {w->data, w->type, w->nb1, w->ne[0], w->ne[1], T, xa->data, xa->ld, y, ldy, pool};
+  if (mm_whole(pool, T)) {
+    mm_rows(&t, 0, (long)t.N);
+    return;
+  }
   /* mm_rows streams all T activation rows once per claimed piece: where they outweigh the
    * weights several times (the F32 router at a long prompt: 8 KiB a token against 2 MiB of
    * weights), pieces of 4 row blocks read them a quarter as often */
@@ -164,6 +174,10 @@ void q35_matmul_same(q35_pool *pool, const q35_tensor *const *ws, float *const *
     return;
   }
   q35_act_prepare(pool, xa, q35_vec_dot_type(ws[0]->type), x, ldx, ws[0]->ne[0], T, buf);
+  if (mm_whole(pool, T)) {
+    for (int i = 0; i < n; i++) q35_matmul(pool, ws[i], xa, T, ys[i], ldy[i]);
+    return;
+  }
   mm_multi mm = {.n = n};
   int64_t total = 0;
   for (int i = 0; i < n; i++) {

@@ -176,6 +176,8 @@ static int dump(const char *model, const char *out) {
   return 0;
 }
 
+static void test_restore_back(q35_model *m);
+
 int main(int argc, char **argv) {
   if (argc == 4 && !strcmp(argv[1], "--dump")) return dump(argv[2], argv[3]);
   char path[] = "/tmp/q35_mtp_ckpt_XXXXXX";
@@ -203,6 +205,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   test_rollback(m);
+  test_restore_back(m);
   test_head(m);
   q35_model_free(m);
   o.mtp = 0;
@@ -215,4 +218,34 @@ int main(int argc, char **argv) {
   if (fails) fprintf(stderr, "%d failed\n", fails);
   else printf("all passed\n");
   return fails != 0;
+}
+
+/* q35_session_ckpt_restore further back than the rollback, again after the rollback, and after
+ * an unarmed pass that followed the armed one (model/mtp.h: the slots keep their contents until
+ * the next arm): each time the state of a session fed only the first j + 1 tokens of the armed
+ * chunk; also a chunk no longer than the armed count (its last token's state is a slot too). */
+static void test_restore_back(q35_model *m) {
+  q35_err err;
+  q35_session_params sp = q35_session_default_params();
+  sp.n_ctx = 64;
+  q35_session *a = q35_session_new(m, &sp, &err), *b = q35_session_new(m, &sp, &err);
+  const int32_t prefix[] = {9, 4, 120, 66, 3}, chunk[] = {301, 8, 45, 19, 230}, extra = 12;
+  const int P = 5;
+  for (int n_max = 4; n_max <= 5; n_max++) /* chunk of 5: 4 armed (the pass's shape), 5 (all) */
+    for (int j = 0; j < n_max; j++)
+      for (int after = 0; after < 3; after++) { /* restore(j) after: a rollback to 3 tokens, all kept, one more token */
+        q35_session_reset(a);
+        q35_session_reset(b);
+        CHECK(!q35_session_eval(a, prefix, P, 0, NULL, 0, &err) && !q35_session_eval(b, prefix, P, 0, NULL, 0, &err),
+              "prefix: %s", err.msg);
+        CHECK(!q35_session_ckpt_arm(a, n_max, &err), "arm: %s", err.msg);
+        CHECK(!q35_session_eval(a, chunk, 5, 0, NULL, 0, &err), "chunk: %s", err.msg);
+        CHECK(!q35_session_ckpt_rollback(a, after == 0 ? P + 3 : P + 5, &err), "rollback: %s", err.msg);
+        if (after == 2) CHECK(!q35_session_eval(a, &extra, 1, 0, NULL, 0, &err), "extra: %s", err.msg);
+        q35_session_ckpt_restore(a, j);
+        for (int i = 0; i <= j; i++) CHECK(!q35_session_eval(b, &chunk[i], 1, 0, NULL, 0, &err), "one: %s", err.msg);
+        CHECK(same_state(a, b), "n_max=%d after=%d: restore(%d) differs from feeding %d tokens", n_max, after, j, j + 1);
+      }
+  q35_session_free(a);
+  q35_session_free(b);
 }

@@ -108,13 +108,19 @@ static int hid_reserve(q35_context *c, size_t positions, q35_err *err) {
   return b->hid ? 0 : q35_seterr(err, "out of memory (hidden states of %zu positions)", positions);
 }
 
-static int lg_reserve(q35_context *c, int32_t n, q35_err *err) {
+/* Draft logits for n rows of n_vocab; touched (see touch_reserve): the first K of each row, what
+ * the head writes and the draft's sampling reads when drafting over ids [0, K) (--draft-vocab:
+ * 128 KiB of a row's 1 MiB at K = 32768; the rest is never read). */
+static int lg_reserve(q35_context *c, int32_t n, int32_t K, q35_err *err) {
   q35_draft_bufs *b = &c->dr;
   if (n <= b->lg_cap) return 0;
+  const size_t V = (size_t)c->model->hp.n_vocab;
   free(b->lg);
-  b->lg = q35_alloc64((size_t)n * (size_t)c->model->hp.n_vocab * sizeof(float), 1); /* touched: see touch_reserve */
+  b->lg = q35_alloc64((size_t)n * V * sizeof(float), 0);
   b->lg_cap = b->lg ? n : 0;
-  return b->lg ? 0 : q35_seterr(err, "out of memory (draft logits of %d rows)", n);
+  if (!b->lg) return q35_seterr(err, "out of memory (draft logits of %d rows)", n);
+  for (int32_t r = 0; r < n; r++) memset(b->lg + (size_t)r * V, 0, (size_t)K * sizeof(float));
+  return 0;
 }
 
 /* The buffers a step of these rows needs if every row that may draft drafts all it may: the draft
@@ -124,13 +130,16 @@ static int lg_reserve(q35_context *c, int32_t n, q35_err *err) {
  * the real vocabulary): a one-off cost inside a step the draft plan times, repeated as the steps
  * grow. Not earlier: a server whose plan never drafts (4 streams) never pays for them. */
 static int touch_reserve(q35_context *c, const q35_row *rows, int32_t n_rows, q35_err *err) {
-  int32_t n_out = 0, n_cand = 0;
+  int32_t n_out = 0, n_cand = 0, K = 0;
   for (int32_t r = 0; r < n_rows; r++) {
     const q35_row *row = &rows[r];
     n_out += row->n_outputs == Q35_OUTPUTS_NONE ? 0 : row->n_outputs > 1 ? row->n_outputs : 1;
-    if (row->n_draft > 0) n_out += row->n_draft, n_cand++;
+    if (row->n_draft > 0) {
+      n_out += row->n_draft, n_cand++;
+      if (row->session->mtp->draft_vocab > K) K = row->session->mtp->draft_vocab;
+    }
   }
-  if (n_cand && lg_reserve(c, n_cand, err)) return -1;
+  if (n_cand && lg_reserve(c, n_cand, K, err)) return -1;
   if (n_cand && n_out > c->out_cap) {
     if (q35_context_reserve(c, n_rows, n_out, err)) return -1;
     memset(c->logits, 0, (size_t)n_out * (size_t)c->model->hp.n_vocab * sizeof(float));
@@ -217,13 +226,14 @@ static int make_drafts(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *e
   q35_draft_bufs *b = &c->dr;
   const q35_model *m = c->model;
   const size_t H = (size_t)m->hp.n_embd, V = (size_t)m->hp.n_vocab;
-  int32_t n_d = 0, max_nd = 0;
+  int32_t n_d = 0, max_nd = 0, max_k = 0;
   for (int32_t r = 0; r < n_rows; r++)
     if (b->nd[r] > 0) {
       n_d++;
       if (b->nd[r] > max_nd) max_nd = b->nd[r];
+      if (rows[r].session->mtp->draft_vocab > max_k) max_k = rows[r].session->mtp->draft_vocab;
     }
-  if (lg_reserve(c, n_d, err) || q35_context_reserve_samplers(c, 1, err)) return -1;
+  if (lg_reserve(c, n_d, max_k, err) || q35_context_reserve_samplers(c, 1, err)) return -1;
   memset(b->drafted_con, 0, (size_t)n_rows * sizeof *b->drafted_con);
   /* The catch-up: rows holding more pending pairs than a session drafting every step does (the
    * plan kept it off drafting a while, or it is cold: model/mtp.h) run all but the last through

@@ -25,10 +25,9 @@ static size_t ssm_floats(const q35_hparams *hp) {
 
 void q35_session_ckpt_free(q35_session *s) {
   const int n = s->model ? s->model->n_gdn_layers : 0;
-  for (int i = 0; i < n; i++) {
-    if (s->ckpt_conv) free(s->ckpt_conv[i]);
+  for (int i = 0; i < n; i++)
     if (s->ckpt_ssm) free(s->ckpt_ssm[i]);
-  }
+  if (s->ckpt_conv) free(s->ckpt_conv[0]); /* the block of every layer's conv slots */
   free(s->ckpt_conv);
   free(s->ckpt_ssm);
   s->ckpt_conv = s->ckpt_ssm = NULL;
@@ -49,10 +48,17 @@ static int ckpt_grow(q35_session *s, int32_t n, q35_err *err) {
   int ok = s->ckpt_conv && s->ckpt_ssm;
   /* not touched yet: a session whose rows never draft (a server at 4 streams, where the plan
      declines) never pays for their pages; q35_session_ckpt_touch does before the first verify */
+  /* every layer's conv slots in one block, from 512 KiB whole 2 MiB pages: the touch then faults
+     once where it faulted each 4 KiB of N x 96 KiB a layer at the 35B shapes */
+  const size_t lay = (conv_floats(hp) * (size_t)n + 16) & ~(size_t)15;
+  size_t blk = lay * (size_t)L * sizeof(float);
+  if (blk >= ((size_t)512 << 10)) blk = (blk + CKPT_HUGE_FROM - 1) & ~(CKPT_HUGE_FROM - 1);
+  float *block = NULL;
+  if (ok && L > 0) ok = (block = q35_alloc_huge_from(blk, CKPT_HUGE_FROM)) != NULL;
   for (int i = 0; ok && i < L; i++) {
-    s->ckpt_conv[i] = q35_alloc64(conv_floats(hp) * (size_t)n * sizeof(float) + sizeof(float), 0);
+    s->ckpt_conv[i] = block + (size_t)i * lay;
     s->ckpt_ssm[i] = q35_alloc_huge_from(ssm_floats(hp) * (size_t)n * sizeof(float), CKPT_HUGE_FROM);
-    ok = s->ckpt_conv[i] && s->ckpt_ssm[i];
+    ok = s->ckpt_ssm[i] != NULL;
   }
   if (!ok) {
     q35_session_ckpt_free(s);

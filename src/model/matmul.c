@@ -130,11 +130,12 @@ void q35_act_prepare(q35_pool *pool, q35_act *q, int vtype, const float *x, int6
   q->ld = c.ldo;
 }
 
-/* One thread and a verify's 2..MM_TSMALL tokens: the whole matrix in one call. The claim would
- * hand the lone thread pieces of a quarter of what is left, down to 16-row blocks, each a new
- * call whose halves are too close for the tile kernels' two memory streams (and start their
- * prefetch cold); one call reads two streams from end to end. Same value per row either way. */
-static int mm_whole(const q35_pool *pool, int64_t T) { return T > 1 && T <= MM_TSMALL && q35_pool_size(pool) == 1; }
+/* One thread and a decode's or a verify's 1..MM_TSMALL tokens: the whole matrix in one call. The
+ * claim would hand the lone thread pieces of a quarter of what is left, down to 16-row blocks,
+ * each a new call whose halves are too close for the row and tile kernels' two memory streams
+ * (and start their prefetch cold); one call reads two streams from end to end. Same value per
+ * row either way. */
+static int mm_whole(const q35_pool *pool, int64_t T) { return T <= MM_TSMALL && q35_pool_size(pool) == 1; }
 
 void q35_matmul(q35_pool *pool, const q35_tensor *w, const q35_act *xa, int64_t T, float *y, int64_t ldy) {
   mm_task t = {w->data, w->type, w->nb1, w->ne[0], w->ne[1], T, xa->data, xa->ld, y, ldy, pool};

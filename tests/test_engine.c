@@ -24,6 +24,7 @@
 #include "check.h"
 #include "export/tiny.h"
 #include "kernels/quant.h"
+#include "model/forward_internal.h"
 #include "model/model.h"
 #include "q35.h"
 
@@ -1041,6 +1042,66 @@ static void run_model(const char *name, const q35_tiny_opts *o, const char *dir)
   unlink(path);
 }
 
+/* q35_matmul at a decode step (T = 1) with several threads claims a matrix's rows as pairs (i,
+ * i + N/2), each piece one q35_vec_dot_rows2, once the halves are 128 KiB apart
+ * (src/model/matmul.c): every output must still be its row's q35_vec_dot, bit for bit, the odd
+ * last row included, alone (q35_matmul_f) and beside a product too short to pair
+ * (q35_matmul_same), at 1, 2 and 3 threads. */
+static float pair_rnd(uint64_t *s) { /* uniform in [-1, 1], its own state: rnd_tok's is the models' */
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return (float)(int)(*s % 2001) / 1000.0f - 1.0f;
+}
+static void test_matmul_pairs(void) {
+  const int64_t K = 2048;
+  uint64_t rs = 12345;
+  const int types[2] = {Q35_TYPE_Q4_0, Q35_TYPE_Q8_0}, N[2] = {301, 40};
+  float *f = malloc(sizeof(float) * (size_t)K);
+  for (int ti = 0; ti < 2; ti++) {
+    const int type = types[ti], vt = q35_vec_dot_type(type);
+    const size_t ws = q35_row_size(type, K);
+    uint8_t *w[2];
+    float *y[2], *ref[2];
+    for (int m = 0; m < 2; m++) {
+      w[m] = malloc(ws * (size_t)N[m]);
+      y[m] = malloc(sizeof(float) * (size_t)N[m]);
+      ref[m] = malloc(sizeof(float) * (size_t)N[m]);
+      for (int r = 0; r < N[m]; r++) {
+        for (int64_t i = 0; i < K; i++) f[i] = pair_rnd(&rs);
+        q35_quantize_row(type, f, w[m] + (size_t)r * ws, K);
+      }
+    }
+    for (int64_t i = 0; i < K; i++) f[i] = 2.0f * pair_rnd(&rs);
+    char *xq = malloc(q35_row_size(vt, K)), *buf = malloc(q35_row_size(vt, K));
+    q35_quantize_row(vt, f, xq, K);
+    for (int m = 0; m < 2; m++)
+      for (int r = 0; r < N[m]; r++) ref[m][r] = q35_vec_dot(type, K, w[m] + (size_t)r * ws, xq);
+    const q35_tensor t[2] = {{w[0], type, {K, N[0], 1, 1}, ws, ws * (size_t)N[0]},
+                             {w[1], type, {K, N[1], 1, 1}, ws, ws * (size_t)N[1]}};
+    for (int nth = 1; nth <= 3; nth++) {
+      q35_pool *pool = q35_pool_new(nth);
+      memset(y[0], 0xff, sizeof(float) * (size_t)N[0]);
+      q35_matmul_f(pool, &t[0], f, K, 1, y[0], N[0], buf);
+      CHECK(!memcmp(y[0], ref[0], sizeof(float) * (size_t)N[0]), "q35_matmul_f type %d, %d threads", type, nth);
+      const q35_tensor *tp[2] = {&t[0], &t[1]};
+      float *yp[2] = {y[0], y[1]};
+      const int64_t ld[2] = {N[0], N[1]};
+      q35_act xa = Q35_ACT_NONE;
+      for (int m = 0; m < 2; m++) memset(y[m], 0xff, sizeof(float) * (size_t)N[m]);
+      q35_matmul_same(pool, tp, yp, ld, 2, &xa, f, K, 1, buf);
+      for (int m = 0; m < 2; m++)
+        CHECK(!memcmp(y[m], ref[m], sizeof(float) * (size_t)N[m]), "q35_matmul_same type %d, product %d, %d threads",
+              type, m, nth);
+      q35_pool_free(pool);
+    }
+    for (int m = 0; m < 2; m++) free(w[m]), free(y[m]), free(ref[m]);
+    free(xq);
+    free(buf);
+  }
+  free(f);
+}
+
 int main(void) {
   const char *sv = getenv("Q35_SANITIZE_RUN");
   const int san = sv && strcmp(sv, "0") != 0;
@@ -1048,6 +1109,7 @@ int main(void) {
   pending_strict = !(pv && strcmp(pv, "0") == 0); /* the bugs are fixed: strict unless Q35_TEST_PENDING=0 */
   NPROMPT = san ? 12 : 24;
   NDEC = san ? 8 : 24;
+  test_matmul_pairs();
   char dir[] = "/tmp/q35_test_engine_XXXXXX";
   if (!mkdtemp(dir)) {
     perror("mkdtemp");

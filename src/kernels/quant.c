@@ -228,6 +228,8 @@ void q35_vec_dot_rows2(int type, int64_t n, const void *wa, const void *wb, size
   q35_tile_run(k, type, n, wb, w_stride, nr, x, 0, 1, ob, out_stride, 0);
 }
 
+int q35_vec_dot_has_rows2(int type) { return type_ok(type) && kern()->gemv2[type] != NULL; }
+
 void q35_vec_dot_tile(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x,
                       size_t x_stride, int nc, float *out, size_t out_stride) {
   q35_tile_run(kern(), type, n, w, w_stride, nr, x, x_stride, nc, out, out_stride, 1);

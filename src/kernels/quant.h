@@ -75,6 +75,9 @@ void q35_vec_dot_rows(int type, int64_t n, const void *w, size_t w_stride, int n
  * bit; the kernels that have it read the two ranges as two memory streams. */
 void q35_vec_dot_rows2(int type, int64_t n, const void *wa, const void *wb, size_t w_stride, int nr, const void *x,
                        float *oa, float *ob, size_t out_stride);
+/* Whether q35_vec_dot_rows2 of type has such a kernel at the active level (else it runs the two
+ * ranges one after the other). */
+int q35_vec_dot_has_rows2(int type);
 /* As q35_vec_dot_tile with a general output layout: out[r*out_rs + c*out_cs] (in floats). E.g.
  * token-major Y[t][row] (row stride ldy): out = &Y[0][row0], out_rs = 1, out_cs = ldy. */
 void q35_vec_dot_tile_ex(int type, int64_t n, const void *w, size_t w_stride, int nr, const void *x,

@@ -25,6 +25,7 @@ typedef struct {
   float *y;
   int64_t ldy;
   q35_pool *pool; /* whose claim hands out the rows */
+  int64_t half;   /* > 0: rows claimed as pairs (i, i + half) (mm_pair_half) */
 } mm_task;
 
 /* Blocks of TB tokens x RB rows, so a token block's activations stay in cache while the thread's
@@ -68,12 +69,41 @@ static void mm_rows(const mm_task *t, long n0, long n1) {
   }
 }
 
+/* Decode (T = 1) with several threads: a thread's claimed piece of rows [n0, n1) runs as one call,
+ * so a piece shorter than twice the row kernels' two-stream distance (TWO_STREAM_BYTES apart in
+ * quant_avx2.c: 2 x 128 KiB) reads one memory stream and starts its prefetch cold. The claim
+ * hands each thread a quarter of what is left of its share, down to 16-row chunks, so most pieces
+ * of a small matrix (and every share's tail) would be such short pieces. Instead the rows go out as
+ * pairs: claimed index i stands for rows i and i + half, run as one q35_vec_dot_rows2 (the gemv2
+ * kernels: two memory streams per core for the whole product, even for the last chunks), for
+ * matrices whose halves are at least MM_PAIR_BYTES apart and types with such a kernel. Each row's
+ * value is still its q35_vec_dot's. */
+#define MM_PAIR_BYTES ((size_t)128 << 10)
+static int64_t mm_pair_half(const q35_pool *pool, int type, int64_t N, int64_t T, size_t nb1) {
+  if (T != 1 || q35_pool_size(pool) < 2 || !q35_vec_dot_has_rows2(type)) return 0;
+  return (size_t)(N / 2) * nb1 >= MM_PAIR_BYTES ? N / 2 : 0;
+}
+/* the number of claimed indices of t: its rows, or its pairs */
+static int64_t mm_claim_n(const mm_task *t) { return t->half ? t->half : t->N; }
+
+/* claimed indices [i0, i1) of t: rows, or pairs (i, i + half); the last pair's claimer also takes
+ * the odd last row */
+static void mm_piece(const mm_task *t, long i0, long i1) {
+  if (!t->half) {
+    mm_rows(t, i0, i1);
+    return;
+  }
+  q35_vec_dot_rows2(t->type, t->K, t->w + (size_t)i0 * t->nb1, t->w + (size_t)(i0 + t->half) * t->nb1, t->nb1,
+                    (int)(i1 - i0), t->x, t->y + i0, t->y + i0 + t->half, 1);
+  if (i1 == t->half && 2 * t->half < t->N) mm_rows(t, (long)(2 * t->half), (long)t->N);
+}
+
 static void mm_run(void *ctx, int ith, int nth) {
   const mm_task *t = ctx;
   (void)nth;
   long n0, n1;
   int from = 0;
-  while (q35_claim_next(t->pool, ith, &from, &n0, &n1)) mm_rows(t, n0, n1);
+  while (q35_claim_next(t->pool, ith, &from, &n0, &n1)) mm_piece(t, n0, n1);
 }
 
 /* Several products on the same activations in one launch: the threads split the rows of all of
@@ -92,9 +122,10 @@ static void mm_multi_run(void *ctx, int ith, int nth) {
   while (q35_claim_next(mm->t[0].pool, ith, &from, &a0, &a1)) {
     int64_t base = 0;
     for (int i = 0; i < mm->n; i++) {
-      const int64_t lo = a0 > base ? a0 : base, hi = a1 < base + mm->t[i].N ? a1 : base + mm->t[i].N;
-      if (lo < hi) mm_rows(&mm->t[i], (long)(lo - base), (long)(hi - base));
-      base += mm->t[i].N;
+      const int64_t ni = mm_claim_n(&mm->t[i]);
+      const int64_t lo = a0 > base ? a0 : base, hi = a1 < base + ni ? a1 : base + ni;
+      if (lo < hi) mm_piece(&mm->t[i], (long)(lo - base), (long)(hi - base));
+      base += ni;
     }
   }
 }
@@ -138,7 +169,7 @@ void q35_act_prepare(q35_pool *pool, q35_act *q, int vtype, const float *x, int6
 static int mm_whole(const q35_pool *pool, int64_t T) { return T <= MM_TSMALL && q35_pool_size(pool) == 1; }
 
 void q35_matmul(q35_pool *pool, const q35_tensor *w, const q35_act *xa, int64_t T, float *y, int64_t ldy) {
-  mm_task t = {w->data, w->type, w->nb1, w->ne[0], w->ne[1], T, xa->data, xa->ld, y, ldy, pool};
+  mm_task t = {w->data, w->type, w->nb1, w->ne[0], w->ne[1], T, xa->data, xa->ld, y, ldy, pool, 0};
   if (mm_whole(pool, T)) {
     mm_rows(&t, 0, (long)t.N);
     return;
@@ -147,7 +178,8 @@ void q35_matmul(q35_pool *pool, const q35_tensor *w, const q35_act *xa, int64_t 
    * weights several times (the F32 router at a long prompt: 8 KiB a token against 2 MiB of
    * weights), pieces of 4 row blocks read them a quarter as often */
   const int big_x = (double)T * (double)xa->ld > 4.0 * (double)t.N * (double)w->nb1;
-  q35_claim_init(pool, (long)t.N, big_x ? 4 * MM_GRAIN : MM_GRAIN);
+  t.half = mm_pair_half(pool, t.type, t.N, T, t.nb1);
+  q35_claim_init(pool, (long)mm_claim_n(&t), big_x ? 4 * MM_GRAIN : MM_GRAIN);
   q35_pool_run(pool, mm_run, &t);
 }
 
@@ -183,8 +215,9 @@ void q35_matmul_same(q35_pool *pool, const q35_tensor *const *ws, float *const *
   int64_t total = 0;
   for (int i = 0; i < n; i++) {
     mm.t[i] = (mm_task){ws[i]->data, ws[i]->type, ws[i]->nb1, ws[i]->ne[0], ws[i]->ne[1], T,
-                        xa->data,    xa->ld,      ys[i],      ldy[i],       pool};
-    total += ws[i]->ne[1];
+                        xa->data,    xa->ld,      ys[i],      ldy[i],       pool,
+                        mm_pair_half(pool, ws[i]->type, ws[i]->ne[1], T, ws[i]->nb1)};
+    total += mm_claim_n(&mm.t[i]);
   }
   /* as q35_matmul: larger pieces where the activations outweigh the weights several times */
   double wbytes = 0.0;

@@ -502,7 +502,10 @@ QSI __m256 q4k_blk(const int HAS_QH, const uint8_t *a, const blk_q8_k *b, __m256
   if (HAS_QH) qh = loadu256(((const blk_q5_k *)(const void *)a)->qh);
   __m256i isum = _mm256_setzero_si256();
   _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
-    const __m256i q = loadu256(qs + 32 * k);
+    /* the 32 weight bytes loaded once, into a register (KQ_PIN): GCC otherwise loads them twice,
+     * once for the low nibbles' vpand and once for the high nibbles' shift */
+    __m256i q = loadu256(qs + 32 * k);
+    KQ_PIN(q);
     __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
     if (HAS_QH) {
       const __m256i one = _mm256_set1_epi8(1);

@@ -187,23 +187,38 @@ static int forward_rows(const q35_model *m, q35_fwd_ws *ws, q35_mtp_row *rows, i
   norm_rows(b.h, b.x, L->attn_norm.data, T, H, hp->eps);
   q35_layer_attention(&f, L);
   add_rows(b.x, b.tmp, T * H);
-  norm_rows(b.h, b.x, L->post_norm.data, T, H, hp->eps);
-  if (hp->is_moe) q35_layer_moe(&f, L);
-  else q35_layer_dense_ffn(&f, L);
-  add_rows(b.x, b.tmp, T * H);
-  /* the rows that want logits: their last pair's head-normed state g into b.h (column G), then
-   * the output matrix's first n_head_vocab rows on those columns, into b.tmp */
+  /* The attention layer has written every pair's K and V into the head's cache: that is all a
+   * pair other than a row's last one is for (a round's first draft takes in the pairs the round
+   * before emitted, only the last one's logits are drafted from), and nothing after this point
+   * reaches the cache. So the FFN and the rest run on the last pair of each row that wants
+   * logits only, gathered into the first G rows of b.x in row order (row r's last pair is at
+   * or after position G, so no source is overwritten before it is read). A token's FFN output
+   * does not depend on the other tokens of the pass (the layer code is batch invariant), so the
+   * logits keep their bits; a pass of 3 pairs reads one token's experts, not the union of 3. */
   int64_t G = 0;
   for (int r = 0; r < n_rows; r++) {
     rows[r].c->s.pos += rows[r].n;
     rows[r].c->zpos = rows[r].c->s.pos;
     if (!rows[r].logits) continue;
-    float *g = b.h + G * H;
-    rmsnorm(g, b.x + (int64_t)(row_start[r] + rows[r].n - 1) * H, m->mtp.head_norm.data, H, hp->eps);
-    if (rows[r].g_out) memcpy(rows[r].g_out, g, sizeof(float) * (size_t)H);
+    const int64_t last = row_start[r] + rows[r].n - 1;
+    if (last != G) memcpy(b.x + G * H, b.x + last * H, sizeof(float) * (size_t)H);
     G++;
   }
   if (G == 0) return 0;
+  b.T = G;
+  norm_rows(b.h, b.x, L->post_norm.data, G, H, hp->eps);
+  if (hp->is_moe) q35_layer_moe(&f, L);
+  else q35_layer_dense_ffn(&f, L);
+  add_rows(b.x, b.tmp, G * H);
+  /* the head-normed state g of each of those pairs into b.h (column g), then the output matrix's
+   * first n_head_vocab rows on those columns */
+  for (int r = 0, g = 0; r < n_rows; r++) {
+    if (!rows[r].logits) continue;
+    float *gv = b.h + (int64_t)g * H;
+    rmsnorm(gv, b.x + (int64_t)g * H, m->mtp.head_norm.data, H, hp->eps);
+    if (rows[r].g_out) memcpy(rows[r].g_out, gv, sizeof(float) * (size_t)H);
+    g++;
+  }
   q35_tensor head = m->mtp.head; /* its first n_head_vocab rows */
   if (n_head_vocab) head.ne[1] = n_head_vocab;
   const int64_t K = head.ne[1];

@@ -146,6 +146,10 @@ typedef struct q35_model_params {
                       * only (the embedding only when layer_begin is 0, the output head only when
                       * layer_end is the last layer); the file's other tensors are unmapped. 0, 0:
                       * the whole model. Such a model's steps run through dist/pp.c. */
+  int no_repack;     /* non-zero: keep every weight in the file's layout. By default, at the AVX2
+                      * level, the Q4_0 product weights are rewritten at load into the order the
+                      * AVX2 kernels read (same size, same results bit for bit, faster decode and
+                      * prefill); env Q35_REPACK=0 does the same as this. */
 } q35_model_params;
 
 q35_model_params q35_model_default_params(void);

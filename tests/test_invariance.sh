@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # q35 logits must be bit-identical (cmp) for the same prompt however it is computed: in one
 # chunk or in chunks of 1, 3 and 7 tokens, and with 1 or 2 threads; for every KV cache type
-# (f32, f16, q8_0), on a MoE (qwen35moe) and a dense (qwen35) tiny model, every position (--all).
+# (f32, f16, q8_0), on a MoE (qwen35moe) and a dense (qwen35) tiny model, every position (--all);
+# and with the load-time repack of Q4_0 weights on and off.
 set -u
 SRC=${Q35_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 BUILD=${Q35_BUILD:-$SRC/build}
@@ -65,6 +66,36 @@ check dense --arch qwen35 $S --type f32 --seed 22
 check moe_q8_0 --arch qwen35moe --layers 2 --interval 2 --embd 64 --heads 2 --kv-heads 1 \
   --head-dim 32 --ff 32 --ssm-k-heads 2 --ssm-v-heads 2 --ssm-head-dim 32 --experts 4 \
   --experts-used 2 --type q8_0 --seed 23
+
+# The load-time repack (Q4_0 product weights as Q4_0R at the AVX2 level; the @avx2 run of this
+# test exercises it, other levels load the file's layout either way): logits with it equal those
+# without (--no-repack, env Q35_REPACK=0), in one chunk and in chunks of 3, at 1 and 2 threads.
+# Rows of 512 elements, so the repack has whole groups of 16 blocks to rewrite.
+repack() {
+  local m=$W/repack.gguf n=0 t opt
+  if ! "$Q35" export --tiny-test -o "$m" --vocab $VOCAB --arch qwen35moe --layers 2 --interval 2 --embd 512 \
+    --heads 4 --kv-heads 2 --head-dim 128 --ff 512 --ssm-k-heads 2 --ssm-v-heads 4 --ssm-head-dim 128 \
+    --experts 4 --experts-used 2 --type q4_0 --seed 24 >"$W/export.log" 2>&1; then
+    fail "repack: q35 export --tiny-test failed: $(tail -3 "$W/export.log")"
+    return
+  fi
+  for t in 1 2; do
+    for opt in "" "--chunk 3"; do
+      # shellcheck disable=SC2086 # opt is empty or two words
+      if ! "$Q35" logits -m "$m" --tokens "$TOKS" --all -t $t $opt -o "$W/r.on.bin" 2>"$W/l.log" ||
+        ! "$Q35" logits -m "$m" --tokens "$TOKS" --all -t $t $opt --no-repack -o "$W/r.off.bin" 2>>"$W/l.log" ||
+        ! Q35_REPACK=0 "$Q35" logits -m "$m" --tokens "$TOKS" --all -t $t $opt -o "$W/r.env.bin" 2>>"$W/l.log"; then
+        fail "repack t=$t $opt: q35 logits failed: $(tail -3 "$W/l.log")"
+        continue
+      fi
+      n=$((n + 1))
+      cmp -s "$W/r.on.bin" "$W/r.off.bin" || fail "repack t=$t $opt: logits with the repack differ from --no-repack"
+      cmp -s "$W/r.on.bin" "$W/r.env.bin" || fail "repack t=$t $opt: logits with the repack differ from Q35_REPACK=0"
+    done
+  done
+  echo "repack: $n variants compared"
+}
+repack
 
 if [ $fails -ne 0 ]; then
   echo "test_invariance: $fails failure(s)"

@@ -413,6 +413,7 @@ static void q4_0z_cross_level(void) {
 static void rows2_two_streams(q35_simd level, const q35_kernels *k);
 static void rows_adjacent_pairs(q35_simd level, const q35_kernels *k);
 static void gemv_two_streams(q35_simd level, const q35_kernels *k);
+static void q4_0r_twin(q35_simd level, const q35_kernels *k);
 
 int main(void) {
   public_api();
@@ -465,6 +466,7 @@ int main(void) {
     rows2_two_streams(level, &k);
     rows_adjacent_pairs(level, &k);
     gemv_two_streams(level, &k);
+    q4_0r_twin(level, &k);
     printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   printf("%ld tile cases\n", cases);
@@ -573,5 +575,70 @@ static void gemv_two_streams(q35_simd level, const q35_kernels *k) {
       }
       free(want); free(o); free(wbuf); free(xbuf);
     }
+  }
+}
+
+/*
+ * Q4_0R (Q4_0 repacked at load, q35_repack_row) against Q4_0 at every level: the repack moves back
+ * to the same bytes, its dequantize gives Q4_0's floats, and its vec_dot, tiles (every shape the
+ * level runs: 1..9 rows, 1..9 and the wide 16 / 23 / 33 columns), one column of many rows (the
+ * two-stream gemv) and gemv2 give Q4_0's results bit for bit, on lengths with and without a short
+ * last group (which stays plain Q4_0). The level's kernels for Q4_0R may be a lower level's (the
+ * repack is used at AVX2 only); the results must still equal that table's Q4_0 ones.
+ */
+static void q4_0r_twin(q35_simd level, const q35_kernels *k) {
+  const char *lvl = q35_simd_name(level);
+  const int t0 = Q35_TYPE_Q4_0, t1 = Q35_TYPE_Q4_0R;
+  if (q35_kernels_vec_dot_type(k, t0) != q35_kernels_vec_dot_type(k, t1)) {
+    CHECK(0, "%s: Q4_0R takes another activation type than Q4_0", lvl);
+    return;
+  }
+  const int vt = q35_kernels_vec_dot_type(k, t0);
+  static const int64_t ns[] = {32, 96, 512, 512 + 64, 1024 + 256, 2048, 2048 + 96};
+  static const int ncs[] = {1, 2, 3, 4, 5, 8, 9, 16, 23, 33};
+  for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+    const int64_t n = ns[ni];
+    const int nrmax = n >= 2048 ? 301 : 9;
+    const size_t rs = q35_row_size(t0, n), ws = rs + (ni % 2 ? 0 : 7), xs = q35_row_size(vt, n) + (ni % 3 ? 0 : 5);
+    uint8_t *wb, *xb;
+    const uint8_t *w = make_rows(t0, n, nrmax, ws, 1 + ni, 0, &wb);
+    const uint8_t *x = make_rows(vt, n, 33, xs, 3, 1, &xb);
+    uint8_t *rb = malloc(ws * (size_t)nrmax + 64), *back = malloc(rs);
+    uint8_t *wr = rb + 5; /* an odd address */
+    int bad = 0;
+    for (int r = 0; r < nrmax; r++) {
+      q35_repack_row(t1, w + (size_t)r * ws, wr + (size_t)r * ws, n);
+      q35_unrepack_row(t1, wr + (size_t)r * ws, back, n);
+      bad += memcmp(back, w + (size_t)r * ws, rs) != 0;
+    }
+    CHECK(!bad, "%s q4_0r n=%lld: repack then unrepack changed %d rows", lvl, (long long)n, bad);
+    float *f0 = malloc(sizeof(float) * (size_t)n), *f1 = malloc(sizeof(float) * (size_t)n);
+    bad = 0;
+    for (int r = 0; r < 3; r++) {
+      k->dequantize[t0](w + (size_t)r * ws, f0, n);
+      k->dequantize[t1](wr + (size_t)r * ws, f1, n);
+      bad += memcmp(f0, f1, sizeof(float) * (size_t)n) != 0;
+      bad += !same_float(k->vec_dot[t0](n, w + (size_t)r * ws, x), k->vec_dot[t1](n, wr + (size_t)r * ws, x));
+    }
+    CHECK(!bad, "%s q4_0r n=%lld: dequantize / vec_dot differ from q4_0's", lvl, (long long)n);
+    free(f0), free(f1);
+    float *want = malloc(sizeof(float) * (size_t)nrmax * 33), *got = malloc(sizeof(float) * (size_t)nrmax * 33);
+    const int nrs[] = {1, 2, 3, 4, 5, 7, 9, nrmax};
+    for (size_t i = 0; i < sizeof nrs / sizeof nrs[0]; i++)
+      for (size_t j = 0; j < sizeof ncs / sizeof ncs[0]; j++) {
+        const int nr = nrs[i], nc = nrmax > 9 && nr > 9 && ncs[j] > 3 ? 0 : ncs[j];
+        if (!nc || (i == sizeof nrs / sizeof nrs[0] - 1 && nr == 9)) continue;
+        memset(want, 0xFF, sizeof(float) * (size_t)nr * nc);
+        memset(got, 0xFF, sizeof(float) * (size_t)nr * nc);
+        q35_tile_run(k, t0, n, w, ws, nr, x, xs, nc, want, (size_t)nc, 1);
+        q35_tile_run(k, t1, n, wr, ws, nr, x, xs, nc, got, (size_t)nc, 1);
+        CHECK(!memcmp(want, got, sizeof(float) * (size_t)nr * nc), "%s q4_0r n=%lld %dx%d: tile != q4_0's", lvl,
+              (long long)n, nr, nc);
+        if (nc == 1) {
+          bad = gemv2_bad(k, t1, n, wr, ws, nr, x, want, 1);
+          CHECK(!bad, "%s q4_0r n=%lld nr=%d: gemv2 != q4_0's in %d rows", lvl, (long long)n, nr, bad);
+        }
+      }
+    free(want), free(got), free(rb), free(back), free(wb), free(xb);
   }
 }

@@ -173,6 +173,8 @@ int model_arg(model_args *a, int argc, char **argv, int *i) {
     a->no_mmap = 1;
   } else if (arg_is(argc, argv, i, "--no_huge_pages")) {
     a->no_huge = 1;
+  } else if (arg_is(argc, argv, i, "--no_repack")) {
+    a->no_repack = 1;
   } else if (arg_is(argc, argv, i, "--pp_split")) {
     a->pp_split = arg_value(argc, argv, i);
   } else if (arg_is(argc, argv, i, "--pp_timeout")) {
@@ -212,6 +214,8 @@ void model_args_help(FILE *f, const model_args *a) {
           "  --chunk N                        %s\n"
           "  --no-mmap                        read the weights into memory instead of mapping the file\n"
           "  --no-huge-pages                  map the file in the kernel's default pages (default: 2 MiB pages)\n"
+          "  --no-repack                      keep the weights in the file's layout (default at the AVX2 level:\n"
+          "                                   Q4_0 product weights repacked at load for its kernels; same bits)\n"
           "  --pp-split B:E,B:E,...           under mpirun (a -DQ35_MPI=ON build): each rank's layers\n"
           "                                   (default: ranges of about equal bytes)\n"
           "  --pp-timeout S                   under mpirun: a rank that makes no progress for S seconds inside\n"
@@ -227,6 +231,7 @@ q35_model_params model_args_model_params(const model_args *a) {
   mp.n_threads = a->threads;
   mp.no_mmap = a->no_mmap;
   mp.no_huge = a->no_huge;
+  mp.no_repack = a->no_repack;
   return mp;
 }
 

@@ -50,6 +50,7 @@ typedef struct model_args {
   q35_kv_type kv;           /* --kv f32|f16|q8_0 */
   int no_mmap;              /* --no-mmap: read the weights into memory */
   int no_huge;              /* --no-huge-pages: default page size for the file mapping */
+  int no_repack;            /* --no-repack: keep the weights in the file's layout (no load-time repack) */
   uint64_t mem_budget;      /* --mem-budget: KV/state bytes allowed (0: no limit) */
   int mem_budget_set;       /* --mem-budget was given (else model_args_done sets the default) */
   unsigned takes;           /* MODEL_ARG_* */

@@ -175,6 +175,7 @@ int cmd_serve(int argc, char **argv) {
   o.kv_type = ma.kv;
   o.no_mmap = ma.no_mmap;
   o.no_huge = ma.no_huge;
+  o.no_repack = ma.no_repack;
   o.mem_budget = ma.mem_budget;
   o.load = serve_load;
   o.load_arg = &ma;

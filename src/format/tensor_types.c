@@ -11,7 +11,7 @@ static const char *const type_names[Q35_TYPE_COUNT] = {
     [17] = "iq2_xs",  [18] = "iq3_xxs", [19] = "iq1_s",  [20] = "iq4_nl", [21] = "iq3_s",
     [22] = "iq2_s",   [23] = "iq4_xs", [24] = "i8",      [25] = "i16",    [26] = "i32",
     [27] = "i64",     [28] = "f64",    [29] = "iq1_m",   [30] = "bf16",   [34] = "tq1_0",
-    [35] = "tq2_0",   [39] = "mxfp4", [40] = "q8_0x", [41] = "q8_0y", [42] = "q8_0z",
+    [35] = "tq2_0",   [39] = "mxfp4", [40] = "q8_0x", [41] = "q8_0y", [42] = "q8_0z", [43] = "q4_0r",
 };
 
 /* block: elements per block; size: bytes per block (ggml's block_* structs); computed: q35 has
@@ -32,6 +32,7 @@ static const struct {
     [Q35_TYPE_IQ1_M] = {256, 56, 1},
     [Q35_TYPE_Q8_0X] = {32, 64, 0},      [Q35_TYPE_Q8_0Y] = {32, 96, 0},
     [Q35_TYPE_Q8_0Z] = {32, 40, 0}, /* per block; rows pad to 16 blocks */
+    [Q35_TYPE_Q4_0R] = {32, 18, 0}, /* Q4_0's sizes; made at load only, never read from a file */
 };
 
 const char *q35_type_name(int type) {

@@ -24,6 +24,7 @@ static void overlay(q35_kernels *dst, const q35_kernels *src) {
   if (src->q4_0_act) dst->q4_0_act = src->q4_0_act;
   if (src->q8_0_act) dst->q8_0_act = src->q8_0_act;
   if (src->nl_act) dst->nl_act = src->nl_act;
+  if (src->q4_0_repack) dst->q4_0_repack = src->q4_0_repack;
   for (int t = 0; t < Q35_TYPE_COUNT; t++) {
     if (src->vec_dot[t]) dst->vec_dot[t] = src->vec_dot[t];
     if (src->quantize[t]) dst->quantize[t] = src->quantize[t];
@@ -54,6 +55,7 @@ int q35_kernels_get(q35_simd level, q35_kernels *out) {
     memset(&k, 0, sizeof k);
     q35_kernels_avx512(&k);
     overlay(out, &k);
+    out->q4_0_repack = 0; /* its own Q4_0 kernels read the plain blocks */
   }
 #elif defined(__aarch64__)
   if (level != Q35_SIMD_NEON) return -1;
@@ -98,7 +100,7 @@ int q35_kernels_vec_dot_type(const q35_kernels *k, int type) {
   switch (type) {
   case Q35_TYPE_F32: case Q35_TYPE_F16: case Q35_TYPE_BF16: return type;
   case Q35_TYPE_Q8_0: return k->q8_0_act ? k->q8_0_act : Q35_TYPE_Q8_0Y;
-  case Q35_TYPE_Q4_0: return k->q4_0_act ? k->q4_0_act : Q35_TYPE_Q8_0X;
+  case Q35_TYPE_Q4_0: case Q35_TYPE_Q4_0R: return k->q4_0_act ? k->q4_0_act : Q35_TYPE_Q8_0X;
   case Q35_TYPE_Q5_0: return Q35_TYPE_Q8_0;
   case Q35_TYPE_Q4_K: case Q35_TYPE_Q5_K: case Q35_TYPE_Q6_K: case Q35_TYPE_IQ4_XS: return Q35_TYPE_Q8_K;
   default: {
@@ -109,6 +111,12 @@ int q35_kernels_vec_dot_type(const q35_kernels *k, int type) {
 }
 
 int q35_vec_dot_type(int type) { return q35_kernels_vec_dot_type(kern(), type); }
+
+int q35_repack_type(int type) {
+  const char *e = getenv("Q35_REPACK");
+  if (e && !strcmp(e, "0")) return type;
+  return type == Q35_TYPE_Q4_0 && kern()->q4_0_repack ? kern()->q4_0_repack : type;
+}
 
 /* The _ref entry points take activations in q35_vec_dot_type's layout; where that is not the
  * reference table's own (Q8_0Z for Q4_0 or Q8_0), they read the same Q8_0 blocks into the

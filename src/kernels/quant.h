@@ -29,6 +29,17 @@
 /* The activation type the dot product of weight `type` wants (see above). */
 int q35_vec_dot_type(int type);
 
+/* The weight layout the active level's products read fastest for weights of `type`: `type`
+ * itself, or Q35_TYPE_Q4_0R for Q4_0 at the AVX2 level (unless env Q35_REPACK=0). A loader may
+ * rewrite a product weight's rows with q35_repack_row into it; every kernel entry point here
+ * (dot products, tiles, dequantize) takes the repacked type, with the plain type's results bit
+ * for bit. */
+int q35_repack_type(int type);
+/* One row of n elements of Q4_0 at src rewritten as Q4_0R at dst (the same number of bytes;
+ * src != dst), or back (q35_unrepack_row). */
+void q35_repack_row(int type, const void *src, void *dst, int64_t n);
+void q35_unrepack_row(int type, const void *src, void *dst, int64_t n);
+
 /* Dequantize n elements (a multiple of the block size) of `type` to float. */
 void q35_dequantize_row(int type, const void *src, float *dst, int64_t n);
 void q35_dequantize_row_ref(int type, const void *src, float *dst, int64_t n);

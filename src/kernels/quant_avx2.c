@@ -2,6 +2,7 @@
  * quant_avx2.c - the AVX2 level (AVX2 + FMA + F16C) of the weight kernels: the 256-bit templates
  * of quant_256*.inc compiled with maddubs / madd integer dot products. Kernels by type:
  *   Q4_0 x Q8_0Z, Q8_0 x Q8_0Z                 t_q4z2, t_q8z2 (here: one int32 lane per block)
+ *   Q4_0R (Q4_0 repacked at load) x Q8_0Z      t_q4r2 (here: t_q4z2 without the transpose)
  *   Q5_0 x Q8_0                                 t_q5_0 (quant_256_q4_0_q5_0_q8_0.inc)
  *   Q4_0 x Q8_0X (testing aid Q35_Q4_0_X)       t_q4_0 (quant_256_q4_0_q5_0_q8_0.inc)
  *   Q4_K, Q5_K, Q6_K, IQ4_XS x Q8_K             t_q4_k, t_q5_k, t_q6_k, t_iq4_xs (quant_256_kquants.inc);
@@ -51,26 +52,46 @@ QSF uint64_t z2_d4(const uint8_t *a, int bs, int b0) {
   return (uint64_t)d[0] | (uint64_t)d[1] << 16 | (uint64_t)d[2] << 32 | (uint64_t)d[3] << 48;
 }
 
-/* half h of group q (16 blocks at a, per row) for every pair */
-QSI void q4z2_half(const int R, const int C, const uint8_t *const *ga, const uint8_t *x, size_t xs, int64_t q, int h,
-                   const int pf, const uint8_t *const *pfa, __m256 acc[TRM][Z2C]) {
+/*
+ * Q4_0R: Q4_0 rows repacked at load (q35_repack_row, quant_ref.c) into the order the kernels
+ * above read: per whole group of 16 blocks (288 bytes, as the plain group) the V_0..V_3 of half
+ * 0 (bytes 0..127), those of half 1 (128..255), then half 0's and half 1's 8 fp16 scales in
+ * q4z2_d8's order (256..287); a short last group stays plain. The kernels load V_j and the
+ * scales directly (rp = 1) and run the same integer and float steps: the same bits as Q4_0.
+ */
+/* V_0..V_3 of half h of the group at a: transposed (rp = 0) or as stored (rp = 1) */
+QSF void q4z2_v(const int rp, const uint8_t *a, int h, __m256i V[4]) {
+  if (rp) {
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) V[j] = loadu256(a + 128 * h + 32 * j);
+    return;
+  }
+  const __m256i y0 = q4z2_ld2(a, 2 * h), y1 = q4z2_ld2(a, 4 + 2 * h), y2 = q4z2_ld2(a, 8 + 2 * h),
+                y3 = q4z2_ld2(a, 12 + 2 * h);
+  const __m256i t0 = _mm256_unpacklo_epi32(y0, y1), t1 = _mm256_unpackhi_epi32(y0, y1);
+  const __m256i t2 = _mm256_unpacklo_epi32(y2, y3), t3 = _mm256_unpackhi_epi32(y2, y3);
+  V[0] = _mm256_unpacklo_epi64(t0, t2);
+  V[1] = _mm256_unpackhi_epi64(t0, t2);
+  V[2] = _mm256_unpacklo_epi64(t1, t3);
+  V[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+/* half h of group q (16 blocks at a, per row; rp: repacked) for every pair */
+QSI void q4z2_half(const int rp, const int R, const int C, const uint8_t *const *ga, const uint8_t *x, size_t xs,
+                   int64_t q, int h, const int pf, const uint8_t *const *pfa, __m256 acc[TRM][Z2C]) {
   const __m256i m4 = _mm256_set1_epi8(0xF);
   __m256i L[TRM][4], H[TRM][4];
   __m256 D[TRM];
   FOR_R {
     const uint8_t *a = ga[r];
     if (pf) pf_span(pfa[r], 16 * sizeof(blk_q4_0));
-    const __m256i y0 = q4z2_ld2(a, 2 * h), y1 = q4z2_ld2(a, 4 + 2 * h), y2 = q4z2_ld2(a, 8 + 2 * h),
-                  y3 = q4z2_ld2(a, 12 + 2 * h);
-    const __m256i t0 = _mm256_unpacklo_epi32(y0, y1), t1 = _mm256_unpackhi_epi32(y0, y1);
-    const __m256i t2 = _mm256_unpacklo_epi32(y2, y3), t3 = _mm256_unpackhi_epi32(y2, y3);
-    const __m256i V[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
-                          _mm256_unpackhi_epi64(t1, t3)};
+    __m256i V[4];
+    q4z2_v(rp, a, h, V);
     _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
       L[r][j] = _mm256_and_si256(V[j], m4);
       H[r][j] = _mm256_and_si256(_mm256_srli_epi16(V[j], 4), m4);
     }
-    D[r] = _mm256_cvtph_ps(_mm_set_epi64x((long long)z2_d4(a, 18, 2 * h + 1), (long long)z2_d4(a, 18, 2 * h)));
+    D[r] = _mm256_cvtph_ps(rp ? _mm_loadu_si128((const __m128i *)(a + 256 + 16 * h))
+                              : _mm_set_epi64x((long long)z2_d4(a, 18, 2 * h + 1), (long long)z2_d4(a, 18, 2 * h)));
   }
   _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) {
     const uint8_t *b = x + (size_t)c * xs + (size_t)q * Q8Z_GROUP + 32 * h;
@@ -109,17 +130,14 @@ QSF __m128i q4z2_d8(const uint8_t *a, int h) {
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_shuffle_epi8(r, sh), 0x08));
 }
 
-/* one group of a Q4_0 row (16 blocks at a) against one column's group b, both halves */
-QSI void q4z2_g1(const uint8_t *a, const uint8_t *b, __m256 acc[2]) {
+/* one group of a Q4_0 row (16 blocks at a; rp: repacked) against one column's group b, both halves */
+QSI void q4z2_g1x(const int rp, const uint8_t *a, const uint8_t *b, __m256 acc[2]) {
   const __m256i m4 = _mm256_set1_epi8(0xF);
-  const __m256 D[2] = {_mm256_cvtph_ps(q4z2_d8(a, 0)), _mm256_cvtph_ps(q4z2_d8(a, 1))};
+  const __m256 D[2] = {_mm256_cvtph_ps(rp ? _mm_loadu_si128((const __m128i *)(a + 256)) : q4z2_d8(a, 0)),
+                       _mm256_cvtph_ps(rp ? _mm_loadu_si128((const __m128i *)(a + 272)) : q4z2_d8(a, 1))};
   _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-    const __m256i y0 = q4z2_ld2(a, 2 * h), y1 = q4z2_ld2(a, 4 + 2 * h), y2 = q4z2_ld2(a, 8 + 2 * h),
-                  y3 = q4z2_ld2(a, 12 + 2 * h);
-    const __m256i t0 = _mm256_unpacklo_epi32(y0, y1), t1 = _mm256_unpackhi_epi32(y0, y1);
-    const __m256i t2 = _mm256_unpacklo_epi32(y2, y3), t3 = _mm256_unpackhi_epi32(y2, y3);
-    const __m256i V[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
-                          _mm256_unpackhi_epi64(t1, t3)};
+    __m256i V[4];
+    q4z2_v(rp, a, h, V);
     const uint8_t *bh = b + 32 * h;
     __m256i s16 = _mm256_maddubs_epi16(_mm256_and_si256(V[0], m4), loadu256(bh));
     s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(V[0], 4), m4), loadu256(bh + 256)));
@@ -134,15 +152,19 @@ QSI void q4z2_g1(const uint8_t *a, const uint8_t *b, __m256 acc[2]) {
   }
 }
 
-/* one Q4_0 row (n elements at w) times one Q8_0Z column x; prefetches the group pfd bytes ahead */
-QSI float q4z2_row1(int64_t n, const uint8_t *w, size_t pfd, const uint8_t *x) {
+QSI void q4z2_g1(const uint8_t *a, const uint8_t *b, __m256 acc[2]) { q4z2_g1x(0, a, b, acc); }
+QSI void q4r2_g1(const uint8_t *a, const uint8_t *b, __m256 acc[2]) { q4z2_g1x(1, a, b, acc); }
+
+/* one Q4_0 row (n elements at w; rp: Q4_0R) times one Q8_0Z column x; prefetches the group pfd
+ * bytes ahead. A short last group is plain Q4_0 either way. */
+QSI float q4z2_row1x(const int rp, int64_t n, const uint8_t *w, size_t pfd, const uint8_t *x) {
   const int64_t nb = n / QK8_0, ng = nb / 16, kb = nb % 16;
   const size_t gsz = 16 * sizeof(blk_q4_0);
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t q = 0; q < ng; q++) {
     const uint8_t *g = w + (size_t)q * gsz;
     pf_span(g + pfd, gsz);
-    q4z2_g1(g, x + (size_t)q * Q8Z_GROUP, acc);
+    q4z2_g1x(rp, g, x + (size_t)q * Q8Z_GROUP, acc);
   }
   if (kb) { /* a last group of kb < 16 blocks, zero-padded */
     uint8_t tail[16 * sizeof(blk_q4_0)];
@@ -152,10 +174,12 @@ QSI float q4z2_row1(int64_t n, const uint8_t *w, size_t pfd, const uint8_t *x) {
   }
   return hsum8(_mm256_add_ps(acc[0], acc[1]));
 }
+QSI float q4z2_row1(int64_t n, const uint8_t *w, size_t pfd, const uint8_t *x) { return q4z2_row1x(0, n, w, pfd, x); }
+QSI float q4r2_row1(int64_t n, const uint8_t *w, size_t pfd, const uint8_t *x) { return q4z2_row1x(1, n, w, pfd, x); }
 
-QSI void t_q4z2(const int R, const int C, TILE_ARGS) {
+QSI void t_q4z2x(const int rp, const int R, const int C, TILE_ARGS) {
   if (R == 1 && C == 1) {
-    OUT(0, 0) = q4z2_row1(n, w, pf_ahead(1, ws), x);
+    OUT(0, 0) = q4z2_row1x(rp, n, w, pf_ahead(1, ws), x);
     return;
   }
   const int64_t nb = n / QK8_0, ng = nb / 16, kb = nb % 16;
@@ -172,16 +196,18 @@ QSI void t_q4z2(const int R, const int C, TILE_ARGS) {
       const uint8_t *ga[TRM], *pfa[TRM];
       /* the same group four tiles ahead, on the first pass (as t_q4z) */
       FOR_R ga[r] = w + (size_t)r * ws + (size_t)q * gsz, pfa[r] = ga[r] + pf_ahead(R, ws);
-      q4z2_half(R, C, ga, x, xs, q, h, h == 0, pfa, acc[h]);
+      q4z2_half(rp, R, C, ga, x, xs, q, h, h == 0, pfa, acc[h]);
     }
     if (kb) {
       const uint8_t *ga[TRM];
       FOR_R ga[r] = tail[r];
-      q4z2_half(R, C, ga, x, xs, ng, h, 0, ga, acc[h]);
+      q4z2_half(0, R, C, ga, x, xs, ng, h, 0, ga, acc[h]);
     }
   }
   FOR_R _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) OUT(r, c) = hsum8(_mm256_add_ps(acc[0][r][c], acc[1][r][c]));
 }
+QSI void t_q4z2(const int R, const int C, TILE_ARGS) { t_q4z2x(0, R, C, n, w, ws, x, xs, o, ors, ocs); }
+QSI void t_q4r2(const int R, const int C, TILE_ARGS) { t_q4z2x(1, R, C, n, w, ws, x, xs, o, ors, ocs); }
 
 /*
  * Q8_0 x Q8_0Z: the same one-lane-per-block scheme for Q8_0 weights, whose 32 signed bytes meet
@@ -300,7 +326,7 @@ QSI float q8z2_row1(int64_t n, const uint8_t *w, size_t pfd, const uint8_t *x) {
 /* Two rows (at wa and wb) of Q4_0 (q4z2) or Q8_0 (q8z2) times one column, group by group: each
  * row's steps are T_row1's, so each result has its bits. For rows far apart, so that one core
  * reads two memory streams at once (t_q4z2_gemv, the gemv2 kernels below). */
-#define Z2_ROW2(T, BLK)                                                                                             \
+#define Z2_ROW2(T, BLK, TT)                                                                                           \
   QSI void T##_row2(int64_t n, const uint8_t *wa, const uint8_t *wb, size_t pfd, const uint8_t *x, float *oa,      \
                     float *ob) {                                                                                    \
     const int64_t nb = n / QK8_0, ng = nb / 16, kb = nb % 16;                                                       \
@@ -317,15 +343,16 @@ QSI float q8z2_row1(int64_t n, const uint8_t *w, size_t pfd, const uint8_t *x) {
       uint8_t tail[16 * sizeof(BLK)];                                                                               \
       memset(tail, 0, gsz);                                                                                         \
       memcpy(tail, wa + (size_t)ng * gsz, (size_t)kb * sizeof(BLK));                                                \
-      T##_g1(tail, x + (size_t)ng * Q8Z_GROUP, aa);                                                                 \
+      TT##_g1(tail, x + (size_t)ng * Q8Z_GROUP, aa);                                                                \
       memcpy(tail, wb + (size_t)ng * gsz, (size_t)kb * sizeof(BLK));                                                \
-      T##_g1(tail, x + (size_t)ng * Q8Z_GROUP, ab);                                                                 \
+      TT##_g1(tail, x + (size_t)ng * Q8Z_GROUP, ab);                                                                \
     }                                                                                                               \
     *oa = hsum8(_mm256_add_ps(aa[0], aa[1]));                                                                       \
     *ob = hsum8(_mm256_add_ps(ab[0], ab[1]));                                                                       \
   }
-Z2_ROW2(q4z2, blk_q4_0)
-Z2_ROW2(q8z2, blk_q8_0)
+Z2_ROW2(q4z2, blk_q4_0, q4z2)
+Z2_ROW2(q4r2, blk_q4_0, q4z2) /* a short last group of a Q4_0R row is plain */
+Z2_ROW2(q8z2, blk_q8_0, q8z2)
 #undef Z2_ROW2
 
 QSI void t_q8z2(const int R, const int C, TILE_ARGS) {
@@ -365,6 +392,7 @@ QSI void t_q8z2(const int R, const int C, TILE_ARGS) {
  * (tile_bench 512 x 2048 x 16: 52 -> 67 GMAC/s from 1 x 6 unpinned). */
 QS_TILE(t_q4_0, 2, 2)
 QS_TILE(t_q4z2, 1, 8)
+QS_TILE(t_q4r2, 1, 8)
 QS_TILE(t_q8z2, 1, 8)
 QS_TILE(t_q5_0, 2, 2)
 QS_TILE(t_q4_k, 1, 8)
@@ -441,6 +469,14 @@ ROW1(t_q4z2, 13)
 ROW1(t_q4z2, 14)
 ROW1(t_q4z2, 15)
 ROW1(t_q4z2, 16)
+ROW1(t_q4r2, 9)
+ROW1(t_q4r2, 10)
+ROW1(t_q4r2, 11)
+ROW1(t_q4r2, 12)
+ROW1(t_q4r2, 13)
+ROW1(t_q4r2, 14)
+ROW1(t_q4r2, 15)
+ROW1(t_q4r2, 16)
 #undef ROW1
 
 static QS_TARGET void t_q4z2_wide(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *o,
@@ -449,6 +485,14 @@ static QS_TARGET void t_q4z2_wide(int64_t n, const void *w, size_t ws, int nr, c
                                  t_q4z2_16,     t_q4z2_17,     t_q4z2_18,     t_q4z2_1x9,    t_q4z2_1x10,   t_q4z2_1x11,
                                  t_q4z2_1x12,   t_q4z2_1x13,   t_q4z2_1x14,   t_q4z2_1x15,   t_q4z2_1x16};
   if (nc <= QS_NARROW) t_q4z2_tile(n, w, ws, nr, x, xs, nc, o, ors, ocs);
+  else row1_tile(16, fk, n, w, ws, nr, x, xs, nc, o, ors, ocs);
+}
+static QS_TARGET void t_q4r2_wide(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *o,
+                                  size_t ors, size_t ocs) {
+  static const row1_fn fk[17] = {NULL,          t_q4r2_11,     t_q4r2_12,     t_q4r2_13,     t_q4r2_14,     t_q4r2_15,
+                                 t_q4r2_16,     t_q4r2_17,     t_q4r2_18,     t_q4r2_1x9,    t_q4r2_1x10,   t_q4r2_1x11,
+                                 t_q4r2_1x12,   t_q4r2_1x13,   t_q4r2_1x14,   t_q4r2_1x15,   t_q4r2_1x16};
+  if (nc <= QS_NARROW) t_q4r2_tile(n, w, ws, nr, x, xs, nc, o, ors, ocs);
   else row1_tile(16, fk, n, w, ws, nr, x, xs, nc, o, ors, ocs);
 }
 
@@ -641,6 +685,7 @@ QSI void q6k_row2(int64_t nb, const uint8_t *wa, const uint8_t *wb, size_t pfd, 
 #define GEMV_ROW1 w + (size_t)r * ws, pfd, xv
 #define GEMV_ROW2 w + (size_t)r * ws, w + (size_t)(r + h) * ws, pfd, xv, &o[(size_t)r * ors], &o[(size_t)(r + h) * ors]
 GEMV(t_q4z2, q4z2_row1(n, GEMV_ROW1), q4z2_row2(n, GEMV_ROW2))
+GEMV(t_q4r2, q4r2_row1(n, GEMV_ROW1), q4r2_row2(n, GEMV_ROW2))
 GEMV(t_q8z2, q8z2_row1(n, GEMV_ROW1), q8z2_row2(n, GEMV_ROW2))
 GEMV(t_q4_k, q4k_row1(0, n / QK_K, GEMV_ROW1), q4k_row2(0, n / QK_K, GEMV_ROW2))
 GEMV(t_q5_k, q4k_row1(1, n / QK_K, GEMV_ROW1), q4k_row2(1, n / QK_K, GEMV_ROW2))
@@ -660,6 +705,7 @@ GEMV(t_q6_k, q6k_row1(n / QK_K, GEMV_ROW1), q6k_row2(n / QK_K, GEMV_ROW2))
   }
 #define GEMV2_ARGS wa + (size_t)r * ws, wb + (size_t)r * ws, pfd, xv, &oa[(size_t)r * ors], &ob[(size_t)r * ors]
 GEMV2(t_q4z2, q4z2_row2(n, GEMV2_ARGS))
+GEMV2(t_q4r2, q4r2_row2(n, GEMV2_ARGS))
 GEMV2(t_q8z2, q8z2_row2(n, GEMV2_ARGS))
 GEMV2(t_q4_k, q4k_row2(0, n / QK_K, GEMV2_ARGS))
 GEMV2(t_q5_k, q4k_row2(1, n / QK_K, GEMV2_ARGS))
@@ -705,6 +751,12 @@ void q35_kernels_avx2(q35_kernels *k) {
     k->gemv[Q35_TYPE_Q4_0] = t_q4z2_gemv; /* two rows far apart at once, with the prefetch */
     k->gemv2[Q35_TYPE_Q4_0] = t_q4z2_gemv2;
     k->q4_0_act = Q35_TYPE_Q8_0Z;
+    /* Q4_0R: the same kernels on rows repacked at load (q35_repack_type says when) */
+    QS_SET(k, Q35_TYPE_Q4_0R, t_q4r2);
+    k->tile[Q35_TYPE_Q4_0R] = t_q4r2_wide;
+    k->gemv[Q35_TYPE_Q4_0R] = t_q4r2_gemv;
+    k->gemv2[Q35_TYPE_Q4_0R] = t_q4r2_gemv2;
+    k->q4_0_repack = Q35_TYPE_Q4_0R;
   }
   QS_SET(k, Q35_TYPE_Q5_0, t_q5_0);
   QS_SET(k, Q35_TYPE_Q4_K, t_q4_k);

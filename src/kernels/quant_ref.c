@@ -14,6 +14,7 @@
  * q35_kernels_ref fills takes both.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -410,6 +411,63 @@ static float dot_iq4_xs(int64_t n, const void *w, const void *x) {
 }
 
 
+/* Q4_0R (tensor_types.h): per whole group of 16 Q4_0 blocks, byte i (0..3) of dword k (0..3) of
+ * lane half s (0, 1) of vector j (0..3) of half h (0, 1) is nibble byte 4j + i of block
+ * 4k + 2h + s, at 128h + 32j + 16s + 4k + i; the scale of that block is fp16 number 4s + k of
+ * half h's 8, at 256 + 16h. (The AVX2 kernel's transposed nibbles and gathered scales, stored.)
+ * A short last group of fewer than 16 blocks is copied as it is. */
+static void q4_0r_move(const uint8_t *src, uint8_t *dst, int64_t n, int back) {
+  const int64_t nb = n / QK8_0, ng = nb / 16;
+  for (int64_t q = 0; q < ng; q++) {
+    const uint8_t *g = src + (size_t)q * 16 * sizeof(blk_q4_0);
+    uint8_t *o = dst + (size_t)q * 16 * sizeof(blk_q4_0);
+    for (int h = 0; h < 2; h++)
+      for (int s = 0; s < 2; s++)
+        for (int k = 0; k < 4; k++) {
+          const size_t b = (size_t)(4 * k + 2 * h + s) * sizeof(blk_q4_0); /* the plain block */
+          const size_t d = 256 + 16 * (size_t)h + 2 * (size_t)(4 * s + k);
+          if (back) memcpy(o + b, g + d, 2);
+          else memcpy(o + d, g + b, 2);
+          for (int j = 0; j < 4; j++) {
+            const size_t r = 128 * (size_t)h + 32 * (size_t)j + 16 * (size_t)s + 4 * (size_t)k;
+            if (back) memcpy(o + b + 2 + 4 * j, g + r, 4);
+            else memcpy(o + r, g + b + 2 + 4 * j, 4);
+          }
+        }
+  }
+  const size_t done = (size_t)ng * 16 * sizeof(blk_q4_0);
+  memcpy(dst + done, src + done, (size_t)(nb % 16) * sizeof(blk_q4_0));
+}
+
+void q35_repack_row(int type, const void *src, void *dst, int64_t n) {
+  if (type == Q35_TYPE_Q4_0R) q4_0r_move(src, dst, n, 0);
+  else memcpy(dst, src, q35_row_size(type, n));
+}
+
+void q35_unrepack_row(int type, const void *src, void *dst, int64_t n) {
+  if (type == Q35_TYPE_Q4_0R) q4_0r_move(src, dst, n, 1);
+  else memcpy(dst, src, q35_row_size(type, n));
+}
+
+/* the reference twins of Q4_0R: Q4_0's on the row moved back */
+static void dequant_q4_0r(const void *src, float *y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16 * QK8_0) { /* group by group: a row may be long */
+    blk_q4_0 g[16];
+    const int64_t m = n - i < 16 * QK8_0 ? n - i : 16 * QK8_0;
+    q4_0r_move((const uint8_t *)src + (size_t)(i / QK8_0) * sizeof(blk_q4_0), (uint8_t *)g, m, 1);
+    dequant_q4_0(g, y + i, m);
+  }
+}
+
+static float dot_q4_0r(int64_t n, const void *w, const void *x) {
+  blk_q4_0 *p = malloc((size_t)(n / QK8_0) * sizeof(blk_q4_0) + 1);
+  if (!p) return NAN;
+  q4_0r_move(w, (uint8_t *)p, n, 1);
+  const float v = dot_q4_0(n, p, x);
+  free(p);
+  return v;
+}
+
 /* ============================== the reference table ============================== */
 
 void q35_kernels_ref(q35_kernels *k) {
@@ -419,6 +477,7 @@ void q35_kernels_ref(q35_kernels *k) {
   SET(Q35_TYPE_F16, dequant_f16, quant_f16, dot_f16);
   SET(Q35_TYPE_BF16, dequant_bf16, quant_bf16, dot_bf16);
   SET(Q35_TYPE_Q4_0, dequant_q4_0, NULL, dot_q4_0);
+  SET(Q35_TYPE_Q4_0R, dequant_q4_0r, NULL, dot_q4_0r);
   SET(Q35_TYPE_Q5_0, dequant_q5_0, NULL, dot_q5_0);
   SET(Q35_TYPE_Q8_0, dequant_q8_0, quant_q8_0, dot_q8_0);
   SET(Q35_TYPE_Q4_K, dequant_q4_k, NULL, dot_q4_k);

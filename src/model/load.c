@@ -26,7 +26,7 @@
 #include "kernels/quant.h"
 
 q35_model_params q35_model_default_params(void) {
-  q35_model_params p = {0, 0, 0, 0, 0, 0};
+  q35_model_params p = {0, 0, 0, 0, 0, 0, 0};
   return p;
 }
 
@@ -364,6 +364,100 @@ static long long map_stage(q35_model *m, int huge, int copy, q35_err *err) {
   return pmd;
 }
 
+/* ---- load-time repack (q35_repack_type) ---- */
+
+/* The model's product weights: every tensor the forward pass only multiplies with (the trunk
+ * layers' projections and FFN weights, the output head, the MTP block's eh_proj and head). Not
+ * the embeddings, which are read row by row (get_rows): a head tied to one stays as it is. */
+static size_t product_weights(q35_model *m, q35_tensor **out) {
+  size_t n = 0;
+  for (int l = m->layer_begin; l < m->layer_end; l++) {
+    q35_layer *L = &m->layers[l];
+    q35_tensor *ts[] = {&L->wq,        &L->wk,        &L->wv,           &L->wo,        &L->wqkv,
+                        &L->wz,        &L->wbeta,     &L->walpha,       &L->ssm_out,   &L->gate_exps,
+                        &L->up_exps,   &L->gate_up_exps, &L->down_exps, &L->gate_shexp, &L->up_shexp,
+                        &L->down_shexp, &L->ffn_gate, &L->ffn_up,       &L->ffn_down};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) out[n++] = ts[i];
+  }
+  out[n++] = &m->output;
+  if (m->has_mtp) out[n++] = &m->mtp.eh_proj, out[n++] = &m->mtp.head;
+  return n;
+}
+
+typedef struct {
+  q35_tensor **t; /* the tensors to repack (the same data bound n times) */
+  size_t n;
+  int type;
+} repack_job;
+
+static void repack_range(void *arg, uint8_t *copy, const uint8_t *orig) {
+  const repack_job *j = arg;
+  for (size_t i = 0; i < j->n; i++) {
+    const q35_tensor *t = j->t[i];
+    if (i && t->data == j->t[i - 1]->data) continue; /* the same tensor bound twice */
+    const uint8_t *src = t->data;
+    uint8_t *dst = copy + (src - orig);
+    const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
+    for (int64_t r = 0; r < rows; r++) q35_repack_row(j->type, src + (size_t)r * t->nb1, dst + (size_t)r * t->nb1, t->ne[0]);
+  }
+}
+
+static int cmp_tensor_addr(const void *a, const void *b) {
+  const uintptr_t x = (uintptr_t)(*(q35_tensor *const *)a)->data, y = (uintptr_t)(*(q35_tensor *const *)b)->data;
+  return x < y ? -1 : x > y;
+}
+
+/* Rewrite the product weights whose type q35_repack_type repacks (Q4_0 at the AVX2 level) in
+ * their place, in anonymous memory (q35_map_rewrite; with the file mapping, its pages of them are
+ * dropped from the page cache), and give their tensors the repacked type. 0, or -1 with err. */
+static int repack_weights(q35_model *m, const q35_model_params *params, q35_err *err) {
+  const int rt = q35_repack_type(Q35_TYPE_Q4_0);
+  if (params->no_repack || rt == Q35_TYPE_Q4_0) return 0;
+  const double t0 = q35_now();
+  q35_tensor **ts = malloc(sizeof *ts * (size_t)(19 * (m->layer_end - m->layer_begin) + 3));
+  if (!ts) return q35_seterr(err, "out of memory");
+  size_t n = product_weights(m, ts), k = 0;
+  const uint8_t *e1 = m->tok_embd.data, *e2 = m->mtp.embd.data;
+  for (size_t i = 0; i < n; i++)
+    if (ts[i]->data && ts[i]->type == Q35_TYPE_Q4_0 && ts[i]->data != (const void *)e1 && ts[i]->data != (const void *)e2)
+      ts[k++] = ts[i];
+  qsort(ts, k, sizeof *ts, cmp_tensor_addr);
+  const size_t page = sysconf(_SC_PAGESIZE) > 0 ? (size_t)sysconf(_SC_PAGESIZE) : 4096;
+  size_t bytes = 0;
+  int rc = 0;
+  for (size_t i = 0; i < k && !rc;) {
+    /* the shard holding it */
+    gguf_file *sf = NULL;
+    for (uint32_t s = 0; s < gguf_n_shards(m->gguf) && !sf; s++) {
+      gguf_file *g = gguf_shard(m->gguf, s);
+      if ((const uint8_t *)ts[i]->data >= g->map && (const uint8_t *)ts[i]->data < g->map + g->size) sf = g;
+    }
+    if (!sf) {
+      rc = q35_seterr(err, "repack: a tensor outside the file mapping");
+      break;
+    }
+    /* one tensor (and any binding of the same data) at a time, so the extra memory is one tensor's;
+     * a page it shares with the one before is copied from there, already rewritten */
+    const size_t o = (size_t)((const uint8_t *)ts[i]->data - sf->map), lo = o & ~(page - 1);
+    const size_t hi = (o + ts[i]->nb1 * (size_t)(ts[i]->ne[1] * ts[i]->ne[2] * ts[i]->ne[3]) + page - 1) & ~(page - 1);
+    size_t j = i + 1;
+    while (j < k && ts[j]->data == ts[i]->data) j++;
+    repack_job job = {ts + i, j - i, rt};
+    rc = q35_map_rewrite(sf, lo, hi, !params->no_mmap, repack_range, &job, err);
+    for (size_t q = i; q < j && !rc; q++) {
+      if (q == i || ts[q]->data != ts[q - 1]->data)
+        bytes += ts[q]->nb1 * (size_t)(ts[q]->ne[1] * ts[q]->ne[2] * ts[q]->ne[3]);
+      ts[q]->type = rt;
+    }
+    i = j;
+  }
+  free(ts);
+  if (!rc && params->progress && bytes)
+    fprintf(stderr, "repacked %.2f GB of %s weights as %s in %.2f s\n", (double)bytes / 1e9,
+            q35_type_name(Q35_TYPE_Q4_0), q35_type_name(rt), q35_now() - t0);
+  return rc;
+}
+
 int q35_model_plan(const char *path, int *n_layer, uint64_t **layer_bytes, uint64_t *embd_bytes,
                    uint64_t *out_bytes, q35_err *err) {
   q35_model m;
@@ -391,6 +485,9 @@ int q35_model_plan(const char *path, int *n_layer, uint64_t **layer_bytes, uint6
   *layer_bytes = lb;
   return 0;
 }
+
+/* the file's type of a weight whose type the load may have repacked */
+static int file_type(int type) { return type == Q35_TYPE_Q4_0R ? Q35_TYPE_Q4_0 : type; }
 
 q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_err *err) {
   q35_model_params dp = q35_model_default_params();
@@ -445,6 +542,7 @@ q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_
       m->huge_bytes = k == 0 ? pmd : m->huge_bytes < 0 || pmd < 0 ? -1 : m->huge_bytes + pmd; /* -1: unknown */
     }
   }
+  if (repack_weights(m, params, err)) goto fail; /* before the context: it may look at the types */
   const q35_context_params cp = {params->n_threads};
   m->ctx = q35_context_new(m, &cp, err); /* the default context: its threads start now */
   if (!m->ctx) goto fail;
@@ -453,7 +551,7 @@ q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_
            m->hp.is_moe ? "qwen35moe" : "qwen35", m->layer_end - m->layer_begin, m->n_attn_layers, m->n_gdn_layers,
            m->has_mtp ? " + MTP head" : "", m->hp.n_embd,
            m->hp.n_vocab, m->output.data && m->output.data == m->tok_embd.data ? ", tied output" : "",
-           q35_type_name(m->hp.is_moe ? L0->down_exps.type : L0->ffn_down.type));
+           q35_type_name(file_type(m->hp.is_moe ? L0->down_exps.type : L0->ffn_down.type)));
   if (m->layer_end - m->layer_begin < m->hp.n_layer) {
     const size_t l = strlen(m->desc);
     snprintf(m->desc + l, sizeof m->desc - l, ", pipeline stage: layers [%d, %d) of %d", m->layer_begin,

@@ -265,6 +265,55 @@ static int copy_range(gguf_file *f, const char *path, size_t lo, size_t hi, q35_
   return 0;
 }
 
+/* [lo, hi) of f's mapping (page-aligned offsets; hi may pass the end of the file within its last
+ * page) rewritten: copied into anonymous memory, fn(arg, copy, orig) rewrites parts of the copy
+ * (copy and orig both stand for f->map + lo), and the copy moves over the mapping at the same
+ * address, read-only, as copy_range does. The copy sits at the mapping's offset within a 2 MiB
+ * page with 2 MiB pages advised while it is written (withdrawn after: no khugepaged collapsing
+ * later), so the move keeps them where both ends allow. With drop, the file's cached pages of the
+ * range are dropped afterwards (nothing maps them any more). 0, or -1 with err. */
+int q35_map_rewrite(gguf_file *f, size_t lo, size_t hi, int drop, void (*fn)(void *arg, uint8_t *copy, const uint8_t *orig),
+                    void *arg, q35_err *err) {
+  const size_t size = hi - lo, end = hi < f->size ? hi : f->size;
+  uint8_t *const at = (uint8_t *)(uintptr_t)(f->map + lo);
+#if defined(__linux__)
+  uint8_t *r = mmap(NULL, size + HUGE_SZ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (r == MAP_FAILED) {
+    q35_seterr(err, "%s: cannot allocate %.2f GiB to repack weights into", f->path, (double)size / (1u << 30));
+    return -1;
+  }
+  /* a: the first address at or after r with at's offset within a 2 MiB page; the slack goes */
+  uint8_t *a = r + (((uintptr_t)at - (uintptr_t)r) & (HUGE_SZ - 1));
+  if (a > r) munmap(r, (size_t)(a - r));
+  if (r + HUGE_SZ > a) munmap(a + size, (size_t)(r + HUGE_SZ - a));
+#ifdef MADV_HUGEPAGE
+  madvise(a, size, MADV_HUGEPAGE);
+#endif
+  memcpy(a, at, end - lo);
+  fn(arg, a, at);
+#ifdef MADV_NOHUGEPAGE
+  madvise(a, size, MADV_NOHUGEPAGE);
+#endif
+  if (mprotect(a, size, PROT_READ) != 0 || mremap(a, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED) {
+    munmap(a, size);
+    q35_seterr(err, "%s: cannot move the repacked weights over the file mapping", f->path);
+    return -1;
+  }
+  if (drop) {
+    const int fd = open(f->path, O_RDONLY);
+    if (fd >= 0) {
+      posix_fadvise(fd, (off_t)lo, (off_t)(end - lo), POSIX_FADV_DONTNEED);
+      close(fd);
+    }
+  }
+  return 0;
+#else
+  (void)size, (void)end, (void)at, (void)drop, (void)fn, (void)arg;
+  q35_seterr(err, "%s: repacking weights needs mremap (Linux)", f->path);
+  return -1;
+#endif
+}
+
 /* --no-mmap: the file's bytes into anonymous memory at the file mapping's address. The default
  * file mapping in 2 MiB pages (q35_map_prefault) decodes at least as fast, without the copy. */
 int q35_map_into_memory(gguf_file *f, const char *path, q35_err *err) { return copy_range(f, path, 0, f->size, err); }

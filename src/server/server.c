@@ -420,6 +420,7 @@ static int load_model(srv *S, const q35_server_opts *o, q35_err *err) {
   mp.n_threads = o->n_threads;
   mp.no_mmap = o->no_mmap;
   mp.no_huge = o->no_huge;
+  mp.no_repack = o->no_repack;
   mp.progress = 1; /* "loading ..." / "loaded ... in N s" (and a 2 MiB-page re-read) on stderr */
   gguf_file *gf = gguf_open(o->model_path, err);
   if (gf) {

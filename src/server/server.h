@@ -65,6 +65,7 @@ typedef struct q35_server_opts {
   int n_threads;
   int no_mmap;             /* read the weights into memory instead of mapping the file */
   int no_huge;             /* default page size for the file mapping (--no-huge-pages) */
+  int no_repack;           /* keep the weights in the file's layout (--no-repack) */
   int64_t max_body;        /* request body limit in bytes, default 8 MiB */
   q35_kv_type kv_type;
   int32_t chunk;           /* prefill tokens per step, default 256 */

@@ -398,7 +398,8 @@ static void repack_range(void *arg, uint8_t *copy, const uint8_t *orig) {
     const uint8_t *src = t->data;
     uint8_t *dst = copy + (src - orig);
     const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
-    for (int64_t r = 0; r < rows; r++) q35_repack_row(j->type, src + (size_t)r * t->nb1, dst + (size_t)r * t->nb1, t->ne[0]);
+    for (int64_t r = 0; r < rows; r++)
+      q35_repack_row(j->type, src + (size_t)r * t->nb1, dst + (size_t)r * t->nb1, t->ne[0]);
   }
 }
 
@@ -419,7 +420,8 @@ static int repack_weights(q35_model *m, const q35_model_params *params, q35_err 
   size_t n = product_weights(m, ts), k = 0;
   const uint8_t *e1 = m->tok_embd.data, *e2 = m->mtp.embd.data;
   for (size_t i = 0; i < n; i++)
-    if (ts[i]->data && ts[i]->type == Q35_TYPE_Q4_0 && ts[i]->data != (const void *)e1 && ts[i]->data != (const void *)e2)
+    if (ts[i]->data && ts[i]->type == Q35_TYPE_Q4_0 && ts[i]->data != (const void *)e1 &&
+        ts[i]->data != (const void *)e2)
       ts[k++] = ts[i];
   qsort(ts, k, sizeof *ts, cmp_tensor_addr);
   const size_t page = sysconf(_SC_PAGESIZE) > 0 ? (size_t)sysconf(_SC_PAGESIZE) : 4096;

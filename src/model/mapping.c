@@ -272,8 +272,8 @@ static int copy_range(gguf_file *f, const char *path, size_t lo, size_t hi, q35_
  * page with 2 MiB pages advised while it is written (withdrawn after: no khugepaged collapsing
  * later), so the move keeps them where both ends allow. With drop, the file's cached pages of the
  * range are dropped afterwards (nothing maps them any more). 0, or -1 with err. */
-int q35_map_rewrite(gguf_file *f, size_t lo, size_t hi, int drop, void (*fn)(void *arg, uint8_t *copy, const uint8_t *orig),
-                    void *arg, q35_err *err) {
+int q35_map_rewrite(gguf_file *f, size_t lo, size_t hi, int drop,
+                    void (*fn)(void *arg, uint8_t *copy, const uint8_t *orig), void *arg, q35_err *err) {
   const size_t size = hi - lo, end = hi < f->size ? hi : f->size;
   uint8_t *const at = (uint8_t *)(uintptr_t)(f->map + lo);
 #if defined(__linux__)

@@ -422,6 +422,20 @@ QSI void t_q4z_pf(const int R, const int C, const size_t pfd, TILE_ARGS) { /* pf
   FOR_R FOR_C OUT(r, c) = hsum16(acc[r][c]);
 }
 
+/* hsum16(a) and hsum16(b) in one pass: the same additions of the same lane pairs in the same
+ * order (halves of 256, of 128, the high pair, then lanes 0 + 1), two accumulators side by
+ * side in one register, so the bits are hsum16's with half its operations. */
+QSF void hsum16x2(__m512 a, __m512 b, float *oa, float *ob) {
+  /* 128-bit lanes: a0+a2, a1+a3, b0+b2, b1+b3 (hsum16's lo256 + hi256) */
+  const __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+  /* lanes 0 and 2: hsum8's lo128 + hi128 of a and of b */
+  const __m512 t = _mm512_add_ps(s, _mm512_shuffle_f32x4(s, s, 0xB1));
+  const __m512 u = _mm512_add_ps(t, _mm512_permute_ps(t, 0xEE)); /* + movehl */
+  const __m512 v = _mm512_add_ps(u, _mm512_movehdup_ps(u));      /* + movehdup, lane 0 */
+  *oa = _mm512_cvtss_f32(v);
+  *ob = _mm_cvtss_f32(_mm512_extractf32x4_ps(v, 2));
+}
+
 /* Rows wa and wb against C columns at once, interleaved group by group: oa[c*ocs], ob[c*ocs].
  * Each row's arithmetic is the 1 x C tile's, so both equal vec_dot bit for bit. */
 QSI void t_q4z_two(const int C, const size_t pfd, int64_t n, const uint8_t *wa, const uint8_t *wb, const uint8_t *x,
@@ -429,10 +443,7 @@ QSI void t_q4z_two(const int C, const size_t pfd, int64_t n, const uint8_t *wa, 
   const uint8_t *wr[TRM] = {wa, wb};
   __m512 acc[TRM][TCM];
   q4z_acc(2, C, pfd, n, wr, x, xs, acc);
-  FOR_C {
-    oa[(size_t)c * ocs] = hsum16(acc[0][c]);
-    ob[(size_t)c * ocs] = hsum16(acc[1][c]);
-  }
+  FOR_C hsum16x2(acc[0][c], acc[1][c], &oa[(size_t)c * ocs], &ob[(size_t)c * ocs]);
 }
 QSI void t_q4z(const int R, const int C, TILE_ARGS) { t_q4z_pf(R, C, pf_ahead(R, ws), n, w, ws, x, xs, o, ors, ocs); }
 /* one-row tiles up to 8 columns: for this kernel a 1 x 8 tile streams a large matrix faster than

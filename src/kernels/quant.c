@@ -115,6 +115,9 @@ int q35_vec_dot_type(int type) { return q35_kernels_vec_dot_type(kern(), type); 
 int q35_repack_type(int type) {
   const char *e = getenv("Q35_REPACK");
   if (e && !strcmp(e, "0")) return type;
+#if !defined(__linux__)
+  return type; /* the rewrite moves anonymous memory over the file mapping with mremap (Linux) */
+#endif
   return type == Q35_TYPE_Q4_0 && kern()->q4_0_repack ? kern()->q4_0_repack : type;
 }
 

@@ -524,17 +524,23 @@ static inline __attribute__((always_inline)) QS_TARGET void kq_pf(const uint8_t 
 #endif
 }
 
-/* a Q4_K / Q5_K block's 16 scale/min bytes (q4k_sm8's) in both 128-bit lanes */
+/* a Q4_K / Q5_K block's 16 scale/min bytes (q4k_sm8's: sc0..3 mn0..3 sc4..7 mn4..7) in both
+ * 128-bit lanes, unpacked with scalar integer operations from the little-endian words u0 u1 u2
+ * at s: sc0..3 = u0 & 0x3f.., mn0..3 = u1 & 0x3f.., sc4..7 = (u2 & 0x0f..) | ((u0 >> 2) &
+ * 0x30..), mn4..7 = ((u2 >> 4) & 0x0f..) | ((u1 >> 2) & 0x30..), two of them per 64-bit
+ * operation (u2 | u2 << 28 holds u2 in the low word and u2 >> 4 in the high one, up to bits the
+ * 0x0f mask drops). The same bytes as q4k_sm8; this loop is bound by the vector ALU operations per
+ * block, and the integer ALUs are idle (docs/PERF.md, issue 15 session 18): 7 vector operations
+ * become 3 (a move, an insert, a lane broadcast). */
 QSF __m256i q4k_sm8x2(const uint8_t *s) {
-  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)s));
-  const __m256i a = _mm256_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 1, 0));
-  const __m256i b = _mm256_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 0, 0));
-  const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(a, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
-                                      _mm256_setr_epi32(0x3f3f3f3f, 0x3f3f3f3f, 0x0f0f0f0f, 0x0f0f0f0f, 0x3f3f3f3f,
-                                                        0x3f3f3f3f, 0x0f0f0f0f, 0x0f0f0f0f));
-  const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(b, 2),
-                                      _mm256_setr_epi32(0, 0, 0x30303030, 0x30303030, 0, 0, 0x30303030, 0x30303030));
-  return _mm256_or_si256(lo, hi);
+  uint64_t v;
+  uint32_t u2;
+  memcpy(&v, s, 8);
+  memcpy(&u2, s + 8, 4);
+  const uint64_t lo = v & 0x3f3f3f3f3f3f3f3full;
+  const uint64_t hi = ((u2 | (uint64_t)u2 << 28) & 0x0f0f0f0f0f0f0f0full) | ((v >> 2) & 0x3030303030303030ull);
+  const __m128i x = _mm_insert_epi64(_mm_cvtsi64_si128((long long)lo), (long long)hi, 1);
+  return _mm256_broadcastsi128_si256(x);
 }
 
 /* acc plus one Q4_K (HAS_QH 0) or Q5_K (1) block at a times the Q8_K block b */

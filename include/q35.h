@@ -166,6 +166,9 @@ double q35_model_sample_seconds(const q35_model *model);
 /* Bytes of the weight file mapped with 2 MiB pages after loading (0 with no_mmap, where the
  * copy is anonymous memory); -1 where the kernel does not report it. */
 long long q35_model_huge_bytes(const q35_model *model);
+/* Bytes of weights rewritten at load into the running SIMD level's layout (0 where none were:
+ * another level, no_repack, or not enough memory available). */
+long long q35_model_repacked_bytes(const q35_model *model);
 /* Whether the file carries an MTP (multi-token prediction) head, the draft model of speculative
  * decoding (q35_session_params.draft_max). */
 int q35_model_has_mtp(const q35_model *model);

@@ -93,7 +93,24 @@ repack() {
       cmp -s "$W/r.on.bin" "$W/r.env.bin" || fail "repack t=$t $opt: logits with the repack differ from Q35_REPACK=0"
     done
   done
-  echo "repack: $n variants compared"
+  # and the repack did run where it should: q35 bench --json's repacked_bytes > 0 exactly at the
+  # AVX2 level, 0 with --no-repack
+  local j on off simd
+  j=$("$Q35" bench -m "$m" -t 1 -p 2 -n 2 -r 1 --json 2>>"$W/l.log" | tail -1)
+  on=$(printf '%s' "$j" | sed -n 's/.*"repacked_bytes": \([0-9-]*\).*/\1/p')
+  simd=$(printf '%s' "$j" | sed -n 's/.*"simd": "\([a-z0-9+]*\)".*/\1/p')
+  off=$("$Q35" bench -m "$m" -t 1 -p 2 -n 2 -r 1 --json --no-repack 2>>"$W/l.log" | tail -1 |
+    sed -n 's/.*"repacked_bytes": \([0-9-]*\).*/\1/p')
+  if [ -z "$on" ] || [ -z "$simd" ] || [ -z "$off" ]; then
+    fail "repack: q35 bench --json gave no repacked_bytes / simd: $j $(tail -3 "$W/l.log")"
+  elif [ "$simd" = avx2 ] && [ "$on" -le 0 ]; then
+    fail "repack: nothing repacked at the avx2 level (repacked_bytes $on)"
+  elif [ "$simd" != avx2 ] && [ "$on" -ne 0 ]; then
+    fail "repack: $on bytes repacked at the $simd level"
+  elif [ "$off" -ne 0 ]; then
+    fail "repack: --no-repack still repacked $off bytes"
+  fi
+  echo "repack: $n variants compared; $simd level, $on bytes repacked"
 }
 repack
 

@@ -136,9 +136,9 @@ int cmd_bench(int argc, char **argv) {
     if (json)
       printf("{\"prefill_tok_s\": %.3f, \"decode_tok_s\": %.3f, \"prompt_tokens\": %d, \"gen_tokens\": %d, "
              "\"depth\": %d, \"threads\": %d, \"runs\": %d, \"load_s\": %.4f, \"session_bytes\": %zu, "
-             "\"huge_mapped_bytes\": %lld, \"simd\": \"%s\"}\n",
+             "\"huge_mapped_bytes\": %lld, \"repacked_bytes\": %lld, \"simd\": \"%s\"}\n",
              mpf, mdc, np, ng, depth, q35_model_n_threads(m), runs, load_s, q35_session_bytes(s),
-             q35_model_huge_bytes(m), q35_simd_desc());
+             q35_model_huge_bytes(m), q35_model_repacked_bytes(m), q35_simd_desc());
     else
       printf("prefill %.2f tok/s, decode %.2f tok/s (median of %d; %d threads)\n", mpf, mdc, runs,
              q35_model_n_threads(m));

@@ -56,6 +56,14 @@ int q35_kernels_get(q35_simd level, q35_kernels *out) {
     q35_kernels_avx512(&k);
     overlay(out, &k);
     out->q4_0_repack = 0; /* its own Q4_0 kernels read the plain blocks */
+    if (out->q4_0_act != Q35_TYPE_Q8_0Z) {
+      /* no VBMI: this level's Q4_0 takes Q8_0X, and AVX2's Q4_0R kernels read Q8_0Z, so Q4_0R
+       * (never loaded at this level) keeps the reference entries, which take the table's type */
+      q35_kernels r;
+      q35_kernels_ref(&r);
+      const int t = Q35_TYPE_Q4_0R;
+      out->vec_dot[t] = r.vec_dot[t], out->tile[t] = r.tile[t], out->gemv[t] = r.gemv[t], out->gemv2[t] = r.gemv2[t];
+    }
   }
 #elif defined(__aarch64__)
   if (level != Q35_SIMD_NEON) return -1;

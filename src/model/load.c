@@ -403,6 +403,18 @@ static void repack_range(void *arg, uint8_t *copy, const uint8_t *orig) {
   }
 }
 
+/* MemAvailable from /proc/meminfo in bytes; -1 where unknown */
+static long long mem_available(void) {
+  FILE *fp = fopen("/proc/meminfo", "r");
+  if (!fp) return -1;
+  char line[256];
+  long long kb = -1;
+  while (fgets(line, sizeof line, fp))
+    if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+  fclose(fp);
+  return kb < 0 ? -1 : kb * 1024;
+}
+
 static int cmp_tensor_addr(const void *a, const void *b) {
   const uintptr_t x = (uintptr_t)(*(q35_tensor *const *)a)->data, y = (uintptr_t)(*(q35_tensor *const *)b)->data;
   return x < y ? -1 : x > y;
@@ -410,7 +422,9 @@ static int cmp_tensor_addr(const void *a, const void *b) {
 
 /* Rewrite the product weights whose type q35_repack_type repacks (Q4_0 at the AVX2 level) in
  * their place, in anonymous memory (q35_map_rewrite; with the file mapping, its pages of them are
- * dropped from the page cache), and give their tensors the repacked type. 0, or -1 with err. */
+ * dropped from the page cache), and give their tensors the repacked type. Not where the rewritten
+ * bytes would not fit in the memory available; a failed rewrite stops the repack with a note (the
+ * tensors rewritten so far keep the repacked type). 0, or -1 with err when out of memory. */
 static int repack_weights(q35_model *m, const q35_model_params *params, q35_err *err) {
   const int rt = q35_repack_type(Q35_TYPE_Q4_0);
   if (params->no_repack || rt == Q35_TYPE_Q4_0) return 0;
@@ -424,6 +438,19 @@ static int repack_weights(q35_model *m, const q35_model_params *params, q35_err 
         ts[i]->data != (const void *)e2)
       ts[k++] = ts[i];
   qsort(ts, k, sizeof *ts, cmp_tensor_addr);
+  size_t total = 0;
+  for (size_t i = 0; i < k; i++)
+    if (!i || ts[i]->data != ts[i - 1]->data) total += ts[i]->nb1 * (size_t)(ts[i]->ne[1] * ts[i]->ne[2] * ts[i]->ne[3]);
+  /* the rewritten weights are anonymous memory that cannot be reclaimed (the file pages they
+   * replace are dropped): where they would not fit in what the system has available, keep the
+   * file's layout, which the page cache can page in and out */
+  const long long avail = params->no_mmap ? -1 : mem_available(); /* no_mmap: already anonymous */
+  if (total && avail > 0 && (double)total > 0.9 * (double)avail) {
+    fprintf(stderr, "q35: not repacking %.2f GB of %s weights: %.2f GB of memory available (--no-repack to silence)\n",
+            (double)total / 1e9, q35_type_name(Q35_TYPE_Q4_0), (double)avail / 1e9);
+    free(ts);
+    return 0;
+  }
   const size_t page = sysconf(_SC_PAGESIZE) > 0 ? (size_t)sysconf(_SC_PAGESIZE) : 4096;
   size_t bytes = 0;
   int rc = 0;
@@ -435,7 +462,7 @@ static int repack_weights(q35_model *m, const q35_model_params *params, q35_err 
       if ((const uint8_t *)ts[i]->data >= g->map && (const uint8_t *)ts[i]->data < g->map + g->size) sf = g;
     }
     if (!sf) {
-      rc = q35_seterr(err, "repack: a tensor outside the file mapping");
+      rc = q35_seterr(err, "a tensor outside the file mapping");
       break;
     }
     /* one tensor (and any binding of the same data) at a time, so the extra memory is one tensor's;
@@ -445,7 +472,7 @@ static int repack_weights(q35_model *m, const q35_model_params *params, q35_err 
     size_t j = i + 1;
     while (j < k && ts[j]->data == ts[i]->data) j++;
     repack_job job = {ts + i, j - i, rt};
-    rc = q35_map_rewrite(sf, lo, hi, !params->no_mmap, repack_range, &job, err);
+    rc = q35_map_rewrite(sf, lo, hi, !params->no_mmap, !params->no_mmap && !params->no_huge, repack_range, &job, err);
     for (size_t q = i; q < j && !rc; q++) {
       if (q == i || ts[q]->data != ts[q - 1]->data)
         bytes += ts[q]->nb1 * (size_t)(ts[q]->ne[1] * ts[q]->ne[2] * ts[q]->ne[3]);
@@ -454,10 +481,13 @@ static int repack_weights(q35_model *m, const q35_model_params *params, q35_err 
     i = j;
   }
   free(ts);
-  if (!rc && params->progress && bytes)
+  m->repacked_bytes = (long long)bytes;
+  if (rc) /* an optimisation only: the tensors rewritten so far keep their type, the rest stay plain */
+    fprintf(stderr, "q35: repacking the weights stopped (%s); the rest keep the file's layout\n", err->msg);
+  else if (params->progress && bytes)
     fprintf(stderr, "repacked %.2f GB of %s weights as %s in %.2f s\n", (double)bytes / 1e9,
             q35_type_name(Q35_TYPE_Q4_0), q35_type_name(rt), q35_now() - t0);
-  return rc;
+  return 0;
 }
 
 int q35_model_plan(const char *path, int *n_layer, uint64_t **layer_bytes, uint64_t *embd_bytes,
@@ -579,3 +609,4 @@ int32_t q35_model_n_vocab(const q35_model *m) { return m->hp.n_vocab; }
 int32_t q35_model_n_embd(const q35_model *m) { return m->hp.n_embd; }
 const char *q35_model_desc(const q35_model *m) { return m->desc; }
 long long q35_model_huge_bytes(const q35_model *m) { return m->huge_bytes; }
+long long q35_model_repacked_bytes(const q35_model *m) { return m->repacked_bytes; }

@@ -272,7 +272,7 @@ static int copy_range(gguf_file *f, const char *path, size_t lo, size_t hi, q35_
  * page with 2 MiB pages advised while it is written (withdrawn after: no khugepaged collapsing
  * later), so the move keeps them where both ends allow. With drop, the file's cached pages of the
  * range are dropped afterwards (nothing maps them any more). 0, or -1 with err. */
-int q35_map_rewrite(gguf_file *f, size_t lo, size_t hi, int drop,
+int q35_map_rewrite(gguf_file *f, size_t lo, size_t hi, int drop, int huge,
                     void (*fn)(void *arg, uint8_t *copy, const uint8_t *orig), void *arg, q35_err *err) {
   const size_t size = hi - lo, end = hi < f->size ? hi : f->size;
   uint8_t *const at = (uint8_t *)(uintptr_t)(f->map + lo);
@@ -287,12 +287,12 @@ int q35_map_rewrite(gguf_file *f, size_t lo, size_t hi, int drop,
   if (a > r) munmap(r, (size_t)(a - r));
   if (r + HUGE_SZ > a) munmap(a + size, (size_t)(r + HUGE_SZ - a));
 #ifdef MADV_HUGEPAGE
-  madvise(a, size, MADV_HUGEPAGE);
+  if (huge) madvise(a, size, MADV_HUGEPAGE);
 #endif
   memcpy(a, at, end - lo);
   fn(arg, a, at);
 #ifdef MADV_NOHUGEPAGE
-  madvise(a, size, MADV_NOHUGEPAGE);
+  if (huge) madvise(a, size, MADV_NOHUGEPAGE);
 #endif
   if (mprotect(a, size, PROT_READ) != 0 || mremap(a, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED) {
     munmap(a, size);
@@ -308,7 +308,7 @@ int q35_map_rewrite(gguf_file *f, size_t lo, size_t hi, int drop,
   }
   return 0;
 #else
-  (void)size, (void)end, (void)at, (void)drop, (void)fn, (void)arg;
+  (void)size, (void)end, (void)at, (void)drop, (void)huge, (void)fn, (void)arg;
   q35_seterr(err, "%s: repacking weights needs mremap (Linux)", f->path);
   return -1;
 #endif

@@ -131,6 +131,7 @@ struct q35_model {
   q35_mtp mtp;
   char desc[256];
   long long huge_bytes;         /* bytes of the file mapping mapped with 2 MiB entries; -1 unknown */
+  long long repacked_bytes;     /* bytes of weights rewritten at load (q35_repack_type) */
   q35_context *ctx;             /* the default context (q35_step, q35_session_eval), made at load */
   /* A pipeline stage holds layers [layer_begin, layer_end) only (all: 0, n_layer), the embedding
    * when it begins at 0 and the output head when it ends at n_layer; n_attn_layers / n_gdn_layers
@@ -215,8 +216,9 @@ long long q35_map_keep(gguf_file *f, const size_t *off, const size_t *len, size_
                        q35_err *err);
 
 /* mapping.c: [lo, hi) of f's map (page-aligned) replaced by a rewritten copy at the same address
- * (see there); fn writes into copy, which stands for orig = f->map + lo. 0, or -1 with err. */
-int q35_map_rewrite(gguf_file *f, size_t lo, size_t hi, int drop,
+ * (see there; huge: 2 MiB pages advised while it is written); fn writes into copy, which stands
+ * for orig = f->map + lo. 0, or -1 with err. */
+int q35_map_rewrite(gguf_file *f, size_t lo, size_t hi, int drop, int huge,
                     void (*fn)(void *arg, uint8_t *copy, const uint8_t *orig), void *arg, q35_err *err);
 
 /* The scalar path of a full forward pass runs with Q35_SIMD=scalar; see quant.h. */

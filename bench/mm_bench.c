@@ -10,7 +10,8 @@
  * Build (after cmake --build build):
  *   cc -O2 -Iinclude -Isrc bench/mm_bench.c build/libq35.a -o build/mm_bench \
  *      $(pkg-config --libs jansson libpcre2-8 libutf8proc) -lm -pthread
- * Run: build/mm_bench [ROWS, default 4096] [NMAT, default 64]   (env K=2048, COLS=123, THREADS=1)
+ * Run: build/mm_bench [ROWS, default 4096] [NMAT, default 64]   (env K=2048, COLS=123, THREADS=1,
+ * TYPE=q4_0 or f32: TYPE=f32 ROWS=256 is the MoE router's shape, 2 MiB a matrix)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,24 +39,26 @@ int main(int argc, char **argv) {
   const int64_t K = getenv("K") ? atoll(getenv("K")) : 2048;
   const char *cols = getenv("COLS") ? getenv("COLS") : "123";
   nthreads = getenv("THREADS") ? atoi(getenv("THREADS")) : 1;
+  const int type = getenv("TYPE") && !strcmp(getenv("TYPE"), "f32") ? Q35_TYPE_F32 : Q35_TYPE_Q4_0;
   if (rows < 1 || nmat < 1 || K % 256 || nthreads < 1) {
-    fprintf(stderr, "usage: mm_bench [ROWS] [NMAT]   (env K a multiple of 256, COLS=123)\n");
+    fprintf(stderr, "usage: mm_bench [ROWS] [NMAT]   (env K a multiple of 256, COLS=123, TYPE=q4_0|f32)\n");
     return 2;
   }
-  const size_t ws = q35_row_size(Q35_TYPE_Q4_0, K), mb = ws * (size_t)rows;
+  const size_t ws = q35_row_size(type, K), mb = ws * (size_t)rows;
   uint8_t *w = aligned_alloc(64, (mb * (size_t)nmat + 63) / 64 * 64);
   float *f = malloc(sizeof(float) * (size_t)K * 8);
   srand(1);
   for (int r = 0; r < 64 && r < rows; r++) {
     for (int64_t i = 0; i < K; i++) f[i] = (float)rand() / (float)RAND_MAX - 0.5f;
-    q35_quantize_row(Q35_TYPE_Q4_0, f, w + (size_t)r * ws, K);
+    if (type == Q35_TYPE_F32) memcpy(w + (size_t)r * ws, f, ws);
+    else q35_quantize_row(Q35_TYPE_Q4_0, f, w + (size_t)r * ws, K);
   }
   for (size_t r = 64; r < (size_t)rows * (size_t)nmat; r++) memcpy(w + r * ws, w + (r % 64) * ws, ws);
   for (int64_t i = 0; i < K * 8; i++) f[i] = (float)rand() / (float)RAND_MAX - 0.5f;
   float *y = malloc(sizeof(float) * (size_t)rows * 8);
-  char *buf = aligned_alloc(64, (q35_row_size(q35_vec_dot_type(Q35_TYPE_Q4_0), K) * 8 + 63) / 64 * 64 + 4096);
+  char *buf = aligned_alloc(64, (q35_row_size(q35_vec_dot_type(type), K) * 8 + 63) / 64 * 64 + 4096);
   q35_pool *pool = q35_pool_new(nthreads);
-  printf("q4_0 %d x %lld, %d matrices (%.0f MB), %d thread(s)\n", rows, (long long)K, nmat, (double)mb * nmat / 1e6,
+  printf("%s %d x %lld, %d matrices (%.0f MB), %d thread(s)\n", q35_type_name(type), rows, (long long)K, nmat, (double)mb * nmat / 1e6,
          q35_pool_size(pool));
   for (const char *c = cols; *c; c++) {
     const int T = *c - '0';
@@ -64,7 +67,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 7; k++) {
       const double t0 = cpu(), w0 = wall();
       for (int m = 0; m < nmat; m++) {
-        const q35_tensor t = {w + (size_t)m * mb, Q35_TYPE_Q4_0, {K, rows, 1, 1}, ws, mb};
+        const q35_tensor t = {w + (size_t)m * mb, type, {K, rows, 1, 1}, ws, mb};
         q35_matmul_f(pool, &t, f, K, T, y, rows, buf);
       }
       const double dt = cpu() - t0, dw = wall() - w0;

@@ -245,7 +245,7 @@ static void big_tile_f64(q35_simd level, const q35_kernels *k, int type, int emu
   free(w); free(x); free(f); free(dw); free(dx); free(got);
 }
 
-/* Q4_1 / Q5_1 one-column gemv and gemv2 (two bases; NULL: two gemv calls, as q35_vec_dot_rows2)
+/* Q4_1 / Q5_1 / MXFP4 / IQ4_NL one-column gemv and gemv2 (two bases; NULL: two gemv calls, as q35_vec_dot_rows2)
  * bit-equal to vec_dot row by row: odd row counts, a big matrix whose halves lie far apart (the
  * AVX-512 kernels then read pairs of rows far apart together) and small ones, two bases far apart
  * and near, block counts with and without a tail after the groups of 16. */
@@ -336,6 +336,8 @@ int main(void) {
     }
     rows2_check(level, &k, Q35_TYPE_Q4_1);
     rows2_check(level, &k, Q35_TYPE_Q5_1);
+    rows2_check(level, &k, Q35_TYPE_MXFP4); /* the avx2 gemv's row kernels (nx_row) on many rows */
+    rows2_check(level, &k, Q35_TYPE_IQ4_NL);
     printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   return check_done("test_quant_lowbit");

@@ -12,18 +12,26 @@
 QS_TILE(t_q3_k, 1, 4)
 QS_TILE(t_q2_k, 1, 4)
 QS_TILE(t_mxfp4, 2, 3)
+NX_GEMV(t_mxfp4, LB_MXFP4)
 QS_TILE(t_iq4_nl, 2, 3)
+NX_GEMV(t_iq4_nl, LB_IQ4_NL)
 QS_TILE(t_q4_1, 2, 3)
 LB_GEMV1(t_q4_1, LB_Q4_1)
+LT_GEMV(t_q4_1, LB_Q4_1)
 QS_TILE(t_q5_1, 1, 4)
 LB_GEMV1(t_q5_1, LB_Q5_1)
+LT_GEMV(t_q5_1, LB_Q5_1)
 
 void q35_kernels_lowbit_avx2(q35_kernels *k) {
   LB_SET(k, Q35_TYPE_Q3_K, t_q3_k);
   LB_SET(k, Q35_TYPE_Q2_K, t_q2_k);
   LB_SET(k, Q35_TYPE_MXFP4, t_mxfp4);
   LB_SET(k, Q35_TYPE_IQ4_NL, t_iq4_nl);
+  k->gemv[Q35_TYPE_MXFP4] = t_mxfp4_gemvn; /* one column: nx_row, prefetching */
+  k->gemv[Q35_TYPE_IQ4_NL] = t_iq4_nl_gemvn;
   k->nl_act = Q35_TYPE_Q8_0X; /* (Q4_0 takes Q8_0Z at this level) */
   LB_SET1(k, Q35_TYPE_Q4_1, t_q4_1);
   LB_SET1(k, Q35_TYPE_Q5_1, t_q5_1);
+  k->gemv[Q35_TYPE_Q4_1] = t_q4_1_gemvt; /* one column: a lane per block (lt_row) */
+  k->gemv[Q35_TYPE_Q5_1] = t_q5_1_gemvt;
 }

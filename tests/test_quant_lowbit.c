@@ -248,12 +248,16 @@ static void big_tile_f64(q35_simd level, const q35_kernels *k, int type, int emu
 /* Q4_1 / Q5_1 / MXFP4 / IQ4_NL one-column gemv and gemv2 (two bases; NULL: two gemv calls, as q35_vec_dot_rows2)
  * bit-equal to vec_dot row by row: odd row counts, a big matrix whose halves lie far apart (the
  * AVX-512 kernels then read pairs of rows far apart together) and small ones, two bases far apart
- * and near, block counts with and without a tail after the groups of 16. */
+ * and near, block counts with and without tails after the kernels' groups (of 16, 8 and 4 blocks). */
 static void rows2_check(q35_simd level, const q35_kernels *k, int type) {
   const int vt = q35_kernels_vec_dot_type(k, type);
   long bad = 0;
   for (int rep = 0; rep < 8; rep++) {
-    const int64_t n = 32 * (rep % 2 ? 55 : 64);
+    /* blocks a row: groups of 16 and 8 with no tail (64), tails of 7 and 3 after the groups of 8 and 4
+     * (55), a tail of 2 after the groups of 4 (54, the AVX2 MXFP4 / IQ4_NL gemv's k = 2), fewer
+     * blocks than one group of 8 (6); rep 3 keeps 55 for its 1801 rows' ~2 MiB */
+    static const int nbs[8] = {64, 55, 54, 55, 6, 55, 6, 54};
+    const int64_t n = 32 * nbs[rep];
     /* 1801: more than one of the AVX-512 kernels' ~2 MiB blocks of row pairs */
     const int nr = rep < 4 ? (rep == 3 ? 1801 : 301 + 2 * (rep % 2)) : 1 + rep % 4 * 2 + (rep == 7 ? 6 : 0);
     const size_t ws = q35_row_size(type, n) + (size_t)rep % 3;

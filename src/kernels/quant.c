@@ -24,8 +24,8 @@ static void overlay(q35_kernels *dst, const q35_kernels *src) {
   if (src->q4_0_act) dst->q4_0_act = src->q4_0_act;
   if (src->q8_0_act) dst->q8_0_act = src->q8_0_act;
   if (src->nl_act) dst->nl_act = src->nl_act;
-  if (src->q4_0_repack) dst->q4_0_repack = src->q4_0_repack;
   for (int t = 0; t < Q35_TYPE_COUNT; t++) {
+    if (src->repack[t]) dst->repack[t] = src->repack[t];
     if (src->vec_dot[t]) dst->vec_dot[t] = src->vec_dot[t];
     if (src->quantize[t]) dst->quantize[t] = src->quantize[t];
     if (src->dequantize[t]) dst->dequantize[t] = src->dequantize[t];
@@ -55,7 +55,9 @@ int q35_kernels_get(q35_simd level, q35_kernels *out) {
     memset(&k, 0, sizeof k);
     q35_kernels_avx512(&k);
     overlay(out, &k);
-    out->q4_0_repack = 0; /* its own Q4_0 kernels read the plain blocks */
+    /* this level's own kernels read the file's blocks: nothing is repacked (a level that repacks
+     * a type sets its entry after this) */
+    memset(out->repack, 0, sizeof out->repack);
     if (out->q4_0_act != Q35_TYPE_Q8_0Z) {
       /* no VBMI: this level's Q4_0 takes Q8_0X, and AVX2's Q4_0R kernels read Q8_0Z, so Q4_0R
        * (never loaded at this level) keeps the reference entries, which take the table's type */
@@ -126,7 +128,14 @@ int q35_repack_type(int type) {
 #if !defined(__linux__)
   return type; /* the rewrite moves anonymous memory over the file mapping with mremap (Linux) */
 #endif
-  return type == Q35_TYPE_Q4_0 && kern()->q4_0_repack ? kern()->q4_0_repack : type;
+  return type >= 0 && type < Q35_TYPE_COUNT && kern()->repack[type] ? kern()->repack[type] : type;
+}
+
+int q35_unrepack_type(int type) {
+  switch (type) {
+  case Q35_TYPE_Q4_0R: return Q35_TYPE_Q4_0;
+  default: return type;
+  }
 }
 
 /* The _ref entry points take activations in q35_vec_dot_type's layout; where that is not the

@@ -35,8 +35,11 @@ int q35_vec_dot_type(int type);
  * (dot products, tiles, dequantize) takes the repacked type, with the plain type's results bit
  * for bit. */
 int q35_repack_type(int type);
-/* One row of n elements of Q4_0 at src rewritten as Q4_0R at dst (the same number of bytes;
- * src != dst), or back (q35_unrepack_row). */
+/* The file's type of a repacked layout (Q35_TYPE_Q4_0 for Q35_TYPE_Q4_0R); any other type itself. */
+int q35_unrepack_type(int type);
+/* One row of n elements of q35_unrepack_type(type) at src rewritten as `type` (a repacked layout)
+ * at dst (the same number of bytes; src != dst), or back (q35_unrepack_row). Any other type is
+ * copied as it is. */
 void q35_repack_row(int type, const void *src, void *dst, int64_t n);
 void q35_unrepack_row(int type, const void *src, void *dst, int64_t n);
 

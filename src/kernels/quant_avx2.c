@@ -762,7 +762,7 @@ void q35_kernels_avx2(q35_kernels *k) {
     k->tile[Q35_TYPE_Q4_0R] = t_q4r2_wide;
     k->gemv[Q35_TYPE_Q4_0R] = t_q4r2_gemv;
     k->gemv2[Q35_TYPE_Q4_0R] = t_q4r2_gemv2;
-    k->q4_0_repack = Q35_TYPE_Q4_0R;
+    k->repack[Q35_TYPE_Q4_0] = Q35_TYPE_Q4_0R;
   }
   QS_SET(k, Q35_TYPE_Q5_0, t_q5_0);
   QS_SET(k, Q35_TYPE_Q4_K, t_q4_k);

@@ -50,7 +50,9 @@ typedef struct {
   int q4_0_act; /* the activation type this table's Q4_0 kernels take (0: unset, Q8_0X) */
   int q8_0_act; /* the activation type this table's Q8_0 kernels take (0: unset, Q8_0Y) */
   int nl_act;   /* ... its IQ4_NL and MXFP4 kernels take (0: unset, Q8_0X) */
-  int q4_0_repack; /* Q35_TYPE_Q4_0R where this table's Q4_0R kernels beat its Q4_0 ones (0: keep Q4_0) */
+  /* repack[t]: the layout weights of type t are rewritten into at load where this table's kernels
+   * for it beat those for t (Q35_TYPE_Q4_0R for Q4_0 at AVX2); 0: t stays as the file has it */
+  int repack[Q35_TYPE_COUNT];
   q35_tile_fn gemv[Q35_TYPE_COUNT]; /* one activation column (nc = 1) where a tile kernel beats a loop
                                      * of vec_dot calls: the AVX-512 Q4_0 x Q8_0Z one, whose one-row
                                      * tiles prefetch the rows ahead (vec_dot has no row stride) */

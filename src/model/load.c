@@ -387,7 +387,7 @@ static size_t product_weights(q35_model *m, q35_tensor **out) {
 typedef struct {
   q35_tensor **t; /* the tensors to repack (the same data bound n times) */
   size_t n;
-  int type;
+  int type; /* the layout they are rewritten into (q35_repack_type of their type) */
 } repack_job;
 
 static void repack_range(void *arg, uint8_t *copy, const uint8_t *orig) {
@@ -420,39 +420,40 @@ static int cmp_tensor_addr(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Rewrite the product weights whose type q35_repack_type repacks (Q4_0 at the AVX2 level) in
- * their place, in anonymous memory (q35_map_rewrite; with the file mapping, its pages of them are
- * dropped from the page cache), and give their tensors the repacked type. Not where the rewritten
- * bytes would not fit in the memory available; a failed rewrite stops the repack with a note (the
- * tensors rewritten so far keep the repacked type). 0, or -1 with err when out of memory. */
+static size_t tensor_bytes(const q35_tensor *t) { return t->nb1 * (size_t)(t->ne[1] * t->ne[2] * t->ne[3]); }
+
+/* Rewrite the product weights whose type q35_repack_type repacks (Q4_0 at the AVX2 level, ...)
+ * in their place, in anonymous memory (q35_map_rewrite; with the file mapping, its pages of them
+ * are dropped from the page cache), and give their tensors the repacked type. Not where the
+ * rewritten bytes would not fit in the memory available; a failed rewrite stops the repack with a
+ * note (the tensors rewritten so far keep the repacked type). 0, or -1 with err when out of memory. */
 static int repack_weights(q35_model *m, const q35_model_params *params, q35_err *err) {
-  const int rt = q35_repack_type(Q35_TYPE_Q4_0);
-  if (params->no_repack || rt == Q35_TYPE_Q4_0) return 0;
+  if (params->no_repack) return 0;
   const double t0 = q35_now();
   q35_tensor **ts = malloc(sizeof *ts * (size_t)(19 * (m->layer_end - m->layer_begin) + 3));
   if (!ts) return q35_seterr(err, "out of memory");
   size_t n = product_weights(m, ts), k = 0;
   const uint8_t *e1 = m->tok_embd.data, *e2 = m->mtp.embd.data;
   for (size_t i = 0; i < n; i++)
-    if (ts[i]->data && ts[i]->type == Q35_TYPE_Q4_0 && ts[i]->data != (const void *)e1 &&
+    if (ts[i]->data && q35_repack_type(ts[i]->type) != ts[i]->type && ts[i]->data != (const void *)e1 &&
         ts[i]->data != (const void *)e2)
       ts[k++] = ts[i];
   qsort(ts, k, sizeof *ts, cmp_tensor_addr);
   size_t total = 0;
   for (size_t i = 0; i < k; i++)
-    if (!i || ts[i]->data != ts[i - 1]->data) total += ts[i]->nb1 * (size_t)(ts[i]->ne[1] * ts[i]->ne[2] * ts[i]->ne[3]);
+    if (!i || ts[i]->data != ts[i - 1]->data) total += tensor_bytes(ts[i]);
   /* the rewritten weights are anonymous memory that cannot be reclaimed (the file pages they
    * replace are dropped): where they would not fit in what the system has available, keep the
    * file's layout, which the page cache can page in and out */
   const long long avail = params->no_mmap ? -1 : mem_available(); /* no_mmap: already anonymous */
   if (total && avail > 0 && (double)total > 0.9 * (double)avail) {
-    fprintf(stderr, "q35: not repacking %.2f GB of %s weights: %.2f GB of memory available (--no-repack to silence)\n",
-            (double)total / 1e9, q35_type_name(Q35_TYPE_Q4_0), (double)avail / 1e9);
+    fprintf(stderr, "q35: not repacking %.2f GB of weights: %.2f GB of memory available (--no-repack to silence)\n",
+            (double)total / 1e9, (double)avail / 1e9);
     free(ts);
     return 0;
   }
   const size_t page = sysconf(_SC_PAGESIZE) > 0 ? (size_t)sysconf(_SC_PAGESIZE) : 4096;
-  size_t bytes = 0;
+  size_t bytes = 0, by_type[Q35_TYPE_COUNT] = {0};
   int rc = 0;
   for (size_t i = 0; i < k && !rc;) {
     /* the shard holding it */
@@ -468,14 +469,14 @@ static int repack_weights(q35_model *m, const q35_model_params *params, q35_err 
     /* one tensor (and any binding of the same data) at a time, so the extra memory is one tensor's;
      * a page it shares with the one before is copied from there, already rewritten */
     const size_t o = (size_t)((const uint8_t *)ts[i]->data - sf->map), lo = o & ~(page - 1);
-    const size_t hi = (o + ts[i]->nb1 * (size_t)(ts[i]->ne[1] * ts[i]->ne[2] * ts[i]->ne[3]) + page - 1) & ~(page - 1);
+    const size_t hi = (o + tensor_bytes(ts[i]) + page - 1) & ~(page - 1);
     size_t j = i + 1;
     while (j < k && ts[j]->data == ts[i]->data) j++;
+    const int ft = ts[i]->type, rt = q35_repack_type(ft);
     repack_job job = {ts + i, j - i, rt};
     rc = q35_map_rewrite(sf, lo, hi, !params->no_mmap, !params->no_mmap && !params->no_huge, repack_range, &job, err);
     for (size_t q = i; q < j && !rc; q++) {
-      if (q == i || ts[q]->data != ts[q - 1]->data)
-        bytes += ts[q]->nb1 * (size_t)(ts[q]->ne[1] * ts[q]->ne[2] * ts[q]->ne[3]);
+      if (q == i || ts[q]->data != ts[q - 1]->data) bytes += tensor_bytes(ts[q]), by_type[ft] += tensor_bytes(ts[q]);
       ts[q]->type = rt;
     }
     i = j;
@@ -484,9 +485,13 @@ static int repack_weights(q35_model *m, const q35_model_params *params, q35_err 
   m->repacked_bytes = (long long)bytes;
   if (rc) /* an optimisation only: the tensors rewritten so far keep their type, the rest stay plain */
     fprintf(stderr, "q35: repacking the weights stopped (%s); the rest keep the file's layout\n", err->msg);
-  else if (params->progress && bytes)
-    fprintf(stderr, "repacked %.2f GB of %s weights as %s in %.2f s\n", (double)bytes / 1e9,
-            q35_type_name(Q35_TYPE_Q4_0), q35_type_name(rt), q35_now() - t0);
+  else if (params->progress && bytes) {
+    fprintf(stderr, "repacked %.2f GB of weights in %.2f s:", (double)bytes / 1e9, q35_now() - t0);
+    for (int t = 0; t < Q35_TYPE_COUNT; t++)
+      if (by_type[t]) fprintf(stderr, " %.2f GB %s as %s", (double)by_type[t] / 1e9, q35_type_name(t),
+                              q35_type_name(q35_repack_type(t)));
+    fprintf(stderr, "\n");
+  }
   return 0;
 }
 
@@ -519,7 +524,7 @@ int q35_model_plan(const char *path, int *n_layer, uint64_t **layer_bytes, uint6
 }
 
 /* the file's type of a weight whose type the load may have repacked */
-static int file_type(int type) { return type == Q35_TYPE_Q4_0R ? Q35_TYPE_Q4_0 : type; }
+static int file_type(int type) { return q35_unrepack_type(type); }
 
 q35_model *q35_model_load(const char *path, const q35_model_params *params, q35_err *err) {
   q35_model_params dp = q35_model_default_params();

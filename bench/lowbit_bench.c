@@ -8,6 +8,8 @@
  *            one call, as a decode's matmul hands each thread its rows)
  *   prefill  an expert-shaped 512 x 2048 matrix (in cache) times C = 16 and 64 activation
  *            columns through the level's tile kernel, GMAC/s, one thread
+ * Where a level repacks a type at load (k->repack: Q4_0 and Q3_K at AVX2) the rows are repacked
+ * with q35_repack_row first, as the loader does, and run through the repacked type's kernels.
  * Compare decode with bench/membw at the same thread count (the roofline). Times are CPU seconds
  * (of the slowest thread in a pass, the best of 5 passes by the same threads), as membw's "per
  * CPU-second" figure: on a shared, oversubscribed machine wall time also counts the time the
@@ -127,6 +129,7 @@ static void bench_decode(size_t mib, int nth) {
     if (!wanted(type)) continue;
     make_row(type, wf, src, n, 1); /* one row, replicated */
     for (int r = 1; r < rows; r++) memcpy(src + (size_t)r * rb, src, rb);
+    uint8_t *srp = NULL; /* the rows repacked, for a level that repacks the type */
     float *o = malloc(sizeof(float) * (size_t)rows);
     printf("%-7s", q35_type_name(type));
     for (int l = 0; l <= Q35_SIMD_AVX512; l++) {
@@ -137,13 +140,19 @@ static void bench_decode(size_t mib, int nth) {
       }
       uint8_t *x = malloc(q35_row_size(Q35_TYPE_Q8_0X, n) + q35_row_size(Q35_TYPE_Q8_K, n));
       q35_quantize_row_ref(q35_kernels_vec_dot_type(&k, type), xf, x, n);
+      const int rt = k.repack[type] ? k.repack[type] : type;
+      if (rt != type && !srp) {
+        srp = malloc(total);
+        q35_repack_row(rt, src, srp, n);
+        for (int r = 1; r < rows; r++) memcpy(srp + (size_t)r * rb, srp, rb);
+      }
       const int reps = l == 0 ? 1 : MAXREPS, nt = nth < 64 ? nth : 64;
       job jobs[64];
       pthread_t th[64];
       pthread_barrier_t bar;
       pthread_barrier_init(&bar, NULL, (unsigned)nt);
       for (int i = 0; i < nt; i++) {
-        jobs[i] = (job){&k, type, n, src, rb, rows * i / nth, rows * (i + 1) / nth, x, o, reps, &bar, {0}};
+        jobs[i] = (job){&k, rt, n, rt != type ? srp : src, rb, rows * i / nth, rows * (i + 1) / nth, x, o, reps, &bar, {0}};
         pthread_create(&th[i], NULL, run_job, &jobs[i]);
       }
       for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
@@ -160,6 +169,7 @@ static void bench_decode(size_t mib, int nth) {
     }
     printf("\n");
     free(o);
+    free(srp);
   }
   free(src);
   free(xf);
@@ -190,7 +200,12 @@ static void bench_prefill(void) {
         printf("  %13s %10s", "-", "-");
         continue;
       }
-      const int vt = q35_kernels_vec_dot_type(&k, type);
+      const int vt = q35_kernels_vec_dot_type(&k, type), rt = k.repack[type] ? k.repack[type] : type;
+      uint8_t *wp = w;
+      if (rt != type) {
+        wp = malloc(wrs * (size_t)rows);
+        for (int r = 0; r < rows; r++) q35_repack_row(rt, w + (size_t)r * wrs, wp + (size_t)r * wrs, n);
+      }
       const size_t xrs = q35_row_size(vt, n) > q35_row_size(Q35_TYPE_Q8_0X, n) ? q35_row_size(vt, n)
                                                                              : q35_row_size(Q35_TYPE_Q8_0X, n);
       uint8_t *x = malloc(xrs * cmax);
@@ -203,13 +218,14 @@ static void bench_prefill(void) {
         double best = 1e30;
         for (int rep = 0; rep < (l == 0 ? 1 : 7); rep++) {
           const double t0 = now();
-          q35_tile_run(&k, type, n, w, wrs, rows, x, xrs, C, out, (size_t)C, 1);
+          q35_tile_run(&k, rt, n, wp, wrs, rows, x, xrs, C, out, (size_t)C, 1);
           const double dt = now() - t0;
           if (dt < best) best = dt;
         }
         printf(ci ? " %10.2f" : "  %13.2f", (double)rows * (double)n * C / best / 1e9);
       }
       free(x);
+      if (wp != w) free(wp);
     }
     printf("\n");
     free(w);

@@ -414,6 +414,7 @@ static void rows2_two_streams(q35_simd level, const q35_kernels *k);
 static void rows_adjacent_pairs(q35_simd level, const q35_kernels *k);
 static void gemv_two_streams(q35_simd level, const q35_kernels *k);
 static void q4_0r_twin(q35_simd level, const q35_kernels *k);
+static void q3_kr_twin(q35_simd level, const q35_kernels *k);
 
 int main(void) {
   public_api();
@@ -467,6 +468,7 @@ int main(void) {
     rows_adjacent_pairs(level, &k);
     gemv_two_streams(level, &k);
     q4_0r_twin(level, &k);
+    q3_kr_twin(level, &k);
     printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   printf("%ld tile cases\n", cases);
@@ -643,6 +645,81 @@ static void q4_0r_twin(q35_simd level, const q35_kernels *k) {
         if (nc == 1) {
           bad = gemv2_bad(k, t1, n, wr, ws, nr, x, want, 1);
           CHECK(!bad, "%s q4_0r n=%lld nr=%d: gemv2 != q4_0's in %d rows", lvl, (long long)n, nr, bad);
+        }
+      }
+    free(want), free(got), free(rb), free(back), free(wb), free(xb);
+  }
+}
+
+/*
+ * Q3_KR (Q3_K repacked at load, q35_repack_row) against Q3_K at every level, as q4_0r_twin: the
+ * repack moves back to the same bytes, its dequantize gives Q3_K's floats, and its vec_dot, tiles
+ * (1..9 rows, 1..9 and 16 / 23 columns), one column of many rows and gemv2 give Q3_K's results
+ * bit for bit. Half the rows are random bytes (every scale, hmask and qs bit pattern; d a normal
+ * fp16), half quantized. The AVX2 level runs its own kernels; the others (which never repack
+ * Q3_K) the reference's, held to the reference table's Q3_K.
+ */
+static void q3_kr_twin(q35_simd level, const q35_kernels *k) {
+  const char *lvl = q35_simd_name(level);
+  const int t0 = Q35_TYPE_Q3_K, t1 = Q35_TYPE_Q3_KR;
+  if (q35_kernels_vec_dot_type(k, t0) != q35_kernels_vec_dot_type(k, t1)) {
+    CHECK(0, "%s: Q3_KR takes another activation type than Q3_K", lvl);
+    return;
+  }
+  const int vt = q35_kernels_vec_dot_type(k, t0);
+  q35_kernels refk;
+  q35_kernels_ref(&refk);
+  const q35_kernels *kq = level == Q35_SIMD_AVX2 ? k : &refk;
+  static const int64_t ns[] = {256, 512, 768, 2048, 2816};
+  static const int ncs[] = {1, 2, 3, 4, 5, 8, 9, 16, 23};
+  for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+    const int64_t n = ns[ni];
+    const int nrmax = n >= 2048 ? 61 : 9;
+    const size_t rs = q35_row_size(t0, n), ws = rs + (ni % 2 ? 0 : 7), xs = q35_row_size(vt, n) + (ni % 3 ? 0 : 5);
+    uint8_t *wb, *xb;
+    uint8_t *w = make_rows(t0, n, nrmax, ws, 1 + ni, 0, &wb);
+    const uint8_t *x = make_rows(vt, n, 23, xs, 3, 1, &xb);
+    for (int r = 0; r < nrmax; r += 2) /* random blocks, d = 2^-10 (1 + m / 1024) */
+      for (int64_t i = 0; i < n / 256; i++) {
+        uint8_t *b = w + (size_t)r * ws + (size_t)i * 110;
+        for (int j = 0; j < 108; j++) b[j] = (uint8_t)rng_u64();
+        const uint16_t d = (uint16_t)(0x1400 | (rng_u64() & 0x3FF));
+        memcpy(b + 108, &d, 2);
+      }
+    uint8_t *rb = malloc(ws * (size_t)nrmax + 64), *back = malloc(rs);
+    uint8_t *wr = rb + 5; /* an odd address */
+    int bad = 0;
+    for (int r = 0; r < nrmax; r++) {
+      q35_repack_row(t1, w + (size_t)r * ws, wr + (size_t)r * ws, n);
+      q35_unrepack_row(t1, wr + (size_t)r * ws, back, n);
+      bad += memcmp(back, w + (size_t)r * ws, rs) != 0;
+    }
+    CHECK(!bad, "%s q3_kr n=%lld: repack then unrepack changed %d rows", lvl, (long long)n, bad);
+    float *f0 = malloc(sizeof(float) * (size_t)n), *f1 = malloc(sizeof(float) * (size_t)n);
+    bad = 0;
+    for (int r = 0; r < 4; r++) {
+      k->dequantize[t0](w + (size_t)r * ws, f0, n);
+      k->dequantize[t1](wr + (size_t)r * ws, f1, n);
+      bad += memcmp(f0, f1, sizeof(float) * (size_t)n) != 0;
+      bad += !same_float(kq->vec_dot[t0](n, w + (size_t)r * ws, x), k->vec_dot[t1](n, wr + (size_t)r * ws, x));
+    }
+    CHECK(!bad, "%s q3_kr n=%lld: dequantize / vec_dot differ from q3_k's", lvl, (long long)n);
+    free(f0), free(f1);
+    float *want = malloc(sizeof(float) * (size_t)nrmax * 23), *got = malloc(sizeof(float) * (size_t)nrmax * 23);
+    const int nrs[] = {1, 2, 3, 4, 5, 7, 9, nrmax};
+    for (size_t i = 0; i < sizeof nrs / sizeof nrs[0]; i++)
+      for (size_t j = 0; j < sizeof ncs / sizeof ncs[0]; j++) {
+        const int nr = nrs[i], nc = nr > 9 && ncs[j] > 3 ? 0 : ncs[j];
+        if (!nc || (i == sizeof nrs / sizeof nrs[0] - 1 && nr == 9)) continue;
+        memset(want, 0xFF, sizeof(float) * (size_t)nr * nc);
+        memset(got, 0xFF, sizeof(float) * (size_t)nr * nc);
+        q35_tile_run(kq, t0, n, w, ws, nr, x, xs, nc, want, (size_t)nc, 1);
+        q35_tile_run(k, t1, n, wr, ws, nr, x, xs, nc, got, (size_t)nc, 1);
+        CHECK(!memcmp(want, got, sizeof(float) * (size_t)nr * nc), "%s q3_kr n=%lld %dx%d: tile != q3_k's", lvl,
+              (long long)n, nr, nc);
+        if (nc == 1) {
+          bad = gemv2_bad(k, t1, n, wr, ws, nr, x, want, 1);
+          CHECK(!bad, "%s q3_kr n=%lld nr=%d: gemv2 != q3_k's in %d rows", lvl, (long long)n, nr, bad);
         }
       }
     free(want), free(got), free(rb), free(back), free(wb), free(xb);

@@ -1,6 +1,6 @@
 /*
  * tensor_types.h - GGML's tensor element types as GGUF files number them: names, block sizes,
- * bytes per block, plus q35's internal activation layouts (ids 40-42) and repacked weight layout (43), never in a file.
+ * bytes per block, plus q35's internal activation layouts (ids 40-42) and repacked weight layouts (43, 46), never in a file.
  * The kernels for each type live in kernels/ (quant.h).
  */
 #ifndef Q35_TENSOR_TYPES_H
@@ -43,7 +43,10 @@ enum q35_type {
   /* q35-internal weight layout, never in a file: Q4_0 rows repacked at load for the AVX2 kernels
    * (q35_repack_row, kernels/quant.h); same block count and bytes per row as Q4_0 */
   Q35_TYPE_Q4_0R = 43,
-  Q35_TYPE_COUNT = 44, /* upper bound of the type ids above */
+  /* likewise Q3_K rows repacked at load for the AVX2 kernels (kernels/quant_lowbit.h); same bytes
+   * per block as Q3_K */
+  Q35_TYPE_Q3_KR = 46,
+  Q35_TYPE_COUNT = 47, /* upper bound of the type ids above */
 };
 
 /* GGML's name for any GGML type id ("q4_K", "iq2_xxs", ...), or NULL for an unknown id. */

@@ -66,6 +66,12 @@ int q35_kernels_get(q35_simd level, q35_kernels *out) {
       const int t = Q35_TYPE_Q4_0R;
       out->vec_dot[t] = r.vec_dot[t], out->tile[t] = r.tile[t], out->gemv[t] = r.gemv[t], out->gemv2[t] = r.gemv2[t];
     }
+    /* Q3_KR (never loaded at this level either) likewise: AVX2's kernels give AVX2's Q3_K bits,
+     * not this level's */
+    q35_kernels r;
+    q35_kernels_ref(&r);
+    const int t = Q35_TYPE_Q3_KR;
+    out->vec_dot[t] = r.vec_dot[t], out->tile[t] = r.tile[t], out->gemv[t] = r.gemv[t], out->gemv2[t] = r.gemv2[t];
   }
 #elif defined(__aarch64__)
   if (level != Q35_SIMD_NEON) return -1;
@@ -134,6 +140,7 @@ int q35_repack_type(int type) {
 int q35_unrepack_type(int type) {
   switch (type) {
   case Q35_TYPE_Q4_0R: return Q35_TYPE_Q4_0;
+  case Q35_TYPE_Q3_KR: return Q35_TYPE_Q3_K;
   default: return type;
   }
 }

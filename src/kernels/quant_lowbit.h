@@ -58,6 +58,21 @@ typedef struct __attribute__((packed)) {
 
 _Static_assert(sizeof(blk_q2_k) == 84, "q2_K size");
 _Static_assert(sizeof(blk_q3_k) == 110, "q3_K size");
+
+/* Q3_KR (Q35_TYPE_Q3_KR): a Q3_K block repacked at load for the AVX2 kernels (q35_repack_row),
+ * 110 bytes: d at 0; at Q3KR_SCALES (2) the 16 scales as 6-bit two's complement f_j = sc_j & 63
+ * (sc_j = q3k_scale, -32..31), byte j < 8 = f_{2j} << 2 | (f_{2j+1} & 3), byte 8 + j (j < 4) =
+ * f_{2j+1} >> 2 | (f_{2j+9} >> 2) << 4 (the even sub-blocks' fields where an int8 4 sc wants
+ * them, the odd ones' in 6 scalar operations); at Q3KR_PLANES (14) three planes P0, P1, P2 of 32
+ * bytes of whole 3-bit values u_k = q + 4 (q the value of element 32k + l, k < 8): P0[l] = u_0 |
+ * u_1 << 3 | (u_6 & 3) << 6, P1[l] = u_2 | u_3 << 3 | (u_7 & 3) << 6, P2[l] = u_4 | u_5 << 3 |
+ * (u_6 >> 2) << 6 | (u_7 >> 2) << 7. Every bit of the Q3_K block has one place: the move is a
+ * bijection. */
+#define Q3KR_BLOCK 110
+#define Q3KR_SCALES 2
+#define Q3KR_PLANES 14
+/* one row of n elements (a multiple of 256): Q3_K at src as Q3_KR at dst, or back (quant_lowbit_ref.c) */
+void q35_q3_kr_move(const void *src, void *dst, int64_t n, int back);
 _Static_assert(sizeof(blk_mxfp4) == 17, "mxfp4 size");
 _Static_assert(sizeof(blk_iq4_nl) == 18, "iq4_nl size");
 _Static_assert(sizeof(blk_q4_1) == 20, "q4_1 size");

@@ -10,6 +10,7 @@
 
 /* Micro-tile shapes R x C (16 vector registers) */
 QS_TILE(t_q3_k, 1, 4)
+QS_TILE(t_q3_kr, 1, 4)
 QS_TILE(t_q2_k, 1, 4)
 QS_TILE(t_mxfp4, 2, 3)
 NX_GEMV(t_mxfp4, LB_MXFP4)
@@ -24,6 +25,10 @@ LT_GEMV(t_q5_1, LB_Q5_1)
 
 void q35_kernels_lowbit_avx2(q35_kernels *k) {
   LB_SET(k, Q35_TYPE_Q3_K, t_q3_k);
+  /* Q3_K's product weights are rewritten at load as Q3_KR (quant_lowbit.h), whose planes of whole
+   * 3-bit values take fewer vector operations per super-block (docs/PERF.md, issue 16, session 20) */
+  LB_SET(k, Q35_TYPE_Q3_KR, t_q3_kr);
+  k->repack[Q35_TYPE_Q3_K] = Q35_TYPE_Q3_KR;
   LB_SET(k, Q35_TYPE_Q2_K, t_q2_k);
   LB_SET(k, Q35_TYPE_MXFP4, t_mxfp4);
   LB_SET(k, Q35_TYPE_IQ4_NL, t_iq4_nl);

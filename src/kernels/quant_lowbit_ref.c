@@ -13,6 +13,7 @@
  * The weight quantizers of the family are in quantize_lowbit.c.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -187,6 +188,76 @@ static float dot_q3_k(int64_t n, const void *w, const void *x) {
   return sumf;
 }
 
+/* ------------------------------ Q3_KR ------------------------------ */
+
+void q35_q3_kr_move(const void *src, void *dst, int64_t n, int back) {
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const uint8_t *s = (const uint8_t *)src + (size_t)i * Q3KR_BLOCK;
+    uint8_t *o = (uint8_t *)dst + (size_t)i * Q3KR_BLOCK;
+    uint8_t u[8][32], f[16];
+    if (!back) {
+      const blk_q3_k *b = (const blk_q3_k *)(const void *)s;
+      for (int k = 0; k < 8; k++)
+        for (int l = 0; l < 32; l++)
+          u[k][l] = (uint8_t)(((b->qs[32 * (k / 4) + l] >> (2 * (k % 4))) & 3) | ((b->hmask[l] >> k) & 1) << 2);
+      for (int j = 0; j < 16; j++) f[j] = (uint8_t)(q3k_scale(b->scales, j) & 63);
+      memcpy(o, &b->d, 2);
+      for (int j = 0; j < 8; j++) o[Q3KR_SCALES + j] = (uint8_t)(f[2 * j] << 2 | (f[2 * j + 1] & 3));
+      for (int j = 0; j < 4; j++) o[Q3KR_SCALES + 8 + j] = (uint8_t)(f[2 * j + 1] >> 2 | (f[2 * j + 9] >> 2) << 4);
+      for (int l = 0; l < 32; l++) {
+        o[Q3KR_PLANES + l] = (uint8_t)(u[0][l] | u[1][l] << 3 | (u[6][l] & 3) << 6);
+        o[Q3KR_PLANES + 32 + l] = (uint8_t)(u[2][l] | u[3][l] << 3 | (u[7][l] & 3) << 6);
+        o[Q3KR_PLANES + 64 + l] = (uint8_t)(u[4][l] | u[5][l] << 3 | (u[6][l] >> 2) << 6 | (u[7][l] >> 2) << 7);
+      }
+    } else {
+      blk_q3_k b;
+      memset(&b, 0, sizeof b);
+      const uint8_t *p = s + Q3KR_PLANES;
+      for (int l = 0; l < 32; l++) {
+        u[0][l] = p[l] & 7, u[1][l] = (p[l] >> 3) & 7;
+        u[2][l] = p[32 + l] & 7, u[3][l] = (p[32 + l] >> 3) & 7;
+        u[4][l] = p[64 + l] & 7, u[5][l] = (p[64 + l] >> 3) & 7;
+        u[6][l] = (uint8_t)(p[l] >> 6 | ((p[64 + l] >> 6) & 1) << 2);
+        u[7][l] = (uint8_t)(p[32 + l] >> 6 | (p[64 + l] >> 7) << 2);
+      }
+      for (int k = 0; k < 8; k++)
+        for (int l = 0; l < 32; l++) {
+          b.qs[32 * (k / 4) + l] |= (uint8_t)((u[k][l] & 3) << (2 * (k % 4)));
+          b.hmask[l] |= (uint8_t)((u[k][l] >> 2) << k);
+        }
+      for (int j = 0; j < 8; j++) {
+        f[2 * j] = s[Q3KR_SCALES + j] >> 2;
+        f[2 * j + 1] = (uint8_t)((s[Q3KR_SCALES + j] & 3) | ((s[Q3KR_SCALES + 8 + j % 4] >> (4 * (j / 4))) & 15) << 2);
+      }
+      for (int j = 0; j < 16; j++) {
+        const int raw = f[j] ^ 32; /* the biased 6-bit scale of the file */
+        b.scales[j % 8] |= (uint8_t)((raw & 15) << (j < 8 ? 0 : 4));
+        b.scales[8 + j % 4] |= (uint8_t)((raw >> 4) << (2 * (j / 4)));
+      }
+      memcpy(&b.d, s, 2);
+      memcpy(o, &b, sizeof b);
+    }
+  }
+}
+
+/* the reference twins of Q3_KR: Q3_K's on the row moved back */
+static void dequant_q3_kr(const void *src, float *y, int64_t n) {
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    blk_q3_k b;
+    q35_q3_kr_move((const uint8_t *)src + (size_t)i * Q3KR_BLOCK, &b, QK_K, 1);
+    dequant_q3_k(&b, y + i * QK_K, QK_K);
+  }
+}
+
+static float dot_q3_kr(int64_t n, const void *w, const void *x) {
+  blk_q3_k *p = malloc((size_t)(n / QK_K) * sizeof(blk_q3_k) + 1);
+  if (!p) return NAN;
+  q35_q3_kr_move(w, p, n, 1);
+  const float v = dot_q3_k(n, p, x);
+  free(p);
+  return v;
+}
+
 /* MXFP4 / IQ4_NL x Q4_0's activations (Q8_0X: the Q8_0 blocks read back from their places):
  * code book values (kv) times int8, scaled per block */
 static float dot_mxfp4(int64_t n, const void *w, const void *x) {
@@ -252,6 +323,7 @@ void q35_kernels_lowbit_ref(q35_kernels *k) {
 #define SET(T, dq, vd) (k->dequantize[T] = (dq), k->vec_dot[T] = (vd))
   SET(Q35_TYPE_Q2_K, dequant_q2_k, dot_q2_k);
   SET(Q35_TYPE_Q3_K, dequant_q3_k, dot_q3_k);
+  SET(Q35_TYPE_Q3_KR, dequant_q3_kr, dot_q3_kr);
   SET(Q35_TYPE_MXFP4, dequant_mxfp4, dot_mxfp4);
   SET(Q35_TYPE_IQ4_NL, dequant_iq4_nl, dot_iq4_nl);
   SET(Q35_TYPE_Q4_1, dequant_q4_1, dot_q4_1);
@@ -264,7 +336,7 @@ void q35_kernels_lowbit_ref(q35_kernels *k) {
 
 int q35_lowbit_vec_dot_type(const q35_kernels *k, int type) {
   switch (type) {
-  case Q35_TYPE_Q2_K: case Q35_TYPE_Q3_K: return Q35_TYPE_Q8_K;
+  case Q35_TYPE_Q2_K: case Q35_TYPE_Q3_K: case Q35_TYPE_Q3_KR: return Q35_TYPE_Q8_K;
   /* a layout of Q4_0's (the same nibble blocks with other values): Q8_0X, or Q8_0Z where the
    * level has those kernels (nl_act) */
   case Q35_TYPE_MXFP4: case Q35_TYPE_IQ4_NL: return k->nl_act ? k->nl_act : Q35_TYPE_Q8_0X;

@@ -19,6 +19,7 @@
 
 #include "base/util.h"
 #include "kernels/quant_internal.h"
+#include "kernels/quant_lowbit.h"
 
 const int8_t q35_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                       1,    13,   25,  38,  53,  69,  89,  113};
@@ -441,11 +442,13 @@ static void q4_0r_move(const uint8_t *src, uint8_t *dst, int64_t n, int back) {
 
 void q35_repack_row(int type, const void *src, void *dst, int64_t n) {
   if (type == Q35_TYPE_Q4_0R) q4_0r_move(src, dst, n, 0);
+  else if (type == Q35_TYPE_Q3_KR) q35_q3_kr_move(src, dst, n, 0);
   else memcpy(dst, src, q35_row_size(type, n));
 }
 
 void q35_unrepack_row(int type, const void *src, void *dst, int64_t n) {
   if (type == Q35_TYPE_Q4_0R) q4_0r_move(src, dst, n, 1);
+  else if (type == Q35_TYPE_Q3_KR) q35_q3_kr_move(src, dst, n, 1);
   else memcpy(dst, src, q35_row_size(type, n));
 }
 

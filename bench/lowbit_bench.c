@@ -152,7 +152,8 @@ static void bench_decode(size_t mib, int nth) {
       pthread_barrier_t bar;
       pthread_barrier_init(&bar, NULL, (unsigned)nt);
       for (int i = 0; i < nt; i++) {
-        jobs[i] = (job){&k, rt, n, rt != type ? srp : src, rb, rows * i / nth, rows * (i + 1) / nth, x, o, reps, &bar, {0}};
+        jobs[i] = (job){&k, rt, n, rt != type ? srp : src, rb, rows * i / nth, rows * (i + 1) / nth, x, o, reps,
+                        &bar, {0}};
         pthread_create(&th[i], NULL, run_job, &jobs[i]);
       }
       for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);

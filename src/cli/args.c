@@ -215,7 +215,7 @@ void model_args_help(FILE *f, const model_args *a) {
           "  --no-mmap                        read the weights into memory instead of mapping the file\n"
           "  --no-huge-pages                  map the file in the kernel's default pages (default: 2 MiB pages)\n"
           "  --no-repack                      keep the weights in the file's layout (default at the AVX2 level:\n"
-          "                                   Q4_0 and Q3_K product weights repacked at load for its kernels; same bits)\n"
+          "                                   Q4_0 / Q3_K weights repacked at load for its kernels; same bits)\n"
           "  --pp-split B:E,B:E,...           under mpirun (a -DQ35_MPI=ON build): each rank's layers\n"
           "                                   (default: ranges of about equal bytes)\n"
           "  --pp-timeout S                   under mpirun: a rank that makes no progress for S seconds inside\n"

@@ -1,6 +1,7 @@
 /*
  * tensor_types.h - GGML's tensor element types as GGUF files number them: names, block sizes,
- * bytes per block, plus q35's internal activation layouts (ids 40-42) and repacked weight layouts (43, 46), never in a file.
+ * bytes per block, plus q35's internal activation layouts (ids 40-42) and repacked weight layouts
+ * (43, 46), never in a file.
  * The kernels for each type live in kernels/ (quant.h).
  */
 #ifndef Q35_TENSOR_TYPES_H

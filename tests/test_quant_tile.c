@@ -341,36 +341,42 @@ static void q8_0_raw_weights(const char *lvl, const q35_kernels *k) {
 }
 
 /*
- * Cross-level identity for Q4_0 x Q8_0Z: where both the avx2 level (256-bit halves, maddubs)
- * and the avx512 level (512-bit, vpdpbusd, VBMI) take Q8_0Z, they must give the same bits, as
- * vec_dot and as tiles. Rows are raw random nibble bytes with finite fp16 scales (edge values
- * too); activation blocks hold random, all -128, all 127 and alternating extreme bytes (the
- * avx2 kernel's int16 sums peak there) with every kind of scale; lengths include a last group of
- * 1..15 blocks.
+ * Cross-level identity for Q4_0, IQ4_NL and MXFP4 x Q8_0Z: where both the avx2 level (256-bit
+ * halves, maddubs; quant_avx2.c, quant_lowbit_nz2.inc) and the avx512 level (512-bit, vpdpbusd,
+ * VBMI) take Q8_0Z, they must give the same bits, as vec_dot and as tiles. Rows are raw random
+ * nibble bytes with finite fp16 scales (edge values too; MXFP4: E8M0 bytes near 1 and the
+ * subnormal-bits 0 and 1); activation blocks hold random, all -128, all 127 and alternating
+ * extreme bytes (the avx2 kernels' int16 sums peak there) with every kind of scale; lengths
+ * include a last group of 1..15 blocks.
  */
-static void q4_0z_cross_level(void) {
+static void z_cross_level(int type) {
+  const char *tn = q35_type_name(type);
   q35_kernels k1, k2;
   if (q35_kernels_get(Q35_SIMD_AVX2, &k1) != 0 || q35_kernels_get(Q35_SIMD_AVX512, &k2) != 0 ||
-      q35_kernels_vec_dot_type(&k1, Q35_TYPE_Q4_0) != Q35_TYPE_Q8_0Z ||
-      q35_kernels_vec_dot_type(&k2, Q35_TYPE_Q4_0) != Q35_TYPE_Q8_0Z) {
-    printf("q4_0 x q8_0z cross-level: not both levels take Q8_0Z here, skipped\n");
+      q35_kernels_vec_dot_type(&k1, type) != Q35_TYPE_Q8_0Z || q35_kernels_vec_dot_type(&k2, type) != Q35_TYPE_Q8_0Z) {
+    printf("%s x q8_0z cross-level: not both levels take Q8_0Z here, skipped\n", tn);
     return;
   }
   const int64_t nmax = 32 * 16 * 5;
   const int NR = 7, NC = 35; /* columns enough for the avx2 level's 1 x 16 tiles and their leftovers */
-  const size_t wmax = q35_row_size(Q35_TYPE_Q4_0, nmax), xmax = q35_row_size(Q35_TYPE_Q8_0Z, nmax);
+  const size_t wmax = q35_row_size(type, nmax), xmax = q35_row_size(Q35_TYPE_Q8_0Z, nmax);
+  const size_t wb = q35_row_size(type, 32); /* bytes of a block: the scale at its start */
   uint8_t *w = malloc(wmax * NR + 1), *x = malloc(xmax * NC);
   float got[NR * NC], want[NR * NC];
   long pairs = 0, finite = 0;
   for (int rep = 0; rep < 200; rep++) {
     const int64_t n = 32 * (1 + (int64_t)(rng_u64() % (nmax / 32)));
-    const size_t ws = q35_row_size(Q35_TYPE_Q4_0, n), xs = q35_row_size(Q35_TYPE_Q8_0Z, n);
+    const size_t ws = q35_row_size(type, n), xs = q35_row_size(Q35_TYPE_Q8_0Z, n);
     const int nr = 1 + (int)(rng_u64() % NR), nc = 1 + (int)(rng_u64() % NC);
     uint8_t *wo = w + rep % 2; /* odd addresses too */
     for (size_t i = 0; i < ws * (size_t)nr; i++) wo[i] = (uint8_t)rng_u64();
     for (int64_t b = 0; b < (n / 32) * nr; b++) {
+      if (type == Q35_TYPE_MXFP4) { /* E8M0 exponents around 1, the subnormal-bits ones (0, 1) too */
+        wo[wb * (size_t)b] = (uint8_t)(rng_u64() % 8 == 0 ? rng_u64() % 2 : 112 + rng_u64() % 24);
+        continue;
+      }
       const uint16_t d = rnd_fp16();
-      memcpy(wo + 18 * (size_t)b, &d, 2);
+      memcpy(wo + wb * (size_t)b, &d, 2);
     }
     for (int c = 0; c < nc; c++) {
       uint8_t *row = x + (size_t)c * xs;
@@ -387,27 +393,27 @@ static void q4_0z_cross_level(void) {
     int bad = 0;
     for (int r = 0; r < nr; r++)
       for (int c = 0; c < nc; c++) {
-        want[r * nc + c] = k2.vec_dot[Q35_TYPE_Q4_0](n, wo + (size_t)r * ws, x + (size_t)c * xs);
-        const float v = k1.vec_dot[Q35_TYPE_Q4_0](n, wo + (size_t)r * ws, x + (size_t)c * xs);
+        want[r * nc + c] = k2.vec_dot[type](n, wo + (size_t)r * ws, x + (size_t)c * xs);
+        const float v = k1.vec_dot[type](n, wo + (size_t)r * ws, x + (size_t)c * xs);
         bad += !same_float(v, want[r * nc + c]);
         pairs++;
         finite += isfinite(v) && v != 0;
       }
-    CHECK(!bad, "q4_0 n=%lld: avx2 vec_dot != avx512 vec_dot in %d of %d pairs", (long long)n, bad, nr * nc);
-    q35_tile_run(&k1, Q35_TYPE_Q4_0, n, wo, ws, nr, x, xs, nc, got, (size_t)nc, 1);
+    CHECK(!bad, "%s n=%lld: avx2 vec_dot != avx512 vec_dot in %d of %d pairs", tn, (long long)n, bad, nr * nc);
+    q35_tile_run(&k1, type, n, wo, ws, nr, x, xs, nc, got, (size_t)nc, 1);
     bad = 0;
     for (int i = 0; i < nr * nc; i++) bad += !same_float(got[i], want[i]);
-    CHECK(!bad, "q4_0 n=%lld %dx%d: avx2 tile != avx512 vec_dot in %d pairs", (long long)n, nr, nc, bad);
+    CHECK(!bad, "%s n=%lld %dx%d: avx2 tile != avx512 vec_dot in %d pairs", tn, (long long)n, nr, nc, bad);
     for (int lv = 0; lv < 2; lv++) {
-      bad = gemv2_bad(lv ? &k2 : &k1, Q35_TYPE_Q4_0, n, wo, ws, nr, x, want, (size_t)nc);
-      CHECK(!bad, "q4_0 n=%lld nr=%d: %s gemv2 != avx512 vec_dot in %d rows", (long long)n, nr, lv ? "avx512" : "avx2",
+      bad = gemv2_bad(lv ? &k2 : &k1, type, n, wo, ws, nr, x, want, (size_t)nc);
+      CHECK(!bad, "%s n=%lld nr=%d: %s gemv2 != avx512 vec_dot in %d rows", tn, (long long)n, nr, lv ? "avx512" : "avx2",
             bad);
     }
   }
   free(w);
   free(x);
-  CHECK(finite * 4 > pairs * 3, "q4_0 cross-level: only %ld of %ld results finite and nonzero", finite, pairs);
-  printf("q4_0 x q8_0z cross-level: %ld pairs, %ld finite and nonzero\n", pairs, finite);
+  CHECK(finite * 4 > pairs * 3, "%s cross-level: only %ld of %ld results finite and nonzero", tn, finite, pairs);
+  printf("%s x q8_0z cross-level: %ld pairs, %ld finite and nonzero\n", tn, pairs, finite);
 }
 
 static void rows2_two_streams(q35_simd level, const q35_kernels *k);
@@ -419,7 +425,9 @@ static void q3_kr_twin(q35_simd level, const q35_kernels *k);
 int main(void) {
   public_api();
   kquant_cross_level();
-  q4_0z_cross_level();
+  z_cross_level(Q35_TYPE_Q4_0);
+  z_cross_level(Q35_TYPE_IQ4_NL);
+  z_cross_level(Q35_TYPE_MXFP4);
   long cases = 0;
   /* under an emulator (tests/test_aarch64.sh sets Q35_EMULATED): the SIMD level only */
   const int emu = getenv("Q35_EMULATED") != NULL;

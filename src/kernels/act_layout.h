@@ -93,9 +93,9 @@ static inline void q8y_get(const void *row, int64_t nb, int64_t b, blk_q8_0 *q) 
   q->d = q35_fp32_to_fp16(d);
 }
 /*
- * Q8_0Z (q35-internal activation type for Q4_0 weights at the AVX2 level and where the AVX-512
- * VBMI kernels run, and for Q8_0 weights at the AVX2 level, which read YL_i and YH_i as the
- * block's elements 4i..4i+3 and 16+4i..16+4i+3 and leave off unused): the
+ * Q8_0Z (q35-internal activation type for Q4_0, IQ4_NL and MXFP4 weights at the AVX2 level and
+ * where the AVX-512 VBMI kernels run, and for Q8_0 weights at the AVX2 level, which read YL_i
+ * and YH_i as the block's elements 4i..4i+3 and 16+4i..16+4i+3 and leave off unused): the
  * Q8_0 values of a row in groups of 16 blocks, 640 bytes per group (the last group padded with
  * zeros). Block b = 16q + 4k + s of group q sits in int32 lane L = 4s + k:
  *   [64i, 64i + 64)        YL_i: lane L = the block's elements 4i..4i+3 (i = 0..3)

@@ -1,21 +1,23 @@
 /*
  * quant_lowbit_avx2.c - kernels of the Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, MXFP4 weight types: AVX2 + FMA + F16C.
  * The 256-bit templates of quant_lowbit_256.inc (maddubs + madd integer sums, float lanes with
- * fused multiply-adds); dequantize and the quantizers are the reference's.
+ * fused multiply-adds), and IQ4_NL / MXFP4 x Q8_0Z (quant_lowbit_nz2.inc: the AVX-512 VBMI
+ * kernels' bits); dequantize and the quantizers are the reference's.
  */
 #define QS_TARGET __attribute__((target("avx2,fma,f16c")))
 #define QS_VNNI 0
 #include "kernels/quant_256.inc"
 #include "kernels/quant_lowbit_256.inc"
+#include "kernels/quant_lowbit_nz2.inc"
 
 /* Micro-tile shapes R x C (16 vector registers) */
 QS_TILE(t_q3_k, 1, 4)
 QS_TILE(t_q3_kr, 1, 4)
 QS_TILE(t_q2_k, 1, 4)
-QS_TILE(t_mxfp4, 2, 3)
-NX_GEMV(t_mxfp4, LB_MXFP4)
-QS_TILE(t_iq4_nl, 2, 3)
-NX_GEMV(t_iq4_nl, LB_IQ4_NL)
+QS_TILE(t_mxfp4z2, 1, 8)
+NZ2_GEMV(t_mxfp4z2, LB_MXFP4)
+QS_TILE(t_iq4_nlz2, 1, 8)
+NZ2_GEMV(t_iq4_nlz2, LB_IQ4_NL)
 QS_TILE(t_q4_1, 2, 3)
 LB_GEMV1(t_q4_1, LB_Q4_1)
 LT_GEMV(t_q4_1, LB_Q4_1)
@@ -30,11 +32,12 @@ void q35_kernels_lowbit_avx2(q35_kernels *k) {
   LB_SET(k, Q35_TYPE_Q3_KR, t_q3_kr);
   k->repack[Q35_TYPE_Q3_K] = Q35_TYPE_Q3_KR;
   LB_SET(k, Q35_TYPE_Q2_K, t_q2_k);
-  LB_SET(k, Q35_TYPE_MXFP4, t_mxfp4);
-  LB_SET(k, Q35_TYPE_IQ4_NL, t_iq4_nl);
-  k->gemv[Q35_TYPE_MXFP4] = t_mxfp4_gemvn; /* one column: nx_row, prefetching */
-  k->gemv[Q35_TYPE_IQ4_NL] = t_iq4_nl_gemvn;
-  k->nl_act = Q35_TYPE_Q8_0X; /* (Q4_0 takes Q8_0Z at this level) */
+  /* IQ4_NL / MXFP4 x Q8_0Z, one int32 lane per block (quant_lowbit_nz2.inc), as Q4_0 here */
+  LB_SET(k, Q35_TYPE_MXFP4, t_mxfp4z2);
+  LB_SET(k, Q35_TYPE_IQ4_NL, t_iq4_nlz2);
+  k->gemv[Q35_TYPE_MXFP4] = t_mxfp4z2_gemvn; /* one column: nz2_row1, prefetching */
+  k->gemv[Q35_TYPE_IQ4_NL] = t_iq4_nlz2_gemvn;
+  k->nl_act = Q35_TYPE_Q8_0Z;
   LB_SET1(k, Q35_TYPE_Q4_1, t_q4_1);
   LB_SET1(k, Q35_TYPE_Q5_1, t_q5_1);
   k->gemv[Q35_TYPE_Q4_1] = t_q4_1_gemvt; /* one column: a lane per block (lt_row) */

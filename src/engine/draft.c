@@ -602,7 +602,7 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
     s->hidden_all = NULL;
     if (rc && s->mtp) { /* the head's state back in step with the trunk's position */
       q35_session_ckpt_disarm(s);
-      if (s->pos != b->pos0[r] && b->nd[r] > 0) q35_session_ckpt_restore(s, 0); /* as a one-token step: no drafts fed */
+      if (s->pos != b->pos0[r] && b->nd[r] > 0) q35_session_ckpt_restore_on(s, 0, q35_context_ws(c)->pool); /* as a one-token step: no drafts fed */
       if (s->pos == b->pos0[r]) q35_mtp_cache_set_pos(s->mtp, b->mpos0[r]), s->mtp->n_pend = b->np0[r];
       else q35_mtp_cache_set_pos(s->mtp, s->pos), s->mtp->n_pend = 0;
     }
@@ -640,7 +640,7 @@ int q35_draft_step(q35_context *c, q35_row *rows, int32_t n_rows, q35_err *err) 
     const int32_t *tk = v->tokens;
     int32_t k = 0;
     while (k < nd && row->outputs[k].token == tk[k + 1]) k++;
-    q35_session_ckpt_rollback(s, b->pos0[r] + k + 1, err); /* inside the armed pass: cannot fail */
+    q35_session_ckpt_rollback_on(s, b->pos0[r] + k + 1, q35_context_ws(c)->pool, err); /* inside the armed pass: cannot fail */
     q35_mtp_cache *mc = s->mtp;
     memcpy(mc->pend_h, b->hid + b->hat[r] * H, (size_t)(k + 1) * H * sizeof(float));
     memcpy(mc->pend_t, tk + 1, (size_t)k * sizeof *tk);

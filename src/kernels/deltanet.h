@@ -14,8 +14,9 @@
 #define Q35_DELTANET_H
 
 /* The state before the token is read from S_in, the state after it written to S_out: the same
- * buffer (in place) or two that do not overlap (a speculative pass writes the state after a
- * drafted token straight into its checkpoint slot, model/mtp.h); the bits are the same. */
+ * buffer (in place) or two that do not overlap (a speculative pass runs from the live state into
+ * the spare one, a rollback replays from the spare into the live one: model/checkpoint.c); the
+ * bits are the same. */
 void q35_delta_step(const float *S_in, float *S_out, int dv, int dk, const float *q, const float *k, const float *v,
                     float beta, float decay, float *o);
 void q35_delta_step_ref(const float *S_in, float *S_out, int dv, int dk, const float *q, const float *k,

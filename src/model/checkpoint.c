@@ -4,16 +4,31 @@
  * A speculative verify step feeds [last accepted token, draft_1 .. draft_N] in one forward pass.
  * When the trunk rejects draft_k, the session must continue from the state after draft_{k-1}:
  * the attention layers need only the position moved back (KV entries past it are never read),
- * but the conv and delta-rule states have advanced through every token. So while a session is
- * armed the DeltaNet layer keeps both states after each token in a slot (deltanet_layer.c: the
- * conv state copied there, the delta-rule state written there by the step itself), and a
- * rollback copies slot k back: the state bits are exactly those of a pass that stopped there, so
- * what follows is bit-identical to decoding without speculation.
+ * but the conv and delta-rule states have advanced through every token.
+ *
+ * The conv state is small: while a session is armed the DeltaNet layer copies it after each
+ * token into a slot (deltanet_layer.c), and a rollback copies slot k back.
+ *
+ * The delta-rule state is not saved per token (2 MiB a layer and token at the 35B-A3B's shape:
+ * writing it to memory and reading it back cost the armed pass most of its recurrence time).
+ * Each DeltaNet layer has a second state buffer, the spare: an armed pass reads a head's state
+ * from the live buffer, runs the row's tokens on it in the spare's head region (in cache after
+ * the first token), and the layer then swaps live and spare. So after the pass the live buffer
+ * holds the state after the last token and the spare the state before the pass, untouched. The
+ * pass also saves the recurrence's inputs of tokens 0 .. ckpt_n - 1 (per token: the conv row it
+ * reads, q and k of every key head and v of every value head, and each value head's beta and
+ * decay). A rollback to the state after token k replays: per head, the spare's state through
+ * tokens 0 .. k with the same q35_delta_step calls on the same arguments (kernels/deltanet.h:
+ * in place or not, the same bits), into the live buffer. The state bits are therefore exactly
+ * those of a pass that stopped there, so what follows is bit-identical to decoding without
+ * speculation; the spare and the saved inputs stay as they are until the next armed pass, so a
+ * later restore can go back further.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
+#include "kernels/deltanet.h"
 #include "model/mtp.h"
 
 static size_t conv_floats(const q35_hparams *hp) {
@@ -22,21 +37,25 @@ static size_t conv_floats(const q35_hparams *hp) {
 static size_t ssm_floats(const q35_hparams *hp) {
   return (size_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state;
 }
+/* a slot of saved recurrence inputs: the conv row (channels), then beta and decay of each value head */
+static size_t in_floats(const q35_hparams *hp) {
+  return (size_t)(2 * hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner) + 2 * (size_t)hp->ssm_dt_rank;
+}
 
 void q35_session_ckpt_free(q35_session *s) {
   const int n = s->model ? s->model->n_gdn_layers : 0;
   for (int i = 0; i < n; i++)
-    if (s->ckpt_ssm) free(s->ckpt_ssm[i]);
-  if (s->ckpt_conv) free(s->ckpt_conv[0]); /* the block of every layer's conv slots */
+    if (s->ckpt_spare) free(s->ckpt_spare[i]);
+  if (s->ckpt_conv) free(s->ckpt_conv[0]); /* the block of every layer's conv and input slots */
   free(s->ckpt_conv);
-  free(s->ckpt_ssm);
-  s->ckpt_conv = s->ckpt_ssm = NULL;
+  free(s->ckpt_in);
+  free(s->ckpt_spare);
+  s->ckpt_conv = s->ckpt_in = s->ckpt_spare = NULL;
   s->ckpt_cap = s->ckpt_n = s->ckpt_last = 0;
 }
 
-/* A layer's delta-rule slots (2 MiB a position at the 35B-A3B's shape) come 2 MiB aligned and
- * advised MADV_HUGEPAGE, so q35_session_ckpt_touch takes one page fault per 2 MiB instead of 512
- * (the touch runs inside the first drafting step; its 4 KiB faults were most of its cost). */
+/* A layer's spare delta-rule state (2 MiB at the 35B-A3B's shape) comes 2 MiB aligned and
+ * advised MADV_HUGEPAGE, so its first touch takes one page fault instead of 512. */
 #define CKPT_HUGE_FROM ((size_t)2 << 20)
 
 static int ckpt_grow(q35_session *s, int32_t n, q35_err *err) {
@@ -44,21 +63,24 @@ static int ckpt_grow(q35_session *s, int32_t n, q35_err *err) {
   const int L = s->model->n_gdn_layers;
   q35_session_ckpt_free(s);
   s->ckpt_conv = calloc((size_t)L + 1, sizeof(float *));
-  s->ckpt_ssm = calloc((size_t)L + 1, sizeof(float *));
-  int ok = s->ckpt_conv && s->ckpt_ssm;
+  s->ckpt_in = calloc((size_t)L + 1, sizeof(float *));
+  s->ckpt_spare = calloc((size_t)L + 1, sizeof(float *));
+  int ok = s->ckpt_conv && s->ckpt_in && s->ckpt_spare;
   /* not touched yet: a session whose rows never draft (a server at 4 streams, where the plan
      declines) never pays for their pages; q35_session_ckpt_touch does before the first verify */
-  /* every layer's conv slots in one block, from 512 KiB whole 2 MiB pages: the touch then faults
-     once where it faulted each 4 KiB of N x 96 KiB a layer at the 35B shapes */
-  const size_t lay = (conv_floats(hp) * (size_t)n + 16) & ~(size_t)15;
+  /* every layer's conv and input slots in one block, from 512 KiB whole 2 MiB pages: the touch
+     then faults once where it faulted each 4 KiB of N x 128 KiB a layer at the 35B shapes */
+  const size_t cl = (conv_floats(hp) * (size_t)n + 15) & ~(size_t)15;
+  const size_t lay = cl + ((in_floats(hp) * (size_t)n + 16) & ~(size_t)15);
   size_t blk = lay * (size_t)L * sizeof(float);
   if (blk >= ((size_t)512 << 10)) blk = (blk + CKPT_HUGE_FROM - 1) & ~(CKPT_HUGE_FROM - 1);
   float *block = NULL;
   if (ok && L > 0) ok = (block = q35_alloc_huge_from(blk, CKPT_HUGE_FROM)) != NULL;
   for (int i = 0; ok && i < L; i++) {
     s->ckpt_conv[i] = block + (size_t)i * lay;
-    s->ckpt_ssm[i] = q35_alloc_huge_from(ssm_floats(hp) * (size_t)n * sizeof(float), CKPT_HUGE_FROM);
-    ok = s->ckpt_ssm[i] != NULL;
+    s->ckpt_in[i] = s->ckpt_conv[i] + cl;
+    s->ckpt_spare[i] = q35_alloc_huge_from(ssm_floats(hp) * sizeof(float), CKPT_HUGE_FROM);
+    ok = s->ckpt_spare[i] != NULL;
   }
   if (!ok) {
     q35_session_ckpt_free(s);
@@ -73,10 +95,11 @@ void q35_session_ckpt_touch(q35_session *s, int32_t n) {
   if (n > s->ckpt_cap) n = s->ckpt_cap;
   if (n <= s->ckpt_touched) return;
   const q35_hparams *hp = &s->model->hp;
-  const size_t cn = conv_floats(hp), sn = ssm_floats(hp), i0 = (size_t)s->ckpt_touched, k = (size_t)n - i0;
+  const size_t cn = conv_floats(hp), in = in_floats(hp), i0 = (size_t)s->ckpt_touched, k = (size_t)n - i0;
   for (int l = 0; l < s->model->n_gdn_layers; l++) {
     memset(s->ckpt_conv[l] + i0 * cn, 0, k * cn * sizeof(float));
-    memset(s->ckpt_ssm[l] + i0 * sn, 0, k * sn * sizeof(float));
+    memset(s->ckpt_in[l] + i0 * in, 0, k * in * sizeof(float));
+    if (i0 == 0) memset(s->ckpt_spare[l], 0, ssm_floats(hp) * sizeof(float)); /* the first armed pass writes it */
   }
   s->ckpt_touched = n;
 }
@@ -99,21 +122,56 @@ static void ckpt_next(q35_session *s, int op, int32_t arg) {
   if (nx && nx->ckpt) nx->ckpt(nx, op, s, arg);
 }
 
-void q35_session_ckpt_restore(q35_session *s, int32_t i) {
+#define REPLAY_DV_MAX 1024 /* load.c's MAX_SSM_STATE */
+
+typedef struct {
+  q35_session *s;
+  int32_t i;
+} replay_task;
+
+/* The delta-rule state after token i of the last armed pass: per (layer, value head), the spare's
+ * state (before the pass) through tokens 0 .. i from the saved inputs, into the live buffer; the
+ * calls and arguments are the pass's (deltanet_layer.c's gdn_recur), so are the bits. */
+static void replay(void *vctx, int ith, int nth) {
+  const replay_task *t = vctx;
+  q35_session *s = t->s;
+  const q35_hparams *hp = &s->model->hp;
+  const int Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, dv = hp->ssm_d_state;
+  const size_t C = (size_t)(2 * Hk * dk + Hv * dv), in = in_floats(hp), hs = (size_t)dv * dk;
+  float o[REPLAY_DV_MAX]; /* the head's outputs: the pass used them, the replay does not */
+  long i0, i1;
+  q35_split((long)s->model->n_gdn_layers * Hv, ith, nth, &i0, &i1);
+  for (long it = i0; it < i1; it++) {
+    const int l = (int)(it / Hv), hv = (int)(it % Hv), hk = hv % Hk;
+    const float *Sin = s->ckpt_spare[l] + (size_t)hv * hs;
+    float *Sout = s->ssm_state[l] + (size_t)hv * hs;
+    for (int32_t j = 0; j <= t->i; j++) {
+      const float *x = s->ckpt_in[l] + (size_t)j * in;
+      q35_delta_step(Sin, Sout, dv, dk, x + (size_t)hk * dk, x + (size_t)(Hk + hk) * dk,
+                     x + 2 * (size_t)Hk * dk + (size_t)hv * dv, x[C + (size_t)hv], x[C + (size_t)Hv + (size_t)hv], o);
+      Sin = Sout;
+    }
+  }
+}
+
+void q35_session_ckpt_restore_on(q35_session *s, int32_t i, q35_pool *pool) {
   if (i < 0 || i >= s->ckpt_last) return;
   ckpt_next(s, Q35_STAGE_CKPT_RESTORE, i);
   const q35_hparams *hp = &s->model->hp;
-  const size_t cn = conv_floats(hp), sn = ssm_floats(hp);
-  for (int l = 0; l < s->model->n_gdn_layers; l++) {
+  const size_t cn = conv_floats(hp);
+  for (int l = 0; l < s->model->n_gdn_layers; l++)
     memcpy(s->conv_state[l], s->ckpt_conv[l] + (size_t)i * cn, cn * sizeof(float));
-    memcpy(s->ssm_state[l], s->ckpt_ssm[l] + (size_t)i * sn, sn * sizeof(float));
-  }
+  replay_task t = {s, i};
+  if (pool && s->model->n_gdn_layers > 0) q35_pool_run(pool, replay, &t);
+  else replay(&t, 0, 1);
   s->pos = s->ckpt_pos0 + i + 1;
 }
 
+void q35_session_ckpt_restore(q35_session *s, int32_t i) { q35_session_ckpt_restore_on(s, i, NULL); }
+
 void q35_session_ckpt_disarm(q35_session *s) { s->ckpt_n = 0; }
 
-int q35_session_ckpt_rollback(q35_session *s, int32_t pos, q35_err *err) {
+int q35_session_ckpt_rollback_on(q35_session *s, int32_t pos, q35_pool *pool, q35_err *err) {
   const int32_t k = pos - s->ckpt_pos0 - 1; /* the slot: state after token k of the armed pass */
   if (s->ckpt_n < 1) return q35_seterr(err, "rollback: the session has no checkpoints armed");
   if (pos > s->pos || k < 0 || (k >= s->ckpt_n && pos != s->pos)) {
@@ -122,6 +180,10 @@ int q35_session_ckpt_rollback(q35_session *s, int32_t pos, q35_err *err) {
                       s->ckpt_pos0 + 1, s->ckpt_pos0 + s->ckpt_n);
   }
   s->ckpt_n = 0;
-  if (pos < s->pos) q35_session_ckpt_restore(s, k); /* (the later stages too) */
+  if (pos < s->pos) q35_session_ckpt_restore_on(s, k, pool); /* (the later stages too) */
   return 0;
+}
+
+int q35_session_ckpt_rollback(q35_session *s, int32_t pos, q35_err *err) {
+  return q35_session_ckpt_rollback_on(s, pos, NULL, err);
 }

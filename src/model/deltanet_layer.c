@@ -100,10 +100,16 @@ static void gdn_recur(void *vctx, int ith, int nth) {
   const int li = c->L->attn_index;
   long i0, i1;
   q35_split((long)f->n_rows * Hv, ith, nth, &i0, &i1);
+  const size_t in = (size_t)C + 2 * (size_t)Hv; /* a slot of saved inputs (checkpoint.c) */
   for (long it = i0; it < i1; it++) {
     const int r = (int)(it / Hv), hv = (int)(it % Hv), hk = hv % Hk;
-    float *S = f->rows[r].s->ssm_state[li] + (size_t)hv * dv * dk; /* [dv][dk] */
-    const float *Sin = S;
+    const q35_session *s = f->rows[r].s;
+    const size_t hoff = (size_t)hv * dv * dk;
+    /* armed (model/mtp.h): the row's tokens run on the spare's head region (after the first
+       token the state stays there, in cache), the live state stays the state before the pass;
+       q35_layer_deltanet swaps the two once every head is done */
+    const float *Sin = s->ssm_state[li] + hoff;                                       /* [dv][dk] */
+    float *Sout = s->ckpt_n > 0 ? s->ckpt_spare[li] + hoff : s->ssm_state[li] + hoff;
     for (int32_t i = 0; i < f->rows[r].n; i++) {
       const int64_t t = f->row_start[r] + i;
       const float *row = b->conv + t * C;
@@ -113,9 +119,16 @@ static void gdn_recur(void *vctx, int ith, int nth) {
       const float g = ssm_a[hv] * softplus(b->alpha[t * Hv + hv] + dt_bias[hv]);
       const float decay = expf(g);
       float *o = b->o + t * hp->ssm_d_inner + (size_t)hv * dv;
-      /* armed (model/mtp.h): the state after token i straight into slot i, the next token reads it
-         there; the live state gets the state after the row's last token */
-      float *Sout = i < f->rows[r].s->ckpt_n ? f->rows[r].s->ckpt_ssm[li] + ((size_t)i * Hv + hv) * dv * dk : S;
+      if (i < s->ckpt_n) { /* what a rollback's replay needs of token i: this head's part of it */
+        float *x = s->ckpt_in[li] + (size_t)i * in;
+        if (hv < Hk) { /* key head hv's q and k (every key head is some value head's, Hv % Hk == 0) */
+          memcpy(x + (size_t)hv * dk, q, sizeof(float) * (size_t)dk);
+          memcpy(x + (size_t)(Hk + hv) * dk, k, sizeof(float) * (size_t)dk);
+        }
+        memcpy(x + 2 * (size_t)Hk * dk + (size_t)hv * dv, v, sizeof(float) * (size_t)dv);
+        x[C + hv] = beta;
+        x[C + Hv + hv] = decay;
+      }
       q35_delta_step(Sin, Sout, dv, dk, q, k, v, beta, decay, o);
       Sin = Sout;
       /* gated RMSNorm: norm over the head, times w, times silu(z) */
@@ -130,7 +143,6 @@ static void gdn_recur(void *vctx, int ith, int nth) {
         for (int j = 0; j < m; j++) o[j0 + j] = o[j0 + j] * sc * nw[j0 + j] * sz[j];
       }
     }
-    if (Sin != S) memcpy(S, Sin, sizeof(float) * (size_t)dv * dk); /* every token armed (a row of <= ckpt_n) */
   }
 }
 
@@ -147,5 +159,13 @@ void q35_layer_deltanet(const q35_fwd *f, const q35_layer *L) {
   q35_pool_run(f->pool, gdn_conv, &c);
   pool_or_inline(f->pool, gdn_qk_norm, &c, T <= INLINE_ROWS);
   q35_pool_run(f->pool, gdn_recur, &c);
+  /* armed rows ran in the spare: it becomes the live state, the live one the state before the pass */
+  for (int r = 0; r < f->n_rows; r++) {
+    q35_session *s = f->rows[r].s;
+    if (s->ckpt_n < 1 || f->rows[r].n < 1) continue;
+    float *live = s->ssm_state[L->attn_index];
+    s->ssm_state[L->attn_index] = s->ckpt_spare[L->attn_index];
+    s->ckpt_spare[L->attn_index] = live;
+  }
   q35_matmul_f(f->pool, &L->ssm_out, b->o, hp->ssm_d_inner, T, b->tmp, H, b->xq);
 }

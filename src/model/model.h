@@ -112,7 +112,7 @@ struct q35_stage_next {
   /* steps in flight: key is the stepping context (one step in flight per context) */
   int (*flight)(q35_stage_next *nx, int op, const void *key, q35_err *err);
   /* speculation: a session's checkpoints on the later stages follow the first stage's (checkpoint.c):
-   * CKPT_RESTORE copies slot arg back (q35_session_ckpt_restore; a rollback is one). The later
+   * CKPT_RESTORE restores the state after token arg (q35_session_ckpt_restore; a rollback is one). The later
    * stages arm theirs with each forward's rows (the first stage's q35_session.ckpt_n), and write
    * the trunk's hidden states into the first stage's q35_session.hidden_all when it is set;
    * NULL: no speculation on this pipeline. */
@@ -151,10 +151,14 @@ struct q35_session {
   float **conv_state, **ssm_state;
   size_t bytes;
   /* per-position checkpoints of the DeltaNet state (model/mtp.h, checkpoint.c): while ckpt_n > 0
-   * a forward pass saves the state after each of a row's first ckpt_n tokens into slot i */
+   * a forward pass saves the conv state after each of a row's first ckpt_n tokens into slot i and
+   * the recurrence's inputs of those tokens, and runs the recurrence in the spare state buffer,
+   * which then swaps with ssm_state (the spare keeps the state before the pass) */
   int32_t ckpt_n, ckpt_cap, ckpt_pos0;
-  int32_t ckpt_last;             /* the n_max of the last arm: slots holding that pass's states */
-  float **ckpt_conv, **ckpt_ssm; /* per DeltaNet layer: [ckpt_cap][conv], [ckpt_cap][ssm] */
+  int32_t ckpt_last; /* the n_max of the last arm: slots holding that pass's states */
+  float **ckpt_conv; /* per DeltaNet layer: [ckpt_cap][conv state] */
+  float **ckpt_in;   /* per DeltaNet layer: [ckpt_cap][conv row (q, k, v), beta [Hv], decay [Hv]] */
+  float **ckpt_spare; /* per DeltaNet layer: a second recurrent state [Hv][dv][dk] */
   int32_t ckpt_touched;          /* slots [0, ckpt_touched) have their pages touched (q35_session_ckpt_touch) */
   /* NULL, or where a forward pass writes output_norm(x) of every position of this session's row
    * (n * n_embd floats; the MTP head's input over a prompt, model/mtp.h) */

@@ -125,7 +125,8 @@ int q35_mtp_forward_rows(const q35_model *m, q35_fwd_ws *ws, q35_mtp_row *rows, 
 
 /* ---- per-position checkpoints of a session's recurrent state (checkpoint.c) ----
  * Arm a session before a forward pass of up to n_max + 1 tokens: the DeltaNet layers then save
- * their conv and recurrent state after each of the first n_max tokens. Rolling back to position
+ * their conv state after each of the first n_max tokens, and what rebuilds their recurrent state
+ * after each (the state before the pass and those tokens' recurrence inputs). Rolling back to position
  * pos (start < pos <= the session's position, start = the position when armed) restores the
  * state after token pos - start - 1 of that pass; the KV caches need nothing (entries past pos
  * are never read and are overwritten). Either call disarms; the slots keep their contents until
@@ -136,11 +137,17 @@ void q35_session_ckpt_disarm(q35_session *s);
 /* After a rollback: the state after token i (i < the n_max of the last arm) of the last armed
  * pass into the session, at position start + i + 1. */
 void q35_session_ckpt_restore(q35_session *s, int32_t i);
-/* Touch (zero) the pages of checkpoint slots [0, n) not touched yet, before an armed pass of n
- * drafts: that pass would otherwise page-fault on every slot it writes for the first time (~2 MiB
- * a DeltaNet layer and draft on the 35B shapes), a one-off cost inside the verify step the draft
- * plan times (engine/draft.c does it outside the timed part); slots no draft reaches are never
- * faulted in. Their contents are never read before an armed pass writes them. */
+/* q35_session_ckpt_rollback / _restore with the delta-rule replay (checkpoint.c) split over a
+ * pool's threads (NULL: this thread; the bits are the same either way). The pool must be idle:
+ * the stepping context's, after its step. */
+int q35_session_ckpt_rollback_on(q35_session *s, int32_t pos, q35_pool *pool, q35_err *err);
+void q35_session_ckpt_restore_on(q35_session *s, int32_t i, q35_pool *pool);
+/* Touch (zero) the pages of checkpoint slots [0, n) not touched yet (and of the spare recurrent
+ * state, at the first touch), before an armed pass of n drafts: that pass would otherwise
+ * page-fault on every page it writes for the first time (the spare: 2 MiB a DeltaNet layer on
+ * the 35B shapes), a one-off cost inside the verify step the draft plan times (engine/draft.c
+ * does it outside the timed part); slots no draft reaches are never faulted in. Their contents
+ * are never read before an armed pass writes them. */
 void q35_session_ckpt_touch(q35_session *s, int32_t n);
 /* Allocate n checkpoint slots now (a session with drafts sizes them at creation). */
 int q35_session_ckpt_reserve(q35_session *s, int32_t n, q35_err *err);

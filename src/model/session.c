@@ -34,11 +34,22 @@ static int32_t pend_cap(int32_t draft_max) {
   return draft_max + 1 > Q35_MTP_PEND_FLUSH ? draft_max + 1 : Q35_MTP_PEND_FLUSH + 1;
 }
 
-/* Bytes of the DeltaNet conv + recurrent state of every layer (one snapshot's, one checkpoint's). */
+/* Bytes of the DeltaNet conv + recurrent state of every layer (one snapshot's). */
 static uint64_t rec_bytes(const q35_model *m) {
   const q35_hparams *hp = &m->hp;
   const uint64_t C = 2 * (uint64_t)hp->ssm_n_group * hp->ssm_d_state + (uint64_t)hp->ssm_d_inner;
   return ((uint64_t)(hp->conv_kernel - 1) * C + (uint64_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state) *
+         sizeof(float) * (uint64_t)m->n_gdn_layers;
+}
+
+/* Bytes of a session's checkpoints for draft_max drafts (checkpoint.c): per DeltaNet layer a conv
+ * state and the recurrence's inputs (conv row, beta and decay of each value head) per draft, and
+ * one spare recurrent state. */
+static uint64_t ckpt_bytes(const q35_model *m, int32_t draft_max) {
+  const q35_hparams *hp = &m->hp;
+  const uint64_t C = 2 * (uint64_t)hp->ssm_n_group * hp->ssm_d_state + (uint64_t)hp->ssm_d_inner;
+  const uint64_t slot = (uint64_t)(hp->conv_kernel - 1) * C + C + 2 * (uint64_t)hp->ssm_dt_rank;
+  return ((uint64_t)draft_max * slot + (uint64_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state) *
          sizeof(float) * (uint64_t)m->n_gdn_layers;
 }
 
@@ -54,9 +65,9 @@ uint64_t q35_session_state_bytes(const q35_model *m, const q35_session_params *p
   if (p->draft_max < 0 || p->draft_max > Q35_DRAFT_MAX) return 0;
   const uint64_t kv_row = q35_row_size(p->kv_type, (int64_t)hp->n_head_kv * hp->head_dim);
   const uint64_t rec = rec_bytes(m);
-  uint64_t draft = 0; /* the head's KV cache, pending states, one checkpoint of the state per draft */
+  uint64_t draft = 0; /* the head's KV cache, pending states, the checkpoints */
   if (p->draft_max > 0)
-    draft = q35_mtp_cache_bytes(m, p->n_ctx, p->kv_type) + pend_bytes(m, p->draft_max) + (uint64_t)p->draft_max * rec;
+    draft = q35_mtp_cache_bytes(m, p->n_ctx, p->kv_type) + pend_bytes(m, p->draft_max) + ckpt_bytes(m, p->draft_max);
   if (recurrent) *recurrent = rec + (p->draft_max > 0 ? pend_bytes(m, p->draft_max) : 0);
   return 2 * kv_row * (uint64_t)p->n_ctx * (uint64_t)m->n_attn_layers + rec + draft;
 }
@@ -77,7 +88,7 @@ static int draft_state_new(q35_session *s, q35_err *err) {
   c->pend_t = malloc((size_t)c->pend_cap * sizeof(int32_t));
   if (!c->pend_h || !c->pend_t) return q35_seterr(err, "out of memory (the MTP head's pending states)");
   if (q35_session_ckpt_reserve(s, p->draft_max, err)) return -1;
-  s->bytes += c->s.bytes + (size_t)pend_bytes(m, p->draft_max) + (size_t)(rec_bytes(m) * (uint64_t)p->draft_max);
+  s->bytes += c->s.bytes + (size_t)pend_bytes(m, p->draft_max) + (size_t)ckpt_bytes(m, p->draft_max);
   return 0;
 }
 

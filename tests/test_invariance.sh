@@ -67,16 +67,17 @@ check moe_q8_0 --arch qwen35moe --layers 2 --interval 2 --embd 64 --heads 2 --kv
   --head-dim 32 --ff 32 --ssm-k-heads 2 --ssm-v-heads 2 --ssm-head-dim 32 --experts 4 \
   --experts-used 2 --type q8_0 --seed 23
 
-# The load-time repack (Q4_0 product weights as Q4_0R at the AVX2 level; the @avx2 run of this
-# test exercises it, other levels load the file's layout either way): logits with it equal those
-# without (--no-repack, env Q35_REPACK=0), in one chunk and in chunks of 3, at 1 and 2 threads.
-# Rows of 512 elements, so the repack has whole groups of 16 blocks to rewrite.
+# The load-time repack (Q4_0 product weights as Q4_0R, Q4_K as Q4_KR at the AVX2 level; the @avx2
+# run of this test exercises it, other levels load the file's layout either way): logits with it
+# equal those without (--no-repack, env Q35_REPACK=0), in one chunk and in chunks of 3, at 1 and 2
+# threads. Rows of 512 elements, so the Q4_0 repack has whole groups of 16 blocks to rewrite.
+# Arguments: the file's type, the seed.
 repack() {
-  local m=$W/repack.gguf n=0 t opt
+  local ty=$1 m=$W/repack_$1.gguf n=0 t opt
   if ! "$Q35" export --tiny-test -o "$m" --vocab $VOCAB --arch qwen35moe --layers 2 --interval 2 --embd 512 \
     --heads 4 --kv-heads 2 --head-dim 128 --ff 512 --ssm-k-heads 2 --ssm-v-heads 4 --ssm-head-dim 128 \
-    --experts 4 --experts-used 2 --type q4_0 --seed 24 >"$W/export.log" 2>&1; then
-    fail "repack: q35 export --tiny-test failed: $(tail -3 "$W/export.log")"
+    --experts 4 --experts-used 2 --type "$ty" --seed "$2" >"$W/export.log" 2>&1; then
+    fail "repack $ty: q35 export --tiny-test failed: $(tail -3 "$W/export.log")"
     return
   fi
   for t in 1 2; do
@@ -85,12 +86,12 @@ repack() {
       if ! "$Q35" logits -m "$m" --tokens "$TOKS" --all -t $t $opt -o "$W/r.on.bin" 2>"$W/l.log" ||
         ! "$Q35" logits -m "$m" --tokens "$TOKS" --all -t $t $opt --no-repack -o "$W/r.off.bin" 2>>"$W/l.log" ||
         ! Q35_REPACK=0 "$Q35" logits -m "$m" --tokens "$TOKS" --all -t $t $opt -o "$W/r.env.bin" 2>>"$W/l.log"; then
-        fail "repack t=$t $opt: q35 logits failed: $(tail -3 "$W/l.log")"
+        fail "repack $ty t=$t $opt: q35 logits failed: $(tail -3 "$W/l.log")"
         continue
       fi
       n=$((n + 1))
-      cmp -s "$W/r.on.bin" "$W/r.off.bin" || fail "repack t=$t $opt: logits with the repack differ from --no-repack"
-      cmp -s "$W/r.on.bin" "$W/r.env.bin" || fail "repack t=$t $opt: logits with the repack differ from Q35_REPACK=0"
+      cmp -s "$W/r.on.bin" "$W/r.off.bin" || fail "repack $ty t=$t $opt: logits with the repack differ from --no-repack"
+      cmp -s "$W/r.on.bin" "$W/r.env.bin" || fail "repack $ty t=$t $opt: logits with the repack differ from Q35_REPACK=0"
     done
   done
   # and the repack did run where it should: q35 bench --json's repacked_bytes > 0 exactly at the
@@ -102,17 +103,18 @@ repack() {
   off=$("$Q35" bench -m "$m" -t 1 -p 2 -n 2 -r 1 --json --no-repack 2>>"$W/l.log" | tail -1 |
     sed -n 's/.*"repacked_bytes": \([0-9-]*\).*/\1/p')
   if [ -z "$on" ] || [ -z "$simd" ] || [ -z "$off" ]; then
-    fail "repack: q35 bench --json gave no repacked_bytes / simd: $j $(tail -3 "$W/l.log")"
+    fail "repack $ty: q35 bench --json gave no repacked_bytes / simd: $j $(tail -3 "$W/l.log")"
   elif [ "$simd" = avx2 ] && [ "$on" -le 0 ]; then
-    fail "repack: nothing repacked at the avx2 level (repacked_bytes $on)"
+    fail "repack $ty: nothing repacked at the avx2 level (repacked_bytes $on)"
   elif [ "$simd" != avx2 ] && [ "$on" -ne 0 ]; then
-    fail "repack: $on bytes repacked at the $simd level"
+    fail "repack $ty: $on bytes repacked at the $simd level"
   elif [ "$off" -ne 0 ]; then
-    fail "repack: --no-repack still repacked $off bytes"
+    fail "repack $ty: --no-repack still repacked $off bytes"
   fi
-  echo "repack: $n variants compared; $simd level, $on bytes repacked"
+  echo "repack $ty: $n variants compared; $simd level, $on bytes repacked"
 }
-repack
+repack q4_0 24
+repack q4_k 25
 
 if [ $fails -ne 0 ]; then
   echo "test_invariance: $fails failure(s)"

@@ -33,7 +33,8 @@ int main(int argc, char **argv) {
   const int reps = argc > 4 ? atoi(argv[4]) : 30;
   static const struct { int type; const char *name; } types[] = {
       {Q35_TYPE_Q4_0, "q4_0"}, {Q35_TYPE_Q8_0, "q8_0"}, {Q35_TYPE_Q4_K, "q4_k"}, {Q35_TYPE_Q5_K, "q5_k"},
-      {Q35_TYPE_Q6_K, "q6_k"}, {Q35_TYPE_Q5_0, "q5_0"}, {Q35_TYPE_IQ4_XS, "iq4_xs"}, {Q35_TYPE_F32, "f32"}};
+      {Q35_TYPE_Q6_K, "q6_k"}, {Q35_TYPE_Q5_0, "q5_0"}, {Q35_TYPE_IQ4_XS, "iq4_xs"}, {Q35_TYPE_F32, "f32"},
+      {Q35_TYPE_Q4_KR, "q4_kr"}}; /* q4_kr: Q4_K rows repacked as the loader does at AVX2 */
   float *f = malloc(sizeof(float) * (size_t)n * (size_t)(rows > cols ? rows : cols));
   srand(1);
   for (int64_t i = 0; i < n * (rows > cols ? rows : cols); i++) f[i] = (float)rand() / RAND_MAX - 0.5f;
@@ -44,7 +45,17 @@ int main(int argc, char **argv) {
     const int ty = types[t].type, xt = q35_vec_dot_type(ty);
     const size_t ws = q35_row_size(ty, n), xs = q35_row_size(xt, n);
     unsigned char *w = malloc(ws * (size_t)rows), *x = malloc(xs * (size_t)cols);
-    for (int r = 0; r < rows; r++) q35_quantize_row(ty, f + (size_t)r * (size_t)n, w + (size_t)r * ws, n);
+    for (int r = 0; r < rows; r++) {
+      unsigned char *wr = w + (size_t)r * ws;
+      if (ty == Q35_TYPE_Q4_KR) {
+        unsigned char *tmp = malloc(ws);
+        q35_quantize_row(Q35_TYPE_Q4_K, f + (size_t)r * (size_t)n, tmp, n);
+        q35_repack_row(ty, tmp, wr, n);
+        free(tmp);
+      } else {
+        q35_quantize_row(ty, f + (size_t)r * (size_t)n, wr, n);
+      }
+    }
     for (int c = 0; c < cols; c++) q35_quantize_row(xt, f + (size_t)c * (size_t)n, x + (size_t)c * xs, n);
     double best = 1e30;
     for (int k = 0; k < reps; k++) {

@@ -67,16 +67,16 @@ check moe_q8_0 --arch qwen35moe --layers 2 --interval 2 --embd 64 --heads 2 --kv
   --head-dim 32 --ff 32 --ssm-k-heads 2 --ssm-v-heads 2 --ssm-head-dim 32 --experts 4 \
   --experts-used 2 --type q8_0 --seed 23
 
-# The load-time repack (Q4_0 product weights as Q4_0R, Q3_K ones as Q3_KR at the AVX2 level; the
-# @avx2 run of this test exercises it, other levels load the file's layout either way): logits
-# with it equal those without (--no-repack, env Q35_REPACK=0), in one chunk and in chunks of 3, at
-# 1 and 2 threads. Rows of 512 elements, so the repack has whole groups of 16 blocks to rewrite.
-# $1: the file's type.
+# The load-time repack (Q4_0 product weights as Q4_0R, Q4_K as Q4_KR, Q3_K as Q3_KR at the AVX2
+# level; the @avx2 run of this test exercises it, other levels load the file's layout either way):
+# logits with it equal those without (--no-repack, env Q35_REPACK=0), in one chunk and in chunks of 3, at 1 and 2
+# threads. Rows of 512 elements, so the Q4_0 repack has whole groups of 16 blocks to rewrite.
+# Arguments: the file's type, the seed.
 repack() {
-  local ty=$1 m=$W/repack-$1.gguf n=0 t opt
+  local ty=$1 m=$W/repack_$1.gguf n=0 t opt
   if ! "$Q35" export --tiny-test -o "$m" --vocab $VOCAB --arch qwen35moe --layers 2 --interval 2 --embd 512 \
     --heads 4 --kv-heads 2 --head-dim 128 --ff 512 --ssm-k-heads 2 --ssm-v-heads 4 --ssm-head-dim 128 \
-    --experts 4 --experts-used 2 --type "$ty" --seed 24 >"$W/export.log" 2>&1; then
+    --experts 4 --experts-used 2 --type "$ty" --seed "$2" >"$W/export.log" 2>&1; then
     fail "repack $ty: q35 export --tiny-test failed: $(tail -3 "$W/export.log")"
     return
   fi
@@ -113,8 +113,9 @@ repack() {
   fi
   echo "repack $ty: $n variants compared; $simd level, $on bytes repacked"
 }
-repack q4_0
-repack q3_k
+repack q4_0 24
+repack q4_k 25
+repack q3_k 26
 
 if [ $fails -ne 0 ]; then
   echo "test_invariance: $fails failure(s)"

@@ -170,9 +170,11 @@ static void run_cpu_variant(void *cpu, void *base, const char *variant) {
       vec_dot_fn gdot = (vec_dot_fn)must(cpu, types[t].dot);
       const uint8_t *rows[2] = {a, b};
       for (int r = 0; r < (types[t].deq ? 2 : 1); r++) {
-        /* ggml takes Q8_0 where q35 takes its own layouts of the same values (Q8_0X/Y/Z) */
-        q35_quantize_row(vt == Q35_TYPE_Q8_0X || vt == Q35_TYPE_Q8_0Y || vt == Q35_TYPE_Q8_0Z ? Q35_TYPE_Q8_0 : vt, x,
-                         c, n);
+        /* ggml takes Q8_0 (Q8_K) where q35 takes its own layouts of the same values (Q8_0X/Y/Z, Q8_KP) */
+        q35_quantize_row(vt == Q35_TYPE_Q8_0X || vt == Q35_TYPE_Q8_0Y || vt == Q35_TYPE_Q8_0Z ? Q35_TYPE_Q8_0
+                         : vt == Q35_TYPE_Q8_KP                                             ? Q35_TYPE_Q8_K
+                                                                                            : vt,
+                         x, c, n);
         q35_quantize_row(vt, x, cq, n);
         float want = 0;
         gdot(n, &want, 0, rows[r], 0, c, 0, 1);

@@ -198,14 +198,16 @@ static void public_api(void) {
 }
 
 /*
- * Cross-level identity for the K-quant kernels: the avx512 level's Q4_K / Q5_K / Q6_K kernels
+ * Cross-level identity for the K-quant kernels: the avx512 level's Q5_K / Q6_K kernels
  * (512-bit integer sums in quant_avx512.c) must give the avx2 level's bits (quant_256_kquants.inc's
  * 256-bit kernels, whose integer sums and float steps they reproduce) for every row pair, as
  * vec_dot and as tiles; the avx2 tiles and both levels' one-column products (the avx2 gemv,
  * quant_avx2.c's q4k_row1 / q6k_row1) give the avx2 vec_dot's bits on the same rows. Rows are
  * raw random bytes (every 4/6-bit code, every scale and min), scales patched to finite fp16 with
  * edge values, activations with extreme bytes (-128, 127), sums that do not match their bytes,
- * and tiny, zero and huge scales.
+ * and tiny, zero and huge scales. Q4_K is not held across the levels: the avx2 level's takes Q8_KP
+ * and sums per sub-block (quant_k4r_avx2.inc), which rounds differently from the avx512 level's
+ * Q8_K kernels (q4_kr_twin holds it to Q4_KR and to the reference's bound instead).
  */
 static const uint16_t fp16_edges[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x0400, 0x7bff, 0xfbff, 0x3c00, 0x1400, 0x9400};
 static uint16_t rnd_fp16(void) {
@@ -251,9 +253,9 @@ static void kquant_cross_level(void) {
     printf("k-quant cross-level: avx2 or avx512 not available, skipped\n");
     return;
   }
-  static const int kt[] = {Q35_TYPE_Q4_K, Q35_TYPE_Q5_K, Q35_TYPE_Q6_K};
+  static const int kt[] = {Q35_TYPE_Q5_K, Q35_TYPE_Q6_K};
   long pairs = 0, finite = 0;
-  for (int t = 0; t < 3; t++) {
+  for (int t = 0; t < 2; t++) {
     const int type = kt[t];
     const int64_t nmax = 16 * QK_K;
     const size_t wrs = q35_row_size(type, nmax), xrs = q35_row_size(Q35_TYPE_Q8_K, nmax);
@@ -421,6 +423,7 @@ static void rows_adjacent_pairs(q35_simd level, const q35_kernels *k);
 static void gemv_two_streams(q35_simd level, const q35_kernels *k);
 static void q4_0r_twin(q35_simd level, const q35_kernels *k);
 static void q3_kr_twin(q35_simd level, const q35_kernels *k);
+static void q4_kr_twin(q35_simd level, const q35_kernels *k);
 
 int main(void) {
   public_api();
@@ -477,6 +480,7 @@ int main(void) {
     gemv_two_streams(level, &k);
     q4_0r_twin(level, &k);
     q3_kr_twin(level, &k);
+    q4_kr_twin(level, &k);
     printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   printf("%ld tile cases\n", cases);
@@ -551,12 +555,12 @@ static void rows_adjacent_pairs(q35_simd level, const q35_kernels *k) {
  */
 static void gemv_two_streams(q35_simd level, const q35_kernels *k) {
   const char *lvl = q35_simd_name(level);
-  static const int kt[] = {Q35_TYPE_Q4_K, Q35_TYPE_Q5_K, Q35_TYPE_Q6_K};
+  static const int kt[] = {Q35_TYPE_Q4_K, Q35_TYPE_Q5_K, Q35_TYPE_Q6_K, Q35_TYPE_Q4_KR};
   const size_t far = (size_t)128 << 10, ors = 3;
   const uint32_t unset = 0x7FC0DEADu;
-  for (int t = 0; t < 3; t++) {
-    const int type = kt[t];
-    if (q35_kernels_vec_dot_type(k, type) != Q35_TYPE_Q8_K) continue;
+  for (int t = 0; t < 4; t++) {
+    const int type = kt[t], vt = q35_kernels_vec_dot_type(k, type);
+    if (vt != Q35_TYPE_Q8_K && vt != Q35_TYPE_Q8_KP) continue; /* the same random blocks either way */
     for (int i = 0; i < 2; i++) {
       const int64_t n = i ? 9 * QK_K : 8 * QK_K;
       const size_t ws = q35_row_size(type, n) + (size_t)(8 * i), xs = q35_row_size(Q35_TYPE_Q8_K, n);
@@ -694,6 +698,53 @@ static void q3_kr_twin(q35_simd level, const q35_kernels *k) {
         const uint16_t d = (uint16_t)(0x1400 | (rng_u64() & 0x3FF));
         memcpy(b + 108, &d, 2);
       }
+ * Q4_KR (Q4_K repacked at load, q35_repack_row) against Q4_K at every level: the repack moves back
+ * to the same bytes, its dequantize gives Q4_K's floats, its vec_dot is within the float64 bound
+ * of the dequantized rows (f64_check's, on a quantized row repacked; the reference twins, Q4_K's
+ * on the row moved back and Q8_K's on the block moved back, dequantize them), and its vec_dot, tiles (1..9 rows, 1..9 and
+ * the wide 16 / 23 / 33 columns), one column of many rows and gemv2 give Q4_K's results bit for bit
+ * from the table whose Q4_K takes Q4_KR's activations: this level's (the reference: Q8_K; avx2:
+ * Q8_KP, where plain Q4_K is permuted on the fly), or at avx512, whose Q4_K takes Q8_K but whose
+ * Q4_KR kernels are the avx2 level's, the avx2 table's. Weights are raw random blocks.
+ */
+static void q4_kr_twin(q35_simd level, const q35_kernels *k) {
+  const char *lvl = q35_simd_name(level);
+  const int t0 = Q35_TYPE_Q4_K, t1 = Q35_TYPE_Q4_KR;
+  const int vt = q35_kernels_vec_dot_type(k, t1);
+  q35_kernels other;
+  const q35_kernels *kq = k;
+  if (q35_kernels_vec_dot_type(k, t0) != vt) {
+    if (q35_kernels_get(Q35_SIMD_AVX2, &other) != 0 || q35_kernels_vec_dot_type(&other, t0) != vt) {
+      CHECK(0, "%s: no table whose Q4_K takes Q4_KR's activation type", lvl);
+      return;
+    }
+    kq = &other;
+  }
+  static const int64_t ns[] = {256, 768, 2048, 4096};
+  static const int ncs[] = {1, 2, 3, 4, 5, 8, 9, 16, 23, 33};
+  for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+    const int64_t n = ns[ni];
+    { /* vec_dot of a quantized row, repacked, against float64 (f64_check's bound) */
+      uint8_t *qb, *ab;
+      const uint8_t *qw = make_rows(t0, n, 1, q35_row_size(t0, n), 1, 0, &qb);
+      const uint8_t *qx = make_rows(vt, n, 1, q35_row_size(vt, n), 3, 1, &ab);
+      uint8_t *qr = malloc(q35_row_size(t0, n));
+      q35_repack_row(t1, qw, qr, n);
+      float *dw = malloc(sizeof(float) * (size_t)n), *dx = malloc(sizeof(float) * (size_t)n);
+      q35_dequantize_row_ref(t1, qr, dw, n);
+      q35_dequantize_row_ref(vt, qx, dx, n);
+      double f = 0, mag = 0;
+      for (int64_t i = 0; i < n; i++) f += (double)dw[i] * dx[i], mag += fabs((double)dw[i] * dx[i]);
+      const float got = k->vec_dot[t1](n, qr, qx);
+      CHECK(fabs(got - f) <= 1e-5 * mag, "%s q4_kr n=%lld vec_dot %.9g vs f64 %.9g", lvl, (long long)n, got, f);
+      free(dw), free(dx), free(qr), free(qb), free(ab);
+    }
+    const int nrmax = n >= 2048 ? 301 : 9;
+    const size_t rs = q35_row_size(t0, n), ws = rs + (ni % 2 ? 0 : 7), xs = q35_row_size(vt, n) + (ni % 3 ? 0 : 5);
+    uint8_t *wb = malloc(ws * (size_t)nrmax + 64), *xb = malloc(xs * 33 + 64);
+    uint8_t *w = wb + 1 + ni, *x = xb + 3;
+    for (int r = 0; r < nrmax; r++) rnd_kquant_row(t0, w + (size_t)r * ws, n);
+    for (int c = 0; c < 33; c++) rnd_q8k_row(x + (size_t)c * xs, n, 0);
     uint8_t *rb = malloc(ws * (size_t)nrmax + 64), *back = malloc(rs);
     uint8_t *wr = rb + 5; /* an odd address */
     int bad = 0;
@@ -706,6 +757,10 @@ static void q3_kr_twin(q35_simd level, const q35_kernels *k) {
     float *f0 = malloc(sizeof(float) * (size_t)n), *f1 = malloc(sizeof(float) * (size_t)n);
     bad = 0;
     for (int r = 0; r < 4; r++) {
+    CHECK(!bad, "%s q4_kr n=%lld: repack then unrepack changed %d rows", lvl, (long long)n, bad);
+    float *f0 = malloc(sizeof(float) * (size_t)n), *f1 = malloc(sizeof(float) * (size_t)n);
+    bad = 0;
+    for (int r = 0; r < 3; r++) {
       k->dequantize[t0](w + (size_t)r * ws, f0, n);
       k->dequantize[t1](wr + (size_t)r * ws, f1, n);
       bad += memcmp(f0, f1, sizeof(float) * (size_t)n) != 0;
@@ -718,6 +773,13 @@ static void q3_kr_twin(q35_simd level, const q35_kernels *k) {
     for (size_t i = 0; i < sizeof nrs / sizeof nrs[0]; i++)
       for (size_t j = 0; j < sizeof ncs / sizeof ncs[0]; j++) {
         const int nr = nrs[i], nc = nr > 9 && ncs[j] > 3 ? 0 : ncs[j];
+    CHECK(!bad, "%s q4_kr n=%lld: dequantize / vec_dot differ from q4_k's", lvl, (long long)n);
+    free(f0), free(f1);
+    float *want = malloc(sizeof(float) * (size_t)nrmax * 33), *got = malloc(sizeof(float) * (size_t)nrmax * 33);
+    const int nrs[] = {1, 2, 3, 4, 5, 7, 9, nrmax};
+    for (size_t i = 0; i < sizeof nrs / sizeof nrs[0]; i++)
+      for (size_t j = 0; j < sizeof ncs / sizeof ncs[0]; j++) {
+        const int nr = nrs[i], nc = nrmax > 9 && nr > 9 && ncs[j] > 3 ? 0 : ncs[j];
         if (!nc || (i == sizeof nrs / sizeof nrs[0] - 1 && nr == 9)) continue;
         memset(want, 0xFF, sizeof(float) * (size_t)nr * nc);
         memset(got, 0xFF, sizeof(float) * (size_t)nr * nc);
@@ -728,6 +790,16 @@ static void q3_kr_twin(q35_simd level, const q35_kernels *k) {
         if (nc == 1) {
           bad = gemv2_bad(k, t1, n, wr, ws, nr, x, want, 1);
           CHECK(!bad, "%s q3_kr n=%lld nr=%d: gemv2 != q3_k's in %d rows", lvl, (long long)n, nr, bad);
+        CHECK(!memcmp(want, got, sizeof(float) * (size_t)nr * nc), "%s q4_kr n=%lld %dx%d: tile != q4_k's", lvl,
+              (long long)n, nr, nc);
+        bad = 0;
+        for (int r = 0; r < nr; r++)
+          for (int c = 0; c < nc; c++)
+            bad += !same_float(got[r * nc + c], k->vec_dot[t1](n, wr + (size_t)r * ws, x + (size_t)c * xs));
+        CHECK(!bad, "%s q4_kr n=%lld %dx%d: tile != vec_dot in %d pairs", lvl, (long long)n, nr, nc, bad);
+        if (nc == 1) {
+          bad = gemv2_bad(k, t1, n, wr, ws, nr, x, want, 1);
+          CHECK(!bad, "%s q4_kr n=%lld nr=%d: gemv2 != q4_k's in %d rows", lvl, (long long)n, nr, bad);
         }
       }
     free(want), free(got), free(rb), free(back), free(wb), free(xb);

@@ -12,6 +12,7 @@ static const char *const type_names[Q35_TYPE_COUNT] = {
     [22] = "iq2_s",   [23] = "iq4_xs", [24] = "i8",      [25] = "i16",    [26] = "i32",
     [27] = "i64",     [28] = "f64",    [29] = "iq1_m",   [30] = "bf16",   [34] = "tq1_0",
     [35] = "tq2_0",   [39] = "mxfp4", [40] = "q8_0x", [41] = "q8_0y", [42] = "q8_0z", [43] = "q4_0r",
+    [44] = "q4_Kr",   [45] = "q8_Kp",
     [46] = "q3_Kr",
 };
 
@@ -34,6 +35,8 @@ static const struct {
     [Q35_TYPE_Q8_0X] = {32, 64, 0},      [Q35_TYPE_Q8_0Y] = {32, 96, 0},
     [Q35_TYPE_Q8_0Z] = {32, 40, 0}, /* per block; rows pad to 16 blocks */
     [Q35_TYPE_Q4_0R] = {32, 18, 0}, /* Q4_0's sizes; made at load only, never read from a file */
+    [Q35_TYPE_Q4_KR] = {256, 144, 0}, /* Q4_K's, likewise */
+    [Q35_TYPE_Q8_KP] = {256, 292, 0}, /* Q8_K's */
     [Q35_TYPE_Q3_KR] = {256, 110, 0}, /* Q3_K's sizes; likewise */
 };
 

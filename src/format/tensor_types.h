@@ -44,6 +44,12 @@ enum q35_type {
   /* q35-internal weight layout, never in a file: Q4_0 rows repacked at load for the AVX2 kernels
    * (q35_repack_row, kernels/quant.h); same block count and bytes per row as Q4_0 */
   Q35_TYPE_Q4_0R = 43,
+  /* Q4_K rows repacked at load for the AVX2 kernels (q35_repack_row): each block's 128 qs bytes
+   * permuted so that a sub-block's products sum in int16 (kernels/quant_avx2.c); Q4_K's sizes */
+  Q35_TYPE_Q4_KR = 44,
+  /* Q8_K with each block's qs bytes permuted the same way: Q4_K's and Q4_KR's activation type at
+   * AVX2 (Q8_K's sizes, d and bsums) */
+  Q35_TYPE_Q8_KP = 45,
   /* likewise Q3_K rows repacked at load for the AVX2 kernels (kernels/quant_lowbit.h); same bytes
    * per block as Q3_K */
   Q35_TYPE_Q3_KR = 46,

@@ -20,6 +20,16 @@ void q35_act_dequantize(int type, const void *src, float *y, int64_t n) {
 
 void q35_act_convert(int from, const void *src, size_t src_stride, int to, void *dst, size_t dst_stride, int64_t n,
                      int nc) {
+  if (from == Q35_TYPE_Q8_KP || to == Q35_TYPE_Q8_KP) { /* Q8_KP <-> Q8_K (or itself), block by block */
+    for (int c = 0; c < nc; c++)
+      for (int64_t i = 0; i < n / QK_K; i++) {
+        const blk_q8_k *s = (const blk_q8_k *)(const void *)((const uint8_t *)src + (size_t)c * src_stride) + i;
+        blk_q8_k *d = (blk_q8_k *)(void *)((uint8_t *)dst + (size_t)c * dst_stride) + i;
+        if (from == to) *d = *s;
+        else q35_q8_kp_move(s, d, from == Q35_TYPE_Q8_KP);
+      }
+    return;
+  }
   const int64_t nb = n / QK8_0;
   for (int c = 0; c < nc; c++) {
     const uint8_t *s = (const uint8_t *)src + (size_t)c * src_stride;

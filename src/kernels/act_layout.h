@@ -173,7 +173,8 @@ static inline __attribute__((always_inline)) void q35_act_quantize(int type, con
 void q35_act_dequantize(int type, const void *src, float *y, int64_t n);
 
 /* Repack nc rows of n elements from layout `from` (row stride src_stride bytes) into layout `to`
- * (row stride dst_stride): the same Q8_0 blocks in the other layout's places. */
+ * (row stride dst_stride): the same Q8_0 blocks in the other layout's places; or Q8_K blocks
+ * between Q8_KP and Q8_K (tensor_types.h). */
 void q35_act_convert(int from, const void *src, size_t src_stride, int to, void *dst, size_t dst_stride, int64_t n,
                      int nc);
 

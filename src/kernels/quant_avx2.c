@@ -5,8 +5,10 @@
  *   Q4_0R (Q4_0 repacked at load) x Q8_0Z      t_q4r2 (here: t_q4z2 without the transpose)
  *   Q5_0 x Q8_0                                 t_q5_0 (quant_256_q4_0_q5_0_q8_0.inc)
  *   Q4_0 x Q8_0X (testing aid Q35_Q4_0_X)       t_q4_0 (quant_256_q4_0_q5_0_q8_0.inc)
- *   Q4_K, Q5_K, Q6_K, IQ4_XS x Q8_K             t_q4_k, t_q5_k, t_q6_k, t_iq4_xs (quant_256_kquants.inc);
- *                                               one column of Q4_K / Q5_K / Q6_K: q4k_row1, q6k_row1 (here)
+ *   Q5_K, Q6_K, IQ4_XS x Q8_K                   t_q5_k, t_q6_k, t_iq4_xs (quant_256_kquants.inc);
+ *                                               one column of Q5_K / Q6_K: q4k_row1, q6k_row1 (here)
+ *   Q4_K, Q4_KR (repacked at load) x Q8_KP      t_q4kp, t_q4kr, k4r_row1 (quant_k4r_avx2.inc); t_q4_k
+ *                                               and q4k_row1 stay for the AVX-512 level's Q4_K gemv
  *   F32, F16, BF16                              t_f32, t_f16, t_bf16 (quant_256_float.inc)
  *   quantize Q8_0, Q8_K, Q8_0X, Q8_0Y, Q8_0Z; dequantize F16, BF16, Q8_0, Q4_0 (quant_256_convert.inc)
  * The plain Q4_0 / Q5_0 / Q4_1 / Q5_1 weight quantizers: quantize_plain_avx2.c. The rest (other
@@ -733,6 +735,18 @@ WIDE8(t_q5_k)
 WIDE8(t_q6_k)
 #undef WIDE8
 
+#include "kernels/quant_k4r_avx2.inc"
+
+/* Q8_KP (tensor_types.h): the Q8_K quantizer's blocks, each permuted (q35_q8_kp_move) */
+static QS_TARGET void quant_q8_kp_256(const float *x, void *dst, int64_t n) {
+  quant_q8_k_256(x, dst, n);
+  blk_q8_k *y = dst;
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const blk_q8_k b = y[i];
+    q35_q8_kp_move(&b, &y[i], 0);
+  }
+}
+
 void q35_kernels_avx2_kquant_gemv(q35_kernels *k) {
   k->gemv[Q35_TYPE_Q4_K] = t_q4_k_gemv; /* one column: q4k_row2 / q6k_row2 on rows far apart, with the prefetch */
   k->gemv[Q35_TYPE_Q5_K] = t_q5_k_gemv;
@@ -772,6 +786,10 @@ void q35_kernels_avx2(q35_kernels *k) {
   k->tile[Q35_TYPE_Q5_K] = t_q5_k_wide;
   k->tile[Q35_TYPE_Q6_K] = t_q6_k_wide;
   q35_kernels_avx2_kquant_gemv(k);
+  /* Q4_K here: the Q8_KP kernels (quant_k4r_avx2.inc) over t_q4_k's above, which the AVX-512
+   * level's Q4_K gemv keeps (q35_kernels_avx2_kquant_gemv); Q4_K rows repacked at load as Q4_KR */
+  k4r_set(k);
+  k->quantize[Q35_TYPE_Q8_KP] = quant_q8_kp_256;
   QS_SET(k, Q35_TYPE_IQ4_XS, t_iq4_xs);
   QS_SET(k, Q35_TYPE_F32, t_f32);
   k->tile[Q35_TYPE_F32] = t_f32_wide;

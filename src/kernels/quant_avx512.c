@@ -516,6 +516,7 @@ void q35_kernels_avx512(q35_kernels *k) {
   k->q4_0_act = Q35_TYPE_Q8_0X; /* over the AVX2 level's Q8_0Z kernel; VBMI takes Q8_0Z again below */
   QS_SET(k, Q35_TYPE_Q5_0, t_q5_0);
   QS_SET(k, Q35_TYPE_Q4_K, t_q4k5);
+  k->q4_k_act = Q35_TYPE_Q8_K; /* over the AVX2 level's Q8_KP kernels (its Q4_KR ones stay, on Q8_KP) */
   QS_SET(k, Q35_TYPE_Q5_K, t_q5_k);
   QS_SET(k, Q35_TYPE_Q6_K, t_q6k5);
   /* one column (decode): the AVX2 level's products (the same bits), which read rows far apart

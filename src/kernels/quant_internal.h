@@ -50,6 +50,8 @@ typedef struct {
   int q4_0_act; /* the activation type this table's Q4_0 kernels take (0: unset, Q8_0X) */
   int q8_0_act; /* the activation type this table's Q8_0 kernels take (0: unset, Q8_0Y) */
   int nl_act;   /* ... its IQ4_NL and MXFP4 kernels take (0: unset, Q8_0X) */
+  int q4_k_act;  /* ... its Q4_K kernels take (0: unset, Q8_K; AVX2: Q8_KP) */
+  int q4_kr_act; /* ... its Q4_KR kernels take (0: unset, Q8_K, the reference's) */
   /* repack[t]: the layout weights of type t are rewritten into at load where this table's kernels
    * for it beat those for t (Q35_TYPE_Q4_0R for Q4_0 at AVX2); 0: t stays as the file has it */
   int repack[Q35_TYPE_COUNT];
@@ -79,8 +81,9 @@ int q35_weights_quantize_weighted(int type, const float *src, void *dst, int64_t
 void q35_kernels_act_layouts(q35_kernels *k);      /* act_layout.c: Q8_0X/Y/Z quantize[], dequantize[] */
 void q35_kernels_avx2(q35_kernels *k);             /* quant_avx2.c: AVX2 + FMA + F16C */
 void q35_kernels_avx512(q35_kernels *k);           /* quant_avx512.c: AVX-512 F/BW/VL/DQ/VNNI (+ VBMI) */
-/* quant_avx2.c: the AVX2 Q4_K / Q5_K / Q6_K one-column products (gemv, gemv2), for the AVX-512
- * level, whose K-quant vec_dot gives the AVX2 level's bits (tests/test_quant_tile.c) */
+/* quant_avx2.c: the 256-bit Q4_K / Q5_K / Q6_K x Q8_K one-column products (gemv, gemv2), for the
+ * AVX-512 level, whose K-quant vec_dot gives their bits (tests/test_quant_tile.c); the AVX2 level
+ * keeps them for Q5_K / Q6_K and runs Q4_K on Q8_KP (quant_k4r_avx2.inc) */
 void q35_kernels_avx2_kquant_gemv(q35_kernels *k);
 void q35_kernels_neon(q35_kernels *k);             /* quant_neon.c: aarch64 NEON (+ dotprod, i8mm) */
 /* The type families added after the first round, each level in its own file (each called at the
@@ -116,5 +119,9 @@ int q35_iq_vec_dot_type(const q35_kernels *k, int type);
 /* Scalar helpers the SIMD files share with the reference for exactness at edge cases. */
 void q35_quantize_q8_0_block_ref(const float *x, blk_q8_0 *y);
 void q35_quantize_q8_k_block_ref(const float *x, blk_q8_k *y);
+/* One Q8_K block into Q8_KP's permuted qs (back = 0) or back (quant_ref.c; tensor_types.h). */
+void q35_q8_kp_move(const blk_q8_k *src, blk_q8_k *dst, int back);
+/* quant_avx2.c: q35_repack_row's Q4_KR rewrite on 256-bit vectors (the same bytes; AVX2 CPUs only) */
+void q35_repack_q4_kr_avx2(const void *src, void *dst, int64_t n);
 
 #endif

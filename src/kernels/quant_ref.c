@@ -13,6 +13,7 @@
  * quantizers are in quantize_weights.c, the Q8_0X/Y/Z row packing in act_layout.c; the table
  * q35_kernels_ref fills takes both.
  */
+#include <stddef.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -440,16 +441,97 @@ static void q4_0r_move(const uint8_t *src, uint8_t *dst, int64_t n, int back) {
   memcpy(dst + done, src + done, (size_t)(nb % 16) * sizeof(blk_q4_0));
 }
 
+/* Q8_KP (tensor_types.h): the 256 qs bytes of a Q8_K block as 8 registers of 32 bytes; bytes
+ * 4j + 2h + t (j = 0..7, h, t = 0, 1) of register m (0..7) hold element 32j + 16h + 2m + t. In
+ * int16 units (element pairs): unit 16m + l of Q8_KP is unit 8l + m of Q8_K (l = 0..15), a
+ * 16 x 8 transpose. d and bsums stay. back: Q8_KP -> Q8_K. */
+void q35_q8_kp_move(const blk_q8_k *src, blk_q8_k *dst, int back) {
+  dst->d = src->d;
+  memcpy(dst->bsums, src->bsums, sizeof dst->bsums);
+  for (int m = 0; m < 8; m++)
+    for (int l = 0; l < 16; l++) {
+      if (back) memcpy(dst->qs + 2 * (8 * l + m), src->qs + 2 * (16 * m + l), 2);
+      else memcpy(dst->qs + 2 * (16 * m + l), src->qs + 2 * (8 * l + m), 2);
+    }
+}
+
+/* Q4_KR (tensor_types.h): per Q4_K block, d, dmin and the scales as they are; byte b of qs'
+ * 32-byte load k (0..3) holds register 2k of Q8_KP's permutation in its low nibble and register
+ * 2k + 1 in its high one (register m, byte 4j + 2h + t: element 32j + 16h + 2m + t). In the
+ * plain block element 32j + i is nibble j & 1 of qs[32 (j >> 1) + i]. */
+static void q4_kr_move(const uint8_t *src, uint8_t *dst, int64_t n, int back) {
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const blk_q4_k *a = (const blk_q4_k *)(const void *)src + i;
+    blk_q4_k *o = (blk_q4_k *)(void *)dst + i;
+    const size_t head = offsetof(blk_q4_k, qs);
+    memcpy(o, a, head);
+    memset(o->qs, 0, sizeof o->qs);
+    for (int m = 0; m < 8; m++)
+      for (int b = 0; b < 32; b++) {
+        const int j = b / 4, e = 16 * ((b / 2) & 1) + 2 * m + (b & 1); /* element 32j + e */
+        const int pb = 32 * (j >> 1) + e, ps = 4 * (j & 1);           /* plain byte, shift */
+        const int rb = 32 * (m >> 1) + b, rs = 4 * (m & 1);           /* repacked byte, shift */
+        if (back) o->qs[pb] |= (uint8_t)(((a->qs[rb] >> rs) & 0xF) << ps);
+        else o->qs[rb] |= (uint8_t)(((a->qs[pb] >> ps) & 0xF) << rs);
+      }
+  }
+}
+
 void q35_repack_row(int type, const void *src, void *dst, int64_t n) {
   if (type == Q35_TYPE_Q4_0R) q4_0r_move(src, dst, n, 0);
   else if (type == Q35_TYPE_Q3_KR) q35_q3_kr_move(src, dst, n, 0);
-  else memcpy(dst, src, q35_row_size(type, n));
+  else if (type == Q35_TYPE_Q4_KR) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (q35_simd_active() >= Q35_SIMD_AVX2 && q35_simd_active() <= Q35_SIMD_AVX512) {
+      q35_repack_q4_kr_avx2(src, dst, n); /* the loader's rewrite: the same bytes, faster */
+      return;
+    }
+#endif
+    q4_kr_move(src, dst, n, 0);
+  } else memcpy(dst, src, q35_row_size(type, n));
 }
 
 void q35_unrepack_row(int type, const void *src, void *dst, int64_t n) {
   if (type == Q35_TYPE_Q4_0R) q4_0r_move(src, dst, n, 1);
   else if (type == Q35_TYPE_Q3_KR) q35_q3_kr_move(src, dst, n, 1);
+  else if (type == Q35_TYPE_Q4_KR) q4_kr_move(src, dst, n, 1);
   else memcpy(dst, src, q35_row_size(type, n));
+}
+
+/* the reference twins of Q4_KR (Q4_K's on the row moved back, block by block) and Q8_KP (Q8_K's
+ * quantizer then the permutation; the dequantizer on the block moved back) */
+static void dequant_q4_kr(const void *src, float *y, int64_t n) {
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    blk_q4_k b;
+    q4_kr_move((const uint8_t *)src + (size_t)i * sizeof b, (uint8_t *)&b, QK_K, 1);
+    dequant_q4_k(&b, y + i * QK_K, QK_K);
+  }
+}
+
+static float dot_q4_kr(int64_t n, const void *w, const void *x) {
+  blk_q4_k *p = malloc((size_t)(n / QK_K) * sizeof(blk_q4_k) + 1);
+  if (!p) return NAN;
+  q4_kr_move(w, (uint8_t *)p, n, 1);
+  const float v = dot_q4_k(n, p, x);
+  free(p);
+  return v;
+}
+
+static void quant_q8_kp(const float *x, void *dst, int64_t n) {
+  blk_q8_k *y = dst;
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    blk_q8_k b;
+    q35_quantize_q8_k_block_ref(x + i * QK_K, &b);
+    q35_q8_kp_move(&b, &y[i], 0);
+  }
+}
+
+static void dequant_q8_kp(const void *src, float *y, int64_t n) {
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    blk_q8_k b;
+    q35_q8_kp_move((const blk_q8_k *)src + i, &b, 1);
+    dequant_q8_k(&b, y + i * QK_K, QK_K);
+  }
 }
 
 /* the reference twins of Q4_0R: Q4_0's on the row moved back */
@@ -488,6 +570,8 @@ void q35_kernels_ref(q35_kernels *k) {
   SET(Q35_TYPE_Q6_K, dequant_q6_k, NULL, dot_q6_k);
   SET(Q35_TYPE_IQ4_XS, dequant_iq4_xs, NULL, dot_iq4_xs);
   SET(Q35_TYPE_Q8_K, dequant_q8_k, quant_q8_k, NULL);
+  SET(Q35_TYPE_Q4_KR, dequant_q4_kr, NULL, dot_q4_kr);
+  SET(Q35_TYPE_Q8_KP, dequant_q8_kp, quant_q8_kp, NULL);
 #undef SET
   q35_kernels_weight_quantizers(k);
   q35_kernels_act_layouts(k);

@@ -34,7 +34,8 @@ int main(int argc, char **argv) {
   static const struct { int type; const char *name; } types[] = {
       {Q35_TYPE_Q4_0, "q4_0"}, {Q35_TYPE_Q8_0, "q8_0"}, {Q35_TYPE_Q4_K, "q4_k"}, {Q35_TYPE_Q5_K, "q5_k"},
       {Q35_TYPE_Q6_K, "q6_k"}, {Q35_TYPE_Q5_0, "q5_0"}, {Q35_TYPE_IQ4_XS, "iq4_xs"}, {Q35_TYPE_F32, "f32"},
-      {Q35_TYPE_Q4_KR, "q4_kr"}}; /* q4_kr: Q4_K rows repacked as the loader does at AVX2 */
+      {Q35_TYPE_Q4_KR, "q4_kr"}, {Q35_TYPE_Q6_KR, "q6_kr"}}; /* q4_kr, q6_kr: Q4_K / Q6_K rows repacked
+                                                                  as the loader does at AVX2 */
   float *f = malloc(sizeof(float) * (size_t)n * (size_t)(rows > cols ? rows : cols));
   srand(1);
   for (int64_t i = 0; i < n * (rows > cols ? rows : cols); i++) f[i] = (float)rand() / RAND_MAX - 0.5f;
@@ -47,9 +48,9 @@ int main(int argc, char **argv) {
     unsigned char *w = malloc(ws * (size_t)rows), *x = malloc(xs * (size_t)cols);
     for (int r = 0; r < rows; r++) {
       unsigned char *wr = w + (size_t)r * ws;
-      if (ty == Q35_TYPE_Q4_KR) {
+      if (ty == Q35_TYPE_Q4_KR || ty == Q35_TYPE_Q6_KR) {
         unsigned char *tmp = malloc(ws);
-        q35_quantize_row(Q35_TYPE_Q4_K, f + (size_t)r * (size_t)n, tmp, n);
+        q35_quantize_row(q35_unrepack_type(ty), f + (size_t)r * (size_t)n, tmp, n);
         q35_repack_row(ty, tmp, wr, n);
         free(tmp);
       } else {

@@ -530,7 +530,9 @@ static void test_public_api(void) {
             q35_vec_dot_type(Q35_TYPE_Q5_0) == Q35_TYPE_Q8_0 &&
             (q35_vec_dot_type(Q35_TYPE_Q4_K) == Q35_TYPE_Q8_K ||
              (q35_vec_dot_type(Q35_TYPE_Q4_K) == Q35_TYPE_Q8_KP && lvl == Q35_SIMD_AVX2)) && q35_vec_dot_type(Q35_TYPE_IQ4_XS) == Q35_TYPE_Q8_K &&
-            q35_vec_dot_type(Q35_TYPE_Q6_K) == Q35_TYPE_Q8_K && q35_vec_dot_type(Q35_TYPE_BF16) == Q35_TYPE_BF16 &&
+            (q35_vec_dot_type(Q35_TYPE_Q6_K) == Q35_TYPE_Q8_K ||
+             (q35_vec_dot_type(Q35_TYPE_Q6_K) == Q35_TYPE_Q8_KP && lvl == Q35_SIMD_AVX2)) &&
+            q35_vec_dot_type(Q35_TYPE_BF16) == Q35_TYPE_BF16 &&
             q35_vec_dot_type(Q35_TYPE_F16) == Q35_TYPE_F16 && q35_vec_dot_type(Q35_TYPE_F32) == Q35_TYPE_F32,
         "vec_dot types");
   /* the public entry points use the chosen level's table */

@@ -198,16 +198,16 @@ static void public_api(void) {
 }
 
 /*
- * Cross-level identity for the K-quant kernels: the avx512 level's Q5_K / Q6_K kernels
- * (512-bit integer sums in quant_avx512.c) must give the avx2 level's bits (quant_256_kquants.inc's
- * 256-bit kernels, whose integer sums and float steps they reproduce) for every row pair, as
+ * Cross-level identity for the K-quant kernels: the avx512 level's Q5_K kernels (quant_256_kquants.inc's
+ * 256-bit template at that level) must give the avx2 level's bits for every row pair, as
  * vec_dot and as tiles; the avx2 tiles and both levels' one-column products (the avx2 gemv,
- * quant_avx2.c's q4k_row1 / q6k_row1) give the avx2 vec_dot's bits on the same rows. Rows are
+ * quant_avx2.c's q4k_row1) give the avx2 vec_dot's bits on the same rows. Rows are
  * raw random bytes (every 4/6-bit code, every scale and min), scales patched to finite fp16 with
  * edge values, activations with extreme bytes (-128, 127), sums that do not match their bytes,
- * and tiny, zero and huge scales. Q4_K is not held across the levels: the avx2 level's takes Q8_KP
- * and sums per sub-block (quant_k4r_avx2.inc), which rounds differently from the avx512 level's
- * Q8_K kernels (q4_kr_twin holds it to Q4_KR and to the reference's bound instead).
+ * and tiny, zero and huge scales. Q4_K and Q6_K are not held across the levels: the avx2 level's
+ * take Q8_KP and sum per sub-block (quant_k4r_avx2.inc, quant_k6r_avx2.inc), which rounds
+ * differently from the avx512 level's Q8_K kernels (kr_twin holds them to Q4_KR / Q6_KR and to the
+ * reference's bound instead).
  */
 static const uint16_t fp16_edges[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x0400, 0x7bff, 0xfbff, 0x3c00, 0x1400, 0x9400};
 static uint16_t rnd_fp16(void) {
@@ -241,7 +241,7 @@ static void rnd_kquant_row(int type, uint8_t *w, int64_t n) {
   for (int64_t i = 0; i < n / QK_K; i++) {
     uint8_t *b = w + (size_t)i * bs;
     uint16_t d = rnd_fp16(), dm = rnd_fp16();
-    if (type == Q35_TYPE_Q6_K) memcpy(b + offsetof(blk_q6_k, d), &d, 2);
+    if (type == Q35_TYPE_Q6_K || type == Q35_TYPE_Q6_KR) memcpy(b + offsetof(blk_q6_k, d), &d, 2);
     else memcpy(b, &d, 2), memcpy(b + 2, &dm, 2);
   }
 }
@@ -253,9 +253,9 @@ static void kquant_cross_level(void) {
     printf("k-quant cross-level: avx2 or avx512 not available, skipped\n");
     return;
   }
-  static const int kt[] = {Q35_TYPE_Q5_K, Q35_TYPE_Q6_K};
+  static const int kt[] = {Q35_TYPE_Q5_K};
   long pairs = 0, finite = 0;
-  for (int t = 0; t < 2; t++) {
+  for (int t = 0; t < 1; t++) {
     const int type = kt[t];
     const int64_t nmax = 16 * QK_K;
     const size_t wrs = q35_row_size(type, nmax), xrs = q35_row_size(Q35_TYPE_Q8_K, nmax);
@@ -423,7 +423,7 @@ static void rows_adjacent_pairs(q35_simd level, const q35_kernels *k);
 static void gemv_two_streams(q35_simd level, const q35_kernels *k);
 static void q4_0r_twin(q35_simd level, const q35_kernels *k);
 static void q3_kr_twin(q35_simd level, const q35_kernels *k);
-static void q4_kr_twin(q35_simd level, const q35_kernels *k);
+static void kr_twin(q35_simd level, const q35_kernels *k, int t0, int t1);
 
 int main(void) {
   public_api();
@@ -480,7 +480,8 @@ int main(void) {
     gemv_two_streams(level, &k);
     q4_0r_twin(level, &k);
     q3_kr_twin(level, &k);
-    q4_kr_twin(level, &k);
+    kr_twin(level, &k, Q35_TYPE_Q4_K, Q35_TYPE_Q4_KR);
+    kr_twin(level, &k, Q35_TYPE_Q6_K, Q35_TYPE_Q6_KR);
     printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   printf("%ld tile cases\n", cases);
@@ -555,10 +556,10 @@ static void rows_adjacent_pairs(q35_simd level, const q35_kernels *k) {
  */
 static void gemv_two_streams(q35_simd level, const q35_kernels *k) {
   const char *lvl = q35_simd_name(level);
-  static const int kt[] = {Q35_TYPE_Q4_K, Q35_TYPE_Q5_K, Q35_TYPE_Q6_K, Q35_TYPE_Q4_KR};
+  static const int kt[] = {Q35_TYPE_Q4_K, Q35_TYPE_Q5_K, Q35_TYPE_Q6_K, Q35_TYPE_Q4_KR, Q35_TYPE_Q6_KR};
   const size_t far = (size_t)128 << 10, ors = 3;
   const uint32_t unset = 0x7FC0DEADu;
-  for (int t = 0; t < 4; t++) {
+  for (int t = 0; t < 5; t++) {
     const int type = kt[t], vt = q35_kernels_vec_dot_type(k, type);
     if (vt != Q35_TYPE_Q8_K && vt != Q35_TYPE_Q8_KP) continue; /* the same random blocks either way */
     for (int i = 0; i < 2; i++) {
@@ -739,24 +740,24 @@ static void q3_kr_twin(q35_simd level, const q35_kernels *k) {
 }
 
 /*
- * Q4_KR (Q4_K repacked at load, q35_repack_row) against Q4_K at every level: the repack moves back
- * to the same bytes, its dequantize gives Q4_K's floats, its vec_dot is within the float64 bound
- * of the dequantized rows (f64_check's, on a quantized row repacked; the reference twins, Q4_K's
- * on the row moved back and Q8_K's on the block moved back, dequantize them), and its vec_dot, tiles (1..9 rows, 1..9 and
- * the wide 16 / 23 / 33 columns), one column of many rows and gemv2 give Q4_K's results bit for bit
- * from the table whose Q4_K takes Q4_KR's activations: this level's (the reference: Q8_K; avx2:
- * Q8_KP, where plain Q4_K is permuted on the fly), or at avx512, whose Q4_K takes Q8_K but whose
- * Q4_KR kernels are the avx2 level's, the avx2 table's. Weights are raw random blocks.
+ * Q4_KR / Q6_KR (t1: Q4_K / Q6_K repacked at load, q35_repack_row) against Q4_K / Q6_K (t0) at
+ * every level: the repack moves back to the same bytes, its dequantize gives t0's floats, its
+ * vec_dot is within the float64 bound of the dequantized rows (f64_check's, on a quantized row
+ * repacked; the reference twins, t0's on the row moved back and Q8_K's on the block moved back,
+ * dequantize them), and its vec_dot, tiles (1..9 rows, 1..9 and the wide 16 / 23 / 33 columns),
+ * one column of many rows and gemv2 give t0's results bit for bit from the table whose t0 takes
+ * t1's activations: this level's (the reference: Q8_K; avx2: Q8_KP, where plain t0 is rearranged
+ * on the fly), or at avx512, whose t0 takes Q8_K but whose t1 kernels are the avx2 level's, the
+ * avx2 table's. Weights are raw random blocks.
  */
-static void q4_kr_twin(q35_simd level, const q35_kernels *k) {
-  const char *lvl = q35_simd_name(level);
-  const int t0 = Q35_TYPE_Q4_K, t1 = Q35_TYPE_Q4_KR;
+static void kr_twin(q35_simd level, const q35_kernels *k, const int t0, const int t1) {
+  const char *lvl = q35_simd_name(level), *tn = q35_type_name(t1);
   const int vt = q35_kernels_vec_dot_type(k, t1);
   q35_kernels other;
   const q35_kernels *kq = k;
   if (q35_kernels_vec_dot_type(k, t0) != vt) {
     if (q35_kernels_get(Q35_SIMD_AVX2, &other) != 0 || q35_kernels_vec_dot_type(&other, t0) != vt) {
-      CHECK(0, "%s: no table whose Q4_K takes Q4_KR's activation type", lvl);
+      CHECK(0, "%s: no table whose %s takes %s's activation type", lvl, q35_type_name(t0), tn);
       return;
     }
     kq = &other;
@@ -777,7 +778,7 @@ static void q4_kr_twin(q35_simd level, const q35_kernels *k) {
       double f = 0, mag = 0;
       for (int64_t i = 0; i < n; i++) f += (double)dw[i] * dx[i], mag += fabs((double)dw[i] * dx[i]);
       const float got = k->vec_dot[t1](n, qr, qx);
-      CHECK(fabs(got - f) <= 1e-5 * mag, "%s q4_kr n=%lld vec_dot %.9g vs f64 %.9g", lvl, (long long)n, got, f);
+      CHECK(fabs(got - f) <= 1e-5 * mag, "%s %s n=%lld vec_dot %.9g vs f64 %.9g", lvl, tn, (long long)n, got, f);
       free(dw), free(dx), free(qr), free(qb), free(ab);
     }
     const int nrmax = n >= 2048 ? 301 : 9;
@@ -794,7 +795,7 @@ static void q4_kr_twin(q35_simd level, const q35_kernels *k) {
       q35_unrepack_row(t1, wr + (size_t)r * ws, back, n);
       bad += memcmp(back, w + (size_t)r * ws, rs) != 0;
     }
-    CHECK(!bad, "%s q4_kr n=%lld: repack then unrepack changed %d rows", lvl, (long long)n, bad);
+    CHECK(!bad, "%s %s n=%lld: repack then unrepack changed %d rows", lvl, tn, (long long)n, bad);
     float *f0 = malloc(sizeof(float) * (size_t)n), *f1 = malloc(sizeof(float) * (size_t)n);
     bad = 0;
     for (int r = 0; r < 3; r++) {
@@ -803,7 +804,7 @@ static void q4_kr_twin(q35_simd level, const q35_kernels *k) {
       bad += memcmp(f0, f1, sizeof(float) * (size_t)n) != 0;
       bad += !same_float(kq->vec_dot[t0](n, w + (size_t)r * ws, x), k->vec_dot[t1](n, wr + (size_t)r * ws, x));
     }
-    CHECK(!bad, "%s q4_kr n=%lld: dequantize / vec_dot differ from q4_k's", lvl, (long long)n);
+    CHECK(!bad, "%s %s n=%lld: dequantize / vec_dot differ from the plain type's", lvl, tn, (long long)n);
     free(f0), free(f1);
     float *want = malloc(sizeof(float) * (size_t)nrmax * 33), *got = malloc(sizeof(float) * (size_t)nrmax * 33);
     const int nrs[] = {1, 2, 3, 4, 5, 7, 9, nrmax};
@@ -815,16 +816,16 @@ static void q4_kr_twin(q35_simd level, const q35_kernels *k) {
         memset(got, 0xFF, sizeof(float) * (size_t)nr * nc);
         q35_tile_run(kq, t0, n, w, ws, nr, x, xs, nc, want, (size_t)nc, 1);
         q35_tile_run(k, t1, n, wr, ws, nr, x, xs, nc, got, (size_t)nc, 1);
-        CHECK(!memcmp(want, got, sizeof(float) * (size_t)nr * nc), "%s q4_kr n=%lld %dx%d: tile != q4_k's", lvl,
-              (long long)n, nr, nc);
+        CHECK(!memcmp(want, got, sizeof(float) * (size_t)nr * nc), "%s %s n=%lld %dx%d: tile != the plain type's", lvl,
+              tn, (long long)n, nr, nc);
         bad = 0;
         for (int r = 0; r < nr; r++)
           for (int c = 0; c < nc; c++)
             bad += !same_float(got[r * nc + c], k->vec_dot[t1](n, wr + (size_t)r * ws, x + (size_t)c * xs));
-        CHECK(!bad, "%s q4_kr n=%lld %dx%d: tile != vec_dot in %d pairs", lvl, (long long)n, nr, nc, bad);
+        CHECK(!bad, "%s %s n=%lld %dx%d: tile != vec_dot in %d pairs", lvl, tn, (long long)n, nr, nc, bad);
         if (nc == 1) {
           bad = gemv2_bad(k, t1, n, wr, ws, nr, x, want, 1);
-          CHECK(!bad, "%s q4_kr n=%lld nr=%d: gemv2 != q4_k's in %d rows", lvl, (long long)n, nr, bad);
+          CHECK(!bad, "%s %s n=%lld nr=%d: gemv2 != the plain type's in %d rows", lvl, tn, (long long)n, nr, bad);
         }
       }
     free(want), free(got), free(rb), free(back), free(wb), free(xb);

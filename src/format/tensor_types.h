@@ -53,7 +53,11 @@ enum q35_type {
   /* likewise Q3_K rows repacked at load for the AVX2 kernels (kernels/quant_lowbit.h); same bytes
    * per block as Q3_K */
   Q35_TYPE_Q3_KR = 46,
-  Q35_TYPE_COUNT = 47, /* upper bound of the type ids above */
+  /* Q6_K rows repacked at load for the AVX2 kernels (q35_repack_row): each block's 192 ql / qh
+   * bytes rearranged so that the 6-bit values come out in Q8_KP's order (kernels/quant_k6r_avx2.inc);
+   * Q6_K's sizes, scales and d */
+  Q35_TYPE_Q6_KR = 47,
+  Q35_TYPE_COUNT = 48, /* upper bound of the type ids above */
 };
 
 /* GGML's name for any GGML type id ("q4_K", "iq2_xxs", ...), or NULL for an unknown id. */

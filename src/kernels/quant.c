@@ -26,6 +26,8 @@ static void overlay(q35_kernels *dst, const q35_kernels *src) {
   if (src->nl_act) dst->nl_act = src->nl_act;
   if (src->q4_k_act) dst->q4_k_act = src->q4_k_act;
   if (src->q4_kr_act) dst->q4_kr_act = src->q4_kr_act;
+  if (src->q6_k_act) dst->q6_k_act = src->q6_k_act;
+  if (src->q6_kr_act) dst->q6_kr_act = src->q6_kr_act;
   for (int t = 0; t < Q35_TYPE_COUNT; t++) {
     if (src->repack[t]) dst->repack[t] = src->repack[t];
     if (src->vec_dot[t]) dst->vec_dot[t] = src->vec_dot[t];
@@ -122,7 +124,9 @@ int q35_kernels_vec_dot_type(const q35_kernels *k, int type) {
   case Q35_TYPE_Q5_0: return Q35_TYPE_Q8_0;
   case Q35_TYPE_Q4_K: return k->q4_k_act ? k->q4_k_act : Q35_TYPE_Q8_K;
   case Q35_TYPE_Q4_KR: return k->q4_kr_act ? k->q4_kr_act : Q35_TYPE_Q8_K;
-  case Q35_TYPE_Q5_K: case Q35_TYPE_Q6_K: case Q35_TYPE_IQ4_XS: return Q35_TYPE_Q8_K;
+  case Q35_TYPE_Q6_K: return k->q6_k_act ? k->q6_k_act : Q35_TYPE_Q8_K;
+  case Q35_TYPE_Q6_KR: return k->q6_kr_act ? k->q6_kr_act : Q35_TYPE_Q8_K;
+  case Q35_TYPE_Q5_K: case Q35_TYPE_IQ4_XS: return Q35_TYPE_Q8_K;
   default: {
     const int t = q35_lowbit_vec_dot_type(k, type);
     return t >= 0 ? t : q35_iq_vec_dot_type(k, type);
@@ -146,6 +150,7 @@ int q35_unrepack_type(int type) {
   case Q35_TYPE_Q4_0R: return Q35_TYPE_Q4_0;
   case Q35_TYPE_Q3_KR: return Q35_TYPE_Q3_K;
   case Q35_TYPE_Q4_KR: return Q35_TYPE_Q4_K;
+  case Q35_TYPE_Q6_KR: return Q35_TYPE_Q6_K;
   default: return type;
   }
 }

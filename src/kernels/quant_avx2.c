@@ -5,8 +5,10 @@
  *   Q4_0R (Q4_0 repacked at load) x Q8_0Z      t_q4r2 (here: t_q4z2 without the transpose)
  *   Q5_0 x Q8_0                                 t_q5_0 (quant_256_q4_0_q5_0_q8_0.inc)
  *   Q4_0 x Q8_0X (testing aid Q35_Q4_0_X)       t_q4_0 (quant_256_q4_0_q5_0_q8_0.inc)
- *   Q5_K, Q6_K, IQ4_XS x Q8_K                   t_q5_k, t_q6_k, t_iq4_xs (quant_256_kquants.inc);
- *                                               one column of Q5_K / Q6_K: q4k_row1, q6k_row1 (here)
+ *   Q5_K, IQ4_XS x Q8_K                         t_q5_k, t_iq4_xs (quant_256_kquants.inc);
+ *                                               one column of Q5_K: q4k_row1 (here)
+ *   Q6_K, Q6_KR (repacked at load) x Q8_KP      t_q6kp, t_q6kr, k6r_row1 (quant_k6r_avx2.inc); t_q6_k
+ *                                               and q6k_row1 stay for the AVX-512 level's Q6_K gemv
  *   Q4_K, Q4_KR (repacked at load) x Q8_KP      t_q4kp, t_q4kr, k4r_row1 (quant_k4r_avx2.inc); t_q4_k
  *                                               and q4k_row1 stay for the AVX-512 level's Q4_K gemv
  *   F32, F16, BF16                              t_f32, t_f16, t_bf16 (quant_256_float.inc)
@@ -736,6 +738,8 @@ WIDE8(t_q6_k)
 #undef WIDE8
 
 #include "kernels/quant_k4r_avx2.inc"
+#include "kernels/quant_k6r_avx2.inc"
+#undef KR_ENTRIES
 
 /* Q8_KP (tensor_types.h): the Q8_K quantizer's blocks, each permuted (q35_q8_kp_move) */
 static QS_TARGET void quant_q8_kp_256(const float *x, void *dst, int64_t n) {
@@ -789,6 +793,9 @@ void q35_kernels_avx2(q35_kernels *k) {
   /* Q4_K here: the Q8_KP kernels (quant_k4r_avx2.inc) over t_q4_k's above, which the AVX-512
    * level's Q4_K gemv keeps (q35_kernels_avx2_kquant_gemv); Q4_K rows repacked at load as Q4_KR */
   k4r_set(k);
+  /* Q6_K likewise on Q8_KP (quant_k6r_avx2.inc), its rows repacked at load as Q6_KR; the AVX-512
+   * level's Q6_K gemv keeps t_q6_k's on Q8_K */
+  k6r_set(k);
   k->quantize[Q35_TYPE_Q8_KP] = quant_q8_kp_256;
   QS_SET(k, Q35_TYPE_IQ4_XS, t_iq4_xs);
   QS_SET(k, Q35_TYPE_F32, t_f32);

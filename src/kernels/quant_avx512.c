@@ -519,6 +519,7 @@ void q35_kernels_avx512(q35_kernels *k) {
   k->q4_k_act = Q35_TYPE_Q8_K; /* over the AVX2 level's Q8_KP kernels (its Q4_KR ones stay, on Q8_KP) */
   QS_SET(k, Q35_TYPE_Q5_K, t_q5_k);
   QS_SET(k, Q35_TYPE_Q6_K, t_q6k5);
+  k->q6_k_act = Q35_TYPE_Q8_K; /* likewise over the AVX2 level's Q8_KP kernels (its Q6_KR ones stay) */
   /* one column (decode): the AVX2 level's products (the same bits), which read rows far apart
    * as two memory streams; the 512-bit vec_dot row by row reads one, without a useful prefetch */
   q35_kernels_avx2_kquant_gemv(k);

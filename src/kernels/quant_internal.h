@@ -52,6 +52,8 @@ typedef struct {
   int nl_act;   /* ... its IQ4_NL and MXFP4 kernels take (0: unset, Q8_0X) */
   int q4_k_act;  /* ... its Q4_K kernels take (0: unset, Q8_K; AVX2: Q8_KP) */
   int q4_kr_act; /* ... its Q4_KR kernels take (0: unset, Q8_K, the reference's) */
+  int q6_k_act;  /* ... its Q6_K kernels take (0: unset, Q8_K; AVX2: Q8_KP) */
+  int q6_kr_act; /* ... its Q6_KR kernels take (0: unset, Q8_K, the reference's) */
   /* repack[t]: the layout weights of type t are rewritten into at load where this table's kernels
    * for it beat those for t (Q35_TYPE_Q4_0R for Q4_0 at AVX2); 0: t stays as the file has it */
   int repack[Q35_TYPE_COUNT];
@@ -123,5 +125,7 @@ void q35_quantize_q8_k_block_ref(const float *x, blk_q8_k *y);
 void q35_q8_kp_move(const blk_q8_k *src, blk_q8_k *dst, int back);
 /* quant_avx2.c: q35_repack_row's Q4_KR rewrite on 256-bit vectors (the same bytes; AVX2 CPUs only) */
 void q35_repack_q4_kr_avx2(const void *src, void *dst, int64_t n);
+/* quant_avx2.c: q35_repack_row's Q6_KR rewrite likewise (quant_k6r_avx2.inc) */
+void q35_repack_q6_kr_avx2(const void *src, void *dst, int64_t n);
 
 #endif

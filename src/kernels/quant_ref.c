@@ -477,6 +477,53 @@ static void q4_kr_move(const uint8_t *src, uint8_t *dst, int64_t n, int back) {
   }
 }
 
+/* Q6_KR (tensor_types.h): per Q6_K block, the scales and d as they are; the 192 bytes of ql and qh
+ * as 6 loads of 32 bytes L0..L5 holding the 6-bit values w_m of Q8_KP's registers m = 0..7
+ * (register m, byte 4j + 2h + t: element 32j + 16h + 2m + t):
+ *   L_k (k = 0..3), byte b: w_k[b] in bits 0..5, bits 4..5 of w_{4+k}[b] in bits 6..7
+ *   L_{4+p} (p = 0, 1), byte b: the low nibbles of w_{4+2p}[b] (bits 0..3) and w_{5+2p}[b] (4..7)
+ * so that w_k = L_k & 0x3F and w_{4+k} = its nibble of L_{4+k/2} | (L_k >> 2) & 0x30. In the plain
+ * block element 128h + 32k + l (h = 0, 1, k = 0..3, l = 0..31) has its low nibble in nibble k >> 1
+ * of ql[64h + 32 (k & 1) + l] and its high 2 bits in bits 2k, 2k + 1 of qh[32h + l]. */
+static int q6_plain_get(const blk_q6_k *a, int e) {
+  const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+  return ((a->ql[64 * h + 32 * (k & 1) + l] >> (4 * (k >> 1))) & 0xF) | (((a->qh[32 * h + l] >> (2 * k)) & 3) << 4);
+}
+static void q6_plain_put(blk_q6_k *a, int e, int v) {
+  const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+  a->ql[64 * h + 32 * (k & 1) + l] |= (uint8_t)((v & 0xF) << (4 * (k >> 1)));
+  a->qh[32 * h + l] |= (uint8_t)(((v >> 4) & 3) << (2 * k));
+}
+/* the 192 bytes from ql on as one array (ql and qh are adjacent in blk_q6_k) */
+static int q6r_get(const uint8_t *q, int m, int b) {
+  if (m < 4) return q[32 * m + b] & 0x3F;
+  return ((q[128 + 32 * ((m - 4) >> 1) + b] >> (4 * (m & 1))) & 0xF) | ((q[32 * (m - 4) + b] >> 6) << 4);
+}
+static void q6r_put(uint8_t *q, int m, int b, int v) {
+  if (m < 4) {
+    q[32 * m + b] |= (uint8_t)v;
+    return;
+  }
+  q[128 + 32 * ((m - 4) >> 1) + b] |= (uint8_t)((v & 0xF) << (4 * (m & 1)));
+  q[32 * (m - 4) + b] |= (uint8_t)((v >> 4) << 6);
+}
+static void q6_kr_move(const uint8_t *src, uint8_t *dst, int64_t n, int back) {
+  _Static_assert(offsetof(blk_q6_k, qh) == offsetof(blk_q6_k, ql) + 128, "Q6_K: qh follows ql");
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const blk_q6_k *a = (const blk_q6_k *)(const void *)src + i;
+    blk_q6_k *o = (blk_q6_k *)(void *)dst + i;
+    memcpy(o, a, sizeof *o);
+    memset(o->ql, 0, sizeof o->ql);
+    memset(o->qh, 0, sizeof o->qh);
+    for (int m = 0; m < 8; m++)
+      for (int b = 0; b < 32; b++) {
+        const int e = 32 * (b / 4) + 16 * ((b / 2) & 1) + 2 * m + (b & 1);
+        if (back) q6_plain_put(o, e, q6r_get(a->ql, m, b));
+        else q6r_put(o->ql, m, b, q6_plain_get(a, e));
+      }
+  }
+}
+
 void q35_repack_row(int type, const void *src, void *dst, int64_t n) {
   if (type == Q35_TYPE_Q4_0R) q4_0r_move(src, dst, n, 0);
   else if (type == Q35_TYPE_Q3_KR) q35_q3_kr_move(src, dst, n, 0);
@@ -488,6 +535,14 @@ void q35_repack_row(int type, const void *src, void *dst, int64_t n) {
     }
 #endif
     q4_kr_move(src, dst, n, 0);
+  } else if (type == Q35_TYPE_Q6_KR) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (q35_simd_active() >= Q35_SIMD_AVX2 && q35_simd_active() <= Q35_SIMD_AVX512) {
+      q35_repack_q6_kr_avx2(src, dst, n); /* likewise */
+      return;
+    }
+#endif
+    q6_kr_move(src, dst, n, 0);
   } else memcpy(dst, src, q35_row_size(type, n));
 }
 
@@ -495,6 +550,7 @@ void q35_unrepack_row(int type, const void *src, void *dst, int64_t n) {
   if (type == Q35_TYPE_Q4_0R) q4_0r_move(src, dst, n, 1);
   else if (type == Q35_TYPE_Q3_KR) q35_q3_kr_move(src, dst, n, 1);
   else if (type == Q35_TYPE_Q4_KR) q4_kr_move(src, dst, n, 1);
+  else if (type == Q35_TYPE_Q6_KR) q6_kr_move(src, dst, n, 1);
   else memcpy(dst, src, q35_row_size(type, n));
 }
 
@@ -513,6 +569,24 @@ static float dot_q4_kr(int64_t n, const void *w, const void *x) {
   if (!p) return NAN;
   q4_kr_move(w, (uint8_t *)p, n, 1);
   const float v = dot_q4_k(n, p, x);
+  free(p);
+  return v;
+}
+
+/* and of Q6_KR: Q6_K's on the row moved back */
+static void dequant_q6_kr(const void *src, float *y, int64_t n) {
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    blk_q6_k b;
+    q6_kr_move((const uint8_t *)src + (size_t)i * sizeof b, (uint8_t *)&b, QK_K, 1);
+    dequant_q6_k(&b, y + i * QK_K, QK_K);
+  }
+}
+
+static float dot_q6_kr(int64_t n, const void *w, const void *x) {
+  blk_q6_k *p = malloc((size_t)(n / QK_K) * sizeof(blk_q6_k) + 1);
+  if (!p) return NAN;
+  q6_kr_move(w, (uint8_t *)p, n, 1);
+  const float v = dot_q6_k(n, p, x);
   free(p);
   return v;
 }
@@ -572,6 +646,7 @@ void q35_kernels_ref(q35_kernels *k) {
   SET(Q35_TYPE_Q8_K, dequant_q8_k, quant_q8_k, NULL);
   SET(Q35_TYPE_Q4_KR, dequant_q4_kr, NULL, dot_q4_kr);
   SET(Q35_TYPE_Q8_KP, dequant_q8_kp, quant_q8_kp, NULL);
+  SET(Q35_TYPE_Q6_KR, dequant_q6_kr, NULL, dot_q6_kr);
 #undef SET
   q35_kernels_weight_quantizers(k);
   q35_kernels_act_layouts(k);

@@ -53,7 +53,12 @@ enum q35_type {
   /* likewise Q3_K rows repacked at load for the AVX2 kernels (kernels/quant_lowbit.h); same bytes
    * per block as Q3_K */
   Q35_TYPE_Q3_KR = 46,
-  Q35_TYPE_COUNT = 47, /* upper bound of the type ids above */
+  /* IQ4_NL and MXFP4 rows repacked at load for the AVX2 kernels (q35_repack_row) as Q4_0R is (the
+   * same nibble block after a scale of 2 or 1 bytes); IQ4_NL's / MXFP4's sizes. 47, 48: other
+   * repacked layouts */
+  Q35_TYPE_IQ4_NLR = 49,
+  Q35_TYPE_MXFP4R = 50,
+  Q35_TYPE_COUNT = 51, /* upper bound of the type ids above */
 };
 
 /* GGML's name for any GGML type id ("q4_K", "iq2_xxs", ...), or NULL for an unknown id. */

@@ -421,7 +421,7 @@ static void z_cross_level(int type) {
 static void rows2_two_streams(q35_simd level, const q35_kernels *k);
 static void rows_adjacent_pairs(q35_simd level, const q35_kernels *k);
 static void gemv_two_streams(q35_simd level, const q35_kernels *k);
-static void q4_0r_twin(q35_simd level, const q35_kernels *k);
+static void z2r_twin(q35_simd level, const q35_kernels *k, int t0, int t1);
 static void q3_kr_twin(q35_simd level, const q35_kernels *k);
 static void kr_twin(q35_simd level, const q35_kernels *k, int t0, int t1);
 
@@ -478,7 +478,9 @@ int main(void) {
     rows2_two_streams(level, &k);
     rows_adjacent_pairs(level, &k);
     gemv_two_streams(level, &k);
-    q4_0r_twin(level, &k);
+    z2r_twin(level, &k, Q35_TYPE_Q4_0, Q35_TYPE_Q4_0R);
+    z2r_twin(level, &k, Q35_TYPE_IQ4_NL, Q35_TYPE_IQ4_NLR);
+    z2r_twin(level, &k, Q35_TYPE_MXFP4, Q35_TYPE_MXFP4R);
     q3_kr_twin(level, &k);
     kr_twin(level, &k, Q35_TYPE_Q4_K, Q35_TYPE_Q4_KR);
     kr_twin(level, &k, Q35_TYPE_Q6_K, Q35_TYPE_Q6_KR);
@@ -594,24 +596,26 @@ static void gemv_two_streams(q35_simd level, const q35_kernels *k) {
 }
 
 /*
- * Q4_0R (Q4_0 repacked at load, q35_repack_row) against Q4_0 at every level: the repack moves back
- * to the same bytes, its dequantize gives Q4_0's floats, and its vec_dot, tiles (every shape the
- * level runs: 1..9 rows, 1..9 and the wide 16 / 23 / 33 columns), one column of many rows (the
- * two-stream gemv) and gemv2 give Q4_0's results bit for bit, on lengths with and without a short
- * last group (which stays plain Q4_0). The level's kernels for Q4_0R may be a lower level's (the
- * repack is used at AVX2 only); the results must still equal that table's Q4_0 ones.
+ * Q4_0R / IQ4_NLR / MXFP4R (t1: Q4_0 / IQ4_NL / MXFP4 rows repacked at load, q35_repack_row)
+ * against the plain type t0 at every level: the repack moves back to the same bytes, its dequantize
+ * gives t0's floats, and its vec_dot, tiles (every shape the level runs: 1..9 rows, 1..9 and the
+ * wide 16 / 23 / 33 columns), one column of many rows (the two-stream gemv) and gemv2 give t0's
+ * results bit for bit, on lengths with and without a short last group (which stays plain). The
+ * level's kernels for t1 may be a lower level's (the repack is used at AVX2 only); the results
+ * must still equal that table's t0 ones. At the scalar level this holds the reference twins (the
+ * row moved back, then t0's reference) to t0's reference. MXFP4: a third of the rows take E8M0
+ * bytes 0..3 (the subnormal scales) and 120..135.
  */
-static void q4_0r_twin(q35_simd level, const q35_kernels *k) {
-  const char *lvl = q35_simd_name(level);
-  const int t0 = Q35_TYPE_Q4_0, t1 = Q35_TYPE_Q4_0R;
+static void z2r_twin(q35_simd level, const q35_kernels *k, int t0, int t1) {
+  const char *lvl = q35_simd_name(level), *nm = q35_type_name(t1);
   if (q35_kernels_vec_dot_type(k, t0) != q35_kernels_vec_dot_type(k, t1)) {
-    CHECK(0, "%s: Q4_0R takes another activation type than Q4_0", lvl);
+    CHECK(0, "%s: %s takes another activation type than %s", lvl, nm, q35_type_name(t0));
     return;
   }
   const int vt = q35_kernels_vec_dot_type(k, t0);
-  /* Q4_0's results from this table where its Q4_0R kernels are the Q8_0Z ones; where Q4_0 takes
-   * Q8_0X (AVX-512 without VBMI, the testing aid Q35_Q4_0_X) Q4_0R keeps the reference entries,
-   * so they are held to the reference table's Q4_0 */
+  /* t0's results from this table where its t1 kernels are the Q8_0Z ones; where t0 takes Q8_0X
+   * (AVX-512 without VBMI, the testing aid Q35_Q4_0_X, the reference) t1 keeps the reference
+   * entries, so they are held to the reference table's t0 */
   q35_kernels refk;
   q35_kernels_ref(&refk);
   const q35_kernels *kq = vt == Q35_TYPE_Q8_0Z ? k : &refk;
@@ -622,8 +626,11 @@ static void q4_0r_twin(q35_simd level, const q35_kernels *k) {
     const int nrmax = n >= 2048 ? 301 : 9;
     const size_t rs = q35_row_size(t0, n), ws = rs + (ni % 2 ? 0 : 7), xs = q35_row_size(vt, n) + (ni % 3 ? 0 : 5);
     uint8_t *wb, *xb;
-    const uint8_t *w = make_rows(t0, n, nrmax, ws, 1 + ni, 0, &wb);
+    uint8_t *w = make_rows(t0, n, nrmax, ws, 1 + ni, 0, &wb);
     const uint8_t *x = make_rows(vt, n, 33, xs, 3, 1, &xb);
+    if (t0 == Q35_TYPE_MXFP4)
+      for (int r = 0; r < nrmax; r += 3)
+        for (int64_t i = 0; i < n / 32; i++) w[(size_t)r * ws + (size_t)i * 17] = (uint8_t)(rng_u64() % 2 ? rng_u64() % 4 : 120 + rng_u64() % 16);
     uint8_t *rb = malloc(ws * (size_t)nrmax + 64), *back = malloc(rs);
     uint8_t *wr = rb + 5; /* an odd address */
     int bad = 0;
@@ -632,7 +639,7 @@ static void q4_0r_twin(q35_simd level, const q35_kernels *k) {
       q35_unrepack_row(t1, wr + (size_t)r * ws, back, n);
       bad += memcmp(back, w + (size_t)r * ws, rs) != 0;
     }
-    CHECK(!bad, "%s q4_0r n=%lld: repack then unrepack changed %d rows", lvl, (long long)n, bad);
+    CHECK(!bad, "%s %s n=%lld: repack then unrepack changed %d rows", lvl, nm, (long long)n, bad);
     float *f0 = malloc(sizeof(float) * (size_t)n), *f1 = malloc(sizeof(float) * (size_t)n);
     bad = 0;
     for (int r = 0; r < 3; r++) {
@@ -641,7 +648,7 @@ static void q4_0r_twin(q35_simd level, const q35_kernels *k) {
       bad += memcmp(f0, f1, sizeof(float) * (size_t)n) != 0;
       bad += !same_float(kq->vec_dot[t0](n, w + (size_t)r * ws, x), k->vec_dot[t1](n, wr + (size_t)r * ws, x));
     }
-    CHECK(!bad, "%s q4_0r n=%lld: dequantize / vec_dot differ from q4_0's", lvl, (long long)n);
+    CHECK(!bad, "%s %s n=%lld: dequantize / vec_dot differ from %s's", lvl, nm, (long long)n, q35_type_name(t0));
     free(f0), free(f1);
     float *want = malloc(sizeof(float) * (size_t)nrmax * 33), *got = malloc(sizeof(float) * (size_t)nrmax * 33);
     const int nrs[] = {1, 2, 3, 4, 5, 7, 9, nrmax};
@@ -653,11 +660,11 @@ static void q4_0r_twin(q35_simd level, const q35_kernels *k) {
         memset(got, 0xFF, sizeof(float) * (size_t)nr * nc);
         q35_tile_run(kq, t0, n, w, ws, nr, x, xs, nc, want, (size_t)nc, 1);
         q35_tile_run(k, t1, n, wr, ws, nr, x, xs, nc, got, (size_t)nc, 1);
-        CHECK(!memcmp(want, got, sizeof(float) * (size_t)nr * nc), "%s q4_0r n=%lld %dx%d: tile != q4_0's", lvl,
-              (long long)n, nr, nc);
+        CHECK(!memcmp(want, got, sizeof(float) * (size_t)nr * nc), "%s %s n=%lld %dx%d: tile != %s's", lvl, nm,
+              (long long)n, nr, nc, q35_type_name(t0));
         if (nc == 1) {
           bad = gemv2_bad(k, t1, n, wr, ws, nr, x, want, 1);
-          CHECK(!bad, "%s q4_0r n=%lld nr=%d: gemv2 != q4_0's in %d rows", lvl, (long long)n, nr, bad);
+          CHECK(!bad, "%s %s n=%lld nr=%d: gemv2 != %s's in %d rows", lvl, nm, (long long)n, nr, q35_type_name(t0), bad);
         }
       }
     free(want), free(got), free(rb), free(back), free(wb), free(xb);

@@ -57,7 +57,12 @@ enum q35_type {
    * bytes rearranged so that the 6-bit values come out in Q8_KP's order (kernels/quant_k6r_avx2.inc);
    * Q6_K's sizes, scales and d */
   Q35_TYPE_Q6_KR = 47,
-  Q35_TYPE_COUNT = 48, /* upper bound of the type ids above */
+  /* IQ4_NL and MXFP4 rows repacked at load for the AVX2 kernels (q35_repack_row) as Q4_0R is (the
+   * same nibble block after a scale of 2 or 1 bytes); IQ4_NL's / MXFP4's sizes. 48: Q2_K's
+   * repacked layout */
+  Q35_TYPE_IQ4_NLR = 49,
+  Q35_TYPE_MXFP4R = 50,
+  Q35_TYPE_COUNT = 51, /* upper bound of the type ids above */
 };
 
 /* GGML's name for any GGML type id ("q4_K", "iq2_xxs", ...), or NULL for an unknown id. */

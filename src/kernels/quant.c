@@ -70,6 +70,17 @@ int q35_kernels_get(q35_simd level, q35_kernels *out) {
       const int t = Q35_TYPE_Q4_0R;
       out->vec_dot[t] = r.vec_dot[t], out->tile[t] = r.tile[t], out->gemv[t] = r.gemv[t], out->gemv2[t] = r.gemv2[t];
     }
+    if (out->nl_act != Q35_TYPE_Q8_0Z) {
+      /* IQ4_NLR / MXFP4R likewise: AVX2's kernels read Q8_0Z, this level's IQ4_NL / MXFP4 without
+       * VBMI take Q8_0X */
+      q35_kernels r;
+      q35_kernels_ref(&r);
+      static const int rt[] = {Q35_TYPE_IQ4_NLR, Q35_TYPE_MXFP4R};
+      for (int i = 0; i < 2; i++) {
+        const int t = rt[i];
+        out->vec_dot[t] = r.vec_dot[t], out->tile[t] = r.tile[t], out->gemv[t] = r.gemv[t], out->gemv2[t] = r.gemv2[t];
+      }
+    }
     /* Q3_KR (never loaded at this level either) likewise: AVX2's kernels give AVX2's Q3_K bits,
      * not this level's */
     q35_kernels r;
@@ -149,6 +160,8 @@ int q35_unrepack_type(int type) {
   switch (type) {
   case Q35_TYPE_Q4_0R: return Q35_TYPE_Q4_0;
   case Q35_TYPE_Q3_KR: return Q35_TYPE_Q3_K;
+  case Q35_TYPE_IQ4_NLR: return Q35_TYPE_IQ4_NL;
+  case Q35_TYPE_MXFP4R: return Q35_TYPE_MXFP4;
   case Q35_TYPE_Q4_KR: return Q35_TYPE_Q4_K;
   case Q35_TYPE_Q6_KR: return Q35_TYPE_Q6_K;
   default: return type;

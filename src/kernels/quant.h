@@ -30,10 +30,10 @@
 int q35_vec_dot_type(int type);
 
 /* The weight layout the active level's products read fastest for weights of `type`: `type`
- * itself, or Q35_TYPE_Q4_0R for Q4_0 at the AVX2 level (unless env Q35_REPACK=0). A loader may
- * rewrite a product weight's rows with q35_repack_row into it; every kernel entry point here
- * (dot products, tiles, dequantize) takes the repacked type, with the plain type's results bit
- * for bit. */
+ * itself, or Q35_TYPE_Q4_0R for Q4_0 at the AVX2 level (IQ4_NLR, MXFP4R, ... likewise; unless env
+ * Q35_REPACK=0). A loader may rewrite a product weight's rows with q35_repack_row into it; every
+ * kernel entry point here (dot products, tiles, dequantize) takes the repacked type, with the
+ * plain type's results bit for bit. */
 int q35_repack_type(int type);
 /* The file's type of a repacked layout (Q35_TYPE_Q4_0 for Q35_TYPE_Q4_0R); any other type itself. */
 int q35_unrepack_type(int type);

@@ -24,6 +24,7 @@
 #include "kernels/quant_256_kquants.inc"
 #include "kernels/quant_256_float.inc"
 #include "kernels/quant_256_convert.inc"
+#include "kernels/z2_avx2.h"
 
 /*
  * Q4_0 x Q8_0Z (layout in act_layout.h) on 256-bit vectors: quant_avx512.c's t_q4z arithmetic,
@@ -45,10 +46,6 @@
  * first: missing blocks read as zero bytes, as t_q4z's masked loads give them.
  */
 #define Z2C 16 /* t_q4z2's largest C (its prefill tile is 1 x 16: see the shapes below) */
-QSF __m256i q4z2_ld2(const uint8_t *a, int b0) { /* nibbles of blocks b0 (low lane) and b0 + 1 (high) */
-  return _mm256_loadu2_m128i((const __m128i *)(a + 18 * (b0 + 1) + 2), (const __m128i *)(a + 18 * b0 + 2));
-}
-
 /* the fp16 scales (at the start of each block of bs bytes) of blocks b0, b0 + 4, b0 + 8, b0 + 12 */
 QSF uint64_t z2_d4(const uint8_t *a, int bs, int b0) {
   uint16_t d[4];
@@ -63,22 +60,6 @@ QSF uint64_t z2_d4(const uint8_t *a, int bs, int b0) {
  * q4z2_d8's order (256..287); a short last group stays plain. The kernels load V_j and the
  * scales directly (rp = 1) and run the same integer and float steps: the same bits as Q4_0.
  */
-/* V_0..V_3 of half h of the group at a: transposed (rp = 0) or as stored (rp = 1) */
-QSF void q4z2_v(const int rp, const uint8_t *a, int h, __m256i V[4]) {
-  if (rp) {
-    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) V[j] = loadu256(a + 128 * h + 32 * j);
-    return;
-  }
-  const __m256i y0 = q4z2_ld2(a, 2 * h), y1 = q4z2_ld2(a, 4 + 2 * h), y2 = q4z2_ld2(a, 8 + 2 * h),
-                y3 = q4z2_ld2(a, 12 + 2 * h);
-  const __m256i t0 = _mm256_unpacklo_epi32(y0, y1), t1 = _mm256_unpackhi_epi32(y0, y1);
-  const __m256i t2 = _mm256_unpacklo_epi32(y2, y3), t3 = _mm256_unpackhi_epi32(y2, y3);
-  V[0] = _mm256_unpacklo_epi64(t0, t2);
-  V[1] = _mm256_unpackhi_epi64(t0, t2);
-  V[2] = _mm256_unpacklo_epi64(t1, t3);
-  V[3] = _mm256_unpackhi_epi64(t1, t3);
-}
-
 /* half h of group q (16 blocks at a, per row; rp: repacked) for every pair */
 QSI void q4z2_half(const int rp, const int R, const int C, const uint8_t *const *ga, const uint8_t *x, size_t xs,
                    int64_t q, int h, const int pf, const uint8_t *const *pfa, __m256 acc[TRM][Z2C]) {
@@ -113,25 +94,6 @@ QSI void q4z2_half(const int rp, const int R, const int C, const uint8_t *const 
       acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(D[r], yd), acc[r][c]);
     }
   }
-}
-
-/* Q4_0 only (blocks of 18 bytes): half h's 8 scales with four 32-byte loads. The load for lane
- * k starts 2k bytes before block e = 4k + 2h's scale, so d_e lands in word k of the low 128-bit
- * lane and d_(e + 1), 18 bytes on, in word k + 1 of the high lane; three byte blends collect the
- * four loads, a byte shuffle moves the high lane's words 1..4 to 0..3, and a qword permute puts
- * them after the low lane's (z2_d4's order). The loads span bytes 36h .. 36h + 278 of the group. */
-QSF __m128i q4z2_d8(const uint8_t *a, int h) {
-  const __m256i m1 = _mm256_setr_epi16(0, -1, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0);
-  const __m256i m2 = _mm256_setr_epi16(0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0);
-  const __m256i m3 = _mm256_setr_epi16(0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0);
-  const __m256i m23 = _mm256_or_si256(m2, m3);
-  const uint8_t *e = a + 36 * h;
-  const __m256i p01 = _mm256_blendv_epi8(loadu256(e), loadu256(e + 72 - 2), m1);
-  const __m256i p23 = _mm256_blendv_epi8(loadu256(e + 144 - 4), loadu256(e + 216 - 6), m3);
-  const __m256i r = _mm256_blendv_epi8(p01, p23, m23);
-  const __m256i sh = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -1, -1, -1, -1, -1, -1, -1, -1, 2, 3, 4, 5, 6, 7, 8, 9, -1,
-                                      -1, -1, -1, -1, -1, -1, -1);
-  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_shuffle_epi8(r, sh), 0x08));
 }
 
 /* one group of a Q4_0 row (16 blocks at a; rp: repacked) against one column's group b, both halves */

@@ -123,6 +123,9 @@ void q35_quantize_q8_0_block_ref(const float *x, blk_q8_0 *y);
 void q35_quantize_q8_k_block_ref(const float *x, blk_q8_k *y);
 /* One Q8_K block into Q8_KP's permuted qs (back = 0) or back (quant_ref.c; tensor_types.h). */
 void q35_q8_kp_move(const blk_q8_k *src, blk_q8_k *dst, int back);
+/* one row of n elements: Q4_0 / IQ4_NL (bs = 18) or MXFP4 (bs = 17) blocks at src as Q4_0R /
+ * IQ4_NLR / MXFP4R at dst, or back (quant_ref.c) */
+void q35_z2r_move(const void *src, void *dst, int64_t n, int back, int bs);
 /* quant_avx2.c: q35_repack_row's Q4_KR rewrite on 256-bit vectors (the same bytes; AVX2 CPUs only) */
 void q35_repack_q4_kr_avx2(const void *src, void *dst, int64_t n);
 /* quant_avx2.c: q35_repack_row's Q6_KR rewrite likewise (quant_k6r_avx2.inc) */

@@ -8,6 +8,7 @@
 #define QS_VNNI 0
 #include "kernels/quant_256.inc"
 #include "kernels/quant_lowbit_256.inc"
+#include "kernels/z2_avx2.h"
 #include "kernels/quant_lowbit_nz2.inc"
 
 /* Micro-tile shapes R x C (16 vector registers) */
@@ -15,9 +16,13 @@ QS_TILE(t_q3_k, 1, 4)
 QS_TILE(t_q3_kr, 1, 4)
 QS_TILE(t_q2_k, 1, 4)
 QS_TILE(t_mxfp4z2, 1, 8)
-NZ2_GEMV(t_mxfp4z2, LB_MXFP4)
+NZ2_GEMV(t_mxfp4z2, LB_MXFP4, 0)
 QS_TILE(t_iq4_nlz2, 1, 8)
-NZ2_GEMV(t_iq4_nlz2, LB_IQ4_NL)
+NZ2_GEMV(t_iq4_nlz2, LB_IQ4_NL, 0)
+QS_TILE(t_mxfp4r2, 1, 8)
+NZ2_GEMV(t_mxfp4r2, LB_MXFP4, 1)
+QS_TILE(t_iq4_nlr2, 1, 8)
+NZ2_GEMV(t_iq4_nlr2, LB_IQ4_NL, 1)
 QS_TILE(t_q4_1, 2, 3)
 LB_GEMV1(t_q4_1, LB_Q4_1)
 LT_GEMV(t_q4_1, LB_Q4_1)
@@ -37,6 +42,14 @@ void q35_kernels_lowbit_avx2(q35_kernels *k) {
   LB_SET(k, Q35_TYPE_IQ4_NL, t_iq4_nlz2);
   k->gemv[Q35_TYPE_MXFP4] = t_mxfp4z2_gemvn; /* one column: nz2_row1, prefetching */
   k->gemv[Q35_TYPE_IQ4_NL] = t_iq4_nlz2_gemvn;
+  /* their rows are rewritten at load as IQ4_NLR / MXFP4R (Q4_0R's move: the nibbles as the kernels
+   * use them), which drops the transpose and the scale gathering (docs/PERF.md, issue 16, session 21) */
+  LB_SET(k, Q35_TYPE_MXFP4R, t_mxfp4r2);
+  LB_SET(k, Q35_TYPE_IQ4_NLR, t_iq4_nlr2);
+  k->gemv[Q35_TYPE_MXFP4R] = t_mxfp4r2_gemvn;
+  k->gemv[Q35_TYPE_IQ4_NLR] = t_iq4_nlr2_gemvn;
+  k->repack[Q35_TYPE_MXFP4] = Q35_TYPE_MXFP4R;
+  k->repack[Q35_TYPE_IQ4_NL] = Q35_TYPE_IQ4_NLR;
   k->nl_act = Q35_TYPE_Q8_0Z;
   LB_SET1(k, Q35_TYPE_Q4_1, t_q4_1);
   LB_SET1(k, Q35_TYPE_Q5_1, t_q5_1);

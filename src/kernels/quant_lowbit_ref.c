@@ -290,6 +290,44 @@ static float dot_iq4_nl(int64_t n, const void *w, const void *x) {
   return sumf;
 }
 
+/* the reference twins of IQ4_NLR / MXFP4R: IQ4_NL's / MXFP4's on the row moved back (the
+ * dequantizers group by group, as a row may be long) */
+static void dequant_iq4_nlr(const void *src, float *y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16 * QK8_0) {
+    blk_iq4_nl g[16];
+    const int64_t m = n - i < 16 * QK8_0 ? n - i : 16 * QK8_0;
+    q35_z2r_move((const uint8_t *)src + (size_t)(i / QK8_0) * sizeof g[0], g, m, 1, (int)sizeof g[0]);
+    dequant_iq4_nl(g, y + i, m);
+  }
+}
+
+static void dequant_mxfp4r(const void *src, float *y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16 * QK8_0) {
+    blk_mxfp4 g[16];
+    const int64_t m = n - i < 16 * QK8_0 ? n - i : 16 * QK8_0;
+    q35_z2r_move((const uint8_t *)src + (size_t)(i / QK8_0) * sizeof g[0], g, m, 1, (int)sizeof g[0]);
+    dequant_mxfp4(g, y + i, m);
+  }
+}
+
+static float dot_iq4_nlr(int64_t n, const void *w, const void *x) {
+  blk_iq4_nl *p = malloc((size_t)(n / QK8_0) * sizeof(blk_iq4_nl) + 1);
+  if (!p) return NAN;
+  q35_z2r_move(w, p, n, 1, (int)sizeof(blk_iq4_nl));
+  const float v = dot_iq4_nl(n, p, x);
+  free(p);
+  return v;
+}
+
+static float dot_mxfp4r(int64_t n, const void *w, const void *x) {
+  blk_mxfp4 *p = malloc((size_t)(n / QK8_0) * sizeof(blk_mxfp4) + 1);
+  if (!p) return NAN;
+  q35_z2r_move(w, p, n, 1, (int)sizeof(blk_mxfp4));
+  const float v = dot_mxfp4(n, p, x);
+  free(p);
+  return v;
+}
+
 /* Q4_1 / Q5_1 x Q8_1: d_w d_x (q . y) + m_w s_x */
 static float dot_q4_1(int64_t n, const void *w, const void *x) {
   const blk_q4_1 *a = w;
@@ -326,6 +364,8 @@ void q35_kernels_lowbit_ref(q35_kernels *k) {
   SET(Q35_TYPE_Q3_KR, dequant_q3_kr, dot_q3_kr);
   SET(Q35_TYPE_MXFP4, dequant_mxfp4, dot_mxfp4);
   SET(Q35_TYPE_IQ4_NL, dequant_iq4_nl, dot_iq4_nl);
+  SET(Q35_TYPE_IQ4_NLR, dequant_iq4_nlr, dot_iq4_nlr);
+  SET(Q35_TYPE_MXFP4R, dequant_mxfp4r, dot_mxfp4r);
   SET(Q35_TYPE_Q4_1, dequant_q4_1, dot_q4_1);
   SET(Q35_TYPE_Q5_1, dequant_q5_1, dot_q5_1);
 #undef SET
@@ -339,7 +379,7 @@ int q35_lowbit_vec_dot_type(const q35_kernels *k, int type) {
   case Q35_TYPE_Q2_K: case Q35_TYPE_Q3_K: case Q35_TYPE_Q3_KR: return Q35_TYPE_Q8_K;
   /* a layout of Q4_0's (the same nibble blocks with other values): Q8_0X, or Q8_0Z where the
    * level has those kernels (nl_act) */
-  case Q35_TYPE_MXFP4: case Q35_TYPE_IQ4_NL: return k->nl_act ? k->nl_act : Q35_TYPE_Q8_0X;
+  case Q35_TYPE_MXFP4: case Q35_TYPE_IQ4_NL: case Q35_TYPE_MXFP4R: case Q35_TYPE_IQ4_NLR: return k->nl_act ? k->nl_act : Q35_TYPE_Q8_0X;
   case Q35_TYPE_Q4_1: case Q35_TYPE_Q5_1: return Q35_TYPE_Q8_1;
   default: return -1;
   }

@@ -417,28 +417,38 @@ static float dot_iq4_xs(int64_t n, const void *w, const void *x) {
  * lane half s (0, 1) of vector j (0..3) of half h (0, 1) is nibble byte 4j + i of block
  * 4k + 2h + s, at 128h + 32j + 16s + 4k + i; the scale of that block is fp16 number 4s + k of
  * half h's 8, at 256 + 16h. (The AVX2 kernel's transposed nibbles and gathered scales, stored.)
- * A short last group of fewer than 16 blocks is copied as it is. */
-static void q4_0r_move(const uint8_t *src, uint8_t *dst, int64_t n, int back) {
+ * A short last group of fewer than 16 blocks is copied as it is. IQ4_NLR is the same move of
+ * IQ4_NL's blocks (also fp16 d then 16 nibble bytes); MXFP4R that of MXFP4's 17-byte blocks (the
+ * E8M0 byte then 16 nibble bytes), whose scale bytes go to 256 + 8h + 4s + k. bs: bytes per
+ * block (18 or 17), the scale being its first bs - 16. */
+void q35_z2r_move(const void *srcv, void *dstv, int64_t n, int back, int bs) {
+  const uint8_t *src = srcv;
+  uint8_t *dst = dstv;
+  const size_t b16 = 16 * (size_t)bs, ds = (size_t)bs - 16; /* group bytes, scale bytes */
   const int64_t nb = n / QK8_0, ng = nb / 16;
   for (int64_t q = 0; q < ng; q++) {
-    const uint8_t *g = src + (size_t)q * 16 * sizeof(blk_q4_0);
-    uint8_t *o = dst + (size_t)q * 16 * sizeof(blk_q4_0);
+    const uint8_t *g = src + (size_t)q * b16;
+    uint8_t *o = dst + (size_t)q * b16;
     for (int h = 0; h < 2; h++)
       for (int s = 0; s < 2; s++)
         for (int k = 0; k < 4; k++) {
-          const size_t b = (size_t)(4 * k + 2 * h + s) * sizeof(blk_q4_0); /* the plain block */
-          const size_t d = 256 + 16 * (size_t)h + 2 * (size_t)(4 * s + k);
-          if (back) memcpy(o + b, g + d, 2);
-          else memcpy(o + d, g + b, 2);
+          const size_t b = (size_t)(4 * k + 2 * h + s) * (size_t)bs; /* the plain block */
+          const size_t d = 256 + 8 * ds * (size_t)h + ds * (size_t)(4 * s + k);
+          if (back) memcpy(o + b, g + d, ds);
+          else memcpy(o + d, g + b, ds);
           for (int j = 0; j < 4; j++) {
             const size_t r = 128 * (size_t)h + 32 * (size_t)j + 16 * (size_t)s + 4 * (size_t)k;
-            if (back) memcpy(o + b + 2 + 4 * j, g + r, 4);
-            else memcpy(o + r, g + b + 2 + 4 * j, 4);
+            if (back) memcpy(o + b + ds + 4 * j, g + r, 4);
+            else memcpy(o + r, g + b + ds + 4 * j, 4);
           }
         }
   }
-  const size_t done = (size_t)ng * 16 * sizeof(blk_q4_0);
-  memcpy(dst + done, src + done, (size_t)(nb % 16) * sizeof(blk_q4_0));
+  const size_t done = (size_t)ng * b16;
+  memcpy(dst + done, src + done, (size_t)(nb % 16) * (size_t)bs);
+}
+
+static void q4_0r_move(const uint8_t *src, uint8_t *dst, int64_t n, int back) {
+  q35_z2r_move(src, dst, n, back, (int)sizeof(blk_q4_0));
 }
 
 /* Q8_KP (tensor_types.h): the 256 qs bytes of a Q8_K block as 8 registers of 32 bytes; bytes
@@ -526,6 +536,8 @@ static void q6_kr_move(const uint8_t *src, uint8_t *dst, int64_t n, int back) {
 
 void q35_repack_row(int type, const void *src, void *dst, int64_t n) {
   if (type == Q35_TYPE_Q4_0R) q4_0r_move(src, dst, n, 0);
+  else if (type == Q35_TYPE_IQ4_NLR) q35_z2r_move(src, dst, n, 0, (int)sizeof(blk_iq4_nl));
+  else if (type == Q35_TYPE_MXFP4R) q35_z2r_move(src, dst, n, 0, (int)sizeof(blk_mxfp4));
   else if (type == Q35_TYPE_Q3_KR) q35_q3_kr_move(src, dst, n, 0);
   else if (type == Q35_TYPE_Q4_KR) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -548,6 +560,8 @@ void q35_repack_row(int type, const void *src, void *dst, int64_t n) {
 
 void q35_unrepack_row(int type, const void *src, void *dst, int64_t n) {
   if (type == Q35_TYPE_Q4_0R) q4_0r_move(src, dst, n, 1);
+  else if (type == Q35_TYPE_IQ4_NLR) q35_z2r_move(src, dst, n, 1, (int)sizeof(blk_iq4_nl));
+  else if (type == Q35_TYPE_MXFP4R) q35_z2r_move(src, dst, n, 1, (int)sizeof(blk_mxfp4));
   else if (type == Q35_TYPE_Q3_KR) q35_q3_kr_move(src, dst, n, 1);
   else if (type == Q35_TYPE_Q4_KR) q4_kr_move(src, dst, n, 1);
   else if (type == Q35_TYPE_Q6_KR) q6_kr_move(src, dst, n, 1);

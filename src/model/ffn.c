@@ -116,16 +116,22 @@ typedef struct {
  * blocks as two memory streams, more bytes per second than one (docs/PERF.md, issue 15 session
  * 14). More slots go through each block's tile MOE_CB at a time. */
 enum { MOE_RB = 16, MOE_CB = 32 };
-/* Rows per block for a step of T tokens in phase 0 / 1. Prefill keeps MOE_RB (a unit's tiles
- * reuse each weight block over many columns: short blocks keep them in cache and split evenly).
+/* Rows per block for a step of T tokens in phase 0 / 1. Prefill (more than MOE_T_SMALL tokens)
+ * keeps MOE_RB (a unit's tiles reuse each weight block over many columns: short blocks keep them
+ * in cache and split evenly).
  * A decode step (T = 1: every expert has one slot) reads each unit's rows once, as two streams,
  * and short calls stream less per second: gate / up go in 64-row blocks (72 KB a stream for a
  * 2048-wide Q4_0 expert), down in 128-row blocks (36 KB a stream for a 512-wide one), still 8
  * units an expert in each phase for two threads to share (docs/PERF.md, issue 15 session 16).
  * The bits do not depend on it: every output is one row's product. */
 enum { MOE_RB_DEC0 = 64, MOE_RB_DEC1 = 128 };
+/* A verify step of up to MOE_T_SMALL tokens (drafts of 1..3 after the last accepted token) takes
+ * decode's blocks too: most of its active experts have one slot (the rows2 path, as in decode),
+ * and the rest at most MOE_T_SMALL columns, whose activations stay in cache over any block; short
+ * blocks there only cut the streams short (docs/PERF.md, issue 19 session 21). */
+enum { MOE_T_SMALL = 4 };
 static int moe_rows(int64_t T, int phase) {
-  return T != 1 ? MOE_RB : phase == 0 ? MOE_RB_DEC0 : MOE_RB_DEC1;
+  return T > MOE_T_SMALL ? MOE_RB : phase == 0 ? MOE_RB_DEC0 : MOE_RB_DEC1;
 }
 static int moe_pairs(int rows, int phase, int rb) {
   const int nb = (rows + rb - 1) / rb;

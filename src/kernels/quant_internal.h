@@ -85,7 +85,7 @@ void q35_kernels_avx2(q35_kernels *k);             /* quant_avx2.c: AVX2 + FMA +
 void q35_kernels_avx512(q35_kernels *k);           /* quant_avx512.c: AVX-512 F/BW/VL/DQ/VNNI (+ VBMI) */
 /* quant_avx2.c: the 256-bit Q4_K / Q5_K / Q6_K x Q8_K one-column products (gemv, gemv2), for the
  * AVX-512 level, whose K-quant vec_dot gives their bits (tests/test_quant_tile.c); the AVX2 level
- * keeps them for Q5_K / Q6_K and runs Q4_K on Q8_KP (quant_k4r_avx2.inc) */
+ * keeps them for Q5_K and runs Q4_K and Q6_K on Q8_KP (quant_k4r_avx2.inc, quant_k6r_avx2.inc) */
 void q35_kernels_avx2_kquant_gemv(q35_kernels *k);
 void q35_kernels_neon(q35_kernels *k);             /* quant_neon.c: aarch64 NEON (+ dotprod, i8mm) */
 /* The type families added after the first round, each level in its own file (each called at the

@@ -8,7 +8,8 @@
  * blocks 4k + 2h, high lane 4k + 2h + 1), which puts bytes 4j..4j+3 of each block in its own lane
  * of V_j, Q8_0Z's lane order. The repacked layouts (q35_z2r_move, quant_ref.c) store V_0..V_3 of
  * half 0 (bytes 0..127 of a whole group) and half 1 (128..255), then the 16 scales in z2_d8's lane
- * order, so that the kernels load them as they are. Included after quant_256.inc (QSF, loadu256).
+ * order, so that the kernels load them as they are. Included after quant_256.inc (QSF, QSI,
+ * loadu256). z2_v and z2_d8 are forced inline: as calls, the vectors would pass through memory.
  */
 #ifndef Q35_KERNELS_Z2_AVX2_H
 #define Q35_KERNELS_Z2_AVX2_H
@@ -20,7 +21,7 @@ QSF __m256i z2_ld2(const int bs, const uint8_t *a, int b0) {
 }
 
 /* V_0..V_3 of half h of the group at a: transposed (rp = 0) or as stored (rp = 1, repacked) */
-QSF void z2_v(const int rp, const int bs, const uint8_t *a, int h, __m256i V[4]) {
+QSI void z2_v(const int rp, const int bs, const uint8_t *a, int h, __m256i V[4]) {
   if (rp) {
     _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) V[j] = loadu256(a + 128 * h + 32 * j);
     return;
@@ -41,7 +42,7 @@ QSF void z2_v(const int rp, const int bs, const uint8_t *a, int h, __m256i V[4])
  * in word k + 1 of the high lane; three byte blends collect the four loads, a byte shuffle moves
  * the high lane's words 1..4 to 0..3, and a qword permute puts them after the low lane's. The loads
  * span bytes 36h .. 36h + 278 of the group. */
-QSF __m128i z2_d8(const uint8_t *a, int h) {
+QSI __m128i z2_d8(const uint8_t *a, int h) {
   const __m256i m1 = _mm256_setr_epi16(0, -1, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0);
   const __m256i m2 = _mm256_setr_epi16(0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0);
   const __m256i m3 = _mm256_setr_epi16(0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0);
@@ -56,7 +57,7 @@ QSF __m128i z2_d8(const uint8_t *a, int h) {
 }
 
 /* Q4_0's instances (quant_avx2.c) */
-QSF void q4z2_v(const int rp, const uint8_t *a, int h, __m256i V[4]) { z2_v(rp, 18, a, h, V); }
-QSF __m128i q4z2_d8(const uint8_t *a, int h) { return z2_d8(a, h); }
+QSI void q4z2_v(const int rp, const uint8_t *a, int h, __m256i V[4]) { z2_v(rp, 18, a, h, V); }
+QSI __m128i q4z2_d8(const uint8_t *a, int h) { return z2_d8(a, h); }
 
 #endif

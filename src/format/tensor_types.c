@@ -14,6 +14,7 @@ static const char *const type_names[Q35_TYPE_COUNT] = {
     [35] = "tq2_0",   [39] = "mxfp4", [40] = "q8_0x", [41] = "q8_0y", [42] = "q8_0z", [43] = "q4_0r",
     [44] = "q4_Kr",   [45] = "q8_Kp",
     [46] = "q3_Kr",
+    [48] = "q2_Kr",
 };
 
 /* block: elements per block; size: bytes per block (ggml's block_* structs); computed: q35 has
@@ -38,6 +39,7 @@ static const struct {
     [Q35_TYPE_Q4_KR] = {256, 144, 0}, /* Q4_K's, likewise */
     [Q35_TYPE_Q8_KP] = {256, 292, 0}, /* Q8_K's */
     [Q35_TYPE_Q3_KR] = {256, 110, 0}, /* Q3_K's sizes; likewise */
+    [Q35_TYPE_Q2_KR] = {256, 84, 0},  /* Q2_K's sizes; likewise */
 };
 
 const char *q35_type_name(int type) {

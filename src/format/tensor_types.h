@@ -53,7 +53,10 @@ enum q35_type {
   /* likewise Q3_K rows repacked at load for the AVX2 kernels (kernels/quant_lowbit.h); same bytes
    * per block as Q3_K */
   Q35_TYPE_Q3_KR = 46,
-  Q35_TYPE_COUNT = 47, /* upper bound of the type ids above */
+  /* likewise Q2_K rows repacked at load for the AVX2 kernels on Q8_KP (kernels/quant_lowbit.h);
+   * same bytes per block as Q2_K */
+  Q35_TYPE_Q2_KR = 48,
+  Q35_TYPE_COUNT = 49, /* upper bound of the type ids above */
 };
 
 /* GGML's name for any GGML type id ("q4_K", "iq2_xxs", ...), or NULL for an unknown id. */

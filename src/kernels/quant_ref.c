@@ -480,7 +480,15 @@ static void q4_kr_move(const uint8_t *src, uint8_t *dst, int64_t n, int back) {
 void q35_repack_row(int type, const void *src, void *dst, int64_t n) {
   if (type == Q35_TYPE_Q4_0R) q4_0r_move(src, dst, n, 0);
   else if (type == Q35_TYPE_Q3_KR) q35_q3_kr_move(src, dst, n, 0);
-  else if (type == Q35_TYPE_Q4_KR) {
+  else if (type == Q35_TYPE_Q2_KR) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (q35_simd_active() >= Q35_SIMD_AVX2 && q35_simd_active() <= Q35_SIMD_AVX512) {
+      q35_repack_q2_kr_avx2(src, dst, n); /* the loader's rewrite: the same bytes, faster */
+      return;
+    }
+#endif
+    q35_q2_kr_move(src, dst, n, 0);
+  } else if (type == Q35_TYPE_Q4_KR) {
 #if defined(__x86_64__) || defined(__i386__)
     if (q35_simd_active() >= Q35_SIMD_AVX2 && q35_simd_active() <= Q35_SIMD_AVX512) {
       q35_repack_q4_kr_avx2(src, dst, n); /* the loader's rewrite: the same bytes, faster */
@@ -494,6 +502,7 @@ void q35_repack_row(int type, const void *src, void *dst, int64_t n) {
 void q35_unrepack_row(int type, const void *src, void *dst, int64_t n) {
   if (type == Q35_TYPE_Q4_0R) q4_0r_move(src, dst, n, 1);
   else if (type == Q35_TYPE_Q3_KR) q35_q3_kr_move(src, dst, n, 1);
+  else if (type == Q35_TYPE_Q2_KR) q35_q2_kr_move(src, dst, n, 1);
   else if (type == Q35_TYPE_Q4_KR) q4_kr_move(src, dst, n, 1);
   else memcpy(dst, src, q35_row_size(type, n));
 }

@@ -68,8 +68,8 @@ check moe_q8_0 --arch qwen35moe --layers 2 --interval 2 --embd 64 --heads 2 --kv
   --experts-used 2 --type q8_0 --seed 23
 
 # The load-time repack (Q4_0 product weights as Q4_0R, Q4_K as Q4_KR, Q3_K as Q3_KR, Q6_K as Q6_KR,
-# IQ4_NL as IQ4_NLR, MXFP4 as MXFP4R at the AVX2 level; the @avx2 run of this test exercises it, other levels
-# load the file's layout either way):
+# Q2_K as Q2_KR, IQ4_NL as IQ4_NLR, MXFP4 as MXFP4R at the AVX2 level; the @avx2 run of this test exercises
+# it, other levels load the file's layout either way):
 # logits with it equal those without (--no-repack, env Q35_REPACK=0), in one chunk and in chunks of 3, at 1 and 2
 # threads. Rows of 512 elements, so the Q4_0 repack has whole groups of 16 blocks to rewrite.
 # Arguments: the file's type, the seed.
@@ -120,6 +120,7 @@ repack q3_k 26
 repack q6_k 27
 repack iq4_nl 28
 repack mxfp4 29
+repack q2_k 30
 
 if [ $fails -ne 0 ]; then
   echo "test_invariance: $fails failure(s)"

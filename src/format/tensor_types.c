@@ -13,7 +13,7 @@ static const char *const type_names[Q35_TYPE_COUNT] = {
     [27] = "i64",     [28] = "f64",    [29] = "iq1_m",   [30] = "bf16",   [34] = "tq1_0",
     [35] = "tq2_0",   [39] = "mxfp4", [40] = "q8_0x", [41] = "q8_0y", [42] = "q8_0z", [43] = "q4_0r",
     [44] = "q4_Kr",   [45] = "q8_Kp",
-    [46] = "q3_Kr",   [47] = "q6_Kr",   [49] = "iq4_nlr", [50] = "mxfp4r",
+    [46] = "q3_Kr",   [47] = "q6_Kr",   [48] = "q2_Kr",   [49] = "iq4_nlr", [50] = "mxfp4r",
 };
 
 /* block: elements per block; size: bytes per block (ggml's block_* structs); computed: q35 has
@@ -39,6 +39,7 @@ static const struct {
     [Q35_TYPE_Q8_KP] = {256, 292, 0}, /* Q8_K's */
     [Q35_TYPE_Q3_KR] = {256, 110, 0}, /* Q3_K's sizes; likewise */
     [Q35_TYPE_Q6_KR] = {256, 210, 0}, /* Q6_K's sizes; likewise */
+    [Q35_TYPE_Q2_KR] = {256, 84, 0},  /* Q2_K's sizes; likewise */
     [Q35_TYPE_IQ4_NLR] = {32, 18, 0}, /* IQ4_NL's sizes; likewise */
     [Q35_TYPE_MXFP4R] = {32, 17, 0}, /* MXFP4's sizes; likewise */
 };

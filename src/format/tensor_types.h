@@ -57,9 +57,11 @@ enum q35_type {
    * bytes rearranged so that the 6-bit values come out in Q8_KP's order (kernels/quant_k6r_avx2.inc);
    * Q6_K's sizes, scales and d */
   Q35_TYPE_Q6_KR = 47,
+  /* likewise Q2_K rows repacked at load for the AVX2 kernels on Q8_KP (kernels/quant_lowbit.h);
+   * same bytes per block as Q2_K */
+  Q35_TYPE_Q2_KR = 48,
   /* IQ4_NL and MXFP4 rows repacked at load for the AVX2 kernels (q35_repack_row) as Q4_0R is (the
-   * same nibble block after a scale of 2 or 1 bytes); IQ4_NL's / MXFP4's sizes. 48: Q2_K's
-   * repacked layout */
+   * same nibble block after a scale of 2 or 1 bytes); IQ4_NL's / MXFP4's sizes */
   Q35_TYPE_IQ4_NLR = 49,
   Q35_TYPE_MXFP4R = 50,
   Q35_TYPE_COUNT = 51, /* upper bound of the type ids above */

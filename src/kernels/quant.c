@@ -28,6 +28,8 @@ static void overlay(q35_kernels *dst, const q35_kernels *src) {
   if (src->q4_kr_act) dst->q4_kr_act = src->q4_kr_act;
   if (src->q6_k_act) dst->q6_k_act = src->q6_k_act;
   if (src->q6_kr_act) dst->q6_kr_act = src->q6_kr_act;
+  if (src->q2_k_act) dst->q2_k_act = src->q2_k_act;
+  if (src->q2_kr_act) dst->q2_kr_act = src->q2_kr_act;
   for (int t = 0; t < Q35_TYPE_COUNT; t++) {
     if (src->repack[t]) dst->repack[t] = src->repack[t];
     if (src->vec_dot[t]) dst->vec_dot[t] = src->vec_dot[t];
@@ -164,6 +166,7 @@ int q35_unrepack_type(int type) {
   case Q35_TYPE_MXFP4R: return Q35_TYPE_MXFP4;
   case Q35_TYPE_Q4_KR: return Q35_TYPE_Q4_K;
   case Q35_TYPE_Q6_KR: return Q35_TYPE_Q6_K;
+  case Q35_TYPE_Q2_KR: return Q35_TYPE_Q2_K;
   default: return type;
   }
 }

@@ -73,6 +73,14 @@ _Static_assert(sizeof(blk_q3_k) == 110, "q3_K size");
 #define Q3KR_PLANES 14
 /* one row of n elements (a multiple of 256): Q3_K at src as Q3_KR at dst, or back (quant_lowbit_ref.c) */
 void q35_q3_kr_move(const void *src, void *dst, int64_t n, int back);
+/* Q2_KR (Q35_TYPE_Q2_KR): a Q2_K block repacked at load for the AVX2 kernels on Q8_KP activations
+ * (q35_repack_row), 84 bytes: scales, d and dmin as Q2_K's; qs as two 32-byte loads k = 0, 1 whose
+ * byte b holds at bits 2f, 2f + 1 the value for Q8_KP's register m = 4k + f, byte b (element 32j +
+ * 16h + 2m + t for b = 4j + 2h + t; tensor_types.h). int16 lane l of every register then belongs
+ * to sub-block l, Q2_K's scale granularity (quant_k2r_avx2.inc). */
+void q35_q2_kr_move(const void *src, void *dst, int64_t n, int back);
+/* quant_avx2.c: q35_repack_row's Q2_KR rewrite on 256-bit vectors (the same bytes; AVX2 CPUs only) */
+void q35_repack_q2_kr_avx2(const void *src, void *dst, int64_t n);
 _Static_assert(sizeof(blk_mxfp4) == 17, "mxfp4 size");
 _Static_assert(sizeof(blk_iq4_nl) == 18, "iq4_nl size");
 _Static_assert(sizeof(blk_q4_1) == 20, "q4_1 size");

@@ -2,7 +2,8 @@
  * quant_lowbit_avx2.c - kernels of the Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, MXFP4 weight types: AVX2 + FMA + F16C.
  * The 256-bit templates of quant_lowbit_256.inc (maddubs + madd integer sums, float lanes with
  * fused multiply-adds), and IQ4_NL / MXFP4 x Q8_0Z (quant_lowbit_nz2.inc: the AVX-512 VBMI
- * kernels' bits); dequantize and the quantizers are the reference's.
+ * kernels' bits); dequantize and the quantizers are the reference's. Q2_K here: quant_avx2.c's
+ * Q8_KP kernels (quant_k2r_avx2.inc).
  */
 #define QS_TARGET __attribute__((target("avx2,fma,f16c")))
 #define QS_VNNI 0
@@ -14,7 +15,6 @@
 /* Micro-tile shapes R x C (16 vector registers) */
 QS_TILE(t_q3_k, 1, 4)
 QS_TILE(t_q3_kr, 1, 4)
-QS_TILE(t_q2_k, 1, 4)
 QS_TILE(t_mxfp4z2, 1, 8)
 NZ2_GEMV(t_mxfp4z2, LB_MXFP4, 0)
 QS_TILE(t_iq4_nlz2, 1, 8)
@@ -36,7 +36,6 @@ void q35_kernels_lowbit_avx2(q35_kernels *k) {
    * 3-bit values take fewer vector operations per super-block (docs/PERF.md, issue 16, session 20) */
   LB_SET(k, Q35_TYPE_Q3_KR, t_q3_kr);
   k->repack[Q35_TYPE_Q3_K] = Q35_TYPE_Q3_KR;
-  LB_SET(k, Q35_TYPE_Q2_K, t_q2_k);
   /* IQ4_NL / MXFP4 x Q8_0Z, one int32 lane per block (quant_lowbit_nz2.inc), as Q4_0 here */
   LB_SET(k, Q35_TYPE_MXFP4, t_mxfp4z2);
   LB_SET(k, Q35_TYPE_IQ4_NL, t_iq4_nlz2);

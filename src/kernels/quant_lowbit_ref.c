@@ -240,6 +240,49 @@ void q35_q3_kr_move(const void *src, void *dst, int64_t n, int back) {
   }
 }
 
+/* ------------------------------ Q2_KR ------------------------------ */
+
+/* quant_lowbit.h's layout: value of element 32j + e (e < 32) at bits 2 (j & 3) of plain byte
+ * 32 (j >> 2) + e; Q2_KR's register m, byte b = 4j + 2h + t holds element 32j + 16h + 2m + t at
+ * bits 2 (m & 3) of byte 32 (m >> 2) + b */
+void q35_q2_kr_move(const void *src, void *dst, int64_t n, int back) {
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const blk_q2_k *a = (const blk_q2_k *)src + i;
+    blk_q2_k *o = (blk_q2_k *)dst + i;
+    uint8_t qs[QK_K / 4];
+    memset(qs, 0, sizeof qs);
+    for (int m = 0; m < 8; m++)
+      for (int b = 0; b < 32; b++) {
+        const int j = b / 4, e = 16 * ((b / 2) & 1) + 2 * m + (b & 1);
+        const int pb = 32 * (j >> 2) + e, ps = 2 * (j & 3); /* plain byte, shift */
+        const int rb = 32 * (m >> 2) + b, rs = 2 * (m & 3); /* repacked byte, shift */
+        if (back) qs[pb] |= (uint8_t)(((a->qs[rb] >> rs) & 3) << ps);
+        else qs[rb] |= (uint8_t)(((a->qs[pb] >> ps) & 3) << rs);
+      }
+    memmove(o, a, sizeof *o); /* scales, d, dmin (src == dst allowed) */
+    memcpy(o->qs, qs, sizeof qs);
+  }
+}
+
+/* the reference twins of Q2_KR: Q2_K's on the row moved back (activations Q8_K: the _ref entry
+ * points convert the AVX2 level's Q8_KP) */
+static void dequant_q2_kr(const void *src, float *y, int64_t n) {
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    blk_q2_k b;
+    q35_q2_kr_move((const uint8_t *)src + (size_t)i * sizeof b, &b, QK_K, 1);
+    dequant_q2_k(&b, y + i * QK_K, QK_K);
+  }
+}
+
+static float dot_q2_kr(int64_t n, const void *w, const void *x) {
+  blk_q2_k *p = malloc((size_t)(n / QK_K) * sizeof(blk_q2_k) + 1);
+  if (!p) return NAN;
+  q35_q2_kr_move(w, p, n, 1);
+  const float v = dot_q2_k(n, p, x);
+  free(p);
+  return v;
+}
+
 /* the reference twins of Q3_KR: Q3_K's on the row moved back */
 static void dequant_q3_kr(const void *src, float *y, int64_t n) {
   for (int64_t i = 0; i < n / QK_K; i++) {
@@ -362,6 +405,7 @@ void q35_kernels_lowbit_ref(q35_kernels *k) {
   SET(Q35_TYPE_Q2_K, dequant_q2_k, dot_q2_k);
   SET(Q35_TYPE_Q3_K, dequant_q3_k, dot_q3_k);
   SET(Q35_TYPE_Q3_KR, dequant_q3_kr, dot_q3_kr);
+  SET(Q35_TYPE_Q2_KR, dequant_q2_kr, dot_q2_kr);
   SET(Q35_TYPE_MXFP4, dequant_mxfp4, dot_mxfp4);
   SET(Q35_TYPE_IQ4_NL, dequant_iq4_nl, dot_iq4_nl);
   SET(Q35_TYPE_IQ4_NLR, dequant_iq4_nlr, dot_iq4_nlr);
@@ -376,7 +420,10 @@ void q35_kernels_lowbit_ref(q35_kernels *k) {
 
 int q35_lowbit_vec_dot_type(const q35_kernels *k, int type) {
   switch (type) {
-  case Q35_TYPE_Q2_K: case Q35_TYPE_Q3_K: case Q35_TYPE_Q3_KR: return Q35_TYPE_Q8_K;
+  case Q35_TYPE_Q3_K: case Q35_TYPE_Q3_KR: return Q35_TYPE_Q8_K;
+  /* Q8_K, or Q8_KP where the level has those kernels (AVX2: quant_k2r_avx2.inc) */
+  case Q35_TYPE_Q2_K: return k->q2_k_act ? k->q2_k_act : Q35_TYPE_Q8_K;
+  case Q35_TYPE_Q2_KR: return k->q2_kr_act ? k->q2_kr_act : Q35_TYPE_Q8_K;
   /* a layout of Q4_0's (the same nibble blocks with other values): Q8_0X, or Q8_0Z where the
    * level has those kernels (nl_act) */
   case Q35_TYPE_MXFP4: case Q35_TYPE_IQ4_NL: case Q35_TYPE_MXFP4R: case Q35_TYPE_IQ4_NLR: return k->nl_act ? k->nl_act : Q35_TYPE_Q8_0X;

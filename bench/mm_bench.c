@@ -11,7 +11,8 @@
  *   cc -O2 -Iinclude -Isrc bench/mm_bench.c build/libq35.a -o build/mm_bench \
  *      $(pkg-config --libs jansson libpcre2-8 libutf8proc) -lm -pthread
  * Run: build/mm_bench [ROWS, default 4096] [NMAT, default 64]   (env K=2048, COLS=123, THREADS=1,
- * TYPE=q4_0 or f32: TYPE=f32 ROWS=256 is the MoE router's shape, 2 MiB a matrix)
+ * TYPE=q4_0 or f32: TYPE=f32 ROWS=256 is the MoE router's shape, 2 MiB a matrix). Q4_0 rows are
+ * repacked as the loader does where the level repacks them (Q4_0R; the type printed says which).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,12 +54,23 @@ int main(int argc, char **argv) {
     if (type == Q35_TYPE_F32) memcpy(w + (size_t)r * ws, f, ws);
     else q35_quantize_row(Q35_TYPE_Q4_0, f, w + (size_t)r * ws, K);
   }
+  /* the rows as the loader leaves them: repacked where the level repacks the type (q35_repack_type,
+   * Q4_0R; env Q35_REPACK=0 keeps the file's layout) */
+  const int rt = q35_repack_type(type);
+  if (rt != type) {
+    uint8_t *tmp = malloc(ws);
+    for (int r = 0; r < 64 && r < rows; r++) {
+      q35_repack_row(rt, w + (size_t)r * ws, tmp, K);
+      memcpy(w + (size_t)r * ws, tmp, ws);
+    }
+    free(tmp);
+  }
   for (size_t r = 64; r < (size_t)rows * (size_t)nmat; r++) memcpy(w + r * ws, w + (r % 64) * ws, ws);
   for (int64_t i = 0; i < K * 8; i++) f[i] = (float)rand() / (float)RAND_MAX - 0.5f;
   float *y = malloc(sizeof(float) * (size_t)rows * 8);
   char *buf = aligned_alloc(64, (q35_row_size(q35_vec_dot_type(type), K) * 8 + 63) / 64 * 64 + 4096);
   q35_pool *pool = q35_pool_new(nthreads);
-  printf("%s %d x %lld, %d matrices (%.0f MB), %d thread(s)\n", q35_type_name(type), rows, (long long)K, nmat, (double)mb * nmat / 1e6,
+  printf("%s %d x %lld, %d matrices (%.0f MB), %d thread(s)\n", q35_type_name(rt), rows, (long long)K, nmat, (double)mb * nmat / 1e6,
          q35_pool_size(pool));
   for (const char *c = cols; *c; c++) {
     const int T = *c - '0';
@@ -67,7 +79,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 7; k++) {
       const double t0 = cpu(), w0 = wall();
       for (int m = 0; m < nmat; m++) {
-        const q35_tensor t = {w + (size_t)m * mb, type, {K, rows, 1, 1}, ws, mb};
+        const q35_tensor t = {w + (size_t)m * mb, rt, {K, rows, 1, 1}, ws, mb};
         q35_matmul_f(pool, &t, f, K, T, y, rows, buf);
       }
       const double dt = cpu() - t0, dw = wall() - w0;

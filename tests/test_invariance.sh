@@ -68,9 +68,8 @@ check moe_q8_0 --arch qwen35moe --layers 2 --interval 2 --embd 64 --heads 2 --kv
   --experts-used 2 --type q8_0 --seed 23
 
 # The load-time repack (Q4_0 product weights as Q4_0R, Q4_K as Q4_KR, Q3_K as Q3_KR, Q6_K as Q6_KR,
-# Q2_K as Q2_KR, IQ4_NL as IQ4_NLR, MXFP4 as MXFP4R at the AVX2 level, and Q4_0 as Q4_0R at the AVX-512
-# level with VBMI; the @avx2 run of this test and the default one exercise it, other levels load the
-# file's layout either way):
+# Q2_K as Q2_KR, IQ4_NL as IQ4_NLR, MXFP4 as MXFP4R at the AVX2 level; the @avx2 run of this test exercises
+# it, other levels load the file's layout either way):
 # logits with it equal those without (--no-repack, env Q35_REPACK=0), in one chunk and in chunks of 3, at 1 and 2
 # threads. Rows of 512 elements, so the Q4_0 repack has whole groups of 16 blocks to rewrite.
 # Arguments: the file's type, the seed.
@@ -97,26 +96,18 @@ repack() {
     done
   done
   # and the repack did run where it should: q35 bench --json's repacked_bytes > 0 exactly at the
-  # AVX2 level and (Q4_0 only) at the AVX-512 level with VBMI unless the testing aid Q35_Q4_0_X
-  # picks the Q8_0X kernels, 0 with --no-repack
-  local j on off simd want
+  # AVX2 level, 0 with --no-repack
+  local j on off simd
   j=$("$Q35" bench -m "$m" -t 1 -p 2 -n 2 -r 1 --json 2>>"$W/l.log" | tail -1)
   on=$(printf '%s' "$j" | sed -n 's/.*"repacked_bytes": \([0-9-]*\).*/\1/p')
   simd=$(printf '%s' "$j" | sed -n 's/.*"simd": "\([a-z0-9+]*\)".*/\1/p')
   off=$("$Q35" bench -m "$m" -t 1 -p 2 -n 2 -r 1 --json --no-repack 2>>"$W/l.log" | tail -1 |
     sed -n 's/.*"repacked_bytes": \([0-9-]*\).*/\1/p')
-  want=0
-  if [ "$simd" = avx2 ]; then
-    want=1
-  elif [ "$simd" = avx512 ] && [ "$ty" = q4_0 ] && [ -z "${Q35_Q4_0_X:-}" ] &&
-    grep -qw avx512vbmi /proc/cpuinfo 2>/dev/null; then
-    want=1
-  fi
   if [ -z "$on" ] || [ -z "$simd" ] || [ -z "$off" ]; then
     fail "repack $ty: q35 bench --json gave no repacked_bytes / simd: $j $(tail -3 "$W/l.log")"
-  elif [ $want = 1 ] && [ "$on" -le 0 ]; then
-    fail "repack $ty: nothing repacked at the $simd level (repacked_bytes $on)"
-  elif [ $want = 0 ] && [ "$on" -ne 0 ]; then
+  elif [ "$simd" = avx2 ] && [ "$on" -le 0 ]; then
+    fail "repack $ty: nothing repacked at the avx2 level (repacked_bytes $on)"
+  elif [ "$simd" != avx2 ] && [ "$on" -ne 0 ]; then
     fail "repack $ty: $on bytes repacked at the $simd level"
   elif [ "$off" -ne 0 ]; then
     fail "repack $ty: --no-repack still repacked $off bytes"

@@ -61,12 +61,10 @@ int q35_kernels_get(q35_simd level, q35_kernels *out) {
     memset(&k, 0, sizeof k);
     q35_kernels_avx512(&k);
     overlay(out, &k);
-    /* this level's own kernels read the file's blocks: nothing is repacked but Q4_0 where it takes
-     * Q8_0Z (VBMI), whose kernels here read Q4_0R as well (a level that repacks a type sets its
-     * entry after this) */
+    /* this level's own kernels read the file's blocks: nothing is repacked (a level that repacks
+     * a type sets its entry after this) */
     memset(out->repack, 0, sizeof out->repack);
-    if (out->q4_0_act == Q35_TYPE_Q8_0Z) out->repack[Q35_TYPE_Q4_0] = Q35_TYPE_Q4_0R;
-    else {
+    if (out->q4_0_act != Q35_TYPE_Q8_0Z) {
       /* no VBMI: this level's Q4_0 takes Q8_0X, and AVX2's Q4_0R kernels read Q8_0Z, so Q4_0R
        * (never loaded at this level) keeps the reference entries, which take the table's type */
       q35_kernels r;

@@ -14,6 +14,8 @@ cd "$root"
 jobs=$(nproc)
 t0=$(date +%s)
 rc=0
+# The free disk, for the record: the two builds, the fuzz build and the tests' files need ~2.5 GB.
+echo "tools/test.sh: free disk at the start: $(df -h --output=avail . | tail -1 | tr -d ' ')"
 ctest --test-dir build --output-on-failure -j"$jobs" --timeout 1500 || rc=$?
 t1=$(date +%s)
 echo "tools/test.sh: normal build suite: $((t1 - t0)) s (exit $rc)"

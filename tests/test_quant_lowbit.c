@@ -79,7 +79,7 @@ static void rnd_weights(int type, uint8_t *w, int64_t n) {
  * the bytes unless `odd_sums` (Q2_K: its reference and kernels both take the mins through them). */
 static void rnd_act_blocks(int vt, uint8_t *x, int64_t n, int odd_sums);
 static void rnd_act(int vt, uint8_t *x, int64_t n, int odd_sums) {
-  if (vt == Q35_TYPE_Q8_KP) { /* random Q8_K blocks, permuted (the AVX2 level's Q2_K activations) */
+  if (vt == Q35_TYPE_Q8_KP) { /* random Q8_K blocks, permuted (the AVX2 level's Q2_K / Q3_K activations) */
     const size_t rs = q35_row_size(Q35_TYPE_Q8_K, n);
     uint8_t *tmp = malloc(rs);
     rnd_act_blocks(Q35_TYPE_Q8_K, tmp, n, odd_sums);
@@ -265,8 +265,8 @@ static void rows2_check(q35_simd level, const q35_kernels *k, int type) {
      * (55), a tail of 2 after the groups of 4 (54, the AVX2 MXFP4 / IQ4_NL gemv's k = 2), fewer
      * blocks than one group of 8 (6); rep 3 keeps 55 for its 1801 rows' ~2 MiB */
     static const int nbs[8] = {64, 55, 54, 55, 6, 55, 6, 54};
-    /* Q2_K: whole super-blocks, 1..9 of them */
-    const int64_t n = type == Q35_TYPE_Q2_K ? 256 * (int64_t)(nbs[rep] / 8 + 1) : 32 * nbs[rep];
+    /* Q2_K, Q3_K: whole super-blocks, 1..9 of them */
+    const int64_t n = type == Q35_TYPE_Q2_K || type == Q35_TYPE_Q3_K ? 256 * (int64_t)(nbs[rep] / 8 + 1) : 32 * nbs[rep];
     /* 1801: more than one of the AVX-512 kernels' ~2 MiB blocks of row pairs */
     const int nr = rep < 4 ? (rep == 3 ? 1801 : 301 + 2 * (rep % 2)) : 1 + rep % 4 * 2 + (rep == 7 ? 6 : 0);
     const size_t ws = q35_row_size(type, n) + (size_t)rep % 3;
@@ -352,6 +352,7 @@ int main(void) {
     rows2_check(level, &k, Q35_TYPE_MXFP4); /* the avx2 gemv's row kernels (nx_row) on many rows */
     rows2_check(level, &k, Q35_TYPE_IQ4_NL);
     rows2_check(level, &k, Q35_TYPE_Q2_K); /* the avx2 gemv / gemv2 on Q8_KP (k2r_row2) */
+    rows2_check(level, &k, Q35_TYPE_Q3_K); /* likewise k3r_row2 */
     printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   return check_done("test_quant_lowbit");

@@ -161,7 +161,7 @@ static void run_cpu_variant(void *cpu, void *base, const char *variant) {
       const uint8_t *rows[2] = {a, b};
       for (int r = 0; r < 2; r++) {
         /* Q8_K / Q8_0 / Q8_1: ggml's formats, byte-identical; IQ4_NL / MXFP4 take Q4_0's layout
-         * (Q8_0X or Q8_0Z) of the same Q8_0 blocks, Q2_K at AVX2 Q8_KP (the same Q8_K blocks permuted) */
+         * (Q8_0X or Q8_0Z) of the same Q8_0 blocks, Q2_K / Q3_K at AVX2 Q8_KP (the same Q8_K blocks permuted) */
         const int gt = vt == Q35_TYPE_Q8_0X || vt == Q35_TYPE_Q8_0Z ? Q35_TYPE_Q8_0 : vt == Q35_TYPE_Q8_KP ? Q35_TYPE_Q8_K : vt;
         q35_quantize_row(gt, x, c, n);
         q35_quantize_row(vt, x, cq, n);

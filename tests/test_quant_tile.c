@@ -243,6 +243,8 @@ static void rnd_kquant_row(int type, uint8_t *w, int64_t n) {
     uint8_t *b = w + (size_t)i * bs;
     uint16_t d = rnd_fp16(), dm = rnd_fp16();
     if (type == Q35_TYPE_Q6_K || type == Q35_TYPE_Q6_KR) memcpy(b + offsetof(blk_q6_k, d), &d, 2);
+    else if (type == Q35_TYPE_Q3_K) memcpy(b + offsetof(blk_q3_k, d), &d, 2);
+    else if (type == Q35_TYPE_Q2_K) memcpy(b + offsetof(blk_q2_k, d), &d, 2), memcpy(b + offsetof(blk_q2_k, dmin), &dm, 2);
     else memcpy(b, &d, 2), memcpy(b + 2, &dm, 2);
   }
 }
@@ -423,9 +425,7 @@ static void rows2_two_streams(q35_simd level, const q35_kernels *k);
 static void rows_adjacent_pairs(q35_simd level, const q35_kernels *k);
 static void gemv_two_streams(q35_simd level, const q35_kernels *k);
 static void z2r_twin(q35_simd level, const q35_kernels *k, int t0, int t1);
-static void q3_kr_twin(q35_simd level, const q35_kernels *k);
 static void kr_twin(q35_simd level, const q35_kernels *k, int t0, int t1);
-static void q2_kr_twin(q35_simd level, const q35_kernels *k);
 
 int main(void) {
   public_api();
@@ -483,10 +483,12 @@ int main(void) {
     z2r_twin(level, &k, Q35_TYPE_Q4_0, Q35_TYPE_Q4_0R);
     z2r_twin(level, &k, Q35_TYPE_IQ4_NL, Q35_TYPE_IQ4_NLR);
     z2r_twin(level, &k, Q35_TYPE_MXFP4, Q35_TYPE_MXFP4R);
-    q3_kr_twin(level, &k);
-    kr_twin(level, &k, Q35_TYPE_Q4_K, Q35_TYPE_Q4_KR);
-    kr_twin(level, &k, Q35_TYPE_Q6_K, Q35_TYPE_Q6_KR);
-    q2_kr_twin(level, &k);
+    /* the k-quants repacked at load, one table-driven test */
+    static const int krt[][2] = {{Q35_TYPE_Q4_K, Q35_TYPE_Q4_KR},
+                                 {Q35_TYPE_Q6_K, Q35_TYPE_Q6_KR},
+                                 {Q35_TYPE_Q2_K, Q35_TYPE_Q2_KR},
+                                 {Q35_TYPE_Q3_K, Q35_TYPE_Q3_KR}};
+    for (size_t i = 0; i < sizeof krt / sizeof krt[0]; i++) kr_twin(level, &k, krt[i][0], krt[i][1]);
     printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   printf("%ld tile cases\n", cases);
@@ -675,90 +677,17 @@ static void z2r_twin(q35_simd level, const q35_kernels *k, int t0, int t1) {
 }
 
 /*
- * Q3_KR (Q3_K repacked at load, q35_repack_row) against Q3_K at every level, as q4_0r_twin: the
- * repack moves back to the same bytes, its dequantize gives Q3_K's floats, and its vec_dot, tiles
- * (1..9 rows, 1..9 and 16 / 23 columns), one column of many rows and gemv2 give Q3_K's results
- * bit for bit. Half the rows are random bytes (every scale, hmask and qs bit pattern; d a normal
- * fp16), half quantized. The AVX2 level runs its own kernels; the others (which never repack
- * Q3_K) the reference's, held to the reference table's Q3_K.
- */
-static void q3_kr_twin(q35_simd level, const q35_kernels *k) {
-  const char *lvl = q35_simd_name(level);
-  const int t0 = Q35_TYPE_Q3_K, t1 = Q35_TYPE_Q3_KR;
-  if (q35_kernels_vec_dot_type(k, t0) != q35_kernels_vec_dot_type(k, t1)) {
-    CHECK(0, "%s: Q3_KR takes another activation type than Q3_K", lvl);
-    return;
-  }
-  const int vt = q35_kernels_vec_dot_type(k, t0);
-  q35_kernels refk;
-  q35_kernels_ref(&refk);
-  const q35_kernels *kq = level == Q35_SIMD_AVX2 ? k : &refk;
-  static const int64_t ns[] = {256, 512, 768, 2048, 2816};
-  static const int ncs[] = {1, 2, 3, 4, 5, 8, 9, 16, 23};
-  for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
-    const int64_t n = ns[ni];
-    const int nrmax = n >= 2048 ? 61 : 9;
-    const size_t rs = q35_row_size(t0, n), ws = rs + (ni % 2 ? 0 : 7), xs = q35_row_size(vt, n) + (ni % 3 ? 0 : 5);
-    uint8_t *wb, *xb;
-    uint8_t *w = make_rows(t0, n, nrmax, ws, 1 + ni, 0, &wb);
-    const uint8_t *x = make_rows(vt, n, 23, xs, 3, 1, &xb);
-    for (int r = 0; r < nrmax; r += 2) /* random blocks, d = 2^-10 (1 + m / 1024) */
-      for (int64_t i = 0; i < n / 256; i++) {
-        uint8_t *b = w + (size_t)r * ws + (size_t)i * 110;
-        for (int j = 0; j < 108; j++) b[j] = (uint8_t)rng_u64();
-        const uint16_t d = (uint16_t)(0x1400 | (rng_u64() & 0x3FF));
-        memcpy(b + 108, &d, 2);
-      }
-    uint8_t *rb = malloc(ws * (size_t)nrmax + 64), *back = malloc(rs);
-    uint8_t *wr = rb + 5; /* an odd address */
-    int bad = 0;
-    for (int r = 0; r < nrmax; r++) {
-      q35_repack_row(t1, w + (size_t)r * ws, wr + (size_t)r * ws, n);
-      q35_unrepack_row(t1, wr + (size_t)r * ws, back, n);
-      bad += memcmp(back, w + (size_t)r * ws, rs) != 0;
-    }
-    CHECK(!bad, "%s q3_kr n=%lld: repack then unrepack changed %d rows", lvl, (long long)n, bad);
-    float *f0 = malloc(sizeof(float) * (size_t)n), *f1 = malloc(sizeof(float) * (size_t)n);
-    bad = 0;
-    for (int r = 0; r < 4; r++) {
-      k->dequantize[t0](w + (size_t)r * ws, f0, n);
-      k->dequantize[t1](wr + (size_t)r * ws, f1, n);
-      bad += memcmp(f0, f1, sizeof(float) * (size_t)n) != 0;
-      bad += !same_float(kq->vec_dot[t0](n, w + (size_t)r * ws, x), k->vec_dot[t1](n, wr + (size_t)r * ws, x));
-    }
-    CHECK(!bad, "%s q3_kr n=%lld: dequantize / vec_dot differ from q3_k's", lvl, (long long)n);
-    free(f0), free(f1);
-    float *want = malloc(sizeof(float) * (size_t)nrmax * 23), *got = malloc(sizeof(float) * (size_t)nrmax * 23);
-    const int nrs[] = {1, 2, 3, 4, 5, 7, 9, nrmax};
-    for (size_t i = 0; i < sizeof nrs / sizeof nrs[0]; i++)
-      for (size_t j = 0; j < sizeof ncs / sizeof ncs[0]; j++) {
-        const int nr = nrs[i], nc = nr > 9 && ncs[j] > 3 ? 0 : ncs[j];
-        if (!nc || (i == sizeof nrs / sizeof nrs[0] - 1 && nr == 9)) continue;
-        memset(want, 0xFF, sizeof(float) * (size_t)nr * nc);
-        memset(got, 0xFF, sizeof(float) * (size_t)nr * nc);
-        q35_tile_run(kq, t0, n, w, ws, nr, x, xs, nc, want, (size_t)nc, 1);
-        q35_tile_run(k, t1, n, wr, ws, nr, x, xs, nc, got, (size_t)nc, 1);
-        CHECK(!memcmp(want, got, sizeof(float) * (size_t)nr * nc), "%s q3_kr n=%lld %dx%d: tile != q3_k's", lvl,
-              (long long)n, nr, nc);
-        if (nc == 1) {
-          bad = gemv2_bad(k, t1, n, wr, ws, nr, x, want, 1);
-          CHECK(!bad, "%s q3_kr n=%lld nr=%d: gemv2 != q3_k's in %d rows", lvl, (long long)n, nr, bad);
-        }
-      }
-    free(want), free(got), free(rb), free(back), free(wb), free(xb);
-  }
-}
-
-/*
- * Q4_KR / Q6_KR (t1: Q4_K / Q6_K repacked at load, q35_repack_row) against Q4_K / Q6_K (t0) at
- * every level: the repack moves back to the same bytes, its dequantize gives t0's floats, its
+ * Q4_KR / Q6_KR / Q2_KR / Q3_KR (t1: Q4_K / Q6_K / Q2_K / Q3_K repacked at load, q35_repack_row;
+ * the AVX2 vector rewrite where the CPU runs it) against the plain type (t0) at every level: the
+ * repack moves back to the same bytes, its dequantize gives t0's floats, its
  * vec_dot is within the float64 bound of the dequantized rows (f64_check's, on a quantized row
  * repacked; the reference twins, t0's on the row moved back and Q8_K's on the block moved back,
  * dequantize them), and its vec_dot, tiles (1..9 rows, 1..9 and the wide 16 / 23 / 33 columns),
  * one column of many rows and gemv2 give t0's results bit for bit from the table whose t0 takes
  * t1's activations: this level's (the reference: Q8_K; avx2: Q8_KP, where plain t0 is rearranged
  * on the fly), or at avx512, whose t0 takes Q8_K but whose t1 kernels are the avx2 level's, the
- * avx2 table's. Weights are raw random blocks.
+ * avx2 table's; t0's gemv2 equals its tile there too. Weights are raw random blocks (every scale,
+ * min and code bit pattern; d, dmin finite fp16 with edge values: rnd_kquant_row).
  */
 static void kr_twin(q35_simd level, const q35_kernels *k, const int t0, const int t1) {
   const char *lvl = q35_simd_name(level), *tn = q35_type_name(t1);
@@ -836,108 +765,8 @@ static void kr_twin(q35_simd level, const q35_kernels *k, const int t0, const in
         if (nc == 1) {
           bad = gemv2_bad(k, t1, n, wr, ws, nr, x, want, 1);
           CHECK(!bad, "%s %s n=%lld nr=%d: gemv2 != the plain type's in %d rows", lvl, tn, (long long)n, nr, bad);
-        }
-      }
-    free(want), free(got), free(rb), free(back), free(wb), free(xb);
-  }
-}
-
-/*
- * Q2_KR (Q2_K repacked at load, q35_repack_row) against Q2_K at every level, as kr_twin: the
- * repack (the AVX2 vector rewrite where the CPU runs it) moves back to the same bytes, its
- * dequantize gives Q2_K's floats, its vec_dot is within the float64 bound of the dequantized rows
- * (a quantized row repacked), and its vec_dot, tiles (1..9 rows, 1..9 and the wide 16 / 23 / 33
- * columns), one column of many rows (the gemv's two-stream path) and gemv2 give Q2_K's results
- * bit for bit from the table whose Q2_K takes Q2_KR's activations: this level's (the reference:
- * Q8_K; avx2: Q8_KP, where plain Q2_K is permuted on the fly), or at avx512, whose Q2_K takes Q8_K
- * but whose Q2_KR kernels are the avx2 level's, the avx2 table's. Weights are raw random blocks
- * (every scale, min and 2-bit code; d, dmin finite fp16 with edge values).
- */
-static void q2_kr_twin(q35_simd level, const q35_kernels *k) {
-  const char *lvl = q35_simd_name(level);
-  const int t0 = Q35_TYPE_Q2_K, t1 = Q35_TYPE_Q2_KR;
-  const int vt = q35_kernels_vec_dot_type(k, t1);
-  q35_kernels other;
-  const q35_kernels *kq = k;
-  if (q35_kernels_vec_dot_type(k, t0) != vt) {
-    if (q35_kernels_get(Q35_SIMD_AVX2, &other) != 0 || q35_kernels_vec_dot_type(&other, t0) != vt) {
-      CHECK(0, "%s: no table whose Q2_K takes Q2_KR's activation type", lvl);
-      return;
-    }
-    kq = &other;
-  }
-  static const int64_t ns[] = {256, 768, 2048, 4096};
-  static const int ncs[] = {1, 2, 3, 4, 5, 8, 9, 16, 23, 33};
-  for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
-    const int64_t n = ns[ni];
-    { /* vec_dot of a quantized row, repacked, against float64 */
-      uint8_t *qb, *ab;
-      const uint8_t *qw = make_rows(t0, n, 1, q35_row_size(t0, n), 1, 0, &qb);
-      const uint8_t *qx = make_rows(vt, n, 1, q35_row_size(vt, n), 3, 1, &ab);
-      uint8_t *qr = malloc(q35_row_size(t0, n));
-      q35_repack_row(t1, qw, qr, n);
-      float *dw = malloc(sizeof(float) * (size_t)n), *dx = malloc(sizeof(float) * (size_t)n);
-      q35_dequantize_row_ref(t1, qr, dw, n);
-      q35_dequantize_row_ref(vt, qx, dx, n);
-      double f = 0, mag = 0;
-      for (int64_t i = 0; i < n; i++) f += (double)dw[i] * dx[i], mag += fabs((double)dw[i] * dx[i]);
-      const float got = k->vec_dot[t1](n, qr, qx);
-      CHECK(fabs(got - f) <= 1e-5 * mag, "%s q2_kr n=%lld vec_dot %.9g vs f64 %.9g", lvl, (long long)n, got, f);
-      free(dw), free(dx), free(qr), free(qb), free(ab);
-    }
-    const int nrmax = n >= 2048 ? 301 : 9;
-    const size_t rs = q35_row_size(t0, n), ws = rs + (ni % 2 ? 0 : 7), xs = q35_row_size(vt, n) + (ni % 3 ? 0 : 5);
-    uint8_t *wb = malloc(ws * (size_t)nrmax + 64), *xb = malloc(xs * 33 + 64);
-    uint8_t *w = wb + 1 + ni, *x = xb + 3;
-    for (int r = 0; r < nrmax; r++)
-      for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t *b = w + (size_t)r * ws + (size_t)i * sizeof(blk_q2_k);
-        for (size_t j = 0; j < sizeof(blk_q2_k); j++) b[j] = (uint8_t)rng_u64();
-        const uint16_t d = rnd_fp16(), dm = rnd_fp16();
-        memcpy(b + offsetof(blk_q2_k, d), &d, 2), memcpy(b + offsetof(blk_q2_k, dmin), &dm, 2);
-      }
-    for (int c = 0; c < 33; c++) rnd_q8k_row(x + (size_t)c * xs, n, 0);
-    uint8_t *rb = malloc(ws * (size_t)nrmax + 64), *back = malloc(rs);
-    uint8_t *wr = rb + 5; /* an odd address */
-    int bad = 0;
-    for (int r = 0; r < nrmax; r++) {
-      q35_repack_row(t1, w + (size_t)r * ws, wr + (size_t)r * ws, n);
-      q35_unrepack_row(t1, wr + (size_t)r * ws, back, n);
-      bad += memcmp(back, w + (size_t)r * ws, rs) != 0;
-    }
-    CHECK(!bad, "%s q2_kr n=%lld: repack then unrepack changed %d rows", lvl, (long long)n, bad);
-    float *f0 = malloc(sizeof(float) * (size_t)n), *f1 = malloc(sizeof(float) * (size_t)n);
-    bad = 0;
-    for (int r = 0; r < 3; r++) {
-      k->dequantize[t0](w + (size_t)r * ws, f0, n);
-      k->dequantize[t1](wr + (size_t)r * ws, f1, n);
-      bad += memcmp(f0, f1, sizeof(float) * (size_t)n) != 0;
-      bad += !same_float(kq->vec_dot[t0](n, w + (size_t)r * ws, x), k->vec_dot[t1](n, wr + (size_t)r * ws, x));
-    }
-    CHECK(!bad, "%s q2_kr n=%lld: dequantize / vec_dot differ from q2_k's", lvl, (long long)n);
-    free(f0), free(f1);
-    float *want = malloc(sizeof(float) * (size_t)nrmax * 33), *got = malloc(sizeof(float) * (size_t)nrmax * 33);
-    const int nrs[] = {1, 2, 3, 4, 5, 7, 9, nrmax};
-    for (size_t i = 0; i < sizeof nrs / sizeof nrs[0]; i++)
-      for (size_t j = 0; j < sizeof ncs / sizeof ncs[0]; j++) {
-        const int nr = nrs[i], nc = nrmax > 9 && nr > 9 && ncs[j] > 3 ? 0 : ncs[j];
-        if (!nc || (i == sizeof nrs / sizeof nrs[0] - 1 && nr == 9)) continue;
-        memset(want, 0xFF, sizeof(float) * (size_t)nr * nc);
-        memset(got, 0xFF, sizeof(float) * (size_t)nr * nc);
-        q35_tile_run(kq, t0, n, w, ws, nr, x, xs, nc, want, (size_t)nc, 1);
-        q35_tile_run(k, t1, n, wr, ws, nr, x, xs, nc, got, (size_t)nc, 1);
-        CHECK(!memcmp(want, got, sizeof(float) * (size_t)nr * nc), "%s q2_kr n=%lld %dx%d: tile != q2_k's", lvl,
-              (long long)n, nr, nc);
-        bad = 0;
-        for (int r = 0; r < nr; r++)
-          for (int c = 0; c < nc; c++)
-            bad += !same_float(got[r * nc + c], k->vec_dot[t1](n, wr + (size_t)r * ws, x + (size_t)c * xs));
-        CHECK(!bad, "%s q2_kr n=%lld %dx%d: tile != vec_dot in %d pairs", lvl, (long long)n, nr, nc, bad);
-        if (nc == 1) {
-          bad = gemv2_bad(k, t1, n, wr, ws, nr, x, want, 1);
-          CHECK(!bad, "%s q2_kr n=%lld nr=%d: gemv2 != q2_k's in %d rows", lvl, (long long)n, nr, bad);
           bad = gemv2_bad(kq, t0, n, w, ws, nr, x, want, 1);
-          CHECK(!bad, "%s q2_kr n=%lld nr=%d: q2_k's gemv2 != its tile in %d rows", lvl, (long long)n, nr, bad);
+          CHECK(!bad, "%s %s n=%lld nr=%d: the plain type's gemv2 != its tile in %d rows", lvl, tn, (long long)n, nr, bad);
         }
       }
     free(want), free(got), free(rb), free(back), free(wb), free(xb);

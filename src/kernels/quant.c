@@ -30,6 +30,8 @@ static void overlay(q35_kernels *dst, const q35_kernels *src) {
   if (src->q6_kr_act) dst->q6_kr_act = src->q6_kr_act;
   if (src->q2_k_act) dst->q2_k_act = src->q2_k_act;
   if (src->q2_kr_act) dst->q2_kr_act = src->q2_kr_act;
+  if (src->q3_k_act) dst->q3_k_act = src->q3_k_act;
+  if (src->q3_kr_act) dst->q3_kr_act = src->q3_kr_act;
   for (int t = 0; t < Q35_TYPE_COUNT; t++) {
     if (src->repack[t]) dst->repack[t] = src->repack[t];
     if (src->vec_dot[t]) dst->vec_dot[t] = src->vec_dot[t];
@@ -83,12 +85,6 @@ int q35_kernels_get(q35_simd level, q35_kernels *out) {
         out->vec_dot[t] = r.vec_dot[t], out->tile[t] = r.tile[t], out->gemv[t] = r.gemv[t], out->gemv2[t] = r.gemv2[t];
       }
     }
-    /* Q3_KR (never loaded at this level either) likewise: AVX2's kernels give AVX2's Q3_K bits,
-     * not this level's */
-    q35_kernels r;
-    q35_kernels_ref(&r);
-    const int t = Q35_TYPE_Q3_KR;
-    out->vec_dot[t] = r.vec_dot[t], out->tile[t] = r.tile[t], out->gemv[t] = r.gemv[t], out->gemv2[t] = r.gemv2[t];
   }
 #elif defined(__aarch64__)
   if (level != Q35_SIMD_NEON) return -1;

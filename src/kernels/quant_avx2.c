@@ -12,6 +12,7 @@
  *   Q4_K, Q4_KR (repacked at load) x Q8_KP      t_q4kp, t_q4kr, k4r_row1 (quant_k4r_avx2.inc); t_q4_k
  *                                               and q4k_row1 stay for the AVX-512 level's Q4_K gemv
  *   Q2_K, Q2_KR (repacked at load) x Q8_KP      t_q2kp, t_q2kr, k2r_row1 (quant_k2r_avx2.inc)
+ *   Q3_K, Q3_KR (repacked at load) x Q8_KP      t_q3kp, t_q3kr, k3r_row1 (quant_k3r_avx2.inc)
  *   F32, F16, BF16                              t_f32, t_f16, t_bf16 (quant_256_float.inc)
  *   quantize Q8_0, Q8_K, Q8_0X, Q8_0Y, Q8_0Z; dequantize F16, BF16, Q8_0, Q4_0 (quant_256_convert.inc)
  * The plain Q4_0 / Q5_0 / Q4_1 / Q5_1 weight quantizers: quantize_plain_avx2.c. The rest (other
@@ -703,6 +704,7 @@ WIDE8(t_q6_k)
 #include "kernels/quant_k4r_avx2.inc"
 #include "kernels/quant_k6r_avx2.inc"
 #include "kernels/quant_k2r_avx2.inc"
+#include "kernels/quant_k3r_avx2.inc"
 #undef KR_ENTRIES
 
 /* Q8_KP (tensor_types.h): the Q8_K quantizer's blocks, each permuted (q35_q8_kp_move) */
@@ -769,6 +771,7 @@ void q35_kernels_avx2(q35_kernels *k) {
   qs_fill_convert(k);
   q35_kernels_lowbit_avx2(k);
   k2r_set(k); /* Q2_K / Q2_KR on Q8_KP (quant_k2r_avx2.inc), over the lowbit table's */
+  k3r_set(k); /* Q3_K / Q3_KR likewise (quant_k3r_avx2.inc) */
   q35_kernels_iq_avx2(k);
   q35_kernels_quantize_plain_avx2(k);
 }

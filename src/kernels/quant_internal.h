@@ -56,6 +56,8 @@ typedef struct {
   int q6_kr_act; /* ... its Q6_KR kernels take (0: unset, Q8_K, the reference's) */
   int q2_k_act;  /* ... its Q2_K kernels take (0: unset, Q8_K; AVX2: Q8_KP) */
   int q2_kr_act; /* ... its Q2_KR kernels take (0: unset, Q8_K, the reference's) */
+  int q3_k_act;  /* ... its Q3_K kernels take (0: unset, Q8_K; AVX2: Q8_KP) */
+  int q3_kr_act; /* ... its Q3_KR kernels take (0: unset, Q8_K, the reference's) */
   /* repack[t]: the layout weights of type t are rewritten into at load where this table's kernels
    * for it beat those for t (Q35_TYPE_Q4_0R for Q4_0 at AVX2); 0: t stays as the file has it */
   int repack[Q35_TYPE_COUNT];

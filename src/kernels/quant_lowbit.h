@@ -59,15 +59,16 @@ typedef struct __attribute__((packed)) {
 _Static_assert(sizeof(blk_q2_k) == 84, "q2_K size");
 _Static_assert(sizeof(blk_q3_k) == 110, "q3_K size");
 
-/* Q3_KR (Q35_TYPE_Q3_KR): a Q3_K block repacked at load for the AVX2 kernels (q35_repack_row),
- * 110 bytes: d at 0; at Q3KR_SCALES (2) the 16 scales as 6-bit two's complement f_j = sc_j & 63
- * (sc_j = q3k_scale, -32..31), byte j < 8 = f_{2j} << 2 | (f_{2j+1} & 3), byte 8 + j (j < 4) =
- * f_{2j+1} >> 2 | (f_{2j+9} >> 2) << 4 (the even sub-blocks' fields where an int8 4 sc wants
- * them, the odd ones' in 6 scalar operations); at Q3KR_PLANES (14) three planes P0, P1, P2 of 32
- * bytes of whole 3-bit values u_k = q + 4 (q the value of element 32k + l, k < 8): P0[l] = u_0 |
- * u_1 << 3 | (u_6 & 3) << 6, P1[l] = u_2 | u_3 << 3 | (u_7 & 3) << 6, P2[l] = u_4 | u_5 << 3 |
- * (u_6 >> 2) << 6 | (u_7 >> 2) << 7. Every bit of the Q3_K block has one place: the move is a
- * bijection. */
+/* Q3_KR (Q35_TYPE_Q3_KR): a Q3_K block repacked at load for the AVX2 kernels on Q8_KP activations
+ * (q35_repack_row), 110 bytes: d at 0; at Q3KR_SCALES (2) the 16 scales as 6-bit two's complement
+ * f_j = sc_j & 63 (sc_j = q3k_scale, -32..31), byte j < 8 = f_j << 2 | (f_{8+j} & 3), byte 8 + j
+ * (j < 4) = f_{8+j} >> 2 | (f_{12+j} >> 2) << 4 (int8 4 sc_j in order after 6 scalar
+ * operations); at Q3KR_PLANES (14) three planes P0, P1, P2 of 32 bytes of whole 3-bit values u_m
+ * = q + 4 for Q8_KP's register m, byte b (element 32j + 16h + 2m + t for b = 4j + 2h + t;
+ * tensor_types.h): P0[b] = u_0 | u_1 << 3 | (u_6 & 3) << 6, P1[b] = u_2 | u_3 << 3 | (u_7 & 3) << 6,
+ * P2[b] = u_4 | u_5 << 3 | (u_6 >> 2) << 6 | (u_7 >> 2) << 7. int16 lane l of every register
+ * then belongs to sub-block l, Q3_K's scale granularity (quant_k3r_avx2.inc). Every bit of the
+ * Q3_K block has one place: the move is a bijection. */
 #define Q3KR_BLOCK 110
 #define Q3KR_SCALES 2
 #define Q3KR_PLANES 14
@@ -81,6 +82,8 @@ void q35_q3_kr_move(const void *src, void *dst, int64_t n, int back);
 void q35_q2_kr_move(const void *src, void *dst, int64_t n, int back);
 /* quant_avx2.c: q35_repack_row's Q2_KR rewrite on 256-bit vectors (the same bytes; AVX2 CPUs only) */
 void q35_repack_q2_kr_avx2(const void *src, void *dst, int64_t n);
+/* likewise Q3_KR's (quant_k3r_avx2.inc) */
+void q35_repack_q3_kr_avx2(const void *src, void *dst, int64_t n);
 _Static_assert(sizeof(blk_mxfp4) == 17, "mxfp4 size");
 _Static_assert(sizeof(blk_iq4_nl) == 18, "iq4_nl size");
 _Static_assert(sizeof(blk_q4_1) == 20, "q4_1 size");

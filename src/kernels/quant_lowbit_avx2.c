@@ -2,8 +2,8 @@
  * quant_lowbit_avx2.c - kernels of the Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, MXFP4 weight types: AVX2 + FMA + F16C.
  * The 256-bit templates of quant_lowbit_256.inc (maddubs + madd integer sums, float lanes with
  * fused multiply-adds), and IQ4_NL / MXFP4 x Q8_0Z (quant_lowbit_nz2.inc: the AVX-512 VBMI
- * kernels' bits); dequantize and the quantizers are the reference's. Q2_K here: quant_avx2.c's
- * Q8_KP kernels (quant_k2r_avx2.inc).
+ * kernels' bits); dequantize and the quantizers are the reference's. Q2_K and Q3_K here: quant_avx2.c's
+ * Q8_KP kernels (quant_k2r_avx2.inc, quant_k3r_avx2.inc).
  */
 #define QS_TARGET __attribute__((target("avx2,fma,f16c")))
 #define QS_VNNI 0
@@ -13,8 +13,6 @@
 #include "kernels/quant_lowbit_nz2.inc"
 
 /* Micro-tile shapes R x C (16 vector registers) */
-QS_TILE(t_q3_k, 1, 4)
-QS_TILE(t_q3_kr, 1, 4)
 QS_TILE(t_mxfp4z2, 1, 8)
 NZ2_GEMV(t_mxfp4z2, LB_MXFP4, 0)
 QS_TILE(t_iq4_nlz2, 1, 8)
@@ -31,11 +29,6 @@ LB_GEMV1(t_q5_1, LB_Q5_1)
 LT_GEMV(t_q5_1, LB_Q5_1)
 
 void q35_kernels_lowbit_avx2(q35_kernels *k) {
-  LB_SET(k, Q35_TYPE_Q3_K, t_q3_k);
-  /* Q3_K's product weights are rewritten at load as Q3_KR (quant_lowbit.h), whose planes of whole
-   * 3-bit values take fewer vector operations per super-block (docs/PERF.md, issue 16, session 20) */
-  LB_SET(k, Q35_TYPE_Q3_KR, t_q3_kr);
-  k->repack[Q35_TYPE_Q3_K] = Q35_TYPE_Q3_KR;
   /* IQ4_NL / MXFP4 x Q8_0Z, one int32 lane per block (quant_lowbit_nz2.inc), as Q4_0 here */
   LB_SET(k, Q35_TYPE_MXFP4, t_mxfp4z2);
   LB_SET(k, Q35_TYPE_IQ4_NL, t_iq4_nlz2);

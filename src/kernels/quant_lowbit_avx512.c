@@ -302,6 +302,7 @@ QS_TILE(t_iq4_nlz, 2, 4)
 
 void q35_kernels_lowbit_avx512(q35_kernels *k) {
   LB_SET(k, Q35_TYPE_Q3_K, t_q3_k5);
+  k->q3_k_act = Q35_TYPE_Q8_K; /* over the AVX2 level's Q8_KP kernels (its Q3_KR ones stay, on Q8_KP) */
   LB_SET(k, Q35_TYPE_Q2_K, t_q2_k5);
   k->q2_k_act = Q35_TYPE_Q8_K; /* over the AVX2 level's Q8_KP kernels (its Q2_KR ones stay, on Q8_KP) */
   if (q35_cpu_has(Q35_CPU_GFNI)) q35_kernels_lowbit_gfni_avx512(k);

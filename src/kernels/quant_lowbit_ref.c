@@ -190,44 +190,51 @@ static float dot_q3_k(int64_t n, const void *w, const void *x) {
 
 /* ------------------------------ Q3_KR ------------------------------ */
 
+/* quant_lowbit.h's layout: the 3-bit value u of element 32j + e (e < 32) is 2 bits at bits 2 (j & 3)
+ * of qs byte 32 (j >> 2) + e and bit j of hmask byte e; Q3_KR's register m, byte b = 4j + 2h + t
+ * holds u of element 32j + 16h + 2m + t in the planes at byte b */
 void q35_q3_kr_move(const void *src, void *dst, int64_t n, int back) {
   for (int64_t i = 0; i < n / QK_K; i++) {
     const uint8_t *s = (const uint8_t *)src + (size_t)i * Q3KR_BLOCK;
     uint8_t *o = (uint8_t *)dst + (size_t)i * Q3KR_BLOCK;
     uint8_t u[8][32], f[16];
     if (!back) {
-      const blk_q3_k *b = (const blk_q3_k *)(const void *)s;
-      for (int k = 0; k < 8; k++)
-        for (int l = 0; l < 32; l++)
-          u[k][l] = (uint8_t)(((b->qs[32 * (k / 4) + l] >> (2 * (k % 4))) & 3) | ((b->hmask[l] >> k) & 1) << 2);
-      for (int j = 0; j < 16; j++) f[j] = (uint8_t)(q3k_scale(b->scales, j) & 63);
-      memcpy(o, &b->d, 2);
-      for (int j = 0; j < 8; j++) o[Q3KR_SCALES + j] = (uint8_t)(f[2 * j] << 2 | (f[2 * j + 1] & 3));
-      for (int j = 0; j < 4; j++) o[Q3KR_SCALES + 8 + j] = (uint8_t)(f[2 * j + 1] >> 2 | (f[2 * j + 9] >> 2) << 4);
-      for (int l = 0; l < 32; l++) {
-        o[Q3KR_PLANES + l] = (uint8_t)(u[0][l] | u[1][l] << 3 | (u[6][l] & 3) << 6);
-        o[Q3KR_PLANES + 32 + l] = (uint8_t)(u[2][l] | u[3][l] << 3 | (u[7][l] & 3) << 6);
-        o[Q3KR_PLANES + 64 + l] = (uint8_t)(u[4][l] | u[5][l] << 3 | (u[6][l] >> 2) << 6 | (u[7][l] >> 2) << 7);
+      blk_q3_k b;
+      memcpy(&b, s, sizeof b); /* src == dst allowed */
+      for (int m = 0; m < 8; m++)
+        for (int c = 0; c < 32; c++) {
+          const int e = 32 * (c / 4) + 16 * ((c / 2) & 1) + 2 * m + (c & 1), j = e / 32, l = e % 32;
+          u[m][c] = (uint8_t)(((b.qs[32 * (j >> 2) + l] >> (2 * (j & 3))) & 3) | ((b.hmask[l] >> j) & 1) << 2);
+        }
+      for (int j = 0; j < 16; j++) f[j] = (uint8_t)(q3k_scale(b.scales, j) & 63);
+      memcpy(o, &b.d, 2);
+      for (int j = 0; j < 8; j++) o[Q3KR_SCALES + j] = (uint8_t)(f[j] << 2 | (f[8 + j] & 3));
+      for (int j = 0; j < 4; j++) o[Q3KR_SCALES + 8 + j] = (uint8_t)(f[8 + j] >> 2 | (f[12 + j] >> 2) << 4);
+      for (int c = 0; c < 32; c++) {
+        o[Q3KR_PLANES + c] = (uint8_t)(u[0][c] | u[1][c] << 3 | (u[6][c] & 3) << 6);
+        o[Q3KR_PLANES + 32 + c] = (uint8_t)(u[2][c] | u[3][c] << 3 | (u[7][c] & 3) << 6);
+        o[Q3KR_PLANES + 64 + c] = (uint8_t)(u[4][c] | u[5][c] << 3 | (u[6][c] >> 2) << 6 | (u[7][c] >> 2) << 7);
       }
     } else {
       blk_q3_k b;
       memset(&b, 0, sizeof b);
       const uint8_t *p = s + Q3KR_PLANES;
-      for (int l = 0; l < 32; l++) {
-        u[0][l] = p[l] & 7, u[1][l] = (p[l] >> 3) & 7;
-        u[2][l] = p[32 + l] & 7, u[3][l] = (p[32 + l] >> 3) & 7;
-        u[4][l] = p[64 + l] & 7, u[5][l] = (p[64 + l] >> 3) & 7;
-        u[6][l] = (uint8_t)(p[l] >> 6 | ((p[64 + l] >> 6) & 1) << 2);
-        u[7][l] = (uint8_t)(p[32 + l] >> 6 | (p[64 + l] >> 7) << 2);
+      for (int c = 0; c < 32; c++) {
+        u[0][c] = p[c] & 7, u[1][c] = (p[c] >> 3) & 7;
+        u[2][c] = p[32 + c] & 7, u[3][c] = (p[32 + c] >> 3) & 7;
+        u[4][c] = p[64 + c] & 7, u[5][c] = (p[64 + c] >> 3) & 7;
+        u[6][c] = (uint8_t)(p[c] >> 6 | ((p[64 + c] >> 6) & 1) << 2);
+        u[7][c] = (uint8_t)(p[32 + c] >> 6 | (p[64 + c] >> 7) << 2);
       }
-      for (int k = 0; k < 8; k++)
-        for (int l = 0; l < 32; l++) {
-          b.qs[32 * (k / 4) + l] |= (uint8_t)((u[k][l] & 3) << (2 * (k % 4)));
-          b.hmask[l] |= (uint8_t)((u[k][l] >> 2) << k);
+      for (int m = 0; m < 8; m++)
+        for (int c = 0; c < 32; c++) {
+          const int e = 32 * (c / 4) + 16 * ((c / 2) & 1) + 2 * m + (c & 1), j = e / 32, l = e % 32;
+          b.qs[32 * (j >> 2) + l] |= (uint8_t)((u[m][c] & 3) << (2 * (j & 3)));
+          b.hmask[l] |= (uint8_t)((u[m][c] >> 2) << j);
         }
       for (int j = 0; j < 8; j++) {
-        f[2 * j] = s[Q3KR_SCALES + j] >> 2;
-        f[2 * j + 1] = (uint8_t)((s[Q3KR_SCALES + j] & 3) | ((s[Q3KR_SCALES + 8 + j % 4] >> (4 * (j / 4))) & 15) << 2);
+        f[j] = s[Q3KR_SCALES + j] >> 2;
+        f[8 + j] = (uint8_t)((s[Q3KR_SCALES + j] & 3) | ((s[Q3KR_SCALES + 8 + j % 4] >> (4 * (j / 4))) & 15) << 2);
       }
       for (int j = 0; j < 16; j++) {
         const int raw = f[j] ^ 32; /* the biased 6-bit scale of the file */
@@ -283,7 +290,8 @@ static float dot_q2_kr(int64_t n, const void *w, const void *x) {
   return v;
 }
 
-/* the reference twins of Q3_KR: Q3_K's on the row moved back */
+/* the reference twins of Q3_KR: Q3_K's on the row moved back (activations Q8_K: the _ref entry
+ * points convert the AVX2 level's Q8_KP) */
 static void dequant_q3_kr(const void *src, float *y, int64_t n) {
   for (int64_t i = 0; i < n / QK_K; i++) {
     blk_q3_k b;
@@ -420,8 +428,9 @@ void q35_kernels_lowbit_ref(q35_kernels *k) {
 
 int q35_lowbit_vec_dot_type(const q35_kernels *k, int type) {
   switch (type) {
-  case Q35_TYPE_Q3_K: case Q35_TYPE_Q3_KR: return Q35_TYPE_Q8_K;
-  /* Q8_K, or Q8_KP where the level has those kernels (AVX2: quant_k2r_avx2.inc) */
+  /* Q8_K, or Q8_KP where the level has those kernels (AVX2: quant_k2r_avx2.inc, quant_k3r_avx2.inc) */
+  case Q35_TYPE_Q3_K: return k->q3_k_act ? k->q3_k_act : Q35_TYPE_Q8_K;
+  case Q35_TYPE_Q3_KR: return k->q3_kr_act ? k->q3_kr_act : Q35_TYPE_Q8_K;
   case Q35_TYPE_Q2_K: return k->q2_k_act ? k->q2_k_act : Q35_TYPE_Q8_K;
   case Q35_TYPE_Q2_KR: return k->q2_kr_act ? k->q2_kr_act : Q35_TYPE_Q8_K;
   /* a layout of Q4_0's (the same nibble blocks with other values): Q8_0X, or Q8_0Z where the

@@ -427,7 +427,7 @@ static void z2r_twin(q35_simd level, const q35_kernels *k, int t0, int t1);
 static void q3_kr_twin(q35_simd level, const q35_kernels *k);
 static void kr_twin(q35_simd level, const q35_kernels *k, int t0, int t1);
 static void q2_kr_twin(q35_simd level, const q35_kernels *k);
-static void iq2_xxsr_twin(q35_simd level, const q35_kernels *k);
+static void iq_r_twin(q35_simd level, const q35_kernels *k, int t0, int t1);
 
 int main(void) {
   public_api();
@@ -489,7 +489,8 @@ int main(void) {
     kr_twin(level, &k, Q35_TYPE_Q4_K, Q35_TYPE_Q4_KR);
     kr_twin(level, &k, Q35_TYPE_Q6_K, Q35_TYPE_Q6_KR);
     q2_kr_twin(level, &k);
-    iq2_xxsr_twin(level, &k);
+    iq_r_twin(level, &k, Q35_TYPE_IQ2_XXS, Q35_TYPE_IQ2_XXSR);
+    iq_r_twin(level, &k, Q35_TYPE_IQ3_XXS, Q35_TYPE_IQ3_XXSR);
     printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   printf("%ld tile cases\n", cases);
@@ -948,16 +949,16 @@ static void q2_kr_twin(q35_simd level, const q35_kernels *k) {
 }
 
 /*
- * IQ2_XXSR (the AVX2 level's load-time layout of IQ2_XXS, 102 bytes per 256 elements where IQ2_XXS
- * has 66): repack then unrepack gives the row back byte for byte; dequantize, vec_dot, tiles of
+ * IQ2_XXSR / IQ3_XXSR (the AVX2 level's load-time layouts of IQ2_XXS / IQ3_XXS, 102 / 134 bytes per
+ * 256 elements where the file types have 66 / 98): repack then unrepack gives the row back byte for byte; dequantize, vec_dot, tiles of
  * every shape (rows with tails of the row and column panels, one column through gemv / gemv2) on
  * the repacked rows give IQ2_XXS's results on the plain rows bit for bit, at every level.
  */
-static void iq2_xxsr_twin(q35_simd level, const q35_kernels *k) {
-  const char *lvl = q35_simd_name(level);
-  const int t0 = Q35_TYPE_IQ2_XXS, t1 = Q35_TYPE_IQ2_XXSR;
+static void iq_r_twin(q35_simd level, const q35_kernels *k, int t0, int t1) {
+  const char *lvl = q35_simd_name(level), *nm = q35_type_name(t1);
+  const size_t bsz = q35_type_size(t0);
   const int vt = q35_kernels_vec_dot_type(k, t1);
-  CHECK(vt == q35_kernels_vec_dot_type(k, t0), "%s iq2_xxsr: activation type %d, iq2_xxs's %d", lvl, vt,
+  CHECK(vt == q35_kernels_vec_dot_type(k, t0), "%s %s: activation type %d, the plain type's %d", lvl, nm, vt,
         q35_kernels_vec_dot_type(k, t0));
   static const int64_t ns[] = {256, 768, 2048, 4096};
   static const int ncs[] = {1, 2, 3, 4, 5, 8, 9, 16, 23, 33, 67};
@@ -970,8 +971,8 @@ static void iq2_xxsr_twin(q35_simd level, const q35_kernels *k) {
     uint8_t *w = wb + 1 + ni, *x = xb + 3;
     for (int r = 0; r < nrmax; r++)
       for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t *b = w + (size_t)r * ws + (size_t)i * sizeof(blk_iq2_xxs);
-        for (size_t j = 0; j < sizeof(blk_iq2_xxs); j++) b[j] = (uint8_t)rng_u64();
+        uint8_t *b = w + (size_t)r * ws + (size_t)i * bsz;
+        for (size_t j = 0; j < bsz; j++) b[j] = (uint8_t)rng_u64();
         const uint16_t d = rnd_fp16();
         memcpy(b, &d, 2);
       }
@@ -997,7 +998,7 @@ static void iq2_xxsr_twin(q35_simd level, const q35_kernels *k) {
       q35_unrepack_row(t1, wr + (size_t)r * wsr, back, n);
       bad += memcmp(back, w + (size_t)r * ws, rs) != 0;
     }
-    CHECK(!bad, "%s iq2_xxsr n=%lld: repack then unrepack changed %d rows", lvl, (long long)n, bad);
+    CHECK(!bad, "%s %s n=%lld: repack then unrepack changed %d rows", lvl, nm, (long long)n, bad);
     float *f0 = malloc(sizeof(float) * (size_t)n), *f1 = malloc(sizeof(float) * (size_t)n);
     bad = 0;
     for (int r = 0; r < 3; r++) {
@@ -1006,7 +1007,7 @@ static void iq2_xxsr_twin(q35_simd level, const q35_kernels *k) {
       bad += memcmp(f0, f1, sizeof(float) * (size_t)n) != 0;
       bad += !same_float(k->vec_dot[t0](n, w + (size_t)r * ws, x), k->vec_dot[t1](n, wr + (size_t)r * wsr, x));
     }
-    CHECK(!bad, "%s iq2_xxsr n=%lld: dequantize / vec_dot differ from iq2_xxs's", lvl, (long long)n);
+    CHECK(!bad, "%s %s n=%lld: dequantize / vec_dot differ from the plain type's", lvl, nm, (long long)n);
     free(f0), free(f1);
     float *want = malloc(sizeof(float) * (size_t)nrmax * 67), *got = malloc(sizeof(float) * (size_t)nrmax * 67);
     const int nrs[] = {1, 2, 3, 4, 5, 7, 9, nrmax};
@@ -1018,16 +1019,16 @@ static void iq2_xxsr_twin(q35_simd level, const q35_kernels *k) {
         memset(got, 0xFF, sizeof(float) * (size_t)nr * nc);
         q35_tile_run(k, t0, n, w, ws, nr, x, xs, nc, want, (size_t)nc, 1);
         q35_tile_run(k, t1, n, wr, wsr, nr, x, xs, nc, got, (size_t)nc, 1);
-        CHECK(!memcmp(want, got, sizeof(float) * (size_t)nr * nc), "%s iq2_xxsr n=%lld %dx%d: tile != iq2_xxs's", lvl,
+        CHECK(!memcmp(want, got, sizeof(float) * (size_t)nr * nc), "%s %s n=%lld %dx%d: tile != the plain type's", lvl, nm,
               (long long)n, nr, nc);
         bad = 0;
         for (int r = 0; r < nr; r++)
           for (int c = 0; c < nc; c++)
             bad += !same_float(got[r * nc + c], k->vec_dot[t1](n, wr + (size_t)r * wsr, x + (size_t)c * xs));
-        CHECK(!bad, "%s iq2_xxsr n=%lld %dx%d: tile != vec_dot in %d pairs", lvl, (long long)n, nr, nc, bad);
+        CHECK(!bad, "%s %s n=%lld %dx%d: tile != vec_dot in %d pairs", lvl, nm, (long long)n, nr, nc, bad);
         if (nc == 1) {
           bad = gemv2_bad(k, t1, n, wr, wsr, nr, x, want, 1);
-          CHECK(!bad, "%s iq2_xxsr n=%lld nr=%d: gemv2 != iq2_xxs's in %d rows", lvl, (long long)n, nr, bad);
+          CHECK(!bad, "%s %s n=%lld nr=%d: gemv2 != the plain type's in %d rows", lvl, nm, (long long)n, nr, bad);
         }
       }
     free(want), free(got), free(rb), free(back), free(wb), free(xb);

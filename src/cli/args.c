@@ -215,7 +215,7 @@ void model_args_help(FILE *f, const model_args *a) {
           "  --no-mmap                        read the weights into memory instead of mapping the file\n"
           "  --no-huge-pages                  map the file in the kernel's default pages (default: 2 MiB pages)\n"
           "  --no-repack                      keep the weights in the file's layout (default at the AVX2 level:\n"
-          "                                   Q4_0, Q4_K, Q6_K, Q2_K, Q3_K, IQ4_NL, MXFP4, IQ2_XXS weights\n"
+          "                                   Q4_0, Q4_K, Q6_K, Q2_K, Q3_K, IQ4_NL, MXFP4, IQ2_XXS, IQ3_XXS weights\n"
           "                                   repacked at load for its kernels; the same bits either way)\n"
           "  --pp-split B:E,B:E,...           under mpirun (a -DQ35_MPI=ON build): each rank's layers\n"
           "                                   (default: ranges of about equal bytes)\n"

@@ -69,6 +69,9 @@ enum q35_type {
    * plane of sign bits (kernels/quant_internal.h); 102 bytes per 256 elements where IQ2_XXS has 66
    * (the only repacked layout larger than its file type: the loader moves it to its own memory) */
   Q35_TYPE_IQ2_XXSR = 52,
+  /* likewise IQ3_XXS rows as 4-bit codes (3-bit magnitude code and the sign), 134 bytes per 256
+   * elements where IQ3_XXS has 98 */
+  Q35_TYPE_IQ3_XXSR = 53,
   Q35_TYPE_COUNT = 54, /* upper bound of the type ids above */
 };
 

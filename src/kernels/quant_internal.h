@@ -139,6 +139,12 @@ void q35_z2r_move(const void *src, void *dst, int64_t n, int back, int bs);
  * (quant_iq_ref.c); dst holds q35_row_size of its type. */
 #define Q35_IQ2_XXSR_BYTES 102
 void q35_iq2_xxsr_move(const void *src, void *dst, int64_t n, int back);
+/* IQ3_XXSR (Q35_TYPE_IQ3_XXSR): an IQ3_XXS super-block as 4-bit codes, 134 bytes: d | the eight
+ * 4-bit scales as IQ2_XXSR's | 4 x 32 bytes: byte e of 32-byte plane k holds element e of sub-block
+ * 2k in its low nibble and of sub-block 2k + 1 in its high nibble, each the grid magnitude's code
+ * (4, 12, ..., 52, 62 -> 0..7: the magnitude >> 3) plus 8 for a negative sign. (quant_iq_ref.c) */
+#define Q35_IQ3_XXSR_BYTES 134
+void q35_iq3_xxsr_move(const void *src, void *dst, int64_t n, int back);
 /* quant_avx2.c: q35_repack_row's Q4_KR rewrite on 256-bit vectors (the same bytes; AVX2 CPUs only) */
 void q35_repack_q4_kr_avx2(const void *src, void *dst, int64_t n);
 /* quant_avx2.c: q35_repack_row's Q6_KR rewrite likewise (quant_k6r_avx2.inc) */

@@ -36,6 +36,9 @@ IQ_GEMV(t_iq1_m, 4)
 QS_TILE(t_iq2_xxsr, 2, 2)
 IQ_PTILE(t_iq2_xxsr, Q35_IQ2_XXSR_BYTES, 4, 0.125f)
 IQ_GEMV(t_iq2_xxsr, 2)
+QS_TILE(t_iq3_xxsr, 2, 2)
+IQ_PTILE(t_iq3_xxsr, Q35_IQ3_XXSR_BYTES, 4, 0.25f)
+IQ_GEMV(t_iq3_xxsr, 2)
 
 void q35_kernels_iq_avx2(q35_kernels *k) {
   q35_iq_tables_init();
@@ -51,4 +54,7 @@ void q35_kernels_iq_avx2(q35_kernels *k) {
    * decode is compute-bound, so it wins streamed too (docs/PERF.md, issue 16, session 22) */
   IQ_SET_G(k, Q35_TYPE_IQ2_XXSR, t_iq2_xxsr);
   k->repack[Q35_TYPE_IQ2_XXS] = Q35_TYPE_IQ2_XXSR;
+  /* IQ3_XXS likewise as IQ3_XXSR (4-bit codes, 1.37x the bytes) */
+  IQ_SET_G(k, Q35_TYPE_IQ3_XXSR, t_iq3_xxsr);
+  k->repack[Q35_TYPE_IQ3_XXS] = Q35_TYPE_IQ3_XXSR;
 }

@@ -8,7 +8,8 @@
  * best. No timed assertions (not part of ctest).
  *   decode:  a matrix-vector product over a weight matrix in L2 (384 KiB) and one streamed from
  *            memory (MiB given): q35 through its one-column gemv (what the forward pass runs),
- *            ggml one vec_dot per row; GB/s of weight bytes
+ *            ggml one vec_dot per row; GB/s of the file's weight bytes (where a level repacks the
+ *            type at load, IQ2_XXS / IQ3_XXS at AVX2, q35 runs on the rows repacked, as the loader leaves them)
  *   prefill: a 512 x 2048 weight matrix times T = 64 activation rows, GOP/s (2 K N T / time):
  *            q35's tile kernel against ggml's per-pair vec_dot. That is what ggml-cpu's mul_mat
  *            runs for these types except Q2_K (repacked 8x8 gemm), IQ4_NL (llamafile's tinyBLAS)
@@ -86,8 +87,9 @@ typedef struct {
 
 static float sink;
 /* GB/s of weights for a matvec over nr rows of n elements, best of reps */
+/* (brs: the file type's bytes per row, which the rate counts: a repacked layout's may differ) */
 static double matvec(eng e, int type, const uint8_t *w, size_t wrs, int64_t nr, int64_t n, const void *x, float *out,
-                     int reps) {
+                     int reps, size_t brs) {
   double best = 1e30;
   for (int rep = 0; rep < reps; rep++) {
     const double t0 = now();
@@ -100,7 +102,7 @@ static double matvec(eng e, int type, const uint8_t *w, size_t wrs, int64_t nr, 
     sink += out[nr / 2];
     if (dt < best) best = dt;
   }
-  return (double)wrs * (double)nr / best / 1e9;
+  return (double)brs * (double)nr / best / 1e9;
 }
 
 /* GOP/s of the N x K times T product */
@@ -159,6 +161,17 @@ int main(int argc, char **argv) {
     const int64_t nbig = (int64_t)(big / wrs), nsmall = (int64_t)((384 << 10) / wrs);
     uint8_t *w = malloc(wrs * (size_t)nbig);
     fill_blocks(t, w, (size_t)nbig * (size_t)(K / q35_type_block(type)));
+    /* a level that repacks the type at load (IQ2_XXS at AVX2) runs on the rows repacked, as the
+     * loader leaves them */
+    int rt[2] = {type, type};
+    size_t rrs[2] = {wrs, wrs};
+    uint8_t *wr[2] = {w, w};
+    for (int v = 0; v < 2; v++)
+      if (have[v] && lv[v].repack[type] && (rt[v] = lv[v].repack[type]) != type) {
+        rrs[v] = q35_row_size(rt[v], K);
+        wr[v] = malloc(rrs[v] * (size_t)nbig);
+        for (int64_t r = 0; r < nbig; r++) q35_repack_row(rt[v], w + (size_t)r * wrs, wr[v] + (size_t)r * rrs[v], K);
+      }
     eng e[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
     const uint8_t *xe[4] = {0, 0, 0, 0};
     size_t xrs[4] = {0, 0, 0, 0};
@@ -181,10 +194,12 @@ int main(int argc, char **argv) {
     double r[3][4] = {{0}};
     for (int round = 0; round < 6; round++)
       for (int k = 0; k < 4; k++) {
-        const int ok = e[k].q || e[k].g;
-        const double v[3] = {ok ? matvec(e[k], type, w, wrs, nsmall, K, xe[k], out, 20) : NAN,
-                             ok && round < 2 ? matvec(e[k], type, w, wrs, nbig, K, xe[k], out, 1) : NAN,
-                             ok && round < 3 ? prefill(e[k], type, w, wrs, NP, K, xe[k], xrs[k], (int)T, out) : NAN};
+        const int ok = e[k].q || e[k].g, ty = e[k].q ? rt[k / 2] : type;
+        const uint8_t *wk = e[k].q ? wr[k / 2] : w;
+        const size_t ks = e[k].q ? rrs[k / 2] : wrs;
+        const double v[3] = {ok ? matvec(e[k], ty, wk, ks, nsmall, K, xe[k], out, 20, wrs) : NAN,
+                             ok && round < 2 ? matvec(e[k], ty, wk, ks, nbig, K, xe[k], out, 1, wrs) : NAN,
+                             ok && round < 3 ? prefill(e[k], ty, wk, ks, NP, K, xe[k], xrs[k], (int)T, out) : NAN};
         for (int j = 0; j < 3; j++)
           if (!ok) r[j][k] = NAN;
           else if (v[j] > r[j][k]) r[j][k] = v[j];
@@ -199,6 +214,8 @@ int main(int argc, char **argv) {
       printf("\n");
     }
     fflush(stdout);
+    for (int v = 0; v < 2; v++)
+      if (wr[v] != w) free(wr[v]);
     free(w);
   }
   for (int v = 0; v < 2; v++)

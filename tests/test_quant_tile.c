@@ -20,6 +20,7 @@
 #include "base/cpu.h"
 #include "kernels/quant.h"
 #include "kernels/quant_internal.h"
+#include "kernels/quant_iq_tables.h"
 #include "kernels/quant_lowbit.h"
 
 #include "check.h"
@@ -426,6 +427,7 @@ static void rows_adjacent_pairs(q35_simd level, const q35_kernels *k);
 static void gemv_two_streams(q35_simd level, const q35_kernels *k);
 static void z2r_twin(q35_simd level, const q35_kernels *k, int t0, int t1);
 static void kr_twin(q35_simd level, const q35_kernels *k, int t0, int t1);
+static void iq_r_twin(q35_simd level, const q35_kernels *k, int t0, int t1);
 
 int main(void) {
   public_api();
@@ -489,6 +491,8 @@ int main(void) {
                                  {Q35_TYPE_Q2_K, Q35_TYPE_Q2_KR},
                                  {Q35_TYPE_Q3_K, Q35_TYPE_Q3_KR}};
     for (size_t i = 0; i < sizeof krt / sizeof krt[0]; i++) kr_twin(level, &k, krt[i][0], krt[i][1]);
+    iq_r_twin(level, &k, Q35_TYPE_IQ2_XXS, Q35_TYPE_IQ2_XXSR);
+    iq_r_twin(level, &k, Q35_TYPE_IQ3_XXS, Q35_TYPE_IQ3_XXSR);
     printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   printf("%ld tile cases\n", cases);
@@ -767,6 +771,93 @@ static void kr_twin(q35_simd level, const q35_kernels *k, const int t0, const in
           CHECK(!bad, "%s %s n=%lld nr=%d: gemv2 != the plain type's in %d rows", lvl, tn, (long long)n, nr, bad);
           bad = gemv2_bad(kq, t0, n, w, ws, nr, x, want, 1);
           CHECK(!bad, "%s %s n=%lld nr=%d: the plain type's gemv2 != its tile in %d rows", lvl, tn, (long long)n, nr, bad);
+        }
+      }
+    free(want), free(got), free(rb), free(back), free(wb), free(xb);
+  }
+}
+
+/*
+ * IQ2_XXSR / IQ3_XXSR (the AVX2 level's load-time layouts of IQ2_XXS / IQ3_XXS, 102 / 134 bytes per
+ * 256 elements where the file types have 66 / 98): repack then unrepack gives the row back byte for byte; dequantize, vec_dot, tiles of
+ * every shape (rows with tails of the row and column panels, one column through gemv / gemv2) on
+ * the repacked rows give IQ2_XXS's results on the plain rows bit for bit, at every level.
+ */
+static void iq_r_twin(q35_simd level, const q35_kernels *k, int t0, int t1) {
+  const char *lvl = q35_simd_name(level), *nm = q35_type_name(t1);
+  const size_t bsz = q35_type_size(t0);
+  const int vt = q35_kernels_vec_dot_type(k, t1);
+  CHECK(vt == q35_kernels_vec_dot_type(k, t0), "%s %s: activation type %d, the plain type's %d", lvl, nm, vt,
+        q35_kernels_vec_dot_type(k, t0));
+  static const int64_t ns[] = {256, 768, 2048, 4096};
+  static const int ncs[] = {1, 2, 3, 4, 5, 8, 9, 16, 23, 33, 67};
+  for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+    const int64_t n = ns[ni];
+    const int nrmax = n >= 2048 ? 301 : 9;
+    const size_t rs = q35_row_size(t0, n), rsr = q35_row_size(t1, n);
+    const size_t ws = rs + (ni % 2 ? 0 : 7), wsr = rsr + (ni % 2 ? 3 : 0), xs = q35_row_size(vt, n) + (ni % 3 ? 0 : 5);
+    uint8_t *wb = malloc(ws * (size_t)nrmax + 64), *xb = malloc(xs * 67 + 64);
+    uint8_t *w = wb + 1 + ni, *x = xb + 3;
+    for (int r = 0; r < nrmax; r++)
+      for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t *b = w + (size_t)r * ws + (size_t)i * bsz;
+        for (size_t j = 0; j < bsz; j++) b[j] = (uint8_t)rng_u64();
+        const uint16_t d = rnd_fp16();
+        memcpy(b, &d, 2);
+      }
+    /* activations as q35's Q8_K quantizer makes them: values in -127..127 (the plain kernels negate
+     * them) and bsums the sums of their bytes (IQ2_XXSR's bias comes back through them, as the IQ
+     * prefill tiles' does) */
+    for (int c = 0; c < 67; c++) {
+      rnd_q8k_row(x + (size_t)c * xs, n, 0);
+      for (int64_t i = 0; i < n / QK_K; i++) {
+        blk_q8_k *b = (blk_q8_k *)(void *)(x + (size_t)c * xs + (size_t)i * sizeof(blk_q8_k));
+        for (int g = 0; g < QK_K / 16; g++) {
+          int sum = 0;
+          for (int j = 0; j < 16; j++) sum += b->qs[16 * g + j] = b->qs[16 * g + j] < -127 ? -127 : b->qs[16 * g + j];
+          b->bsums[g] = (int16_t)sum;
+        }
+      }
+    }
+    uint8_t *rb = malloc(wsr * (size_t)nrmax + 64), *back = malloc(rs);
+    uint8_t *wr = rb + 5; /* an odd address */
+    int bad = 0;
+    for (int r = 0; r < nrmax; r++) {
+      q35_repack_row(t1, w + (size_t)r * ws, wr + (size_t)r * wsr, n);
+      q35_unrepack_row(t1, wr + (size_t)r * wsr, back, n);
+      bad += memcmp(back, w + (size_t)r * ws, rs) != 0;
+    }
+    CHECK(!bad, "%s %s n=%lld: repack then unrepack changed %d rows", lvl, nm, (long long)n, bad);
+    float *f0 = malloc(sizeof(float) * (size_t)n), *f1 = malloc(sizeof(float) * (size_t)n);
+    bad = 0;
+    for (int r = 0; r < 3; r++) {
+      k->dequantize[t0](w + (size_t)r * ws, f0, n);
+      k->dequantize[t1](wr + (size_t)r * wsr, f1, n);
+      bad += memcmp(f0, f1, sizeof(float) * (size_t)n) != 0;
+      bad += !same_float(k->vec_dot[t0](n, w + (size_t)r * ws, x), k->vec_dot[t1](n, wr + (size_t)r * wsr, x));
+    }
+    CHECK(!bad, "%s %s n=%lld: dequantize / vec_dot differ from the plain type's", lvl, nm, (long long)n);
+    free(f0), free(f1);
+    float *want = malloc(sizeof(float) * (size_t)nrmax * 67), *got = malloc(sizeof(float) * (size_t)nrmax * 67);
+    const int nrs[] = {1, 2, 3, 4, 5, 7, 9, nrmax};
+    for (size_t i = 0; i < sizeof nrs / sizeof nrs[0]; i++)
+      for (size_t j = 0; j < sizeof ncs / sizeof ncs[0]; j++) {
+        const int nr = nrs[i], nc = nrmax > 9 && nr > 9 && ncs[j] > 3 ? 0 : ncs[j];
+        if (!nc || (i == sizeof nrs / sizeof nrs[0] - 1 && nr == 9)) continue;
+        memset(want, 0xFF, sizeof(float) * (size_t)nr * nc);
+        memset(got, 0xFF, sizeof(float) * (size_t)nr * nc);
+        q35_tile_run(k, t0, n, w, ws, nr, x, xs, nc, want, (size_t)nc, 1);
+        q35_tile_run(k, t1, n, wr, wsr, nr, x, xs, nc, got, (size_t)nc, 1);
+        CHECK(!memcmp(want, got, sizeof(float) * (size_t)nr * nc), "%s %s n=%lld %dx%d: tile != the plain type's", lvl, nm,
+              (long long)n, nr, nc);
+        bad = 0;
+        for (int r = 0; r < nr; r++)
+          for (int c = 0; c < nc; c++)
+            bad += !same_float(got[r * nc + c], k->vec_dot[t1](n, wr + (size_t)r * wsr, x + (size_t)c * xs));
+        CHECK(!bad, "%s %s n=%lld %dx%d: tile != vec_dot in %d pairs", lvl, nm, (long long)n, nr, nc, bad);
+        if (nc == 1) {
+          bad = gemv2_bad(k, t1, n, wr, wsr, nr, x, want, 1);
+          CHECK(!bad, "%s %s n=%lld nr=%d: gemv2 != the plain type's in %d rows", lvl, nm, (long long)n, nr, bad);
         }
       }
     free(want), free(got), free(rb), free(back), free(wb), free(xb);

@@ -64,7 +64,15 @@ enum q35_type {
    * same nibble block after a scale of 2 or 1 bytes); IQ4_NL's / MXFP4's sizes */
   Q35_TYPE_IQ4_NLR = 49,
   Q35_TYPE_MXFP4R = 50,
-  Q35_TYPE_COUNT = 51, /* upper bound of the type ids above */
+  /* IQ2_XXS rows rewritten at load for the AVX2 kernels (q35_repack_row) into whole 3-bit values:
+   * per super-block the fp16 d, the eight 4-bit scales, two planes of 2-bit magnitude codes and a
+   * plane of sign bits (kernels/quant_internal.h); 102 bytes per 256 elements where IQ2_XXS has 66
+   * (the only repacked layout larger than its file type: the loader moves it to its own memory) */
+  Q35_TYPE_IQ2_XXSR = 52,
+  /* likewise IQ3_XXS rows as 4-bit codes (3-bit magnitude code and the sign), 134 bytes per 256
+   * elements where IQ3_XXS has 98 */
+  Q35_TYPE_IQ3_XXSR = 53,
+  Q35_TYPE_COUNT = 54, /* upper bound of the type ids above */
 };
 
 /* GGML's name for any GGML type id ("q4_K", "iq2_xxs", ...), or NULL for an unknown id. */

@@ -163,6 +163,8 @@ int q35_unrepack_type(int type) {
   case Q35_TYPE_Q4_KR: return Q35_TYPE_Q4_K;
   case Q35_TYPE_Q6_KR: return Q35_TYPE_Q6_K;
   case Q35_TYPE_Q2_KR: return Q35_TYPE_Q2_K;
+  case Q35_TYPE_IQ2_XXSR: return Q35_TYPE_IQ2_XXS;
+  case Q35_TYPE_IQ3_XXSR: return Q35_TYPE_IQ3_XXS;
   default: return type;
   }
 }

@@ -130,6 +130,23 @@ void q35_q8_kp_move(const blk_q8_k *src, blk_q8_k *dst, int back);
 /* one row of n elements: Q4_0 / IQ4_NL (bs = 18) or MXFP4 (bs = 17) blocks at src as Q4_0R /
  * IQ4_NLR / MXFP4R at dst, or back (quant_ref.c) */
 void q35_z2r_move(const void *src, void *dst, int64_t n, int back, int bs);
+/* IQ2_XXSR (Q35_TYPE_IQ2_XXSR): an IQ2_XXS super-block as whole 3-bit values, 102 bytes:
+ *   d (fp16, bytes 0..1) | the eight 4-bit scales, sub-block j in nibble j & 1 of byte 2 + j / 2 |
+ *   M0, M1 (32 bytes each at 6 and 38): element e of sub-block j is the 2-bit field j % 4 of byte e
+ *   of M(j / 4), its grid magnitude's code (0x08, 0x19, 0x2B -> 0, 1, 2: the magnitude >> 4) |
+ *   S (32 bytes at 70): bit j of byte e is the sign of element e of sub-block j (the stored 7 and
+ *   the parity's 8th).
+ * The same values, so an AVX2 kernel on it sums the very integers of IQ2_XXS's (quant_iq_256.inc).
+ * One row of n elements (a multiple of 256) of IQ2_XXS at src as IQ2_XXSR at dst, or back
+ * (quant_iq_ref.c); dst holds q35_row_size of its type. */
+#define Q35_IQ2_XXSR_BYTES 102
+void q35_iq2_xxsr_move(const void *src, void *dst, int64_t n, int back);
+/* IQ3_XXSR (Q35_TYPE_IQ3_XXSR): an IQ3_XXS super-block as 4-bit codes, 134 bytes: d | the eight
+ * 4-bit scales as IQ2_XXSR's | 4 x 32 bytes: byte e of 32-byte plane k holds element e of sub-block
+ * 2k in its low nibble and of sub-block 2k + 1 in its high nibble, each the grid magnitude's code
+ * (4, 12, ..., 52, 62 -> 0..7: the magnitude >> 3) plus 8 for a negative sign. (quant_iq_ref.c) */
+#define Q35_IQ3_XXSR_BYTES 134
+void q35_iq3_xxsr_move(const void *src, void *dst, int64_t n, int back);
 /* quant_avx2.c: q35_repack_row's Q4_KR rewrite on 256-bit vectors (the same bytes; AVX2 CPUs only) */
 void q35_repack_q4_kr_avx2(const void *src, void *dst, int64_t n);
 /* quant_avx2.c: q35_repack_row's Q6_KR rewrite likewise (quant_k6r_avx2.inc) */

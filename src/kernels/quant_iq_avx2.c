@@ -33,6 +33,12 @@ IQ_GEMV(t_iq1_s, 4)
 QS_TILE(t_iq1_m, 2, 2)
 IQ_PTILE(t_iq1_m, sizeof(blk_iq1_m), 4, 1.0f)
 IQ_GEMV(t_iq1_m, 4)
+QS_TILE(t_iq2_xxsr, 2, 2)
+IQ_PTILE(t_iq2_xxsr, Q35_IQ2_XXSR_BYTES, 4, 0.125f)
+IQ_GEMV(t_iq2_xxsr, 2)
+QS_TILE(t_iq3_xxsr, 2, 2)
+IQ_PTILE(t_iq3_xxsr, Q35_IQ3_XXSR_BYTES, 4, 0.25f)
+IQ_GEMV(t_iq3_xxsr, 2)
 
 void q35_kernels_iq_avx2(q35_kernels *k) {
   q35_iq_tables_init();
@@ -43,4 +49,12 @@ void q35_kernels_iq_avx2(q35_kernels *k) {
   IQ_SET(k, Q35_TYPE_IQ3_S, t_iq3_s);
   IQ_SET_G(k, Q35_TYPE_IQ1_S, t_iq1_s);
   IQ_SET_G(k, Q35_TYPE_IQ1_M, t_iq1_m);
+  /* IQ2_XXS's product weights are rewritten at load as IQ2_XXSR (whole 3-bit values, 1.55x the
+   * bytes), which the kernels decode with a vpshufb instead of grid and sign lookups: the
+   * decode is compute-bound, so it wins streamed too (docs/PERF.md, issue 16, session 22) */
+  IQ_SET_G(k, Q35_TYPE_IQ2_XXSR, t_iq2_xxsr);
+  k->repack[Q35_TYPE_IQ2_XXS] = Q35_TYPE_IQ2_XXSR;
+  /* IQ3_XXS likewise as IQ3_XXSR (4-bit codes, 1.37x the bytes) */
+  IQ_SET_G(k, Q35_TYPE_IQ3_XXSR, t_iq3_xxsr);
+  k->repack[Q35_TYPE_IQ3_XXS] = Q35_TYPE_IQ3_XXSR;
 }

@@ -12,6 +12,8 @@
  * No quantizers yet (quantize[] stays NULL: the exporters refuse these types as targets).
  */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "base/util.h"
 #include "kernels/quant_internal.h"
@@ -202,6 +204,147 @@ DOT_SIGNED(dot_iq3_s, blk_iq3_s, g_iq3_s, 1.0f)
 DOT_IQ1(dot_iq1_s, blk_iq1_s, g_iq1_s, a[i].d)
 DOT_IQ1(dot_iq1_m, blk_iq1_m, g_iq1_m, q35_iq1m_d(&a[i]))
 
+/* ------------------------------ IQ2_XXSR (quant_internal.h) ------------------------------ */
+
+/* byte b (8 sign bits) -> 8 bytes, byte k = bit k of b */
+static inline uint64_t bits_to_bytes(unsigned b) {
+  return ((((uint64_t)b * 0x0101010101010101ull) & 0x8040201008040201ull) + 0x7F7F7F7F7F7F7F7Full) >> 7 &
+         0x0101010101010101ull;
+}
+
+void q35_iq2_xxsr_move(const void *src, void *dst, int64_t n, int back) {
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    if (!back) {
+      const blk_iq2_xxs *a = (const blk_iq2_xxs *)src + i;
+      uint8_t *o = (uint8_t *)dst + (size_t)i * Q35_IQ2_XXSR_BYTES;
+      uint32_t w[8];
+      uint8_t sc[4] = {0};
+      for (int j = 0; j < 8; j++) {
+        const uint8_t *p = (const uint8_t *)a->qs + 8 * j;
+        w[j] = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+        sc[j / 2] |= (uint8_t)((w[j] >> 28) << (4 * (j & 1)));
+      }
+      memcpy(o, &a->d, 2);
+      memcpy(o + 2, sc, 4);
+      for (int g = 0; g < 4; g++) { /* elements 8g .. 8g + 7 of every sub-block: one word per plane */
+        uint64_t m0 = 0, m1 = 0, sg = 0;
+        for (int j = 0; j < 8; j++) {
+          /* magnitudes 0x08 / 0x19 / 0x2B: >> 4 gives their code 0 / 1 / 2 in every byte */
+          const uint64_t c = (q35_iq2xxs_grid[((const uint8_t *)a->qs)[8 * j + g]] >> 4) & 0x0303030303030303ull;
+          if (j < 4) m0 |= c << (2 * j);
+          else m1 |= c << (2 * (j - 4));
+          sg |= bits_to_bytes(q35_ksigns_iq2xs[(w[j] >> (7 * g)) & 127]) << j;
+        }
+        memcpy(o + 6 + 8 * g, &m0, 8);
+        memcpy(o + 38 + 8 * g, &m1, 8);
+        memcpy(o + 70 + 8 * g, &sg, 8);
+      }
+    } else {
+      const uint8_t *a = (const uint8_t *)src + (size_t)i * Q35_IQ2_XXSR_BYTES;
+      blk_iq2_xxs *o = (blk_iq2_xxs *)dst + i;
+      memcpy(&o->d, a, 2);
+      for (int j = 0; j < 8; j++) {
+        uint8_t *p = (uint8_t *)o->qs + 8 * j;
+        uint32_t w = (uint32_t)((a[2 + j / 2] >> (4 * (j & 1))) & 15) << 28;
+        for (int g = 0; g < 4; g++) {
+          uint64_t c = 0;
+          unsigned s = 0;
+          for (int e = 0; e < 8; e++) {
+            const int el = 8 * g + e;
+            c |= (uint64_t)((a[6 + 32 * (j / 4) + el] >> (2 * (j & 3))) & 3) << (8 * e);
+            s |= (unsigned)((a[70 + el] >> j) & 1) << e;
+          }
+          int x = 0; /* the grid entry with these codes (every code word came from one) */
+          while (x < 255 && ((q35_iq2xxs_grid[x] >> 4) & 0x0303030303030303ull) != c) x++;
+          p[g] = (uint8_t)x;
+          w |= (uint32_t)(s & 127) << (7 * g);
+        }
+        p[4] = (uint8_t)w, p[5] = (uint8_t)(w >> 8), p[6] = (uint8_t)(w >> 16), p[7] = (uint8_t)(w >> 24);
+      }
+    }
+  }
+}
+
+/* the reference twins of IQ2_XXSR: IQ2_XXS's on the row moved back */
+static void dequant_iq2_xxsr(const void *src, float *y, int64_t n) {
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    blk_iq2_xxs b;
+    q35_iq2_xxsr_move((const uint8_t *)src + (size_t)i * Q35_IQ2_XXSR_BYTES, &b, QK_K, 1);
+    dequant_iq2_xxs(&b, y + i * QK_K, QK_K);
+  }
+}
+static float dot_iq2_xxsr(int64_t n, const void *w, const void *x) {
+  blk_iq2_xxs *p = malloc((size_t)(n / QK_K) * sizeof(blk_iq2_xxs) + 1);
+  if (!p) return NAN;
+  q35_iq2_xxsr_move(w, p, n, 1);
+  const float v = dot_iq2_xxs(n, p, x);
+  free(p);
+  return v;
+}
+
+void q35_iq3_xxsr_move(const void *src, void *dst, int64_t n, int back) {
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    if (!back) {
+      const blk_iq3_xxs *a = (const blk_iq3_xxs *)src + i;
+      uint8_t *o = (uint8_t *)dst + (size_t)i * Q35_IQ3_XXSR_BYTES;
+      uint8_t sc[4] = {0};
+      memcpy(o, &a->d, 2);
+      for (int j = 0; j < 8; j++) {
+        const uint32_t w = q35_ld32(a->qs + 64 + 4 * j);
+        sc[j / 2] |= (uint8_t)((w >> 28) << (4 * (j & 1)));
+        for (int g = 0; g < 4; g++) { /* elements 8g .. 8g + 7: two grid entries, one sign field */
+          /* magnitudes 4, 12, ..., 52, 62: >> 3 gives their code 0..7 in every byte */
+          const uint64_t c = ((uint64_t)q35_iq3xxs_grid[a->qs[8 * j + 2 * g]] |
+                              (uint64_t)q35_iq3xxs_grid[a->qs[8 * j + 2 * g + 1]] << 32) >> 3 & 0x0707070707070707ull;
+          const uint64_t v = c | bits_to_bytes(q35_ksigns_iq2xs[(w >> (7 * g)) & 127]) << 3;
+          uint8_t *p = o + 6 + 32 * (j / 2) + 8 * g;
+          for (int e = 0; e < 8; e++) p[e] = (uint8_t)((j & 1 ? p[e] : 0) | ((v >> (8 * e)) & 15) << (4 * (j & 1)));
+        }
+      }
+      memcpy(o + 2, sc, 4);
+    } else {
+      const uint8_t *a = (const uint8_t *)src + (size_t)i * Q35_IQ3_XXSR_BYTES;
+      blk_iq3_xxs *o = (blk_iq3_xxs *)dst + i;
+      memcpy(&o->d, a, 2);
+      for (int j = 0; j < 8; j++) {
+        uint32_t w = (uint32_t)((a[2 + j / 2] >> (4 * (j & 1))) & 15) << 28;
+        for (int g = 0; g < 4; g++) {
+          unsigned s = 0;
+          for (int h = 0; h < 2; h++) {
+            uint32_t c = 0;
+            for (int e = 0; e < 4; e++) {
+              const int x = (a[6 + 32 * (j / 2) + 8 * g + 4 * h + e] >> (4 * (j & 1))) & 15;
+              c |= (uint32_t)(x & 7) << (8 * e);
+              s |= (unsigned)(x >> 3) << (4 * h + e);
+            }
+            int x = 0; /* the grid entry with these codes */
+            while (x < 255 && ((q35_iq3xxs_grid[x] >> 3) & 0x07070707u) != c) x++;
+            o->qs[8 * j + 2 * g + h] = (uint8_t)x;
+          }
+          w |= (uint32_t)(s & 127) << (7 * g);
+        }
+        memcpy(o->qs + 64 + 4 * j, &w, 4);
+      }
+    }
+  }
+}
+
+static void dequant_iq3_xxsr(const void *src, float *y, int64_t n) {
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    blk_iq3_xxs b;
+    q35_iq3_xxsr_move((const uint8_t *)src + (size_t)i * Q35_IQ3_XXSR_BYTES, &b, QK_K, 1);
+    dequant_iq3_xxs(&b, y + i * QK_K, QK_K);
+  }
+}
+static float dot_iq3_xxsr(int64_t n, const void *w, const void *x) {
+  blk_iq3_xxs *p = malloc((size_t)(n / QK_K) * sizeof(blk_iq3_xxs) + 1);
+  if (!p) return NAN;
+  q35_iq3_xxsr_move(w, p, n, 1);
+  const float v = dot_iq3_xxs(n, p, x);
+  free(p);
+  return v;
+}
+
 void q35_kernels_iq_ref(q35_kernels *k) {
 #define SET(T, dq, vd) (k->dequantize[T] = (dq), k->vec_dot[T] = (vd))
   SET(Q35_TYPE_IQ2_XXS, dequant_iq2_xxs, dot_iq2_xxs);
@@ -211,6 +354,8 @@ void q35_kernels_iq_ref(q35_kernels *k) {
   SET(Q35_TYPE_IQ3_S, dequant_iq3_s, dot_iq3_s);
   SET(Q35_TYPE_IQ1_S, dequant_iq1_s, dot_iq1_s);
   SET(Q35_TYPE_IQ1_M, dequant_iq1_m, dot_iq1_m);
+  SET(Q35_TYPE_IQ2_XXSR, dequant_iq2_xxsr, dot_iq2_xxsr);
+  SET(Q35_TYPE_IQ3_XXSR, dequant_iq3_xxsr, dot_iq3_xxsr);
 #undef SET
 }
 
@@ -218,7 +363,8 @@ int q35_iq_vec_dot_type(const q35_kernels *k, int type) {
   (void)k;
   switch (type) {
   case Q35_TYPE_IQ2_XXS: case Q35_TYPE_IQ2_XS: case Q35_TYPE_IQ2_S: case Q35_TYPE_IQ3_XXS:
-  case Q35_TYPE_IQ3_S: case Q35_TYPE_IQ1_S: case Q35_TYPE_IQ1_M:
+  case Q35_TYPE_IQ3_S: case Q35_TYPE_IQ1_S: case Q35_TYPE_IQ1_M: case Q35_TYPE_IQ2_XXSR:
+  case Q35_TYPE_IQ3_XXSR:
     return Q35_TYPE_Q8_K;
   default:
     return -1;

@@ -421,6 +421,60 @@ static int cmp_tensor_addr(const void *a, const void *b) {
 }
 
 static size_t tensor_bytes(const q35_tensor *t) { return t->nb1 * (size_t)(t->ne[1] * t->ne[2] * t->ne[3]); }
+/* the bytes of t's rows in the layout rt */
+static size_t tensor_bytes_as(const q35_tensor *t, int rt) {
+  return q35_row_size(rt, t->ne[0]) * (size_t)(t->ne[1] * t->ne[2] * t->ne[3]);
+}
+
+/* A repacked layout larger than the file's (IQ2_XXSR, IQ3_XXSR) cannot be rewritten in place: the tensors
+ * ts[0 .. n) (one data, bound n times) get rows in layout rt in an anonymous mapping of their own
+ * (2 MiB pages advised while written, as q35_map_rewrite's), recorded in m for q35_model_free; the
+ * file pages they leave are dropped (whole pages only: a neighbour may share the ends). 0, or -1
+ * with err. */
+static int repack_grow(q35_model *m, gguf_file *sf, q35_tensor **ts, size_t n, int rt, int drop, int huge,
+                       q35_err *err) {
+  const q35_tensor *t = ts[0];
+  const size_t rs = q35_row_size(rt, t->ne[0]), size = tensor_bytes_as(t, rt), old = tensor_bytes(t);
+  const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
+  void **g = realloc(m->grown, sizeof *g * (m->n_grown + 1));
+  if (g) m->grown = g;
+  size_t *gs = g ? realloc(m->grown_size, sizeof *gs * (m->n_grown + 1)) : NULL;
+  if (gs) m->grown_size = gs;
+  if (!g || !gs) return q35_seterr(err, "out of memory");
+  uint8_t *a = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (a == MAP_FAILED) return q35_seterr(err, "%s: cannot allocate %.2f GiB to repack weights into", sf->path,
+                                         (double)size / (1u << 30));
+#ifdef MADV_HUGEPAGE
+  if (huge) madvise(a, size, MADV_HUGEPAGE);
+#endif
+  const uint8_t *src = t->data;
+  for (int64_t r = 0; r < rows; r++) q35_repack_row(rt, src + (size_t)r * t->nb1, a + (size_t)r * rs, t->ne[0]);
+#ifdef MADV_NOHUGEPAGE
+  if (huge) madvise(a, size, MADV_NOHUGEPAGE);
+#endif
+  if (mprotect(a, size, PROT_READ) != 0) {
+    munmap(a, size);
+    return q35_seterr(err, "%s: cannot protect the repacked weights", sf->path);
+  }
+  m->grown[m->n_grown] = a, m->grown_size[m->n_grown++] = size;
+  for (size_t q = 0; q < n; q++)
+    ts[q]->data = a, ts[q]->nb1 = rs, ts[q]->nb2 = rs * (size_t)ts[q]->ne[1], ts[q]->type = rt;
+  /* the file's pages of it: out of this process (nothing reads them now) and, with the file
+   * mapping, out of the page cache */
+  const size_t page = sysconf(_SC_PAGESIZE) > 0 ? (size_t)sysconf(_SC_PAGESIZE) : 4096;
+  const size_t o = (size_t)(src - sf->map), lo = (o + page - 1) & ~(page - 1), hi = (o + old) & ~(page - 1);
+  if (hi > lo) {
+    madvise((uint8_t *)(uintptr_t)sf->map + lo, hi - lo, MADV_DONTNEED);
+    if (drop) {
+      const int fd = open(sf->path, O_RDONLY);
+      if (fd >= 0) {
+        posix_fadvise(fd, (off_t)lo, (off_t)(hi - lo), POSIX_FADV_DONTNEED);
+        close(fd);
+      }
+    }
+  }
+  return 0;
+}
 
 /* Rewrite the product weights whose type q35_repack_type repacks (Q4_0 at the AVX2 level, ...)
  * in their place, in anonymous memory (q35_map_rewrite; with the file mapping, its pages of them
@@ -441,7 +495,7 @@ static int repack_weights(q35_model *m, const q35_model_params *params, q35_err 
   qsort(ts, k, sizeof *ts, cmp_tensor_addr);
   size_t total = 0;
   for (size_t i = 0; i < k; i++)
-    if (!i || ts[i]->data != ts[i - 1]->data) total += tensor_bytes(ts[i]);
+    if (!i || ts[i]->data != ts[i - 1]->data) total += tensor_bytes_as(ts[i], q35_repack_type(ts[i]->type));
   /* the rewritten weights are anonymous memory that cannot be reclaimed (the file pages they
    * replace are dropped): where they would not fit in what the system has available, keep the
    * file's layout, which the page cache can page in and out */
@@ -473,10 +527,17 @@ static int repack_weights(q35_model *m, const q35_model_params *params, q35_err 
     size_t j = i + 1;
     while (j < k && ts[j]->data == ts[i]->data) j++;
     const int ft = ts[i]->type, rt = q35_repack_type(ft);
+    const size_t tb = tensor_bytes(ts[i]);
+    if (q35_row_size(rt, ts[i]->ne[0]) != ts[i]->nb1) { /* a larger layout: memory of its own */
+      rc = repack_grow(m, sf, ts + i, j - i, rt, !params->no_mmap, !params->no_mmap && !params->no_huge, err);
+      if (!rc) bytes += tb, by_type[ft] += tb;
+      i = j;
+      continue;
+    }
     repack_job job = {ts + i, j - i, rt};
     rc = q35_map_rewrite(sf, lo, hi, !params->no_mmap, !params->no_mmap && !params->no_huge, repack_range, &job, err);
     for (size_t q = i; q < j && !rc; q++) {
-      if (q == i || ts[q]->data != ts[q - 1]->data) bytes += tensor_bytes(ts[q]), by_type[ft] += tensor_bytes(ts[q]);
+      if (q == i || ts[q]->data != ts[q - 1]->data) bytes += tb, by_type[ft] += tb;
       ts[q]->type = rt;
     }
     i = j;
@@ -605,6 +666,8 @@ void q35_model_free(q35_model *m) {
   if (!m) return;
   if (m->next) m->next->close(m->next);
   q35_context_free(m->ctx);
+  for (size_t i = 0; i < m->n_grown; i++) munmap(m->grown[i], m->grown_size[i]);
+  free(m->grown), free(m->grown_size);
   free(m->layers);
   gguf_close(m->gguf);
   free(m);

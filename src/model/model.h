@@ -132,6 +132,10 @@ struct q35_model {
   char desc[256];
   long long huge_bytes;         /* bytes of the file mapping mapped with 2 MiB entries; -1 unknown */
   long long repacked_bytes;     /* bytes of weights rewritten at load (q35_repack_type) */
+  /* anonymous mappings holding weights repacked into a larger layout (IQ2_XXSR), unmapped at free */
+  void **grown;
+  size_t *grown_size;
+  size_t n_grown;
   q35_context *ctx;             /* the default context (q35_step, q35_session_eval), made at load */
   /* A pipeline stage holds layers [layer_begin, layer_end) only (all: 0, n_layer), the embedding
    * when it begins at 0 and the output head when it ends at n_layer; n_attn_layers / n_gdn_layers

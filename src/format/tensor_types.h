@@ -72,7 +72,10 @@ enum q35_type {
   /* likewise IQ3_XXS rows as 4-bit codes (3-bit magnitude code and the sign), 134 bytes per 256
    * elements where IQ3_XXS has 98 */
   Q35_TYPE_IQ3_XXSR = 53,
-  Q35_TYPE_COUNT = 54, /* upper bound of the type ids above */
+  /* likewise IQ3_S rows as 4-bit codes (3-bit magnitude code and the sign) in IQ3_XXSR's layout,
+   * 134 bytes per 256 elements where IQ3_S has 110 */
+  Q35_TYPE_IQ3_SR = 56,
+  Q35_TYPE_COUNT = 57, /* upper bound of the type ids above */
 };
 
 /* GGML's name for any GGML type id ("q4_K", "iq2_xxs", ...), or NULL for an unknown id. */

@@ -165,6 +165,7 @@ int q35_unrepack_type(int type) {
   case Q35_TYPE_Q2_KR: return Q35_TYPE_Q2_K;
   case Q35_TYPE_IQ2_XXSR: return Q35_TYPE_IQ2_XXS;
   case Q35_TYPE_IQ3_XXSR: return Q35_TYPE_IQ3_XXS;
+  case Q35_TYPE_IQ3_SR: return Q35_TYPE_IQ3_S;
   default: return type;
   }
 }

@@ -147,6 +147,12 @@ void q35_iq2_xxsr_move(const void *src, void *dst, int64_t n, int back);
  * (4, 12, ..., 52, 62 -> 0..7: the magnitude >> 3) plus 8 for a negative sign. (quant_iq_ref.c) */
 #define Q35_IQ3_XXSR_BYTES 134
 void q35_iq3_xxsr_move(const void *src, void *dst, int64_t n, int back);
+/* IQ3_SR (Q35_TYPE_IQ3_SR): an IQ3_S super-block in IQ3_XXSR's layout, 134 bytes: d | IQ3_S's four
+ * scale bytes as they are (already that order) | the 4 x 32-byte planes of 4-bit codes, each the
+ * grid magnitude's code (1, 3, ..., 15 -> 0..7: the magnitude >> 1) plus 8 for a negative sign.
+ * (quant_iq_ref.c) */
+#define Q35_IQ3_SR_BYTES 134
+void q35_iq3_sr_move(const void *src, void *dst, int64_t n, int back);
 /* quant_avx2.c: q35_repack_row's Q4_KR rewrite on 256-bit vectors (the same bytes; AVX2 CPUs only) */
 void q35_repack_q4_kr_avx2(const void *src, void *dst, int64_t n);
 /* quant_avx2.c: q35_repack_row's Q6_KR rewrite likewise (quant_k6r_avx2.inc) */

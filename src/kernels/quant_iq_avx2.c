@@ -39,6 +39,9 @@ IQ_GEMV(t_iq2_xxsr, 2)
 QS_TILE(t_iq3_xxsr, 2, 2)
 IQ_PTILE(t_iq3_xxsr, Q35_IQ3_XXSR_BYTES, 4, 0.25f)
 IQ_GEMV(t_iq3_xxsr, 2)
+QS_TILE(t_iq3_sr, 2, 2)
+IQ_PTILE(t_iq3_sr, Q35_IQ3_SR_BYTES, 4, 1.0f)
+IQ_GEMV(t_iq3_sr, 2)
 
 void q35_kernels_iq_avx2(q35_kernels *k) {
   q35_iq_tables_init();
@@ -57,4 +60,7 @@ void q35_kernels_iq_avx2(q35_kernels *k) {
   /* IQ3_XXS likewise as IQ3_XXSR (4-bit codes, 1.37x the bytes) */
   IQ_SET_G(k, Q35_TYPE_IQ3_XXSR, t_iq3_xxsr);
   k->repack[Q35_TYPE_IQ3_XXS] = Q35_TYPE_IQ3_XXSR;
+  /* IQ3_S likewise as IQ3_SR (the same 4-bit codes, 1.22x the bytes) */
+  IQ_SET_G(k, Q35_TYPE_IQ3_SR, t_iq3_sr);
+  k->repack[Q35_TYPE_IQ3_S] = Q35_TYPE_IQ3_SR;
 }

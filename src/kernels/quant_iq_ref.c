@@ -282,8 +282,26 @@ static float dot_iq2_xxsr(int64_t n, const void *w, const void *x) {
   return v;
 }
 
+/* IQ3_XXSR and IQ3_SR share the planes after the scales (quant_internal.h): the 4-bit code of
+ * element e of sub-block j is nibble j & 1 of byte 6 + 32 (j / 2) + e. Sub-block j's 32 codes c
+ * into the planes (the even sub-block first: it clears the byte) / out of them. */
+static void r4_put(uint8_t *o, int j, const uint8_t c[32]) {
+  for (int e = 0; e < 32; e++) {
+    uint8_t *p = o + 6 + 32 * (j / 2) + e;
+    *p = (uint8_t)((j & 1 ? *p : 0) | c[e] << (4 * (j & 1)));
+  }
+}
+static void r4_get(const uint8_t *a, int j, uint8_t c[32]) {
+  for (int e = 0; e < 32; e++) c[e] = (a[6 + 32 * (j / 2) + e] >> (4 * (j & 1))) & 15;
+}
+/* four codes' magnitude fields (bits 0..2) as the bytes of a word */
+static uint32_t r4_mag4(const uint8_t *c) {
+  return (uint32_t)(c[0] & 7) | (uint32_t)(c[1] & 7) << 8 | (uint32_t)(c[2] & 7) << 16 | (uint32_t)(c[3] & 7) << 24;
+}
+
 void q35_iq3_xxsr_move(const void *src, void *dst, int64_t n, int back) {
   for (int64_t i = 0; i < n / QK_K; i++) {
+    uint8_t c[32];
     if (!back) {
       const blk_iq3_xxs *a = (const blk_iq3_xxs *)src + i;
       uint8_t *o = (uint8_t *)dst + (size_t)i * Q35_IQ3_XXSR_BYTES;
@@ -294,12 +312,12 @@ void q35_iq3_xxsr_move(const void *src, void *dst, int64_t n, int back) {
         sc[j / 2] |= (uint8_t)((w >> 28) << (4 * (j & 1)));
         for (int g = 0; g < 4; g++) { /* elements 8g .. 8g + 7: two grid entries, one sign field */
           /* magnitudes 4, 12, ..., 52, 62: >> 3 gives their code 0..7 in every byte */
-          const uint64_t c = ((uint64_t)q35_iq3xxs_grid[a->qs[8 * j + 2 * g]] |
+          const uint64_t m = ((uint64_t)q35_iq3xxs_grid[a->qs[8 * j + 2 * g]] |
                               (uint64_t)q35_iq3xxs_grid[a->qs[8 * j + 2 * g + 1]] << 32) >> 3 & 0x0707070707070707ull;
-          const uint64_t v = c | bits_to_bytes(q35_ksigns_iq2xs[(w >> (7 * g)) & 127]) << 3;
-          uint8_t *p = o + 6 + 32 * (j / 2) + 8 * g;
-          for (int e = 0; e < 8; e++) p[e] = (uint8_t)((j & 1 ? p[e] : 0) | ((v >> (8 * e)) & 15) << (4 * (j & 1)));
+          const uint64_t v = m | bits_to_bytes(q35_ksigns_iq2xs[(w >> (7 * g)) & 127]) << 3;
+          for (int e = 0; e < 8; e++) c[8 * g + e] = (uint8_t)(v >> (8 * e));
         }
+        r4_put(o, j, c);
       }
       memcpy(o + 2, sc, 4);
     } else {
@@ -308,22 +326,73 @@ void q35_iq3_xxsr_move(const void *src, void *dst, int64_t n, int back) {
       memcpy(&o->d, a, 2);
       for (int j = 0; j < 8; j++) {
         uint32_t w = (uint32_t)((a[2 + j / 2] >> (4 * (j & 1))) & 15) << 28;
+        r4_get(a, j, c);
         for (int g = 0; g < 4; g++) {
           unsigned s = 0;
           for (int h = 0; h < 2; h++) {
-            uint32_t c = 0;
-            for (int e = 0; e < 4; e++) {
-              const int x = (a[6 + 32 * (j / 2) + 8 * g + 4 * h + e] >> (4 * (j & 1))) & 15;
-              c |= (uint32_t)(x & 7) << (8 * e);
-              s |= (unsigned)(x >> 3) << (4 * h + e);
-            }
+            const uint32_t m = r4_mag4(c + 8 * g + 4 * h);
+            for (int e = 0; e < 4; e++) s |= (unsigned)(c[8 * g + 4 * h + e] >> 3) << (4 * h + e);
             int x = 0; /* the grid entry with these codes */
-            while (x < 255 && ((q35_iq3xxs_grid[x] >> 3) & 0x07070707u) != c) x++;
+            while (x < 255 && ((q35_iq3xxs_grid[x] >> 3) & 0x07070707u) != m) x++;
             o->qs[8 * j + 2 * g + h] = (uint8_t)x;
           }
           w |= (uint32_t)(s & 127) << (7 * g);
         }
         memcpy(o->qs + 64 + 4 * j, &w, 4);
+      }
+    }
+  }
+}
+
+/* IQ3_SR: IQ3_S's grid magnitudes are the odd 1, 3, ..., 15 (>> 1: code 0..7) and every element
+ * has its own sign bit; the scales' nibbles are already in the layout's order. The way back finds
+ * each 4-code word's grid index (the 512 entries are distinct) in an inverse table built per call. */
+void q35_iq3_sr_move(const void *src, void *dst, int64_t n, int back) {
+  uint16_t inv[4096] = {0};
+  if (back)
+    for (int x = 0; x < 512; x++) {
+      const uint32_t m = (q35_iq3s_grid[x] >> 1) & 0x07070707u;
+      inv[(m & 7) | (m >> 5 & 0x38) | (m >> 10 & 0x1C0) | (m >> 15 & 0xE00)] = (uint16_t)x;
+    }
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    uint8_t c[32];
+    if (!back) {
+      const blk_iq3_s *a = (const blk_iq3_s *)src + i;
+      uint8_t *o = (uint8_t *)dst + (size_t)i * Q35_IQ3_SR_BYTES;
+      memcpy(o, &a->d, 2);
+      memcpy(o + 2, a->scales, 4);
+      for (int j = 0; j < 8; j++) {
+        for (int g = 0; g < 4; g++) { /* group k = 4j + g: elements 8g .. 8g + 7 of sub-block j */
+          const int k = 4 * j + g;
+          const uint64_t m = ((uint64_t)q35_iq3s_grid[a->qs[2 * k] | (((a->qh[j] >> (2 * g)) & 1) << 8)] |
+                              (uint64_t)q35_iq3s_grid[a->qs[2 * k + 1] | (((a->qh[j] >> (2 * g + 1)) & 1) << 8)] << 32) >>
+                                 1 & 0x0707070707070707ull;
+          const uint64_t v = m | bits_to_bytes(a->signs[k]) << 3;
+          for (int e = 0; e < 8; e++) c[8 * g + e] = (uint8_t)(v >> (8 * e));
+        }
+        r4_put(o, j, c);
+      }
+    } else {
+      const uint8_t *a = (const uint8_t *)src + (size_t)i * Q35_IQ3_SR_BYTES;
+      blk_iq3_s *o = (blk_iq3_s *)dst + i;
+      memcpy(&o->d, a, 2);
+      memcpy(o->scales, a + 2, 4);
+      for (int j = 0; j < 8; j++) {
+        unsigned h = 0;
+        r4_get(a, j, c);
+        for (int g = 0; g < 4; g++) {
+          const int k = 4 * j + g;
+          unsigned s = 0;
+          for (int e = 0; e < 8; e++) s |= (unsigned)(c[8 * g + e] >> 3) << e;
+          o->signs[k] = (uint8_t)s;
+          for (int t = 0; t < 2; t++) {
+            const uint8_t *q = c + 8 * g + 4 * t;
+            const unsigned x = inv[(q[0] & 7) | (q[1] & 7) << 3 | (q[2] & 7) << 6 | (q[3] & 7) << 9];
+            o->qs[2 * k + t] = (uint8_t)x;
+            h |= (x >> 8) << (2 * g + t);
+          }
+        }
+        o->qh[j] = (uint8_t)h;
       }
     }
   }
@@ -345,6 +414,23 @@ static float dot_iq3_xxsr(int64_t n, const void *w, const void *x) {
   return v;
 }
 
+/* the reference twins of IQ3_SR: IQ3_S's on the row moved back */
+static void dequant_iq3_sr(const void *src, float *y, int64_t n) {
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    blk_iq3_s b;
+    q35_iq3_sr_move((const uint8_t *)src + (size_t)i * Q35_IQ3_SR_BYTES, &b, QK_K, 1);
+    dequant_iq3_s(&b, y + i * QK_K, QK_K);
+  }
+}
+static float dot_iq3_sr(int64_t n, const void *w, const void *x) {
+  blk_iq3_s *p = malloc((size_t)(n / QK_K) * sizeof(blk_iq3_s) + 1);
+  if (!p) return NAN;
+  q35_iq3_sr_move(w, p, n, 1);
+  const float v = dot_iq3_s(n, p, x);
+  free(p);
+  return v;
+}
+
 void q35_kernels_iq_ref(q35_kernels *k) {
 #define SET(T, dq, vd) (k->dequantize[T] = (dq), k->vec_dot[T] = (vd))
   SET(Q35_TYPE_IQ2_XXS, dequant_iq2_xxs, dot_iq2_xxs);
@@ -356,6 +442,7 @@ void q35_kernels_iq_ref(q35_kernels *k) {
   SET(Q35_TYPE_IQ1_M, dequant_iq1_m, dot_iq1_m);
   SET(Q35_TYPE_IQ2_XXSR, dequant_iq2_xxsr, dot_iq2_xxsr);
   SET(Q35_TYPE_IQ3_XXSR, dequant_iq3_xxsr, dot_iq3_xxsr);
+  SET(Q35_TYPE_IQ3_SR, dequant_iq3_sr, dot_iq3_sr);
 #undef SET
 }
 
@@ -364,7 +451,7 @@ int q35_iq_vec_dot_type(const q35_kernels *k, int type) {
   switch (type) {
   case Q35_TYPE_IQ2_XXS: case Q35_TYPE_IQ2_XS: case Q35_TYPE_IQ2_S: case Q35_TYPE_IQ3_XXS:
   case Q35_TYPE_IQ3_S: case Q35_TYPE_IQ1_S: case Q35_TYPE_IQ1_M: case Q35_TYPE_IQ2_XXSR:
-  case Q35_TYPE_IQ3_XXSR:
+  case Q35_TYPE_IQ3_XXSR: case Q35_TYPE_IQ3_SR:
     return Q35_TYPE_Q8_K;
   default:
     return -1;

@@ -4,12 +4,13 @@
  * SIMD level this CPU has, the paths the forward pass takes:
  *   decode   one activation column times a weight matrix far bigger than the caches
  *            (q35_tile_run with nc = 1: the level's gemv), GB/s of the file's weight bytes (a
- *            layout repacked larger, IQ2_XXSR / IQ3_XXSR, streams more than that), THREADS
+ *            layout repacked larger, IQ2_XXSR / IQ3_XXSR / IQ3_SR, streams more than that), THREADS
  *            threads each on its own slice of rows, in calls of CHUNK rows (0: the whole slice in
  *            one call, as a decode's matmul hands each thread its rows)
  *   prefill  an expert-shaped 512 x 2048 matrix (in cache) times C = 16 and 64 activation
  *            columns through the level's tile kernel, GMAC/s, one thread
- * Where a level repacks a type at load (k->repack: Q4_0, Q4_K, Q6_K, Q2_K, Q3_K, IQ4_NL, MXFP4, IQ2_XXS, IQ3_XXS at AVX2) the rows are
+ * Where a level repacks a type at load (k->repack: Q4_0, Q4_K, Q6_K, Q2_K, Q3_K, IQ4_NL, MXFP4, IQ2_XXS, IQ3_XXS,
+ * IQ3_S at AVX2) the rows are
  * repacked with q35_repack_row first, as the loader does, and run through the repacked type's kernels.
  * Compare decode with bench/membw at the same thread count (the roofline). Times are CPU seconds
  * (of the slowest thread in a pass, the best of 5 passes by the same threads), as membw's "per
@@ -142,7 +143,7 @@ static void bench_decode(size_t mib, int nth) {
       uint8_t *x = malloc(q35_row_size(Q35_TYPE_Q8_0X, n) + q35_row_size(Q35_TYPE_Q8_K, n));
       q35_quantize_row_ref(q35_kernels_vec_dot_type(&k, type), xf, x, n);
       const int rt = k.repack[type] ? k.repack[type] : type;
-      /* a repacked row may be larger than the file's (IQ2_XXSR, IQ3_XXSR): its own stride */
+      /* a repacked row may be larger than the file's (IQ2_XXSR, IQ3_XXSR, IQ3_SR): its own stride */
       const size_t rrb = q35_row_size(rt, n);
       if (rt != type && !srp) {
         srp = malloc(rrb * (size_t)rows);
@@ -206,7 +207,7 @@ static void bench_prefill(void) {
       }
       const int vt = q35_kernels_vec_dot_type(&k, type), rt = k.repack[type] ? k.repack[type] : type;
       uint8_t *wp = w;
-      const size_t rrs = q35_row_size(rt, n); /* the repacked rows' stride (larger for IQ2_XXSR, IQ3_XXSR) */
+      const size_t rrs = q35_row_size(rt, n); /* the repacked rows' stride (larger for IQ2_XXSR, IQ3_XXSR, IQ3_SR) */
       if (rt != type) {
         wp = malloc(rrs * (size_t)rows);
         for (int r = 0; r < rows; r++) q35_repack_row(rt, w + (size_t)r * wrs, wp + (size_t)r * rrs, n);

@@ -150,12 +150,6 @@ typedef struct q35_model_params {
                       * level, the Q4_0 product weights are rewritten at load into the order the
                       * AVX2 kernels read (same size, same results bit for bit, faster decode and
                       * prefill); env Q35_REPACK=0 does the same as this. */
-  int draft;         /* > 0: the sessions will draft tokens (speculative decoding, draft_max > 0).
-                      * With a file that has an MTP head, the dense product weights (all but the
-                      * routed experts), which the verify steps multiply with several columns, are
-                      * then rewritten into the layout the level's several-column tiles read
-                      * fastest (Q4_0 at the AVX-512 level); the same results bit for bit either
-                      * way. 0 (the default): the load does not depend on drafting. */
 } q35_model_params;
 
 q35_model_params q35_model_default_params(void);

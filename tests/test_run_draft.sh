@@ -96,62 +96,6 @@ else
   fail "chat, two turns: --draft 2 differs from --draft 0"
 fi
 
-# The repack of a drafting run (issue 19): with --draft N > 0 on a file with an MTP head, the dense
-# Q4_0 product weights (not the routed experts) are rewritten into Q4_0R at the AVX-512 level with
-# VBMI, whose 2-3 column verify tiles read it faster; --draft 0 loads as before (nothing repacked
-# there). At AVX2 every Q4_0 product weight is repacked either way, at the scalar level nothing.
-# Ids equal with and without the repack (--no-repack) for --draft 0..3; the stats line's
-# repacked_bytes says what was repacked. Rows of 512 elements: whole groups of 16 blocks.
-Q4SHAPE="--vocab 512 --layers 4 --interval 2 --embd 512 --heads 4 --kv-heads 2 --head-dim 128 --ssm-head-dim 64"
-if "$Q35" export --tiny-test $Q4SHAPE --type q4_0 --mtp-agree 0.7 --seed 11 -o "$W/q4.gguf" >/dev/null 2>&1; then
-  simd=$("$Q35" bench -m "$W/q4.gguf" -t 1 -p 2 -n 2 -r 1 --json 2>/dev/null | tail -1 |
-    sed -n 's/.*"simd": "\([a-z0-9+]*\)".*/\1/p')
-  vbmi=0
-  grep -qw avx512vbmi /proc/cpuinfo 2>/dev/null && [ -z "${Q35_Q4_0_X:-}" ] && vbmi=1
-  for d in 0 1 2 3; do
-    for t in "-t 1" "-t 2 --chunk 3"; do
-      run q4 $d --tokens $PROMPT -n 24 --print-ids --temperature 0.8 --seed 5 $t || { fail "q4 --draft $d $t failed"; continue; }
-      on=$(stat repacked_bytes)
-      cp "$W/out" "$W/q4_on"
-      run q4 $d --tokens $PROMPT -n 24 --print-ids --temperature 0.8 --seed 5 $t --no-repack ||
-        { fail "q4 --draft $d $t --no-repack failed"; continue; }
-      off=$(stat repacked_bytes)
-      [ $d = 0 ] && [ "$t" = "-t 1" ] && cp "$W/out" "$W/q4_ref"
-      if [ -z "$on" ] || [ -z "$off" ]; then
-        fail "q4 --draft $d: no repacked_bytes in the stats line: $(cat "$W/stats")"
-      elif ! cmp -s "$W/q4_on" "$W/out" || ! cmp -s "$W/out" "$W/q4_ref"; then
-        fail "q4 --draft $d $t: ids differ with / without the repack or from --draft 0"
-      elif [ "$off" != 0 ]; then
-        fail "q4 --draft $d: --no-repack repacked $off bytes"
-      elif [ "$simd" = avx512 ] && [ $vbmi = 1 ] && [ $d -gt 0 ] && [ "$on" -le 0 ]; then
-        fail "q4 --draft $d at avx512: the dense Q4_0 weights were not repacked"
-      elif [ "$simd" = avx512 ] && [ $d = 0 ] && [ "$on" != 0 ]; then
-        fail "q4 --draft 0 at avx512: $on bytes repacked (plain decode must load as before)"
-      elif [ "$simd" = avx2 ] && [ "$on" -le 0 ]; then
-        fail "q4 --draft $d at avx2: nothing repacked"
-      elif [ "$simd" = scalar ] && [ "$on" != 0 ]; then
-        fail "q4 --draft $d at scalar: $on bytes repacked"
-      else
-        ok "q4 --draft $d $t ($simd): ids equal with and without the repack ($on bytes repacked)"
-        [ $d = 2 ] && [ "$t" = "-t 1" ] && on2=$on
-      fi
-    done
-  done
-  # the drafting run at avx512 leaves the routed experts as they are: fewer bytes than AVX2's
-  # repack of every Q4_0 product weight
-  if [ "$simd" = avx512 ] && [ $vbmi = 1 ] && [ -n "${on2:-}" ] && grep -qw avx2 /proc/cpuinfo; then
-    all=$(Q35_SIMD=avx2 "$Q35" bench -m "$W/q4.gguf" -t 1 -p 2 -n 2 -r 1 --json 2>/dev/null | tail -1 |
-      sed -n 's/.*"repacked_bytes": \([0-9-]*\).*/\1/p')
-    if [ -n "$all" ] && [ "$on2" -lt "$all" ]; then
-      ok "q4 --draft 2 at avx512 repacks the dense weights only ($on2 of avx2's $all bytes)"
-    else
-      fail "q4 --draft 2 at avx512 repacked $on2 bytes, avx2 $all: the routed experts too?"
-    fi
-  fi
-else
-  fail "export q4_0 with a head"
-fi
-
 # bad input
 if "$Q35" run -m "$W/nomtp.gguf" --tokens 1,2 -n 4 --draft 2 >"$W/out" 2>"$W/err"; then
   fail "--draft on a file without an MTP head was accepted"

@@ -202,8 +202,7 @@ static q35_tokenizer *load_tokenizer(const run_opts *o, char **tmpl, char **bos,
 }
 
 /* sample_s: seconds in the sampling head per run */
-static void print_stats(const run_opts *o, double load_s, const iter_stats *sum, double sample_s, uint64_t seed,
-                        long long repacked) {
+static void print_stats(const run_opts *o, double load_s, const iter_stats *sum, double sample_s, uint64_t seed) {
   const double k = o->iters;
   const double pf = sum->prefill_s > 0 ? sum->n_prompt / (sum->prefill_s / k) : 0;
   const double dec = sum->n_gen > 1 && sum->decode_s > 0 ? (sum->n_gen - 1) / (sum->decode_s / k) : 0;
@@ -216,11 +215,10 @@ static void print_stats(const run_opts *o, double load_s, const iter_stats *sum,
           "{\"load_s\": %.6f, \"prompt_tokens\": %d, \"prefill_tok_s\": %.3f, \"ttft_s\": %.6f, "
           "\"generated_tokens\": %d, \"decode_tok_s\": %.3f, \"sampling_ms\": %.3f, \"iterations\": %d, "
           "\"seed\": %llu, \"draft_tokens\": %lld, \"draft_accepted\": %lld, \"draft_acceptance\": %.4f, "
-          "\"decode_cpu_s\": %.6f, \"repacked_bytes\": %lld}\n",
+          "\"decode_cpu_s\": %.6f}\n",
           load_s, sum->n_prompt, pf, sum->ttft_s / k, sum->n_gen, dec, samp_ms, o->iters, (unsigned long long)seed,
           sum->draft_tokens, sum->draft_accepted,
-          sum->draft_tokens > 0 ? (double)sum->draft_accepted / (double)sum->draft_tokens : 0.0, sum->decode_cpu_s / k,
-          repacked);
+          sum->draft_tokens > 0 ? (double)sum->draft_accepted / (double)sum->draft_tokens : 0.0, sum->decode_cpu_s / k);
 }
 
 /* The prompt of -p, --prompt_file or stdin, tokenized. 0, or -1 with a message printed. */
@@ -313,7 +311,6 @@ int run_main(const run_opts *o) {
   double t0 = q35_now();
   q35_model_params mp = model_args_model_params(&o->ma);
   mp.progress = o->stats;
-  mp.draft = o->draft;
   q35_model *m = model_args_load(&o->ma, &mp, &err);
   if (!m) {
     fprintf(stderr, "q35 run: %s\n", err.msg);
@@ -418,7 +415,7 @@ int run_main(const run_opts *o) {
       sum.draft_accepted = st.draft_accepted;
     }
   }
-  if (rc == 0 && o->stats) print_stats(o, load_s, &sum, q35_model_sample_seconds(m) / runs, samp.seed, q35_model_repacked_bytes(m));
+  if (rc == 0 && o->stats) print_stats(o, load_s, &sum, q35_model_sample_seconds(m) / runs, samp.seed);
   free(ids);
   q35_buf_free(&sink.text);
   q35_detok_free(sink.dt);
@@ -525,7 +522,7 @@ static int run_chat(const run_opts *o, q35_model *m, q35_session *s, const q35_t
         if (o->stats) {
           run_opts oo = *o;
           oo.iters = 1;
-          print_stats(&oo, load_s, &st, turn_sample_s, sp.seed, q35_model_repacked_bytes(m));
+          print_stats(&oo, load_s, &st, turn_sample_s, sp.seed);
         }
       }
     }

@@ -34,7 +34,6 @@ static void overlay(q35_kernels *dst, const q35_kernels *src) {
   if (src->q3_kr_act) dst->q3_kr_act = src->q3_kr_act;
   for (int t = 0; t < Q35_TYPE_COUNT; t++) {
     if (src->repack[t]) dst->repack[t] = src->repack[t];
-    if (src->repack_verify[t]) dst->repack_verify[t] = src->repack_verify[t];
     if (src->vec_dot[t]) dst->vec_dot[t] = src->vec_dot[t];
     if (src->quantize[t]) dst->quantize[t] = src->quantize[t];
     if (src->dequantize[t]) dst->dequantize[t] = src->dequantize[t];
@@ -67,12 +66,7 @@ int q35_kernels_get(q35_simd level, q35_kernels *out) {
     /* this level's own kernels read the file's blocks: nothing is repacked (a level that repacks
      * a type sets its entry after this) */
     memset(out->repack, 0, sizeof out->repack);
-    memset(out->repack_verify, 0, sizeof out->repack_verify);
-    /* but where Q4_0 takes Q8_0Z (VBMI), its kernels here read Q4_0R as well, whose 2-3 column
-     * tiles lose the weights' shuffles (a verify step's products); its one-column kernels are no
-     * faster, so only the matrices a drafting run verifies with several columns are repacked */
-    if (out->q4_0_act == Q35_TYPE_Q8_0Z) out->repack_verify[Q35_TYPE_Q4_0] = Q35_TYPE_Q4_0R;
-    else {
+    if (out->q4_0_act != Q35_TYPE_Q8_0Z) {
       /* no VBMI: this level's Q4_0 takes Q8_0X, and AVX2's Q4_0R kernels read Q8_0Z, so Q4_0R
        * (never loaded at this level) keeps the reference entries, which take the table's type */
       q35_kernels r;
@@ -158,17 +152,6 @@ int q35_repack_type(int type) {
   return type; /* the rewrite moves anonymous memory over the file mapping with mremap (Linux) */
 #endif
   return type >= 0 && type < Q35_TYPE_COUNT && kern()->repack[type] ? kern()->repack[type] : type;
-}
-
-int q35_repack_type_verify(int type) {
-  const int rt = q35_repack_type(type);
-  if (rt != type) return rt;
-  const char *e = getenv("Q35_REPACK");
-  if (e && !strcmp(e, "0")) return type;
-#if !defined(__linux__)
-  return type;
-#endif
-  return type >= 0 && type < Q35_TYPE_COUNT && kern()->repack_verify[type] ? kern()->repack_verify[type] : type;
 }
 
 int q35_unrepack_type(int type) {

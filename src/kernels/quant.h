@@ -35,11 +35,6 @@ int q35_vec_dot_type(int type);
  * kernel entry point here (dot products, tiles, dequantize) takes the repacked type, with the
  * plain type's results bit for bit. */
 int q35_repack_type(int type);
-/* The layout for the dense product weights (not the routed experts) of a run that will draft
- * tokens: q35_repack_type's, or where that keeps the type, the one whose 2-4 column tiles (a verify
- * step's products) the level reads faster although its one-column kernels are not faster
- * (Q35_TYPE_Q4_0R for Q4_0 at AVX-512 with VBMI), with the same results bit for bit. */
-int q35_repack_type_verify(int type);
 /* The file's type of a repacked layout (Q35_TYPE_Q4_0 for Q35_TYPE_Q4_0R); any other type itself. */
 int q35_unrepack_type(int type);
 /* One row of n elements of q35_unrepack_type(type) at src rewritten as `type` (a repacked layout)

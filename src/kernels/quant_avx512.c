@@ -326,8 +326,8 @@ QS_TILE(t_q4x, 4, 8)
  */
 static const int16_t q4z_sidx[32] = {0, 0, 0, 0, 9, 9, 9, 9, 18, 18, 18, 18, 27, 27, 27, 27}; /* word 9s: block s's d */
 
-QSI void q4z_group(const int rp, const int R, const int C, const int FULL, const uint8_t *const wr[TRM], size_t pfd,
-                   const uint8_t *x, size_t xs, int64_t q, int kb, __m512 acc[TRM][TCM]) {
+QSI void q4z_group(const int R, const int C, const int FULL, const uint8_t *const wr[TRM], size_t pfd, const uint8_t *x,
+                   size_t xs, int64_t q, int kb, __m512 acc[TRM][TCM]) {
   const __m512i m4 = _mm512_set1_epi8(0xF);
   const __m512i iq = _mm512_loadu_si512(q4x_iq), sidx = _mm512_loadu_si512(q4z_sidx);
   __m512i L[TRM][4], H[TRM][4];
@@ -338,17 +338,6 @@ QSI void q4z_group(const int rp, const int R, const int C, const int FULL, const
      * tile: its division in here cost a divide per group; one tile ahead is too close for this
      * kernel's pace) */
     if (FULL) pf_span((const char *)a + pfd, 16 * sizeof(blk_q4_0));
-    if (rp && FULL) { /* Q4_0R: V_j = half 0's V_j | half 1's << 256, the scales in lane order */
-      _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
-        const __m512i V = join256(loadu256(a + 32 * j), loadu256(a + 128 + 32 * j));
-        L[r][j] = _mm512_and_si512(V, m4);
-        H[r][j] = _mm512_and_si512(_mm512_srli_epi16(V, 4), m4);
-        /* kept in registers: else the compiler redoes the loads and masks for every column */
-        __asm__("" : "+v"(L[r][j]), "+v"(H[r][j]));
-      }
-      D[r] = _mm512_cvtph_ps(loadu256(a + 256));
-      continue;
-    }
     __m512i Q[4], R0[4];
     _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
       if (FULL) { /* one 64-byte load and four 16-byte ones: from memory this streams faster than
@@ -417,19 +406,19 @@ QSI void q4z_group(const int rp, const int R, const int C, const int FULL, const
 
 /* The R x C block sums of rows wr[0..R-1], which may lie anywhere (a tile's rows, or two rows far
  * apart read as two memory streams), group by group; pfd = the prefetch distance per row. */
-QSI void q4z_acc(const int rp, const int R, const int C, const size_t pfd, int64_t n, const uint8_t *const wr[TRM],
-                 const uint8_t *x, size_t xs, __m512 acc[TRM][TCM]) {
+QSI void q4z_acc(const int R, const int C, const size_t pfd, int64_t n, const uint8_t *const wr[TRM], const uint8_t *x,
+                 size_t xs, __m512 acc[TRM][TCM]) {
   const int64_t nb = n / QK8_0, ng = nb / 16;
   FOR_R FOR_C acc[r][c] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < ng; g++) q4z_group(rp, R, C, 1, wr, pfd, x, xs, g, 16, acc);
-  if (nb % 16) q4z_group(rp, R, C, 0, wr, pfd, x, xs, ng, (int)(nb % 16), acc); /* plain in Q4_0R too */
+  for (int64_t g = 0; g < ng; g++) q4z_group(R, C, 1, wr, pfd, x, xs, g, 16, acc);
+  if (nb % 16) q4z_group(R, C, 0, wr, pfd, x, xs, ng, (int)(nb % 16), acc);
 }
 
-QSI void t_q4z_pf(const int rp, const int R, const int C, const size_t pfd, TILE_ARGS) { /* pfd = pf_ahead(R, ws) */
+QSI void t_q4z_pf(const int R, const int C, const size_t pfd, TILE_ARGS) { /* pfd = pf_ahead(R, ws) */
   const uint8_t *wr[TRM] = {0};
   FOR_R wr[r] = w + (size_t)r * ws;
   __m512 acc[TRM][TCM];
-  q4z_acc(rp, R, C, pfd, n, wr, x, xs, acc);
+  q4z_acc(R, C, pfd, n, wr, x, xs, acc);
   FOR_R FOR_C OUT(r, c) = hsum16(acc[r][c]);
 }
 
@@ -449,22 +438,19 @@ QSF void hsum16x2(__m512 a, __m512 b, float *oa, float *ob) {
 
 /* Rows wa and wb against C columns at once, interleaved group by group: oa[c*ocs], ob[c*ocs].
  * Each row's arithmetic is the 1 x C tile's, so both equal vec_dot bit for bit. */
-QSI void t_q4z_two(const int rp, const int C, const size_t pfd, int64_t n, const uint8_t *wa, const uint8_t *wb,
-                   const uint8_t *x, size_t xs, float *oa, float *ob, size_t ocs) {
+QSI void t_q4z_two(const int C, const size_t pfd, int64_t n, const uint8_t *wa, const uint8_t *wb, const uint8_t *x,
+                   size_t xs, float *oa, float *ob, size_t ocs) {
   const uint8_t *wr[TRM] = {wa, wb};
   __m512 acc[TRM][TCM];
-  q4z_acc(rp, 2, C, pfd, n, wr, x, xs, acc);
+  q4z_acc(2, C, pfd, n, wr, x, xs, acc);
   FOR_C hsum16x2(acc[0][c], acc[1][c], &oa[(size_t)c * ocs], &ob[(size_t)c * ocs]);
 }
-QSI void t_q4z(const int R, const int C, TILE_ARGS) { t_q4z_pf(0, R, C, pf_ahead(R, ws), n, w, ws, x, xs, o, ors, ocs); }
-/* Q4_0R (Q4_0 rows repacked at load, q35_repack_row): the same kernels without the transpose */
-QSI void t_q4zr(const int R, const int C, TILE_ARGS) { t_q4z_pf(1, R, C, pf_ahead(R, ws), n, w, ws, x, xs, o, ors, ocs); }
+QSI void t_q4z(const int R, const int C, TILE_ARGS) { t_q4z_pf(R, C, pf_ahead(R, ws), n, w, ws, x, xs, o, ors, ocs); }
 /* one-row tiles up to 8 columns: for this kernel a 1 x 8 tile streams a large matrix faster than
  * 2 x 4 tiles (QS_NARROW, quant_256.inc) */
 #undef QS_NARROW
 #define QS_NARROW 8
 QS_TILE(t_q4z, 2, 4)
-QS_TILE(t_q4zr, 2, 4)
 #undef QS_NARROW
 #define QS_NARROW 4
 
@@ -478,50 +464,46 @@ QS_TILE(t_q4zr, 2, 4)
  * closer together they read no faster. Each output is still the 1 x C tile's, i.e. vec_dot's,
  * value. */
 #define Q4Z_TWO_BYTES ((size_t)128 << 10)
-QSI void q4z_rows_c(const int rp, const int C, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, float *o,
+QSI void q4z_rows_c(const int C, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, float *o,
                     size_t ors, size_t ocs) {
   const size_t pfd = pf_ahead(1, ws);
   const int h = nr / 2;
   int r = 0;
   if ((size_t)h * ws >= Q4Z_TWO_BYTES) {
     for (; r < h; r++)
-      t_q4z_two(rp, C, pfd, n, w + (size_t)r * ws, w + (size_t)(r + h) * ws, x, xs, &OUT(r, 0), &OUT(r + h, 0), ocs);
+      t_q4z_two(C, pfd, n, w + (size_t)r * ws, w + (size_t)(r + h) * ws, x, xs, &OUT(r, 0), &OUT(r + h, 0), ocs);
     r = 2 * h;
   } else if (C > 1) /* adjacent rows in pairs: each activation vector loaded once for both */
     for (; r + 1 < nr; r += 2)
-      t_q4z_two(rp, C, pfd, n, w + (size_t)r * ws, w + (size_t)(r + 1) * ws, x, xs, &OUT(r, 0), &OUT(r + 1, 0), ocs);
-  for (; r < nr; r++) t_q4z_pf(rp, 1, C, pfd, n, w + (size_t)r * ws, ws, x, xs, &OUT(r, 0), ors, ocs);
+      t_q4z_two(C, pfd, n, w + (size_t)r * ws, w + (size_t)(r + 1) * ws, x, xs, &OUT(r, 0), &OUT(r + 1, 0), ocs);
+  for (; r < nr; r++) t_q4z_pf(1, C, pfd, n, w + (size_t)r * ws, ws, x, xs, &OUT(r, 0), ors, ocs);
 }
 
-/* the tile and gemv entries (rp: Q4_0R) */
-#define Q4Z_ENTRIES(T, rp)                                                                                        \
-  static QS_TARGET void T##_rows(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, int nc,   \
-                                 float *o, size_t ors, size_t ocs) {                                              \
-    switch (nc) {                                                                                                 \
-    case 1: q4z_rows_c(rp, 1, n, wv, ws, nr, xv, xs, o, ors, ocs); return;                                        \
-    case 2: q4z_rows_c(rp, 2, n, wv, ws, nr, xv, xs, o, ors, ocs); return;                                        \
-    case 3: q4z_rows_c(rp, 3, n, wv, ws, nr, xv, xs, o, ors, ocs); return;                                        \
-    default: T##_tile(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);                                                    \
-    }                                                                                                             \
-  }                                                                                                               \
-  /* the gemv2 entry (two row ranges, one column): row r of wa with row r of wb, as two streams when \
-   * the ranges are Q4Z_TWO_BYTES or more apart (either way round); else each range by itself. */   \
-  static QS_TARGET void T##_gemv2(int64_t n, const void *wav, const void *wbv, size_t ws, int nr, const void *x,   \
-                                  float *oa, float *ob, size_t ors) {                                             \
-    const uint8_t *wa = wav, *wb = wbv;                                                                           \
-    const uintptr_t ua = (uintptr_t)wa, ub = (uintptr_t)wb;                                                       \
-    if ((ua > ub ? ua - ub : ub - ua) < Q4Z_TWO_BYTES) {                                                          \
-      q4z_rows_c(rp, 1, n, wa, ws, nr, x, 0, oa, ors, 0);                                                         \
-      q4z_rows_c(rp, 1, n, wb, ws, nr, x, 0, ob, ors, 0);                                                         \
-      return;                                                                                                     \
-    }                                                                                                             \
-    const size_t pfd = pf_ahead(1, ws);                                                                           \
-    for (int r = 0; r < nr; r++)                                                                                  \
-      t_q4z_two(rp, 1, pfd, n, wa + (size_t)r * ws, wb + (size_t)r * ws, x, 0, &oa[(size_t)r * ors],             \
-                &ob[(size_t)r * ors], 0);                                                                         \
+static QS_TARGET void t_q4z_rows(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs, int nc,
+                                 float *o, size_t ors, size_t ocs) {
+  switch (nc) {
+  case 1: q4z_rows_c(1, n, wv, ws, nr, xv, xs, o, ors, ocs); return;
+  case 2: q4z_rows_c(2, n, wv, ws, nr, xv, xs, o, ors, ocs); return;
+  case 3: q4z_rows_c(3, n, wv, ws, nr, xv, xs, o, ors, ocs); return;
+  default: t_q4z_tile(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);
   }
-Q4Z_ENTRIES(t_q4z, 0)
-Q4Z_ENTRIES(t_q4zr, 1)
+}
+
+/* The gemv2 entry (two row ranges, one column): row r of wa with row r of wb, as two streams when
+ * the ranges are Q4Z_TWO_BYTES or more apart (either way round); else each range by itself. */
+static QS_TARGET void t_q4z_gemv2(int64_t n, const void *wav, const void *wbv, size_t ws, int nr, const void *x,
+                                  float *oa, float *ob, size_t ors) {
+  const uint8_t *wa = wav, *wb = wbv;
+  const uintptr_t ua = (uintptr_t)wa, ub = (uintptr_t)wb;
+  if ((ua > ub ? ua - ub : ub - ua) < Q4Z_TWO_BYTES) {
+    q4z_rows_c(1, n, wa, ws, nr, x, 0, oa, ors, 0);
+    q4z_rows_c(1, n, wb, ws, nr, x, 0, ob, ors, 0);
+    return;
+  }
+  const size_t pfd = pf_ahead(1, ws);
+  for (int r = 0; r < nr; r++)
+    t_q4z_two(1, pfd, n, wa + (size_t)r * ws, wb + (size_t)r * ws, x, 0, &oa[(size_t)r * ors], &ob[(size_t)r * ors], 0);
+}
 
 static QS_TARGET void quant_q8_0z_512(const float *x, void *dst, int64_t n) {
   q35_act_quantize(Q35_TYPE_Q8_0Z, x, dst, n, q8_0_block_256);
@@ -563,12 +545,6 @@ void q35_kernels_avx512(q35_kernels *k) {
       k->gemv2[Q35_TYPE_Q4_0] = t_q4z_gemv2;
       k->quantize[Q35_TYPE_Q8_0Z] = quant_q8_0z_512;
       k->q4_0_act = Q35_TYPE_Q8_0Z;
-      /* Q4_0R: the same kernels on rows repacked at load (quant.c sets this level's repack entry
-       * for Q4_0 where Q4_0 takes Q8_0Z, i.e. here) */
-      QS_SET(k, Q35_TYPE_Q4_0R, t_q4zr);
-      k->tile[Q35_TYPE_Q4_0R] = t_q4zr_rows;
-      k->gemv[Q35_TYPE_Q4_0R] = t_q4zr_rows;
-      k->gemv2[Q35_TYPE_Q4_0R] = t_q4zr_gemv2;
     }
   }
   q35_kernels_lowbit_avx512(k);

@@ -61,11 +61,6 @@ typedef struct {
   /* repack[t]: the layout weights of type t are rewritten into at load where this table's kernels
    * for it beat those for t (Q35_TYPE_Q4_0R for Q4_0 at AVX2); 0: t stays as the file has it */
   int repack[Q35_TYPE_COUNT];
-  /* repack_verify[t]: the layout the dense product weights of type t are rewritten into at load in
-   * a run that will draft (speculative decoding), where this table's 2-4 column tiles (a verify
-   * step's) read it faster than t but its one-column kernels do not (Q35_TYPE_Q4_0R for Q4_0 at
-   * AVX-512 with VBMI); 0: repack[t] applies there too */
-  int repack_verify[Q35_TYPE_COUNT];
   q35_tile_fn gemv[Q35_TYPE_COUNT]; /* one activation column (nc = 1) where a tile kernel beats a loop
                                      * of vec_dot calls: the AVX-512 Q4_0 x Q8_0Z one, whose one-row
                                      * tiles prefetch the rows ahead (vec_dot has no row stride) */

@@ -26,7 +26,7 @@
 #include "kernels/quant.h"
 
 q35_model_params q35_model_default_params(void) {
-  q35_model_params p = {0, 0, 0, 0, 0, 0, 0, 0};
+  q35_model_params p = {0, 0, 0, 0, 0, 0, 0};
   return p;
 }
 
@@ -384,30 +384,10 @@ static size_t product_weights(q35_model *m, q35_tensor **out) {
   return n;
 }
 
-/* Whether t is a trunk layer's routed-expert tensor (one matrix per expert): a verify step
- * multiplies most of those with one column, each position routing to experts of its own. */
-static int routed_experts(const q35_model *m, const q35_tensor *t) {
-  for (int l = m->layer_begin; l < m->layer_end; l++) {
-    const q35_layer *L = &m->layers[l];
-    if (t == &L->gate_exps || t == &L->up_exps || t == &L->gate_up_exps || t == &L->down_exps) return 1;
-  }
-  return 0;
-}
-
-/* The layout the product weight t is rewritten into at load: the level's (q35_repack_type); in a
- * run that will draft (params->draft > 0, a file with an MTP head) the dense matrices (all but the
- * routed experts: the output matrix, the DeltaNet and attention projections, the shared expert,
- * the MTP head's) take the one of the level's verify tiles (q35_repack_type_verify), whose 2-4
- * column products those verify steps are. Without drafting the load is as it was. */
-static int repack_to(const q35_model *m, const q35_model_params *params, const q35_tensor *t) {
-  if (params->draft > 0 && m->has_mtp && !routed_experts(m, t)) return q35_repack_type_verify(t->type);
-  return q35_repack_type(t->type);
-}
-
 typedef struct {
   q35_tensor **t; /* the tensors to repack (the same data bound n times) */
   size_t n;
-  int type; /* the layout they are rewritten into (repack_to) */
+  int type; /* the layout they are rewritten into (q35_repack_type of their type) */
 } repack_job;
 
 static void repack_range(void *arg, uint8_t *copy, const uint8_t *orig) {
@@ -496,7 +476,7 @@ static int repack_grow(q35_model *m, gguf_file *sf, q35_tensor **ts, size_t n, i
   return 0;
 }
 
-/* Rewrite the product weights whose type repack_to repacks (Q4_0 at the AVX2 level, ...)
+/* Rewrite the product weights whose type q35_repack_type repacks (Q4_0 at the AVX2 level, ...)
  * in their place, in anonymous memory (q35_map_rewrite; with the file mapping, its pages of them
  * are dropped from the page cache), and give their tensors the repacked type. Not where the
  * rewritten bytes would not fit in the memory available; a failed rewrite stops the repack with a
@@ -509,13 +489,13 @@ static int repack_weights(q35_model *m, const q35_model_params *params, q35_err 
   size_t n = product_weights(m, ts), k = 0;
   const uint8_t *e1 = m->tok_embd.data, *e2 = m->mtp.embd.data;
   for (size_t i = 0; i < n; i++)
-    if (ts[i]->data && repack_to(m, params, ts[i]) != ts[i]->type && ts[i]->data != (const void *)e1 &&
+    if (ts[i]->data && q35_repack_type(ts[i]->type) != ts[i]->type && ts[i]->data != (const void *)e1 &&
         ts[i]->data != (const void *)e2)
       ts[k++] = ts[i];
   qsort(ts, k, sizeof *ts, cmp_tensor_addr);
   size_t total = 0;
   for (size_t i = 0; i < k; i++)
-    if (!i || ts[i]->data != ts[i - 1]->data) total += tensor_bytes_as(ts[i], repack_to(m, params, ts[i]));
+    if (!i || ts[i]->data != ts[i - 1]->data) total += tensor_bytes_as(ts[i], q35_repack_type(ts[i]->type));
   /* the rewritten weights are anonymous memory that cannot be reclaimed (the file pages they
    * replace are dropped): where they would not fit in what the system has available, keep the
    * file's layout, which the page cache can page in and out */
@@ -546,18 +526,18 @@ static int repack_weights(q35_model *m, const q35_model_params *params, q35_err 
     const size_t hi = (o + tensor_bytes(ts[i]) + page - 1) & ~(page - 1);
     size_t j = i + 1;
     while (j < k && ts[j]->data == ts[i]->data) j++;
-    const int rt = repack_to(m, params, ts[i]);
+    const int ft = ts[i]->type, rt = q35_repack_type(ft);
     const size_t tb = tensor_bytes(ts[i]);
     if (q35_row_size(rt, ts[i]->ne[0]) != ts[i]->nb1) { /* a larger layout: memory of its own */
       rc = repack_grow(m, sf, ts + i, j - i, rt, !params->no_mmap, !params->no_mmap && !params->no_huge, err);
-      if (!rc) bytes += tb, by_type[rt] += tb;
+      if (!rc) bytes += tb, by_type[ft] += tb;
       i = j;
       continue;
     }
     repack_job job = {ts + i, j - i, rt};
     rc = q35_map_rewrite(sf, lo, hi, !params->no_mmap, !params->no_mmap && !params->no_huge, repack_range, &job, err);
     for (size_t q = i; q < j && !rc; q++) {
-      if (q == i || ts[q]->data != ts[q - 1]->data) bytes += tb, by_type[rt] += tb;
+      if (q == i || ts[q]->data != ts[q - 1]->data) bytes += tb, by_type[ft] += tb;
       ts[q]->type = rt;
     }
     i = j;
@@ -569,8 +549,8 @@ static int repack_weights(q35_model *m, const q35_model_params *params, q35_err 
   else if (params->progress && bytes) {
     fprintf(stderr, "repacked %.2f GB of weights in %.2f s:", (double)bytes / 1e9, q35_now() - t0);
     for (int t = 0; t < Q35_TYPE_COUNT; t++)
-      if (by_type[t]) fprintf(stderr, " %.2f GB %s as %s", (double)by_type[t] / 1e9, q35_type_name(q35_unrepack_type(t)),
-                              q35_type_name(t));
+      if (by_type[t]) fprintf(stderr, " %.2f GB %s as %s", (double)by_type[t] / 1e9, q35_type_name(t),
+                              q35_type_name(q35_repack_type(t)));
     fprintf(stderr, "\n");
   }
   return 0;

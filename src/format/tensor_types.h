@@ -72,7 +72,12 @@ enum q35_type {
   /* likewise IQ3_XXS rows as 4-bit codes (3-bit magnitude code and the sign), 134 bytes per 256
    * elements where IQ3_XXS has 98 */
   Q35_TYPE_IQ3_XXSR = 53,
-  Q35_TYPE_COUNT = 54, /* upper bound of the type ids above */
+  /* likewise IQ2_XS / IQ2_S rows as IQ2_XXSR's 3-bit values with their sixteen 4-bit scales (one
+   * layout for both, kernels/quant_internal.h): 106 bytes per 256 elements where IQ2_XS has 74,
+   * IQ2_S 82 */
+  Q35_TYPE_IQ2_XSR = 54,
+  Q35_TYPE_IQ2_SR = 55,
+  Q35_TYPE_COUNT = 56, /* upper bound of the type ids above */
 };
 
 /* GGML's name for any GGML type id ("q4_K", "iq2_xxs", ...), or NULL for an unknown id. */

@@ -39,6 +39,9 @@ IQ_GEMV(t_iq2_xxsr, 2)
 QS_TILE(t_iq3_xxsr, 2, 2)
 IQ_PTILE(t_iq3_xxsr, Q35_IQ3_XXSR_BYTES, 4, 0.25f)
 IQ_GEMV(t_iq3_xxsr, 2)
+QS_TILE(t_iq2_xsr, 2, 2)
+IQ_PTILE(t_iq2_xsr, Q35_IQ2_XSR_BYTES, 4, 0.125f)
+IQ_GEMV(t_iq2_xsr, 2)
 
 void q35_kernels_iq_avx2(q35_kernels *k) {
   q35_iq_tables_init();
@@ -57,4 +60,9 @@ void q35_kernels_iq_avx2(q35_kernels *k) {
   /* IQ3_XXS likewise as IQ3_XXSR (4-bit codes, 1.37x the bytes) */
   IQ_SET_G(k, Q35_TYPE_IQ3_XXSR, t_iq3_xxsr);
   k->repack[Q35_TYPE_IQ3_XXS] = Q35_TYPE_IQ3_XXSR;
+  /* IQ2_XS and IQ2_S likewise, both into one layout (IQ2_XXSR's planes, sixteen scales) */
+  IQ_SET_G(k, Q35_TYPE_IQ2_XSR, t_iq2_xsr);
+  k->repack[Q35_TYPE_IQ2_XS] = Q35_TYPE_IQ2_XSR;
+  IQ_SET_G(k, Q35_TYPE_IQ2_SR, t_iq2_xsr);
+  k->repack[Q35_TYPE_IQ2_S] = Q35_TYPE_IQ2_SR;
 }

@@ -13,6 +13,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -362,6 +363,8 @@ static void iq2_inv_build(void) {
   for (int x = 0; x < 1024; x++) iq2_inv_s[iq2_codes_key(q35_iq2s_grid[x] >> 4)] = (uint16_t)x;
 }
 
+_Static_assert(offsetof(blk_iq2_xs, scales) == sizeof(blk_iq2_xs) - 8, "iq2_xs scales last");
+_Static_assert(offsetof(blk_iq2_s, scales) == sizeof(blk_iq2_s) - 8, "iq2_s scales last");
 void q35_iq2_xsr_move(int type, const void *src, void *dst, int64_t n, int back) {
   const int xs = type == Q35_TYPE_IQ2_XSR;
   const size_t bs = xs ? sizeof(blk_iq2_xs) : sizeof(blk_iq2_s);
@@ -371,7 +374,7 @@ void q35_iq2_xsr_move(int type, const void *src, void *dst, int64_t n, int back)
       const uint8_t *a = (const uint8_t *)src + (size_t)i * bs;
       uint8_t *o = (uint8_t *)dst + (size_t)i * Q35_IQ2_XSR_BYTES;
       memcpy(o, a, 2);
-      memcpy(o + 2, xs ? ((const blk_iq2_xs *)(const void *)a)->scales : ((const blk_iq2_s *)(const void *)a)->scales, 8);
+      memcpy(o + 2, a + bs - 8, 8); /* the scales: the last 8 bytes of both block types */
       for (int g = 0; g < 4; g++) { /* elements 8g .. 8g + 7 of every sub-block: one word per plane */
         uint64_t m0 = 0, m1 = 0, sg = 0;
         for (int j = 0; j < 8; j++) {
@@ -399,7 +402,7 @@ void q35_iq2_xsr_move(int type, const void *src, void *dst, int64_t n, int back)
       uint8_t *o = (uint8_t *)dst + (size_t)i * bs;
       memset(o, 0, bs);
       memcpy(o, a, 2);
-      memcpy(xs ? ((blk_iq2_xs *)(void *)o)->scales : ((blk_iq2_s *)(void *)o)->scales, a + 2, 8);
+      memcpy(o + bs - 8, a + 2, 8);
       for (int j = 0; j < 8; j++)
         for (int g = 0; g < 4; g++) {
           unsigned key = 0, s = 0;

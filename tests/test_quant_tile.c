@@ -494,6 +494,8 @@ int main(void) {
     iq_r_twin(level, &k, Q35_TYPE_IQ2_XXS, Q35_TYPE_IQ2_XXSR);
     iq_r_twin(level, &k, Q35_TYPE_IQ3_XXS, Q35_TYPE_IQ3_XXSR);
     iq_r_twin(level, &k, Q35_TYPE_IQ3_S, Q35_TYPE_IQ3_SR);
+    iq_r_twin(level, &k, Q35_TYPE_IQ2_XS, Q35_TYPE_IQ2_XSR);
+    iq_r_twin(level, &k, Q35_TYPE_IQ2_S, Q35_TYPE_IQ2_SR);
     printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   printf("%ld tile cases\n", cases);
@@ -779,8 +781,9 @@ static void kr_twin(q35_simd level, const q35_kernels *k, const int t0, const in
 }
 
 /*
- * IQ2_XXSR / IQ3_XXSR / IQ3_SR (the AVX2 level's load-time layouts of IQ2_XXS / IQ3_XXS / IQ3_S, 102 /
- * 134 / 134 bytes per 256 elements where the file types have 66 / 98 / 110): repack then unrepack gives the row back byte for byte; dequantize, vec_dot, tiles of
+ * IQ2_XXSR / IQ3_XXSR / IQ2_XSR / IQ2_SR / IQ3_SR (the AVX2 level's load-time layouts of IQ2_XXS /
+ * IQ3_XXS / IQ2_XS / IQ2_S / IQ3_S, 102 / 134 / 106 / 106 / 134 bytes per 256 elements where the file
+ * types have 66 / 98 / 74 / 82 / 110): repack then unrepack gives the row back byte for byte; dequantize, vec_dot, tiles of
  * every shape (rows with tails of the row and column panels, one column through gemv / gemv2) on
  * the repacked rows give IQ2_XXS's results on the plain rows bit for bit, at every level.
  */

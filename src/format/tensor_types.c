@@ -14,7 +14,8 @@ static const char *const type_names[Q35_TYPE_COUNT] = {
     [35] = "tq2_0",   [39] = "mxfp4", [40] = "q8_0x", [41] = "q8_0y", [42] = "q8_0z", [43] = "q4_0r",
     [44] = "q4_Kr",   [45] = "q8_Kp",
     [46] = "q3_Kr",   [47] = "q6_Kr",   [48] = "q2_Kr",   [49] = "iq4_nlr", [50] = "mxfp4r",
-    [52] = "iq2_xxsr", [53] = "iq3_xxsr", [56] = "iq3_sr",
+    [52] = "iq2_xxsr", [53] = "iq3_xxsr",
+    [54] = "iq2_xsr",  [55] = "iq2_sr",   [56] = "iq3_sr",
 };
 
 /* block: elements per block; size: bytes per block (ggml's block_* structs); computed: q35 has
@@ -46,6 +47,8 @@ static const struct {
     [Q35_TYPE_IQ2_XXSR] = {256, 102, 0}, /* made at load only; larger than IQ2_XXS's 66 */
     [Q35_TYPE_IQ3_XXSR] = {256, 134, 0}, /* likewise; IQ3_XXS's 98 */
     [Q35_TYPE_IQ3_SR] = {256, 134, 0}, /* likewise; IQ3_S's 110 */
+    [Q35_TYPE_IQ2_XSR] = {256, 106, 0}, /* likewise; IQ2_XS's 74 */
+    [Q35_TYPE_IQ2_SR] = {256, 106, 0},  /* likewise; IQ2_S's 82 */
 };
 
 const char *q35_type_name(int type) {

@@ -75,6 +75,11 @@ enum q35_type {
   /* likewise IQ3_S rows as 4-bit codes (3-bit magnitude code and the sign) in IQ3_XXSR's layout,
    * 134 bytes per 256 elements where IQ3_S has 110 */
   Q35_TYPE_IQ3_SR = 56,
+  /* likewise IQ2_XS / IQ2_S rows as IQ2_XXSR's 3-bit values with their sixteen 4-bit scales (one
+   * layout for both, kernels/quant_internal.h): 106 bytes per 256 elements where IQ2_XS has 74,
+   * IQ2_S 82 */
+  Q35_TYPE_IQ2_XSR = 54,
+  Q35_TYPE_IQ2_SR = 55,
   Q35_TYPE_COUNT = 57, /* upper bound of the type ids above */
 };
 

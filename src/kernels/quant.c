@@ -166,6 +166,8 @@ int q35_unrepack_type(int type) {
   case Q35_TYPE_IQ2_XXSR: return Q35_TYPE_IQ2_XXS;
   case Q35_TYPE_IQ3_XXSR: return Q35_TYPE_IQ3_XXS;
   case Q35_TYPE_IQ3_SR: return Q35_TYPE_IQ3_S;
+  case Q35_TYPE_IQ2_XSR: return Q35_TYPE_IQ2_XS;
+  case Q35_TYPE_IQ2_SR: return Q35_TYPE_IQ2_S;
   default: return type;
   }
 }

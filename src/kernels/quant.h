@@ -38,7 +38,8 @@ int q35_repack_type(int type);
 /* The file's type of a repacked layout (Q35_TYPE_Q4_0 for Q35_TYPE_Q4_0R); any other type itself. */
 int q35_unrepack_type(int type);
 /* One row of n elements of q35_unrepack_type(type) at src rewritten as `type` (a repacked layout)
- * at dst (src != dst; q35_row_size(type, n) bytes, the same as the file type's except IQ2_XXSR's / IQ3_XXSR's),
+ * at dst (src != dst; q35_row_size(type, n) bytes, the same as the file type's except the larger
+ * IQ2_XXSR's / IQ3_XXSR's / IQ2_XSR's / IQ2_SR's),
  * or back (q35_unrepack_row). Any other type is copied as it is. */
 void q35_repack_row(int type, const void *src, void *dst, int64_t n);
 void q35_unrepack_row(int type, const void *src, void *dst, int64_t n);

@@ -153,6 +153,15 @@ void q35_iq3_xxsr_move(const void *src, void *dst, int64_t n, int back);
  * (quant_iq_ref.c) */
 #define Q35_IQ3_SR_BYTES 134
 void q35_iq3_sr_move(const void *src, void *dst, int64_t n, int back);
+/* IQ2_XSR / IQ2_SR (Q35_TYPE_IQ2_XSR / Q35_TYPE_IQ2_SR): an IQ2_XS / IQ2_S super-block (the same
+ * three grid magnitudes as IQ2_XXS's, a 4-bit scale per 16 elements) in IQ2_XXSR's planes, 106 bytes:
+ *   d (fp16, bytes 0..1) | the eight scale bytes as the file's (byte j: sub-block j's elements 0..15
+ *   in the low nibble, 16..31 in the high) | M0, M1 (32 bytes each at 10 and 42) and S (32 bytes at
+ *   74) as IQ2_XXSR's (IQ2_XS's 8th sign its parity, IQ2_S's stored).
+ * One row of n elements (a multiple of 256) of IQ2_XS (type IQ2_XSR) or IQ2_S (IQ2_SR) at src in
+ * this layout at dst, or back (quant_iq_ref.c). */
+#define Q35_IQ2_XSR_BYTES 106
+void q35_iq2_xsr_move(int type, const void *src, void *dst, int64_t n, int back);
 /* quant_avx2.c: q35_repack_row's Q4_KR rewrite on 256-bit vectors (the same bytes; AVX2 CPUs only) */
 void q35_repack_q4_kr_avx2(const void *src, void *dst, int64_t n);
 /* quant_avx2.c: q35_repack_row's Q6_KR rewrite likewise (quant_k6r_avx2.inc) */

@@ -42,6 +42,9 @@ IQ_GEMV(t_iq3_xxsr, 2)
 QS_TILE(t_iq3_sr, 2, 2)
 IQ_PTILE(t_iq3_sr, Q35_IQ3_SR_BYTES, 4, 1.0f)
 IQ_GEMV(t_iq3_sr, 2)
+QS_TILE(t_iq2_xsr, 2, 2)
+IQ_PTILE(t_iq2_xsr, Q35_IQ2_XSR_BYTES, 4, 0.125f)
+IQ_GEMV(t_iq2_xsr, 2)
 
 void q35_kernels_iq_avx2(q35_kernels *k) {
   q35_iq_tables_init();
@@ -63,4 +66,9 @@ void q35_kernels_iq_avx2(q35_kernels *k) {
   /* IQ3_S likewise as IQ3_SR (the same 4-bit codes, 1.22x the bytes) */
   IQ_SET_G(k, Q35_TYPE_IQ3_SR, t_iq3_sr);
   k->repack[Q35_TYPE_IQ3_S] = Q35_TYPE_IQ3_SR;
+  /* IQ2_XS and IQ2_S likewise, both into one layout (IQ2_XXSR's planes, sixteen scales) */
+  IQ_SET_G(k, Q35_TYPE_IQ2_XSR, t_iq2_xsr);
+  k->repack[Q35_TYPE_IQ2_XS] = Q35_TYPE_IQ2_XSR;
+  IQ_SET_G(k, Q35_TYPE_IQ2_SR, t_iq2_xsr);
+  k->repack[Q35_TYPE_IQ2_S] = Q35_TYPE_IQ2_SR;
 }

@@ -12,6 +12,8 @@
  * No quantizers yet (quantize[] stays NULL: the exporters refuse these types as targets).
  */
 #include <math.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -431,6 +433,117 @@ static float dot_iq3_sr(int64_t n, const void *w, const void *x) {
   return v;
 }
 
+/* ------------------------------ IQ2_XSR / IQ2_SR (quant_internal.h) ------------------------------ */
+
+/* grid entry of IQ2_XS / IQ2_S by its eight 2-bit magnitude codes (code e at bits 2e: the key), for
+ * the move back; every grid entry's codes differ, and a repacked row's codes came from one */
+static uint16_t iq2_inv_xs[1 << 16], iq2_inv_s[1 << 16];
+static pthread_once_t iq2_inv_once = PTHREAD_ONCE_INIT;
+static unsigned iq2_codes_key(uint64_t c) { /* c: code e in byte e */
+  unsigned k = 0;
+  for (int e = 0; e < 8; e++) k |= (unsigned)((c >> (8 * e)) & 3) << (2 * e);
+  return k;
+}
+static void iq2_inv_build(void) {
+  for (int x = 0; x < 512; x++) iq2_inv_xs[iq2_codes_key(q35_iq2xs_grid[x] >> 4)] = (uint16_t)x;
+  for (int x = 0; x < 1024; x++) iq2_inv_s[iq2_codes_key(q35_iq2s_grid[x] >> 4)] = (uint16_t)x;
+}
+
+_Static_assert(offsetof(blk_iq2_xs, scales) == sizeof(blk_iq2_xs) - 8, "iq2_xs scales last");
+_Static_assert(offsetof(blk_iq2_s, scales) == sizeof(blk_iq2_s) - 8, "iq2_s scales last");
+void q35_iq2_xsr_move(int type, const void *src, void *dst, int64_t n, int back) {
+  const int xs = type == Q35_TYPE_IQ2_XSR;
+  const size_t bs = xs ? sizeof(blk_iq2_xs) : sizeof(blk_iq2_s);
+  if (back) pthread_once(&iq2_inv_once, iq2_inv_build);
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    if (!back) {
+      const uint8_t *a = (const uint8_t *)src + (size_t)i * bs;
+      uint8_t *o = (uint8_t *)dst + (size_t)i * Q35_IQ2_XSR_BYTES;
+      memcpy(o, a, 2);
+      memcpy(o + 2, a + bs - 8, 8); /* the scales: the last 8 bytes of both block types */
+      for (int g = 0; g < 4; g++) { /* elements 8g .. 8g + 7 of every sub-block: one word per plane */
+        uint64_t m0 = 0, m1 = 0, sg = 0;
+        for (int j = 0; j < 8; j++) {
+          uint64_t grid;
+          unsigned sb;
+          if (xs) {
+            const uint16_t v = (uint16_t)(a[2 + 2 * (4 * j + g)] | a[3 + 2 * (4 * j + g)] << 8);
+            grid = q35_iq2xs_grid[v & 511], sb = q35_ksigns_iq2xs[v >> 9];
+          } else {
+            const blk_iq2_s *b = (const blk_iq2_s *)(const void *)a;
+            grid = q35_iq2s_grid[b->qs[4 * j + g] | ((b->qh[j] >> (2 * g)) & 3) << 8], sb = b->qs[32 + 4 * j + g];
+          }
+          /* magnitudes 0x08 / 0x19 / 0x2B: >> 4 gives their code 0 / 1 / 2 in every byte */
+          const uint64_t c = (grid >> 4) & 0x0303030303030303ull;
+          if (j < 4) m0 |= c << (2 * j);
+          else m1 |= c << (2 * (j - 4));
+          sg |= bits_to_bytes(sb) << j;
+        }
+        memcpy(o + 10 + 8 * g, &m0, 8);
+        memcpy(o + 42 + 8 * g, &m1, 8);
+        memcpy(o + 74 + 8 * g, &sg, 8);
+      }
+    } else {
+      const uint8_t *a = (const uint8_t *)src + (size_t)i * Q35_IQ2_XSR_BYTES;
+      uint8_t *o = (uint8_t *)dst + (size_t)i * bs;
+      memset(o, 0, bs);
+      memcpy(o, a, 2);
+      memcpy(o + bs - 8, a + 2, 8);
+      for (int j = 0; j < 8; j++)
+        for (int g = 0; g < 4; g++) {
+          unsigned key = 0, s = 0;
+          for (int e = 0; e < 8; e++) {
+            const int el = 8 * g + e;
+            key |= (unsigned)((a[10 + 32 * (j / 4) + el] >> (2 * (j & 3))) & 3) << (2 * e);
+            s |= (unsigned)((a[74 + el] >> j) & 1) << e;
+          }
+          if (xs) {
+            const unsigned v = iq2_inv_xs[key] | (s & 127) << 9;
+            o[2 + 2 * (4 * j + g)] = (uint8_t)v, o[3 + 2 * (4 * j + g)] = (uint8_t)(v >> 8);
+          } else {
+            blk_iq2_s *b = (blk_iq2_s *)(void *)o;
+            const unsigned x = iq2_inv_s[key];
+            b->qs[4 * j + g] = (uint8_t)x;
+            b->qh[j] |= (uint8_t)((x >> 8) << (2 * g));
+            b->qs[32 + 4 * j + g] = (uint8_t)s;
+          }
+        }
+    }
+  }
+}
+
+/* the reference twins of IQ2_XSR / IQ2_SR: IQ2_XS's / IQ2_S's on the row moved back */
+static void dequant_iq2_xsr(const void *src, float *y, int64_t n) {
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    blk_iq2_xs b;
+    q35_iq2_xsr_move(Q35_TYPE_IQ2_XSR, (const uint8_t *)src + (size_t)i * Q35_IQ2_XSR_BYTES, &b, QK_K, 1);
+    dequant_iq2_xs(&b, y + i * QK_K, QK_K);
+  }
+}
+static float dot_iq2_xsr(int64_t n, const void *w, const void *x) {
+  blk_iq2_xs *p = malloc((size_t)(n / QK_K) * sizeof(blk_iq2_xs) + 1);
+  if (!p) return NAN;
+  q35_iq2_xsr_move(Q35_TYPE_IQ2_XSR, w, p, n, 1);
+  const float v = dot_iq2_xs(n, p, x);
+  free(p);
+  return v;
+}
+static void dequant_iq2_sr(const void *src, float *y, int64_t n) {
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    blk_iq2_s b;
+    q35_iq2_xsr_move(Q35_TYPE_IQ2_SR, (const uint8_t *)src + (size_t)i * Q35_IQ2_XSR_BYTES, &b, QK_K, 1);
+    dequant_iq2_s(&b, y + i * QK_K, QK_K);
+  }
+}
+static float dot_iq2_sr(int64_t n, const void *w, const void *x) {
+  blk_iq2_s *p = malloc((size_t)(n / QK_K) * sizeof(blk_iq2_s) + 1);
+  if (!p) return NAN;
+  q35_iq2_xsr_move(Q35_TYPE_IQ2_SR, w, p, n, 1);
+  const float v = dot_iq2_s(n, p, x);
+  free(p);
+  return v;
+}
+
 void q35_kernels_iq_ref(q35_kernels *k) {
 #define SET(T, dq, vd) (k->dequantize[T] = (dq), k->vec_dot[T] = (vd))
   SET(Q35_TYPE_IQ2_XXS, dequant_iq2_xxs, dot_iq2_xxs);
@@ -443,6 +556,8 @@ void q35_kernels_iq_ref(q35_kernels *k) {
   SET(Q35_TYPE_IQ2_XXSR, dequant_iq2_xxsr, dot_iq2_xxsr);
   SET(Q35_TYPE_IQ3_XXSR, dequant_iq3_xxsr, dot_iq3_xxsr);
   SET(Q35_TYPE_IQ3_SR, dequant_iq3_sr, dot_iq3_sr);
+  SET(Q35_TYPE_IQ2_XSR, dequant_iq2_xsr, dot_iq2_xsr);
+  SET(Q35_TYPE_IQ2_SR, dequant_iq2_sr, dot_iq2_sr);
 #undef SET
 }
 
@@ -451,7 +566,7 @@ int q35_iq_vec_dot_type(const q35_kernels *k, int type) {
   switch (type) {
   case Q35_TYPE_IQ2_XXS: case Q35_TYPE_IQ2_XS: case Q35_TYPE_IQ2_S: case Q35_TYPE_IQ3_XXS:
   case Q35_TYPE_IQ3_S: case Q35_TYPE_IQ1_S: case Q35_TYPE_IQ1_M: case Q35_TYPE_IQ2_XXSR:
-  case Q35_TYPE_IQ3_XXSR: case Q35_TYPE_IQ3_SR:
+  case Q35_TYPE_IQ3_XXSR: case Q35_TYPE_IQ3_SR: case Q35_TYPE_IQ2_XSR: case Q35_TYPE_IQ2_SR:
     return Q35_TYPE_Q8_K;
   default:
     return -1;

@@ -10,8 +10,8 @@
  *            one call, as a decode's matmul hands each thread its rows)
  *   prefill  an expert-shaped 512 x 2048 matrix (in cache) times C = 16 and 64 activation
  *            columns through the level's tile kernel, GMAC/s, one thread
- * Where a level repacks a type at load (k->repack: Q4_0, Q4_K, Q6_K, Q2_K, Q3_K, IQ4_NL, MXFP4, IQ2_XXS, IQ3_XXS,
- * IQ2_XS, IQ2_S, IQ3_S at AVX2) the rows are
+ * Where a level repacks a type at load (k->repack: Q4_0, Q4_K, Q6_K, Q2_K, Q3_K, IQ4_NL, MXFP4, Q5_1, IQ2_XXS,
+ * IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S at AVX2) the rows are
  * repacked with q35_repack_row first, as the loader does, and run through the repacked type's kernels.
  * Compare decode with bench/membw at the same thread count (the roofline). Times are CPU seconds
  * (of the slowest thread in a pass, the best of 5 passes by the same threads), as membw's "per

@@ -68,9 +68,9 @@ check moe_q8_0 --arch qwen35moe --layers 2 --interval 2 --embd 64 --heads 2 --kv
   --experts-used 2 --type q8_0 --seed 23
 
 # The load-time repack (Q4_0 product weights as Q4_0R, Q4_K as Q4_KR, Q3_K as Q3_KR, Q6_K as Q6_KR,
-# Q2_K as Q2_KR, IQ4_NL as IQ4_NLR, MXFP4 as MXFP4R, IQ2_XXS / IQ3_XXS / IQ2_XS / IQ2_S / IQ3_S as IQ2_XXSR /
-# IQ3_XXSR / IQ2_XSR / IQ2_SR / IQ3_SR (larger layouts, in memory of their own) at the AVX2 level; the
-# @avx2 run of this test exercises it, other levels load the file's layout either way):
+# Q2_K as Q2_KR, IQ4_NL as IQ4_NLR, MXFP4 as MXFP4R, Q5_1 as Q5_1R, IQ2_XXS / IQ3_XXS / IQ2_XS / IQ2_S / IQ3_S as
+# IQ2_XXSR / IQ3_XXSR / IQ2_XSR / IQ2_SR / IQ3_SR (larger layouts, in memory of their own) at the AVX2 level;
+# the @avx2 run of this test exercises it, other levels load the file's layout either way):
 # logits with it equal those without (--no-repack, env Q35_REPACK=0), in one chunk and in chunks of 3, at 1 and 2
 # threads. Rows of 512 elements, so the Q4_0 repack has whole groups of 16 blocks to rewrite.
 # Arguments: the file's type, the seed, any further export options.
@@ -124,6 +124,7 @@ repack q6_k 27
 repack iq4_nl 28
 repack mxfp4 29
 repack q2_k 30
+repack q5_1 38
 # IQ2_XXS / IQ3_XXS / IQ2_XS / IQ2_S need importance weights (IQ3_S takes the same): q35 imatrix on the f32 model of the same shape and seed (the
 # embedding, which the imatrix does not cover, as q4_K)
 # shellcheck disable=SC2086 # RSHAPE: options

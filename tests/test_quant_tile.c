@@ -485,6 +485,7 @@ int main(void) {
     z2r_twin(level, &k, Q35_TYPE_Q4_0, Q35_TYPE_Q4_0R);
     z2r_twin(level, &k, Q35_TYPE_IQ4_NL, Q35_TYPE_IQ4_NLR);
     z2r_twin(level, &k, Q35_TYPE_MXFP4, Q35_TYPE_MXFP4R);
+    z2r_twin(level, &k, Q35_TYPE_Q5_1, Q35_TYPE_Q5_1R);
     /* the k-quants repacked at load, one table-driven test */
     static const int krt[][2] = {{Q35_TYPE_Q4_K, Q35_TYPE_Q4_KR},
                                  {Q35_TYPE_Q6_K, Q35_TYPE_Q6_KR},
@@ -608,7 +609,8 @@ static void gemv_two_streams(q35_simd level, const q35_kernels *k) {
 }
 
 /*
- * Q4_0R / IQ4_NLR / MXFP4R (t1: Q4_0 / IQ4_NL / MXFP4 rows repacked at load, q35_repack_row)
+ * Q4_0R / IQ4_NLR / MXFP4R / Q5_1R (t1: Q4_0 / IQ4_NL / MXFP4 / Q5_1 rows repacked at load,
+ * q35_repack_row)
  * against the plain type t0 at every level: the repack moves back to the same bytes, its dequantize
  * gives t0's floats, and its vec_dot, tiles (every shape the level runs: 1..9 rows, 1..9 and the
  * wide 16 / 23 / 33 columns), one column of many rows (the two-stream gemv) and gemv2 give t0's
@@ -631,6 +633,19 @@ static void z2r_twin(q35_simd level, const q35_kernels *k, int t0, int t1) {
   q35_kernels refk;
   q35_kernels_ref(&refk);
   const q35_kernels *kq = vt == Q35_TYPE_Q8_0Z ? k : &refk;
+  q35_kernels a2k;
+  if (t0 == Q35_TYPE_Q5_1 && k->vec_dot[t1] != refk.vec_dot[t1]) {
+    /* Q5_1R's kernels are the avx2 level's (at avx512 too, never loaded there): held to that
+     * table's Q5_1 */
+    kq = k;
+    if (level == Q35_SIMD_AVX512) {
+      if (q35_kernels_get(Q35_SIMD_AVX2, &a2k) != 0) {
+        CHECK(0, "%s: no avx2 table for %s", lvl, nm);
+        return;
+      }
+      kq = &a2k;
+    }
+  }
   static const int64_t ns[] = {32, 96, 512, 512 + 64, 1024 + 256, 2048, 2048 + 96};
   static const int ncs[] = {1, 2, 3, 4, 5, 8, 9, 16, 23, 33};
   for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {

@@ -13,7 +13,7 @@ static const char *const type_names[Q35_TYPE_COUNT] = {
     [27] = "i64",     [28] = "f64",    [29] = "iq1_m",   [30] = "bf16",   [34] = "tq1_0",
     [35] = "tq2_0",   [39] = "mxfp4", [40] = "q8_0x", [41] = "q8_0y", [42] = "q8_0z", [43] = "q4_0r",
     [44] = "q4_Kr",   [45] = "q8_Kp",
-    [46] = "q3_Kr",   [47] = "q6_Kr",   [48] = "q2_Kr",   [49] = "iq4_nlr", [50] = "mxfp4r",
+    [46] = "q3_Kr",   [47] = "q6_Kr",   [48] = "q2_Kr",   [49] = "iq4_nlr", [50] = "mxfp4r", [51] = "q5_1r",
     [52] = "iq2_xxsr", [53] = "iq3_xxsr",
     [54] = "iq2_xsr",  [55] = "iq2_sr",   [56] = "iq3_sr",
 };
@@ -44,6 +44,7 @@ static const struct {
     [Q35_TYPE_Q2_KR] = {256, 84, 0},  /* Q2_K's sizes; likewise */
     [Q35_TYPE_IQ4_NLR] = {32, 18, 0}, /* IQ4_NL's sizes; likewise */
     [Q35_TYPE_MXFP4R] = {32, 17, 0}, /* MXFP4's sizes; likewise */
+    [Q35_TYPE_Q5_1R] = {32, 24, 0}, /* Q5_1's sizes; likewise */
     [Q35_TYPE_IQ2_XXSR] = {256, 102, 0}, /* made at load only; larger than IQ2_XXS's 66 */
     [Q35_TYPE_IQ3_XXSR] = {256, 134, 0}, /* likewise; IQ3_XXS's 98 */
     [Q35_TYPE_IQ3_SR] = {256, 134, 0}, /* likewise; IQ3_S's 110 */

@@ -64,6 +64,10 @@ enum q35_type {
    * same nibble block after a scale of 2 or 1 bytes); IQ4_NL's / MXFP4's sizes */
   Q35_TYPE_IQ4_NLR = 49,
   Q35_TYPE_MXFP4R = 50,
+  /* Q5_1 rows repacked at load for the AVX2 kernels (q35_repack_row): each block's 32 qh bits
+   * permuted so that element e's fifth bit sits at bit 8 (e % 4) + e / 4 (kernels/quant_lowbit.h);
+   * Q5_1's sizes, d, m and nibbles */
+  Q35_TYPE_Q5_1R = 51,
   /* IQ2_XXS rows rewritten at load for the AVX2 kernels (q35_repack_row) into whole 3-bit values:
    * per super-block the fp16 d, the eight 4-bit scales, two planes of 2-bit magnitude codes and a
    * plane of sign bits (kernels/quant_internal.h); 102 bytes per 256 elements where IQ2_XXS has 66

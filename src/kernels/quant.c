@@ -160,6 +160,7 @@ int q35_unrepack_type(int type) {
   case Q35_TYPE_Q3_KR: return Q35_TYPE_Q3_K;
   case Q35_TYPE_IQ4_NLR: return Q35_TYPE_IQ4_NL;
   case Q35_TYPE_MXFP4R: return Q35_TYPE_MXFP4;
+  case Q35_TYPE_Q5_1R: return Q35_TYPE_Q5_1;
   case Q35_TYPE_Q4_KR: return Q35_TYPE_Q4_K;
   case Q35_TYPE_Q6_KR: return Q35_TYPE_Q6_K;
   case Q35_TYPE_Q2_KR: return Q35_TYPE_Q2_K;

@@ -51,6 +51,13 @@ typedef struct __attribute__((packed)) {
   uint8_t qs[QK8_0 / 2];
 } blk_q5_1;
 
+/* Q5_1R (Q35_TYPE_Q5_1R): a Q5_1 block whose qh word is permuted, element e's fifth bit at bit
+ * 8 (e % 4) + e / 4 instead of e, so that byte i of the word holds the fifth bits of elements
+ * i, 4 + i, ..., 28 + i (bit k: element 4k + i): the AVX2 one-column kernel, whose byte i of
+ * dword j holds element 4j + i (16 + 4j + i), gets them with a shift and an and (no shuffle).
+ * One row of n elements of Q5_1 at src as Q5_1R at dst, or back (quant_lowbit_ref.c). */
+void q35_q5_1r_move(const void *src, void *dst, int64_t n, int back);
+
 typedef struct __attribute__((packed)) {
   uint16_t d, s; /* s = d * sum(qs) (fp16) */
   int8_t qs[QK8_0];

@@ -379,6 +379,40 @@ static float dot_mxfp4r(int64_t n, const void *w, const void *x) {
   return v;
 }
 
+/* Q5_1 <-> Q5_1R (quant_lowbit.h): element e's fifth bit between bit e and bit 8 (e % 4) + e / 4 */
+void q35_q5_1r_move(const void *src, void *dst, int64_t n, int back) {
+  const blk_q5_1 *a = src;
+  blk_q5_1 *o = dst;
+  for (int64_t i = 0; i < n / QK8_0; i++) {
+    uint32_t qh, r = 0;
+    memcpy(&qh, a[i].qh, 4);
+    if (back)
+      for (int e = 0; e < 32; e++) r |= ((qh >> (8 * (e % 4) + e / 4)) & 1u) << e;
+    else /* the load's way (tests/test_quant_tile.c holds it to the bit loop back): per byte i the
+          * bits 4k + i gathered into bits k */
+      for (int b = 0; b < 4; b++) {
+        uint32_t y = (qh >> b) & 0x11111111u;
+        y = (y | y >> 3) & 0x03030303u;
+        y = (y | y >> 6) & 0x000F000Fu;
+        y = (y | y >> 12) & 0xFFu;
+        r |= y << (8 * b);
+      }
+    o[i] = a[i];
+    memcpy(o[i].qh, &r, 4);
+  }
+}
+
+/* the reference twins of Q5_1R: Q5_1's on the blocks moved back (a group at a time, as a row
+ * may be long) */
+static void dequant_q5_1r(const void *src, float *y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16 * QK8_0) {
+    blk_q5_1 g[16];
+    const int64_t m = n - i < 16 * QK8_0 ? n - i : 16 * QK8_0;
+    q35_q5_1r_move((const blk_q5_1 *)src + i / QK8_0, g, m, 1);
+    dequant_q5_1(g, y + i, m);
+  }
+}
+
 /* Q4_1 / Q5_1 x Q8_1: d_w d_x (q . y) + m_w s_x */
 static float dot_q4_1(int64_t n, const void *w, const void *x) {
   const blk_q4_1 *a = w;
@@ -406,6 +440,15 @@ static float dot_q5_1(int64_t n, const void *w, const void *x) {
   return sumf;
 }
 
+static float dot_q5_1r(int64_t n, const void *w, const void *x) {
+  blk_q5_1 *p = malloc((size_t)(n / QK8_0) * sizeof(blk_q5_1) + 1);
+  if (!p) return NAN;
+  q35_q5_1r_move(w, p, n, 1);
+  const float v = dot_q5_1(n, p, x);
+  free(p);
+  return v;
+}
+
 /* ============================== the table ============================== */
 
 void q35_kernels_lowbit_ref(q35_kernels *k) {
@@ -420,6 +463,7 @@ void q35_kernels_lowbit_ref(q35_kernels *k) {
   SET(Q35_TYPE_MXFP4R, dequant_mxfp4r, dot_mxfp4r);
   SET(Q35_TYPE_Q4_1, dequant_q4_1, dot_q4_1);
   SET(Q35_TYPE_Q5_1, dequant_q5_1, dot_q5_1);
+  SET(Q35_TYPE_Q5_1R, dequant_q5_1r, dot_q5_1r);
 #undef SET
   k->dequantize[Q35_TYPE_Q8_1] = dequant_q8_1;
   k->quantize[Q35_TYPE_Q8_1] = quant_q8_1;
@@ -436,7 +480,7 @@ int q35_lowbit_vec_dot_type(const q35_kernels *k, int type) {
   /* a layout of Q4_0's (the same nibble blocks with other values): Q8_0X, or Q8_0Z where the
    * level has those kernels (nl_act) */
   case Q35_TYPE_MXFP4: case Q35_TYPE_IQ4_NL: case Q35_TYPE_MXFP4R: case Q35_TYPE_IQ4_NLR: return k->nl_act ? k->nl_act : Q35_TYPE_Q8_0X;
-  case Q35_TYPE_Q4_1: case Q35_TYPE_Q5_1: return Q35_TYPE_Q8_1;
+  case Q35_TYPE_Q4_1: case Q35_TYPE_Q5_1: case Q35_TYPE_Q5_1R: return Q35_TYPE_Q8_1;
   default: return -1;
   }
 }

@@ -538,6 +538,7 @@ void q35_repack_row(int type, const void *src, void *dst, int64_t n) {
   if (type == Q35_TYPE_Q4_0R) q4_0r_move(src, dst, n, 0);
   else if (type == Q35_TYPE_IQ4_NLR) q35_z2r_move(src, dst, n, 0, (int)sizeof(blk_iq4_nl));
   else if (type == Q35_TYPE_MXFP4R) q35_z2r_move(src, dst, n, 0, (int)sizeof(blk_mxfp4));
+  else if (type == Q35_TYPE_Q5_1R) q35_q5_1r_move(src, dst, n, 0);
   else if (type == Q35_TYPE_Q3_KR) {
 #if defined(__x86_64__) || defined(__i386__)
     if (q35_simd_active() >= Q35_SIMD_AVX2 && q35_simd_active() <= Q35_SIMD_AVX512) {
@@ -581,6 +582,7 @@ void q35_unrepack_row(int type, const void *src, void *dst, int64_t n) {
   if (type == Q35_TYPE_Q4_0R) q4_0r_move(src, dst, n, 1);
   else if (type == Q35_TYPE_IQ4_NLR) q35_z2r_move(src, dst, n, 1, (int)sizeof(blk_iq4_nl));
   else if (type == Q35_TYPE_MXFP4R) q35_z2r_move(src, dst, n, 1, (int)sizeof(blk_mxfp4));
+  else if (type == Q35_TYPE_Q5_1R) q35_q5_1r_move(src, dst, n, 1);
   else if (type == Q35_TYPE_Q3_KR) q35_q3_kr_move(src, dst, n, 1);
   else if (type == Q35_TYPE_Q2_KR) q35_q2_kr_move(src, dst, n, 1);
   else if (type == Q35_TYPE_IQ2_XXSR) q35_iq2_xxsr_move(src, dst, n, 1);

@@ -68,7 +68,8 @@ check moe_q8_0 --arch qwen35moe --layers 2 --interval 2 --embd 64 --heads 2 --kv
   --experts-used 2 --type q8_0 --seed 23
 
 # The load-time repack (Q4_0 product weights as Q4_0R, Q4_K as Q4_KR, Q3_K as Q3_KR, Q6_K as Q6_KR,
-# Q2_K as Q2_KR, IQ4_NL as IQ4_NLR, MXFP4 as MXFP4R, IQ2_XXS / IQ3_XXS as IQ2_XXSR / IQ3_XXSR (larger layouts,
+# Q2_K as Q2_KR, IQ4_NL as IQ4_NLR, MXFP4 as MXFP4R, IQ2_XXS / IQ3_XXS / IQ1_S / IQ1_M as IQ2_XXSR /
+# IQ3_XXSR / IQ1_SR / IQ1_MR (larger layouts,
 # in memory of their own) at the AVX2 level; the @avx2 run of this test exercises
 # it, other levels load the file's layout either way):
 # logits with it equal those without (--no-repack, env Q35_REPACK=0), in one chunk and in chunks of 3, at 1 and 2
@@ -131,6 +132,8 @@ if "$Q35" export --tiny-test -o "$W/im_src.gguf" $RSHAPE --type f32 --seed 31 >"
   "$Q35" imatrix -m "$W/im_src.gguf" --tokens "$TOKS" --chunk 8 -o "$W/im.gguf" -t 2 >>"$W/export.log" 2>&1; then
   repack iq2_xxs 31 --embd-type q4_k --imatrix "$W/im.gguf"
   repack iq3_xxs 31 --embd-type q4_k --imatrix "$W/im.gguf"
+  repack iq1_s 31 --embd-type q4_k --imatrix "$W/im.gguf"
+  repack iq1_m 31 --embd-type q4_k --imatrix "$W/im.gguf"
 else
   fail "repack iq2_xxs: f32 source or q35 imatrix failed: $(tail -3 "$W/export.log")"
 fi

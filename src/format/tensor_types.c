@@ -15,6 +15,7 @@ static const char *const type_names[Q35_TYPE_COUNT] = {
     [44] = "q4_Kr",   [45] = "q8_Kp",
     [46] = "q3_Kr",   [47] = "q6_Kr",   [48] = "q2_Kr",   [49] = "iq4_nlr", [50] = "mxfp4r",
     [52] = "iq2_xxsr", [53] = "iq3_xxsr",
+    [57] = "iq1_sr", [58] = "iq1_mr",
 };
 
 /* block: elements per block; size: bytes per block (ggml's block_* structs); computed: q35 has
@@ -45,6 +46,8 @@ static const struct {
     [Q35_TYPE_MXFP4R] = {32, 17, 0}, /* MXFP4's sizes; likewise */
     [Q35_TYPE_IQ2_XXSR] = {256, 102, 0}, /* made at load only; larger than IQ2_XXS's 66 */
     [Q35_TYPE_IQ3_XXSR] = {256, 134, 0}, /* likewise; IQ3_XXS's 98 */
+    [Q35_TYPE_IQ1_SR] = {256, 74, 0},    /* likewise; IQ1_S's 50 */
+    [Q35_TYPE_IQ1_MR] = {256, 82, 0},    /* likewise; IQ1_M's 56 */
 };
 
 const char *q35_type_name(int type) {

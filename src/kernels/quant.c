@@ -165,6 +165,8 @@ int q35_unrepack_type(int type) {
   case Q35_TYPE_Q2_KR: return Q35_TYPE_Q2_K;
   case Q35_TYPE_IQ2_XXSR: return Q35_TYPE_IQ2_XXS;
   case Q35_TYPE_IQ3_XXSR: return Q35_TYPE_IQ3_XXS;
+  case Q35_TYPE_IQ1_SR: return Q35_TYPE_IQ1_S;
+  case Q35_TYPE_IQ1_MR: return Q35_TYPE_IQ1_M;
   default: return type;
   }
 }

@@ -39,6 +39,12 @@ IQ_GEMV(t_iq2_xxsr, 2)
 QS_TILE(t_iq3_xxsr, 2, 2)
 IQ_PTILE(t_iq3_xxsr, Q35_IQ3_XXSR_BYTES, 4, 0.25f)
 IQ_GEMV(t_iq3_xxsr, 2)
+QS_TILE(t_iq1_sr, 2, 2)
+IQ_PTILE(t_iq1_sr, Q35_IQ1_SR_BYTES, 4, 1.0f)
+IQ_GEMV(t_iq1_sr, 4)
+QS_TILE(t_iq1_mr, 2, 2)
+IQ_PTILE(t_iq1_mr, Q35_IQ1_MR_BYTES, 4, 1.0f)
+IQ_GEMV(t_iq1_mr, 4)
 
 void q35_kernels_iq_avx2(q35_kernels *k) {
   q35_iq_tables_init();
@@ -57,4 +63,11 @@ void q35_kernels_iq_avx2(q35_kernels *k) {
   /* IQ3_XXS likewise as IQ3_XXSR (4-bit codes, 1.37x the bytes) */
   IQ_SET_G(k, Q35_TYPE_IQ3_XXSR, t_iq3_xxsr);
   k->repack[Q35_TYPE_IQ3_XXS] = Q35_TYPE_IQ3_XXSR;
+  /* IQ1_S likewise as IQ1_SR (2-bit grid codes, 1.48x the bytes): shifts and masks instead of
+   * four grid lookups and their inserts per 32 weights (docs/PERF.md, issue 16, session 23) */
+  IQ_SET_G(k, Q35_TYPE_IQ1_SR, t_iq1_sr);
+  k->repack[Q35_TYPE_IQ1_S] = Q35_TYPE_IQ1_SR;
+  /* IQ1_M likewise as IQ1_MR (1.46x the bytes; the delta per 8 from a 16-row table) */
+  IQ_SET_G(k, Q35_TYPE_IQ1_MR, t_iq1_mr);
+  k->repack[Q35_TYPE_IQ1_M] = Q35_TYPE_IQ1_MR;
 }

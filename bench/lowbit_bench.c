@@ -4,14 +4,14 @@
  * SIMD level this CPU has, the paths the forward pass takes:
  *   decode   one activation column times a weight matrix far bigger than the caches
  *            (q35_tile_run with nc = 1: the level's gemv), GB/s of the file's weight bytes (a
- *            layout repacked larger, IQ2_XXSR / IQ3_XXSR / IQ2_XSR / IQ2_SR / IQ3_SR, streams more than that),
- *            THREADS
+ *            layout repacked larger, IQ2_XXSR / IQ3_XXSR / IQ2_XSR / IQ2_SR / IQ3_SR / IQ1_SR / IQ1_MR, streams
+ *            more than that), THREADS
  *            threads each on its own slice of rows, in calls of CHUNK rows (0: the whole slice in
  *            one call, as a decode's matmul hands each thread its rows)
  *   prefill  an expert-shaped 512 x 2048 matrix (in cache) times C = 16 and 64 activation
  *            columns through the level's tile kernel, GMAC/s, one thread
  * Where a level repacks a type at load (k->repack: Q4_0, Q4_K, Q6_K, Q2_K, Q3_K, IQ4_NL, MXFP4, Q5_1, IQ2_XXS,
- * IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S at AVX2) the rows are
+ * IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S, IQ1_S, IQ1_M at AVX2) the rows are
  * repacked with q35_repack_row first, as the loader does, and run through the repacked type's kernels.
  * Compare decode with bench/membw at the same thread count (the roofline). Times are CPU seconds
  * (of the slowest thread in a pass, the best of 5 passes by the same threads), as membw's "per

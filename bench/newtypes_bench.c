@@ -9,8 +9,8 @@
  *   decode:  a matrix-vector product over a weight matrix in L2 (384 KiB) and one streamed from
  *            memory (MiB given): q35 through its one-column gemv (what the forward pass runs),
  *            ggml one vec_dot per row; GB/s of the file's weight bytes (where a level repacks the
- *            type at load, Q5_1 / IQ2_XXS / IQ3_XXS / IQ2_XS / IQ2_S / IQ3_S at AVX2, q35 runs on the rows repacked,
- *            as the loader leaves them)
+ *            type at load, Q5_1 / IQ2_XXS / IQ3_XXS / IQ2_XS / IQ2_S / IQ3_S / IQ1_S / IQ1_M at AVX2, q35 runs on the
+ *            rows repacked, as the loader leaves them)
  *   prefill: a 512 x 2048 weight matrix times T = 64 activation rows, GOP/s (2 K N T / time):
  *            q35's tile kernel against ggml's per-pair vec_dot. That is what ggml-cpu's mul_mat
  *            runs for these types except Q2_K (repacked 8x8 gemm), IQ4_NL (llamafile's tinyBLAS)

@@ -34,8 +34,10 @@ int main(int argc, char **argv) {
   static const struct { int type; const char *name; } types[] = {
       {Q35_TYPE_Q4_0, "q4_0"}, {Q35_TYPE_Q8_0, "q8_0"}, {Q35_TYPE_Q4_K, "q4_k"}, {Q35_TYPE_Q5_K, "q5_k"},
       {Q35_TYPE_Q6_K, "q6_k"}, {Q35_TYPE_Q5_0, "q5_0"}, {Q35_TYPE_IQ4_XS, "iq4_xs"}, {Q35_TYPE_F32, "f32"},
-      {Q35_TYPE_Q4_KR, "q4_kr"}, {Q35_TYPE_Q6_KR, "q6_kr"}}; /* q4_kr, q6_kr: Q4_K / Q6_K rows repacked
+      {Q35_TYPE_Q4_KR, "q4_kr"}, {Q35_TYPE_Q6_KR, "q6_kr"}, /* q4_kr, q6_kr: Q4_K / Q6_K rows repacked
                                                                   as the loader does at AVX2 */
+      {Q35_TYPE_IQ1_S, "iq1_s"}, {Q35_TYPE_IQ1_SR, "iq1_sr"}, {Q35_TYPE_IQ1_M, "iq1_m"},
+      {Q35_TYPE_IQ1_MR, "iq1_mr"}}; /* iq1_sr, iq1_mr likewise (larger rows) */
   float *f = malloc(sizeof(float) * (size_t)n * (size_t)(rows > cols ? rows : cols));
   srand(1);
   for (int64_t i = 0; i < n * (rows > cols ? rows : cols); i++) f[i] = (float)rand() / RAND_MAX - 0.5f;
@@ -48,8 +50,8 @@ int main(int argc, char **argv) {
     unsigned char *w = malloc(ws * (size_t)rows), *x = malloc(xs * (size_t)cols);
     for (int r = 0; r < rows; r++) {
       unsigned char *wr = w + (size_t)r * ws;
-      if (ty == Q35_TYPE_Q4_KR || ty == Q35_TYPE_Q6_KR) {
-        unsigned char *tmp = malloc(ws);
+      if (q35_unrepack_type(ty) != ty) {
+        unsigned char *tmp = malloc(ws); /* at least the plain row's bytes */
         q35_quantize_row(q35_unrepack_type(ty), f + (size_t)r * (size_t)n, tmp, n);
         q35_repack_row(ty, tmp, wr, n);
         free(tmp);

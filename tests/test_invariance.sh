@@ -68,9 +68,10 @@ check moe_q8_0 --arch qwen35moe --layers 2 --interval 2 --embd 64 --heads 2 --kv
   --experts-used 2 --type q8_0 --seed 23
 
 # The load-time repack (Q4_0 product weights as Q4_0R, Q4_K as Q4_KR, Q3_K as Q3_KR, Q6_K as Q6_KR,
-# Q2_K as Q2_KR, IQ4_NL as IQ4_NLR, MXFP4 as MXFP4R, Q5_1 as Q5_1R, IQ2_XXS / IQ3_XXS / IQ2_XS / IQ2_S / IQ3_S as
-# IQ2_XXSR / IQ3_XXSR / IQ2_XSR / IQ2_SR / IQ3_SR (larger layouts, in memory of their own) at the AVX2 level;
-# the @avx2 run of this test exercises it, other levels load the file's layout either way):
+# Q2_K as Q2_KR, IQ4_NL as IQ4_NLR, MXFP4 as MXFP4R, Q5_1 as Q5_1R, IQ2_XXS / IQ3_XXS / IQ2_XS / IQ2_S / IQ3_S /
+# IQ1_S / IQ1_M as IQ2_XXSR / IQ3_XXSR / IQ2_XSR / IQ2_SR / IQ3_SR / IQ1_SR / IQ1_MR (larger layouts, in memory
+# of their own) at the AVX2 level; the @avx2 run of this test exercises it, other levels load the file's layout
+# either way):
 # logits with it equal those without (--no-repack, env Q35_REPACK=0), in one chunk and in chunks of 3, at 1 and 2
 # threads. Rows of 512 elements, so the Q4_0 repack has whole groups of 16 blocks to rewrite.
 # Arguments: the file's type, the seed, any further export options.
@@ -135,6 +136,8 @@ if "$Q35" export --tiny-test -o "$W/im_src.gguf" $RSHAPE --type f32 --seed 31 >"
   repack iq3_s 31 --embd-type q4_k --imatrix "$W/im.gguf"
   repack iq2_xs 31 --embd-type q4_k --imatrix "$W/im.gguf"
   repack iq2_s 31 --embd-type q4_k --imatrix "$W/im.gguf"
+  repack iq1_s 31 --embd-type q4_k --imatrix "$W/im.gguf"
+  repack iq1_m 31 --embd-type q4_k --imatrix "$W/im.gguf"
 else
   fail "repack iq2_xxs: f32 source or q35 imatrix failed: $(tail -3 "$W/export.log")"
 fi

@@ -497,6 +497,8 @@ int main(void) {
     iq_r_twin(level, &k, Q35_TYPE_IQ3_S, Q35_TYPE_IQ3_SR);
     iq_r_twin(level, &k, Q35_TYPE_IQ2_XS, Q35_TYPE_IQ2_XSR);
     iq_r_twin(level, &k, Q35_TYPE_IQ2_S, Q35_TYPE_IQ2_SR);
+    iq_r_twin(level, &k, Q35_TYPE_IQ1_S, Q35_TYPE_IQ1_SR);
+    iq_r_twin(level, &k, Q35_TYPE_IQ1_M, Q35_TYPE_IQ1_MR);
     printf("level %s: %s\n", q35_simd_name(level), failures == before ? "ok" : "FAILED");
   }
   printf("%ld tile cases\n", cases);
@@ -796,9 +798,10 @@ static void kr_twin(q35_simd level, const q35_kernels *k, const int t0, const in
 }
 
 /*
- * IQ2_XXSR / IQ3_XXSR / IQ2_XSR / IQ2_SR / IQ3_SR (the AVX2 level's load-time layouts of IQ2_XXS /
- * IQ3_XXS / IQ2_XS / IQ2_S / IQ3_S, 102 / 134 / 106 / 106 / 134 bytes per 256 elements where the file
- * types have 66 / 98 / 74 / 82 / 110): repack then unrepack gives the row back byte for byte; dequantize, vec_dot, tiles of
+ * IQ2_XXSR / IQ3_XXSR / IQ2_XSR / IQ2_SR / IQ3_SR / IQ1_SR / IQ1_MR (the AVX2 level's load-time layouts of
+ * IQ2_XXS / IQ3_XXS / IQ2_XS / IQ2_S / IQ3_S / IQ1_S / IQ1_M, 102 / 134 / 106 / 106 / 134 / 74 / 82 bytes per
+ * 256 elements where the file types have 66 / 98 / 74 / 82 / 110 / 50 / 56): repack then unrepack gives the row
+ * back byte for byte; dequantize, vec_dot, tiles of
  * every shape (rows with tails of the row and column panels, one column through gemv / gemv2) on
  * the repacked rows give IQ2_XXS's results on the plain rows bit for bit, at every level.
  */
@@ -822,7 +825,12 @@ static void iq_r_twin(q35_simd level, const q35_kernels *k, int t0, int t1) {
         uint8_t *b = w + (size_t)r * ws + (size_t)i * bsz;
         for (size_t j = 0; j < bsz; j++) b[j] = (uint8_t)rng_u64();
         const uint16_t d = rnd_fp16();
-        memcpy(b, &d, 2);
+        if (t0 == Q35_TYPE_IQ1_M) /* IQ1_M's d: the top nibbles of its four scale words */
+          for (int w4 = 0; w4 < 4; w4++) {
+            uint8_t *sw = b + offsetof(blk_iq1_m, scales) + 2 * w4 + 1;
+            *sw = (uint8_t)((*sw & 0x0F) | ((d >> (4 * w4)) & 15) << 4);
+          }
+        else memcpy(b, &d, 2);
       }
     /* activations as q35's Q8_K quantizer makes them: values in -127..127 (the plain kernels negate
      * them) and bsums the sums of their bytes (IQ2_XXSR's bias comes back through them, as the IQ

@@ -16,6 +16,7 @@ static const char *const type_names[Q35_TYPE_COUNT] = {
     [46] = "q3_Kr",   [47] = "q6_Kr",   [48] = "q2_Kr",   [49] = "iq4_nlr", [50] = "mxfp4r", [51] = "q5_1r",
     [52] = "iq2_xxsr", [53] = "iq3_xxsr",
     [54] = "iq2_xsr",  [55] = "iq2_sr",   [56] = "iq3_sr",
+    [57] = "iq1_sr", [58] = "iq1_mr",
 };
 
 /* block: elements per block; size: bytes per block (ggml's block_* structs); computed: q35 has
@@ -50,6 +51,8 @@ static const struct {
     [Q35_TYPE_IQ3_SR] = {256, 134, 0}, /* likewise; IQ3_S's 110 */
     [Q35_TYPE_IQ2_XSR] = {256, 106, 0}, /* likewise; IQ2_XS's 74 */
     [Q35_TYPE_IQ2_SR] = {256, 106, 0},  /* likewise; IQ2_S's 82 */
+    [Q35_TYPE_IQ1_SR] = {256, 74, 0},    /* likewise; IQ1_S's 50 */
+    [Q35_TYPE_IQ1_MR] = {256, 82, 0},    /* likewise; IQ1_M's 56 */
 };
 
 const char *q35_type_name(int type) {

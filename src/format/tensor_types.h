@@ -84,7 +84,13 @@ enum q35_type {
    * IQ2_S 82 */
   Q35_TYPE_IQ2_XSR = 54,
   Q35_TYPE_IQ2_SR = 55,
-  Q35_TYPE_COUNT = 57, /* upper bound of the type ids above */
+  /* IQ1_S rows rewritten at load for the AVX2 kernels (q35_repack_row) into whole 2-bit grid codes
+   * (g + 1 per element; kernels/quant_internal.h): 74 bytes per 256 elements where IQ1_S has 50 */
+  Q35_TYPE_IQ1_SR = 57,
+  /* likewise IQ1_M rows (2-bit grid codes, the delta signs per 8 and the scales per 16 as nibbles):
+   * 82 bytes per 256 elements where IQ1_M has 56 */
+  Q35_TYPE_IQ1_MR = 58,
+  Q35_TYPE_COUNT = 59, /* upper bound of the type ids above */
 };
 
 /* GGML's name for any GGML type id ("q4_K", "iq2_xxs", ...), or NULL for an unknown id. */

@@ -169,6 +169,8 @@ int q35_unrepack_type(int type) {
   case Q35_TYPE_IQ3_SR: return Q35_TYPE_IQ3_S;
   case Q35_TYPE_IQ2_XSR: return Q35_TYPE_IQ2_XS;
   case Q35_TYPE_IQ2_SR: return Q35_TYPE_IQ2_S;
+  case Q35_TYPE_IQ1_SR: return Q35_TYPE_IQ1_S;
+  case Q35_TYPE_IQ1_MR: return Q35_TYPE_IQ1_M;
   default: return type;
   }
 }

@@ -162,6 +162,23 @@ void q35_iq3_sr_move(const void *src, void *dst, int64_t n, int back);
  * this layout at dst, or back (quant_iq_ref.c). */
 #define Q35_IQ2_XSR_BYTES 106
 void q35_iq2_xsr_move(int type, const void *src, void *dst, int64_t n, int back);
+/* IQ1_SR (Q35_TYPE_IQ1_SR): an IQ1_S super-block as whole 2-bit grid codes, 74 bytes:
+ *   d (fp16, bytes 0..1) | 8 bytes at 2: byte j = the high byte of IQ1_S's qh[j] with its index bits
+ *   cleared (sub-block j's 3-bit scale in bits 4..6, its delta sign in bit 7) | M0, M1 (32 bytes each
+ *   at 10 and 42): element e of sub-block j is the 2-bit field j % 4 of byte e of M(j / 4), its grid
+ *   value plus one (-1, 0, 1 -> 0, 1, 2).
+ * The same values, so an AVX2 kernel on it sums the very integers of IQ1_S's (quant_iq_256.inc).
+ * One row of n elements (a multiple of 256) of IQ1_S at src as IQ1_SR at dst, or back (quant_iq_ref.c). */
+#define Q35_IQ1_SR_BYTES 74
+void q35_iq1_sr_move(const void *src, void *dst, int64_t n, int back);
+/* IQ1_MR (Q35_TYPE_IQ1_MR): an IQ1_M super-block likewise, 82 bytes:
+ *   d (fp16, bytes 0..1: IQ1_M's, gathered from its scale words) | 8 bytes at 2: byte j holds the
+ *   3-bit scales of elements 32 j .. + 15 (low nibble) and 32 j + 16 .. + 31 (high nibble) | 8 bytes
+ *   at 10: byte j = sub-block j's four delta signs (bit 4 + g: elements 8 g .. 8 g + 7 of the 32, set
+ *   where the delta is negative), low nibble zero | M0, M1 (32 bytes each at 18 and 50) as IQ1_SR's.
+ * (quant_iq_ref.c) */
+#define Q35_IQ1_MR_BYTES 82
+void q35_iq1_mr_move(const void *src, void *dst, int64_t n, int back);
 /* quant_avx2.c: q35_repack_row's Q4_KR rewrite on 256-bit vectors (the same bytes; AVX2 CPUs only) */
 void q35_repack_q4_kr_avx2(const void *src, void *dst, int64_t n);
 /* quant_avx2.c: q35_repack_row's Q6_KR rewrite likewise (quant_k6r_avx2.inc) */

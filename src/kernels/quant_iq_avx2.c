@@ -45,6 +45,12 @@ IQ_GEMV(t_iq3_sr, 2)
 QS_TILE(t_iq2_xsr, 2, 2)
 IQ_PTILE(t_iq2_xsr, Q35_IQ2_XSR_BYTES, 4, 0.125f)
 IQ_GEMV(t_iq2_xsr, 2)
+QS_TILE(t_iq1_sr, 2, 2)
+IQ_PTILE(t_iq1_sr, Q35_IQ1_SR_BYTES, 4, 1.0f)
+IQ_GEMV(t_iq1_sr, 4)
+QS_TILE(t_iq1_mr, 2, 2)
+IQ_PTILE(t_iq1_mr, Q35_IQ1_MR_BYTES, 4, 1.0f)
+IQ_GEMV(t_iq1_mr, 4)
 
 void q35_kernels_iq_avx2(q35_kernels *k) {
   q35_iq_tables_init();
@@ -71,4 +77,11 @@ void q35_kernels_iq_avx2(q35_kernels *k) {
   k->repack[Q35_TYPE_IQ2_XS] = Q35_TYPE_IQ2_XSR;
   IQ_SET_G(k, Q35_TYPE_IQ2_SR, t_iq2_xsr);
   k->repack[Q35_TYPE_IQ2_S] = Q35_TYPE_IQ2_SR;
+  /* IQ1_S likewise as IQ1_SR (2-bit grid codes, 1.48x the bytes): shifts and masks instead of
+   * four grid lookups and their inserts per 32 weights (docs/PERF.md, issue 16, session 23) */
+  IQ_SET_G(k, Q35_TYPE_IQ1_SR, t_iq1_sr);
+  k->repack[Q35_TYPE_IQ1_S] = Q35_TYPE_IQ1_SR;
+  /* IQ1_M likewise as IQ1_MR (1.46x the bytes; the delta per 8 from a 16-row table) */
+  IQ_SET_G(k, Q35_TYPE_IQ1_MR, t_iq1_mr);
+  k->repack[Q35_TYPE_IQ1_M] = Q35_TYPE_IQ1_MR;
 }

@@ -512,6 +512,56 @@ void q35_iq2_xsr_move(int type, const void *src, void *dst, int64_t n, int back)
   }
 }
 
+/* ------------------------------ IQ1_SR (quant_internal.h) ------------------------------ */
+
+/* the grid entry of each 8-element code word (g + 1 per element, base 3, element 0 the lowest
+ * digit): the move back's inverse of q35_iq1s_grid, built once */
+static uint16_t iq1s_inv[6561];
+static pthread_once_t iq1s_inv_once = PTHREAD_ONCE_INIT;
+static void iq1s_inv_build(void) {
+  for (int x = 0; x < 2048; x++) {
+    int key = 0;
+    for (int e = 7; e >= 0; e--) key = 3 * key + (int8_t)(uint8_t)(q35_iq1s_grid[x] >> (8 * e)) + 1;
+    iq1s_inv[key] = (uint16_t)x;
+  }
+}
+
+void q35_iq1_sr_move(const void *src, void *dst, int64_t n, int back) {
+  if (back) pthread_once(&iq1s_inv_once, iq1s_inv_build);
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    if (!back) {
+      const blk_iq1_s *a = (const blk_iq1_s *)src + i;
+      uint8_t *o = (uint8_t *)dst + (size_t)i * Q35_IQ1_SR_BYTES;
+      memcpy(o, &a->d, 2);
+      memset(o + 10, 0, 64);
+      for (int j = 0; j < 8; j++) {
+        const uint16_t h = a->qh[j];
+        o[2 + j] = (uint8_t)((h >> 8) & 0xF0);
+        for (int g = 0; g < 4; g++) {
+          const uint64_t v = q35_iq1s_grid[a->qs[4 * j + g] | ((h >> (3 * g)) & 7) << 8];
+          for (int e = 0; e < 8; e++)
+            o[10 + 32 * (j / 4) + 8 * g + e] |= (uint8_t)(((int8_t)(uint8_t)(v >> (8 * e)) + 1) << (2 * (j & 3)));
+        }
+      }
+    } else {
+      const uint8_t *a = (const uint8_t *)src + (size_t)i * Q35_IQ1_SR_BYTES;
+      blk_iq1_s *o = (blk_iq1_s *)dst + i;
+      memcpy(&o->d, a, 2);
+      for (int j = 0; j < 8; j++) {
+        uint16_t h = (uint16_t)(a[2 + j] << 8);
+        for (int g = 0; g < 4; g++) {
+          int key = 0;
+          for (int e = 7; e >= 0; e--) key = 3 * key + ((a[10 + 32 * (j / 4) + 8 * g + e] >> (2 * (j & 3))) & 3);
+          const int x = iq1s_inv[key]; /* every code word came from a grid entry */
+          o->qs[4 * j + g] = (uint8_t)x;
+          h |= (uint16_t)((x >> 8) << (3 * g));
+        }
+        o->qh[j] = h;
+      }
+    }
+  }
+}
+
 /* the reference twins of IQ2_XSR / IQ2_SR: IQ2_XS's / IQ2_S's on the row moved back */
 static void dequant_iq2_xsr(const void *src, float *y, int64_t n) {
   for (int64_t i = 0; i < n / QK_K; i++) {
@@ -544,6 +594,78 @@ static float dot_iq2_sr(int64_t n, const void *w, const void *x) {
   return v;
 }
 
+static void dequant_iq1_sr(const void *src, float *y, int64_t n) {
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    blk_iq1_s b;
+    q35_iq1_sr_move((const uint8_t *)src + (size_t)i * Q35_IQ1_SR_BYTES, &b, QK_K, 1);
+    dequant_iq1_s(&b, y + i * QK_K, QK_K);
+  }
+}
+static float dot_iq1_sr(int64_t n, const void *w, const void *x) {
+  blk_iq1_s *p = malloc((size_t)(n / QK_K) * sizeof(blk_iq1_s) + 1);
+  if (!p) return NAN;
+  q35_iq1_sr_move(w, p, n, 1);
+  const float v = dot_iq1_s(n, p, x);
+  free(p);
+  return v;
+}
+
+void q35_iq1_mr_move(const void *src, void *dst, int64_t n, int back) {
+  if (back) pthread_once(&iq1s_inv_once, iq1s_inv_build);
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    if (!back) {
+      const blk_iq1_m *a = (const blk_iq1_m *)src + i;
+      uint8_t *o = (uint8_t *)dst + (size_t)i * Q35_IQ1_MR_BYTES;
+      const uint16_t d = q35_iq1m_d(a);
+      memcpy(o, &d, 2);
+      memset(o + 2, 0, 80);
+      for (int f = 0; f < 16; f++) /* the scale of elements 16 f .. 16 f + 15 */
+        o[2 + f / 2] |= (uint8_t)(((q35_ld16(a->scales + 2 * (f / 4)) >> (3 * (f % 4))) & 7) << (4 * (f & 1)));
+      for (int k = 0; k < 32; k++) { /* group k: elements 8 k .. 8 k + 7 */
+        const int j = k / 4, g = k % 4, h = a->qh[k / 2] >> (4 * (k % 2));
+        o[10 + j] |= (uint8_t)(((h >> 3) & 1) << (4 + g));
+        const uint64_t v = q35_iq1s_grid[a->qs[k] | (h & 7) << 8];
+        for (int e = 0; e < 8; e++)
+          o[18 + 32 * (j / 4) + 8 * g + e] |= (uint8_t)(((int8_t)(uint8_t)(v >> (8 * e)) + 1) << (2 * (j & 3)));
+      }
+    } else {
+      const uint8_t *a = (const uint8_t *)src + (size_t)i * Q35_IQ1_MR_BYTES;
+      blk_iq1_m *o = (blk_iq1_m *)dst + i;
+      const uint16_t d = q35_ld16(a);
+      memset(o, 0, sizeof *o);
+      for (int w = 0; w < 4; w++) {
+        uint16_t v = (uint16_t)(((d >> (4 * w)) & 15) << 12);
+        for (int f = 4 * w; f < 4 * w + 4; f++) v |= (uint16_t)(((a[2 + f / 2] >> (4 * (f & 1))) & 7) << (3 * (f % 4)));
+        memcpy(o->scales + 2 * w, &v, 2);
+      }
+      for (int k = 0; k < 32; k++) {
+        const int j = k / 4, g = k % 4;
+        int key = 0;
+        for (int e = 7; e >= 0; e--) key = 3 * key + ((a[18 + 32 * (j / 4) + 8 * g + e] >> (2 * (j & 3))) & 3);
+        const int x = iq1s_inv[key]; /* every code word came from a grid entry */
+        o->qs[k] = (uint8_t)x;
+        o->qh[k / 2] |= (uint8_t)(((x >> 8) | ((a[10 + j] >> (4 + g)) & 1) << 3) << (4 * (k % 2)));
+      }
+    }
+  }
+}
+
+static void dequant_iq1_mr(const void *src, float *y, int64_t n) {
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    blk_iq1_m b;
+    q35_iq1_mr_move((const uint8_t *)src + (size_t)i * Q35_IQ1_MR_BYTES, &b, QK_K, 1);
+    dequant_iq1_m(&b, y + i * QK_K, QK_K);
+  }
+}
+static float dot_iq1_mr(int64_t n, const void *w, const void *x) {
+  blk_iq1_m *p = malloc((size_t)(n / QK_K) * sizeof(blk_iq1_m) + 1);
+  if (!p) return NAN;
+  q35_iq1_mr_move(w, p, n, 1);
+  const float v = dot_iq1_m(n, p, x);
+  free(p);
+  return v;
+}
+
 void q35_kernels_iq_ref(q35_kernels *k) {
 #define SET(T, dq, vd) (k->dequantize[T] = (dq), k->vec_dot[T] = (vd))
   SET(Q35_TYPE_IQ2_XXS, dequant_iq2_xxs, dot_iq2_xxs);
@@ -558,6 +680,8 @@ void q35_kernels_iq_ref(q35_kernels *k) {
   SET(Q35_TYPE_IQ3_SR, dequant_iq3_sr, dot_iq3_sr);
   SET(Q35_TYPE_IQ2_XSR, dequant_iq2_xsr, dot_iq2_xsr);
   SET(Q35_TYPE_IQ2_SR, dequant_iq2_sr, dot_iq2_sr);
+  SET(Q35_TYPE_IQ1_SR, dequant_iq1_sr, dot_iq1_sr);
+  SET(Q35_TYPE_IQ1_MR, dequant_iq1_mr, dot_iq1_mr);
 #undef SET
 }
 
@@ -567,6 +691,7 @@ int q35_iq_vec_dot_type(const q35_kernels *k, int type) {
   case Q35_TYPE_IQ2_XXS: case Q35_TYPE_IQ2_XS: case Q35_TYPE_IQ2_S: case Q35_TYPE_IQ3_XXS:
   case Q35_TYPE_IQ3_S: case Q35_TYPE_IQ1_S: case Q35_TYPE_IQ1_M: case Q35_TYPE_IQ2_XXSR:
   case Q35_TYPE_IQ3_XXSR: case Q35_TYPE_IQ3_SR: case Q35_TYPE_IQ2_XSR: case Q35_TYPE_IQ2_SR:
+  case Q35_TYPE_IQ1_SR: case Q35_TYPE_IQ1_MR:
     return Q35_TYPE_Q8_K;
   default:
     return -1;

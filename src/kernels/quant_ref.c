@@ -551,6 +551,8 @@ void q35_repack_row(int type, const void *src, void *dst, int64_t n) {
   else if (type == Q35_TYPE_IQ3_XXSR) q35_iq3_xxsr_move(src, dst, n, 0);
   else if (type == Q35_TYPE_IQ3_SR) q35_iq3_sr_move(src, dst, n, 0);
   else if (type == Q35_TYPE_IQ2_XSR || type == Q35_TYPE_IQ2_SR) q35_iq2_xsr_move(type, src, dst, n, 0);
+  else if (type == Q35_TYPE_IQ1_SR) q35_iq1_sr_move(src, dst, n, 0);
+  else if (type == Q35_TYPE_IQ1_MR) q35_iq1_mr_move(src, dst, n, 0);
   else if (type == Q35_TYPE_Q2_KR) {
 #if defined(__x86_64__) || defined(__i386__)
     if (q35_simd_active() >= Q35_SIMD_AVX2 && q35_simd_active() <= Q35_SIMD_AVX512) {
@@ -589,6 +591,8 @@ void q35_unrepack_row(int type, const void *src, void *dst, int64_t n) {
   else if (type == Q35_TYPE_IQ3_XXSR) q35_iq3_xxsr_move(src, dst, n, 1);
   else if (type == Q35_TYPE_IQ3_SR) q35_iq3_sr_move(src, dst, n, 1);
   else if (type == Q35_TYPE_IQ2_XSR || type == Q35_TYPE_IQ2_SR) q35_iq2_xsr_move(type, src, dst, n, 1);
+  else if (type == Q35_TYPE_IQ1_SR) q35_iq1_sr_move(src, dst, n, 1);
+  else if (type == Q35_TYPE_IQ1_MR) q35_iq1_mr_move(src, dst, n, 1);
   else if (type == Q35_TYPE_Q4_KR) q4_kr_move(src, dst, n, 1);
   else if (type == Q35_TYPE_Q6_KR) q6_kr_move(src, dst, n, 1);
   else memcpy(dst, src, q35_row_size(type, n));

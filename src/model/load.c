@@ -426,8 +426,9 @@ static size_t tensor_bytes_as(const q35_tensor *t, int rt) {
   return q35_row_size(rt, t->ne[0]) * (size_t)(t->ne[1] * t->ne[2] * t->ne[3]);
 }
 
-/* A repacked layout larger than the file's (IQ2_XXSR, IQ3_XXSR, IQ3_SR, IQ2_XSR, IQ2_SR) cannot be rewritten in place: the tensors
- * ts[0 .. n) (one data, bound n times) get rows in layout rt in an anonymous mapping of their own
+/* A repacked layout larger than the file's (IQ2_XXSR, IQ3_XXSR, IQ3_SR, IQ2_XSR, IQ2_SR, IQ1_SR, IQ1_MR) cannot
+ * be rewritten in place: the tensors ts[0 .. n) (one data, bound n times) get rows in layout rt in an anonymous
+ * mapping of their own
  * (2 MiB pages advised while written, as q35_map_rewrite's), recorded in m for q35_model_free; the
  * file pages they leave are dropped (whole pages only: a neighbour may share the ends). 0, or -1
  * with err. */

@@ -428,9 +428,11 @@ static void gemv_two_streams(q35_simd level, const q35_kernels *k);
 static void z2r_twin(q35_simd level, const q35_kernels *k, int t0, int t1);
 static void kr_twin(q35_simd level, const q35_kernels *k, int t0, int t1);
 static void iq_r_twin(q35_simd level, const q35_kernels *k, int t0, int t1);
+static void repack_vector_twin(void);
 
 int main(void) {
   public_api();
+  repack_vector_twin();
   kquant_cross_level();
   z_cross_level(Q35_TYPE_Q4_0);
   z_cross_level(Q35_TYPE_IQ4_NL);
@@ -888,5 +890,51 @@ static void iq_r_twin(q35_simd level, const q35_kernels *k, int t0, int t1) {
         }
       }
     free(want), free(got), free(rb), free(back), free(wb), free(xb);
+  }
+}
+
+/*
+ * The loader's rewrite q35_repack_row (256-bit vectors at the AVX2 and AVX-512 levels: Q4_0R,
+ * IQ4_NLR, MXFP4R, Q2_KR, Q3_KR, Q4_KR, Q6_KR, IQ2_XXSR, IQ3_XXSR, IQ3_SR, IQ2_XSR, IQ2_SR, IQ1_SR,
+ * IQ1_MR) against its reference twin q35_repack_row_ref (the scalar moves), at the active level
+ * (ctest runs this binary at each): the same bytes for rows of random bytes (every index, sign and
+ * scale bit pattern), lengths with and without a short last group of 16 blocks, written at an odd
+ * address: every byte of the row written, nothing outside it.
+ */
+static void repack_vector_twin(void) {
+  static const int ts[][2] = {{Q35_TYPE_Q4_0, Q35_TYPE_Q4_0R},     {Q35_TYPE_IQ4_NL, Q35_TYPE_IQ4_NLR},
+                              {Q35_TYPE_MXFP4, Q35_TYPE_MXFP4R},   {Q35_TYPE_Q5_1, Q35_TYPE_Q5_1R},
+                              {Q35_TYPE_Q2_K, Q35_TYPE_Q2_KR},     {Q35_TYPE_Q3_K, Q35_TYPE_Q3_KR},
+                              {Q35_TYPE_Q4_K, Q35_TYPE_Q4_KR},     {Q35_TYPE_Q6_K, Q35_TYPE_Q6_KR},
+                              {Q35_TYPE_IQ2_XXS, Q35_TYPE_IQ2_XXSR}, {Q35_TYPE_IQ3_XXS, Q35_TYPE_IQ3_XXSR},
+                              {Q35_TYPE_IQ3_S, Q35_TYPE_IQ3_SR},   {Q35_TYPE_IQ2_XS, Q35_TYPE_IQ2_XSR},
+                              {Q35_TYPE_IQ2_S, Q35_TYPE_IQ2_SR},   {Q35_TYPE_IQ1_S, Q35_TYPE_IQ1_SR},
+                              {Q35_TYPE_IQ1_M, Q35_TYPE_IQ1_MR}};
+  static const int64_t ns[] = {256, 512 + 64, 768, 2048 + 96, 4096};
+  const char *lvl = q35_simd_name(q35_simd_active());
+  for (size_t t = 0; t < sizeof ts / sizeof ts[0]; t++) {
+    const int t0 = ts[t][0], t1 = ts[t][1];
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+      const int64_t n = ns[ni];
+      if (n % q35_type_block(t0)) continue;
+      const size_t rs = q35_row_size(t0, n), ro = q35_row_size(t1, n);
+      uint8_t *src = malloc(rs + 1), *a = malloc(ro + 64), *b = malloc(ro + 64);
+      int bad = 0, over = 0;
+      for (int rep = 0; rep < 20; rep++) {
+        for (size_t i = 0; i < rs; i++) src[i + 1] = (uint8_t)rng_u64();
+        /* different fills: a byte either leaves unwritten differs (the loader does not copy the
+         * file's bytes under a same-size rewrite first: every byte must be written) */
+        memset(a, 0x5A, ro + 64), memset(b, 0xA5, ro + 64);
+        q35_repack_row(t1, src + 1, a + 3, n);
+        q35_repack_row_ref(t1, src + 1, b + 3, n);
+        bad += memcmp(a + 3, b + 3, ro) != 0;
+        for (size_t i = 0; i < ro + 64; i++)
+          if (i < 3 || i >= ro + 3) over += (a[i] != 0x5A) + (b[i] != 0xA5);
+      }
+      CHECK(!bad, "%s %s n=%lld: q35_repack_row != q35_repack_row_ref in %d of 20 rows", lvl, q35_type_name(t1),
+            (long long)n, bad);
+      CHECK(!over, "%s %s n=%lld: %d bytes written outside the row", lvl, q35_type_name(t1), (long long)n, over);
+      free(src), free(a), free(b);
+    }
   }
 }

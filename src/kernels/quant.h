@@ -42,6 +42,8 @@ int q35_unrepack_type(int type);
  * IQ2_XXSR's / IQ3_XXSR's / IQ2_XSR's / IQ2_SR's),
  * or back (q35_unrepack_row). Any other type is copied as it is. */
 void q35_repack_row(int type, const void *src, void *dst, int64_t n);
+/* q35_repack_row's reference twin: the scalar moves (the same bytes at every level) */
+void q35_repack_row_ref(int type, const void *src, void *dst, int64_t n);
 void q35_unrepack_row(int type, const void *src, void *dst, int64_t n);
 
 /* Dequantize n elements (a multiple of the block size) of `type` to float. */

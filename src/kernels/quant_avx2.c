@@ -701,6 +701,34 @@ WIDE8(t_q5_k)
 WIDE8(t_q6_k)
 #undef WIDE8
 
+/* q35_repack_row's Q4_0R / IQ4_NLR / MXFP4R rewrite (q35_z2r_move's forward move, bs 18 or 17
+ * bytes per block): per whole group the kernels' own transpose z2_v and, for the fp16 scales,
+ * z2_d8, stored; MXFP4's one-byte scales and a short last group as the scalar move has them */
+QS_TARGET void q35_repack_z2r_avx2(const void *srcv, void *dstv, int64_t n, int bs) {
+  const uint8_t *src = srcv;
+  uint8_t *dst = dstv;
+  const size_t b16 = 16 * (size_t)bs;
+  const int64_t nb = n / QK8_0, ng = nb / 16;
+  for (int64_t q = 0; q < ng; q++) {
+    const uint8_t *g = src + (size_t)q * b16;
+    uint8_t *o = dst + (size_t)q * b16;
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+      __m256i V[4];
+      z2_v(0, bs, g, h, V);
+      _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) _mm256_storeu_si256((__m256i *)(void *)(o + 128 * h + 32 * j), V[j]);
+    }
+    if (bs == 18) {
+      _mm_storeu_si128((__m128i *)(void *)(o + 256), z2_d8(g, 0));
+      _mm_storeu_si128((__m128i *)(void *)(o + 272), z2_d8(g, 1));
+    } else
+      for (int h = 0; h < 2; h++)
+        for (int s = 0; s < 2; s++)
+          for (int k = 0; k < 4; k++) o[256 + 8 * h + 4 * s + k] = g[(size_t)(4 * k + 2 * h + s) * (size_t)bs];
+  }
+  const size_t done = (size_t)ng * b16;
+  memcpy(dst + done, src + done, (size_t)(nb % 16) * (size_t)bs);
+}
+
 #include "kernels/quant_k4r_avx2.inc"
 #include "kernels/quant_k6r_avx2.inc"
 #include "kernels/quant_k2r_avx2.inc"

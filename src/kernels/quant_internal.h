@@ -183,5 +183,16 @@ void q35_iq1_mr_move(const void *src, void *dst, int64_t n, int back);
 void q35_repack_q4_kr_avx2(const void *src, void *dst, int64_t n);
 /* quant_avx2.c: q35_repack_row's Q6_KR rewrite likewise (quant_k6r_avx2.inc) */
 void q35_repack_q6_kr_avx2(const void *src, void *dst, int64_t n);
+/* quant_avx2.c: q35_z2r_move's forward move (Q4_0R, IQ4_NLR: bs 18; MXFP4R: 17) likewise */
+void q35_repack_z2r_avx2(const void *src, void *dst, int64_t n, int bs);
+/* iq_repack_avx2.c: q35_iq2_xxsr_move's / q35_iq3_xxsr_move's forward moves likewise */
+void q35_repack_iq2_xxsr_avx2(const void *src, void *dst, int64_t n);
+void q35_repack_iq3_xxsr_avx2(const void *src, void *dst, int64_t n);
+/* iq_repack_avx2.c: q35_iq3_sr_move's, q35_iq2_xsr_move's (IQ2_XSR, IQ2_SR), q35_iq1_sr_move's and
+ * q35_iq1_mr_move's forward moves likewise */
+void q35_repack_iq3_sr_avx2(const void *src, void *dst, int64_t n);
+void q35_repack_iq2_xsr_avx2(int type, const void *src, void *dst, int64_t n);
+void q35_repack_iq1_sr_avx2(const void *src, void *dst, int64_t n);
+void q35_repack_iq1_mr_avx2(const void *src, void *dst, int64_t n);
 
 #endif

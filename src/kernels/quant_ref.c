@@ -534,50 +534,47 @@ static void q6_kr_move(const uint8_t *src, uint8_t *dst, int64_t n, int back) {
   }
 }
 
-void q35_repack_row(int type, const void *src, void *dst, int64_t n) {
+/* the scalar moves: q35_repack_row's reference twin */
+void q35_repack_row_ref(int type, const void *src, void *dst, int64_t n) {
   if (type == Q35_TYPE_Q4_0R) q4_0r_move(src, dst, n, 0);
   else if (type == Q35_TYPE_IQ4_NLR) q35_z2r_move(src, dst, n, 0, (int)sizeof(blk_iq4_nl));
   else if (type == Q35_TYPE_MXFP4R) q35_z2r_move(src, dst, n, 0, (int)sizeof(blk_mxfp4));
   else if (type == Q35_TYPE_Q5_1R) q35_q5_1r_move(src, dst, n, 0);
-  else if (type == Q35_TYPE_Q3_KR) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (q35_simd_active() >= Q35_SIMD_AVX2 && q35_simd_active() <= Q35_SIMD_AVX512) {
-      q35_repack_q3_kr_avx2(src, dst, n); /* the loader's rewrite: the same bytes, faster */
-      return;
-    }
-#endif
-    q35_q3_kr_move(src, dst, n, 0);
-  } else if (type == Q35_TYPE_IQ2_XXSR) q35_iq2_xxsr_move(src, dst, n, 0);
+  else if (type == Q35_TYPE_Q3_KR) q35_q3_kr_move(src, dst, n, 0);
+  else if (type == Q35_TYPE_IQ2_XXSR) q35_iq2_xxsr_move(src, dst, n, 0);
   else if (type == Q35_TYPE_IQ3_XXSR) q35_iq3_xxsr_move(src, dst, n, 0);
   else if (type == Q35_TYPE_IQ3_SR) q35_iq3_sr_move(src, dst, n, 0);
   else if (type == Q35_TYPE_IQ2_XSR || type == Q35_TYPE_IQ2_SR) q35_iq2_xsr_move(type, src, dst, n, 0);
   else if (type == Q35_TYPE_IQ1_SR) q35_iq1_sr_move(src, dst, n, 0);
   else if (type == Q35_TYPE_IQ1_MR) q35_iq1_mr_move(src, dst, n, 0);
-  else if (type == Q35_TYPE_Q2_KR) {
+  else if (type == Q35_TYPE_Q2_KR) q35_q2_kr_move(src, dst, n, 0);
+  else if (type == Q35_TYPE_Q4_KR) q4_kr_move(src, dst, n, 0);
+  else if (type == Q35_TYPE_Q6_KR) q6_kr_move(src, dst, n, 0);
+  else memcpy(dst, src, q35_row_size(type, n));
+}
+
+/* the loader's rewrite: on 256-bit vectors where the CPU runs them (the same bytes as the scalar
+ * moves, tests/test_quant_tile.c), else the scalar moves */
+void q35_repack_row(int type, const void *src, void *dst, int64_t n) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (q35_simd_active() >= Q35_SIMD_AVX2 && q35_simd_active() <= Q35_SIMD_AVX512) {
-      q35_repack_q2_kr_avx2(src, dst, n); /* the loader's rewrite: the same bytes, faster */
-      return;
+  if (q35_simd_active() >= Q35_SIMD_AVX2 && q35_simd_active() <= Q35_SIMD_AVX512) switch (type) {
+    case Q35_TYPE_Q4_0R: q35_repack_z2r_avx2(src, dst, n, (int)sizeof(blk_q4_0)); return;
+    case Q35_TYPE_IQ4_NLR: q35_repack_z2r_avx2(src, dst, n, (int)sizeof(blk_iq4_nl)); return;
+    case Q35_TYPE_MXFP4R: q35_repack_z2r_avx2(src, dst, n, (int)sizeof(blk_mxfp4)); return;
+    case Q35_TYPE_Q3_KR: q35_repack_q3_kr_avx2(src, dst, n); return;
+    case Q35_TYPE_Q2_KR: q35_repack_q2_kr_avx2(src, dst, n); return;
+    case Q35_TYPE_Q4_KR: q35_repack_q4_kr_avx2(src, dst, n); return;
+    case Q35_TYPE_Q6_KR: q35_repack_q6_kr_avx2(src, dst, n); return;
+    case Q35_TYPE_IQ2_XXSR: q35_repack_iq2_xxsr_avx2(src, dst, n); return;
+    case Q35_TYPE_IQ3_XXSR: q35_repack_iq3_xxsr_avx2(src, dst, n); return;
+    case Q35_TYPE_IQ3_SR: q35_repack_iq3_sr_avx2(src, dst, n); return;
+    case Q35_TYPE_IQ2_XSR: case Q35_TYPE_IQ2_SR: q35_repack_iq2_xsr_avx2(type, src, dst, n); return;
+    case Q35_TYPE_IQ1_SR: q35_repack_iq1_sr_avx2(src, dst, n); return;
+    case Q35_TYPE_IQ1_MR: q35_repack_iq1_mr_avx2(src, dst, n); return;
+    default: break;
     }
 #endif
-    q35_q2_kr_move(src, dst, n, 0);
-  } else if (type == Q35_TYPE_Q4_KR) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (q35_simd_active() >= Q35_SIMD_AVX2 && q35_simd_active() <= Q35_SIMD_AVX512) {
-      q35_repack_q4_kr_avx2(src, dst, n); /* the loader's rewrite: the same bytes, faster */
-      return;
-    }
-#endif
-    q4_kr_move(src, dst, n, 0);
-  } else if (type == Q35_TYPE_Q6_KR) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (q35_simd_active() >= Q35_SIMD_AVX2 && q35_simd_active() <= Q35_SIMD_AVX512) {
-      q35_repack_q6_kr_avx2(src, dst, n); /* likewise */
-      return;
-    }
-#endif
-    q6_kr_move(src, dst, n, 0);
-  } else memcpy(dst, src, q35_row_size(type, n));
+  q35_repack_row_ref(type, src, dst, n);
 }
 
 void q35_unrepack_row(int type, const void *src, void *dst, int64_t n) {

@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include <sys/random.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "base/cpu.h"
@@ -384,10 +386,51 @@ static size_t product_weights(q35_model *m, q35_tensor **out) {
   return n;
 }
 
+/* One tensor's rows rewritten into layout rt (q35_repack_row), src's rows ss bytes apart, dst's
+ * ds: split into nth contiguous parts, one per thread (the caller takes the first). Each row's
+ * bytes depend on that row only, so the result is the same for any nth. */
+typedef struct {
+  int rt;
+  int64_t n, rows;
+  const uint8_t *src;
+  uint8_t *dst;
+  size_t ss, ds;
+  int nth, ith;
+} rows_part;
+
+static void *rows_part_run(void *arg) {
+  const rows_part *p = arg;
+  const int64_t per = p->rows / p->nth, rem = p->rows % p->nth;
+  const int64_t r0 = p->ith * per + (p->ith < rem ? p->ith : rem), r1 = r0 + per + (p->ith < rem ? 1 : 0);
+  for (int64_t r = r0; r < r1; r++) q35_repack_row(p->rt, p->src + (size_t)r * p->ss, p->dst + (size_t)r * p->ds, p->n);
+  return NULL;
+}
+
+#define REPACK_MAX_THREADS 64
+static void repack_rows(int rt, const uint8_t *src, size_t ss, uint8_t *dst, size_t ds, int64_t rows, int64_t n,
+                        int nth) {
+  /* small tensors (norm-sized projections) on the calling thread: a thread's start costs more */
+  const int64_t per_thread = ((int64_t)4 << 20) / (int64_t)(ss ? ss : 1) + 1;
+  if (nth > rows / per_thread) nth = (int)(rows / per_thread);
+  if (nth > REPACK_MAX_THREADS) nth = REPACK_MAX_THREADS;
+  if (nth < 1) nth = 1;
+  rows_part part[REPACK_MAX_THREADS];
+  pthread_t tid[REPACK_MAX_THREADS];
+  int started[REPACK_MAX_THREADS] = {0};
+  for (int i = 0; i < nth; i++) part[i] = (rows_part){rt, n, rows, src, dst, ss, ds, nth, i};
+  for (int i = 1; i < nth; i++) started[i] = pthread_create(&tid[i], NULL, rows_part_run, &part[i]) == 0;
+  rows_part_run(&part[0]);
+  for (int i = 1; i < nth; i++) {
+    if (started[i]) pthread_join(tid[i], NULL);
+    else rows_part_run(&part[i]); /* no thread for it: its rows here */
+  }
+}
+
 typedef struct {
   q35_tensor **t; /* the tensors to repack (the same data bound n times) */
   size_t n;
   int type; /* the layout they are rewritten into (q35_repack_type of their type) */
+  int nth;  /* threads to rewrite with */
 } repack_job;
 
 static void repack_range(void *arg, uint8_t *copy, const uint8_t *orig) {
@@ -396,10 +439,7 @@ static void repack_range(void *arg, uint8_t *copy, const uint8_t *orig) {
     const q35_tensor *t = j->t[i];
     if (i && t->data == j->t[i - 1]->data) continue; /* the same tensor bound twice */
     const uint8_t *src = t->data;
-    uint8_t *dst = copy + (src - orig);
-    const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
-    for (int64_t r = 0; r < rows; r++)
-      q35_repack_row(j->type, src + (size_t)r * t->nb1, dst + (size_t)r * t->nb1, t->ne[0]);
+    repack_rows(j->type, src, t->nb1, copy + (src - orig), t->nb1, t->ne[1] * t->ne[2] * t->ne[3], t->ne[0], j->nth);
   }
 }
 
@@ -432,7 +472,7 @@ static size_t tensor_bytes_as(const q35_tensor *t, int rt) {
  * (2 MiB pages advised while written, as q35_map_rewrite's), recorded in m for q35_model_free; the
  * file pages they leave are dropped (whole pages only: a neighbour may share the ends). 0, or -1
  * with err. */
-static int repack_grow(q35_model *m, gguf_file *sf, q35_tensor **ts, size_t n, int rt, int drop, int huge,
+static int repack_grow(q35_model *m, gguf_file *sf, q35_tensor **ts, size_t n, int rt, int drop, int huge, int nth,
                        q35_err *err) {
   const q35_tensor *t = ts[0];
   const size_t rs = q35_row_size(rt, t->ne[0]), size = tensor_bytes_as(t, rt), old = tensor_bytes(t);
@@ -449,7 +489,7 @@ static int repack_grow(q35_model *m, gguf_file *sf, q35_tensor **ts, size_t n, i
   if (huge) madvise(a, size, MADV_HUGEPAGE);
 #endif
   const uint8_t *src = t->data;
-  for (int64_t r = 0; r < rows; r++) q35_repack_row(rt, src + (size_t)r * t->nb1, a + (size_t)r * rs, t->ne[0]);
+  repack_rows(rt, src, t->nb1, a, rs, rows, t->ne[0], nth);
 #ifdef MADV_NOHUGEPAGE
   if (huge) madvise(a, size, MADV_NOHUGEPAGE);
 #endif
@@ -482,9 +522,16 @@ static int repack_grow(q35_model *m, gguf_file *sf, q35_tensor **ts, size_t n, i
  * are dropped from the page cache), and give their tensors the repacked type. Not where the
  * rewritten bytes would not fit in the memory available; a failed rewrite stops the repack with a
  * note (the tensors rewritten so far keep the repacked type). 0, or -1 with err when out of memory. */
+/* CPU seconds of the process so far (every thread's) */
+static double cpu_seconds(void) {
+  struct rusage u;
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  return (double)u.ru_utime.tv_sec + (double)u.ru_stime.tv_sec + 1e-6 * (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 static int repack_weights(q35_model *m, const q35_model_params *params, q35_err *err) {
   if (params->no_repack) return 0;
-  const double t0 = q35_now();
+  const double t0 = q35_now(), c0 = cpu_seconds();
   q35_tensor **ts = malloc(sizeof *ts * (size_t)(19 * (m->layer_end - m->layer_begin) + 3));
   if (!ts) return q35_seterr(err, "out of memory");
   size_t n = product_weights(m, ts), k = 0;
@@ -508,6 +555,9 @@ static int repack_weights(q35_model *m, const q35_model_params *params, q35_err 
     return 0;
   }
   const size_t page = sysconf(_SC_PAGESIZE) > 0 ? (size_t)sysconf(_SC_PAGESIZE) : 4096;
+  /* the rows of each tensor over the default context's threads (n_threads; <= 0: every online CPU) */
+  int nth = params->n_threads > 0 ? params->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (nth < 1) nth = 1;
   size_t bytes = 0, by_type[Q35_TYPE_COUNT] = {0};
   int rc = 0;
   for (size_t i = 0; i < k && !rc;) {
@@ -530,13 +580,16 @@ static int repack_weights(q35_model *m, const q35_model_params *params, q35_err 
     const int ft = ts[i]->type, rt = q35_repack_type(ft);
     const size_t tb = tensor_bytes(ts[i]);
     if (q35_row_size(rt, ts[i]->ne[0]) != ts[i]->nb1) { /* a larger layout: memory of its own */
-      rc = repack_grow(m, sf, ts + i, j - i, rt, !params->no_mmap, !params->no_mmap && !params->no_huge, err);
+      rc = repack_grow(m, sf, ts + i, j - i, rt, !params->no_mmap, !params->no_mmap && !params->no_huge, nth, err);
       if (!rc) bytes += tb, by_type[ft] += tb;
       i = j;
       continue;
     }
-    repack_job job = {ts + i, j - i, rt};
-    rc = q35_map_rewrite(sf, lo, hi, !params->no_mmap, !params->no_mmap && !params->no_huge, repack_range, &job, err);
+    repack_job job = {ts + i, j - i, rt, nth};
+    /* the rewrite writes every byte of the tensor's rows (tests/test_quant_tile.c): only the
+     * neighbours' bytes in its first and last page are copied */
+    rc = q35_map_rewrite(sf, lo, hi, o, o + tb, !params->no_mmap, !params->no_mmap && !params->no_huge, repack_range,
+                         &job, err);
     for (size_t q = i; q < j && !rc; q++) {
       if (q == i || ts[q]->data != ts[q - 1]->data) bytes += tb, by_type[ft] += tb;
       ts[q]->type = rt;
@@ -548,7 +601,8 @@ static int repack_weights(q35_model *m, const q35_model_params *params, q35_err 
   if (rc) /* an optimisation only: the tensors rewritten so far keep their type, the rest stay plain */
     fprintf(stderr, "q35: repacking the weights stopped (%s); the rest keep the file's layout\n", err->msg);
   else if (params->progress && bytes) {
-    fprintf(stderr, "repacked %.2f GB of weights in %.2f s:", (double)bytes / 1e9, q35_now() - t0);
+    fprintf(stderr, "repacked %.2f GB of weights in %.2f s (%.2f CPU-s, %d threads):", (double)bytes / 1e9, q35_now() - t0,
+            cpu_seconds() - c0, nth);
     for (int t = 0; t < Q35_TYPE_COUNT; t++)
       if (by_type[t]) fprintf(stderr, " %.2f GB %s as %s", (double)by_type[t] / 1e9, q35_type_name(t),
                               q35_type_name(q35_repack_type(t)));

@@ -267,14 +267,18 @@ static int copy_range(gguf_file *f, const char *path, size_t lo, size_t hi, q35_
 
 /* [lo, hi) of f's mapping (page-aligned offsets; hi may pass the end of the file within its last
  * page) rewritten: copied into anonymous memory, fn(arg, copy, orig) rewrites parts of the copy
- * (copy and orig both stand for f->map + lo), and the copy moves over the mapping at the same
+ * (copy and orig both stand for f->map + lo; fn writes every byte of [wlo, whi), which is not
+ * copied first: the rest is), and the copy moves over the mapping at the same
  * address, read-only, as copy_range does. The copy sits at the mapping's offset within a 2 MiB
  * page with 2 MiB pages advised while it is written (withdrawn after: no khugepaged collapsing
  * later), so the move keeps them where both ends allow. With drop, the file's cached pages of the
  * range are dropped afterwards (nothing maps them any more). 0, or -1 with err. */
-int q35_map_rewrite(gguf_file *f, size_t lo, size_t hi, int drop, int huge,
+int q35_map_rewrite(gguf_file *f, size_t lo, size_t hi, size_t wlo, size_t whi, int drop, int huge,
                     void (*fn)(void *arg, uint8_t *copy, const uint8_t *orig), void *arg, q35_err *err) {
   const size_t size = hi - lo, end = hi < f->size ? hi : f->size;
+  if (wlo < lo) wlo = lo;
+  if (whi > end) whi = end;
+  if (whi < wlo) whi = wlo;
   uint8_t *const at = (uint8_t *)(uintptr_t)(f->map + lo);
 #if defined(__linux__)
   uint8_t *r = mmap(NULL, size + HUGE_SZ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -289,7 +293,8 @@ int q35_map_rewrite(gguf_file *f, size_t lo, size_t hi, int drop, int huge,
 #ifdef MADV_HUGEPAGE
   if (huge) madvise(a, size, MADV_HUGEPAGE);
 #endif
-  memcpy(a, at, end - lo);
+  memcpy(a, at, wlo - lo);
+  memcpy(a + (whi - lo), at + (whi - lo), end - whi);
   fn(arg, a, at);
 #ifdef MADV_NOHUGEPAGE
   if (huge) madvise(a, size, MADV_NOHUGEPAGE);
@@ -308,7 +313,7 @@ int q35_map_rewrite(gguf_file *f, size_t lo, size_t hi, int drop, int huge,
   }
   return 0;
 #else
-  (void)size, (void)end, (void)at, (void)drop, (void)huge, (void)fn, (void)arg;
+  (void)size, (void)end, (void)at, (void)drop, (void)huge, (void)fn, (void)arg, (void)wlo, (void)whi;
   q35_seterr(err, "%s: repacking weights needs mremap (Linux)", f->path);
   return -1;
 #endif

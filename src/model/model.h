@@ -225,8 +225,9 @@ long long q35_map_keep(gguf_file *f, const size_t *off, const size_t *len, size_
 
 /* mapping.c: [lo, hi) of f's map (page-aligned) replaced by a rewritten copy at the same address
  * (see there; huge: 2 MiB pages advised while it is written); fn writes into copy, which stands
- * for orig = f->map + lo. 0, or -1 with err. */
-int q35_map_rewrite(gguf_file *f, size_t lo, size_t hi, int drop, int huge,
+ * for orig = f->map + lo, every byte of [wlo, whi) (offsets in f: not copied first). 0, or -1
+ * with err. */
+int q35_map_rewrite(gguf_file *f, size_t lo, size_t hi, size_t wlo, size_t whi, int drop, int huge,
                     void (*fn)(void *arg, uint8_t *copy, const uint8_t *orig), void *arg, q35_err *err);
 
 /* The scalar path of a full forward pass runs with Q35_SIMD=scalar; see quant.h. */

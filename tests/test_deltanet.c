@@ -1,6 +1,7 @@
 /* test_deltanet.c - the delta-rule step: AVX2 and AVX-512 twins equal the scalar reference bit
  * for bit, in place and out of place (the state read from one buffer, written to another, the
- * input left as it was), and the reference agrees with a plain float64 recurrence. */
+ * input left as it was), and the reference agrees with a plain float64 recurrence; the n-token
+ * q35_delta_steps equals the reference run token by token. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,62 @@ int main(void) {
       fails++;
     }
     free(S0), free(S1), free(T0), free(T1), free(Sc), free(Sd), free(q), free(k), free(v), free(o0), free(o1);
+  }
+  /* q35_delta_steps (n tokens a call, rows in groups) against n q35_delta_step_ref calls: q, k, v
+   * of token i at i * ld in one buffer (as the model's conv rows), outputs at stride ldo, in place
+   * and out of place, token counts that end a row group early and leftover rows */
+  const int ns[] = {1, 2, 5, 16, 17};
+  for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+    const int dv = dims[di][0], dk = dims[di][1];
+    const size_t ld = (size_t)2 * dk + dv + 3, ldo = (size_t)dv + 5;
+    const int nmax = 17;
+    float *S0 = malloc(sizeof(float) * dv * dk), *S1 = malloc(sizeof(float) * dv * dk);
+    float *T0 = malloc(sizeof(float) * dv * dk), *T1 = malloc(sizeof(float) * dv * dk);
+    float *Sc = malloc(sizeof(float) * dv * dk);
+    float *x = malloc(sizeof(float) * ld * nmax), *o0 = malloc(sizeof(float) * ldo * nmax),
+          *o1 = malloc(sizeof(float) * ldo * nmax), beta[17], decay[17];
+    for (int i = 0; i < dv * dk; i++) S0[i] = S1[i] = 0.1f * frand();
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+      const int n = ns[ni];
+      for (int i = 0; i < n; i++) {
+        float *q = x + (size_t)i * ld, *k = q + dk, *v = k + dk;
+        double kn = 0, qn = 0;
+        for (int a = 0; a < dk; a++) {
+          k[a] = frand();
+          q[a] = frand();
+          kn += (double)k[a] * k[a];
+          qn += (double)q[a] * q[a];
+        }
+        for (int a = 0; a < dk; a++) k[a] /= (float)sqrt(kn), q[a] /= (float)sqrt(qn);
+        for (int j = 0; j < dv; j++) v[j] = frand();
+        beta[i] = 0.5f + 0.4f * frand(), decay[i] = 0.9f + 0.09f * frand();
+      }
+      memset(o0, 0, sizeof(float) * ldo * nmax);
+      memset(o1, 0, sizeof(float) * ldo * nmax);
+      const int out = ni % 2 == 1; /* out of place on every other call */
+      q35_delta_steps_ref(S0, out ? T0 : S0, dv, dk, n, x, x + dk, x + 2 * dk, ld, beta, decay, o0, ldo);
+      memcpy(Sc, S1, sizeof(float) * dv * dk);
+      q35_delta_steps(S1, out ? T1 : S1, dv, dk, n, x, x + dk, x + 2 * dk, ld, beta, decay, o1, ldo);
+      if (out && memcmp(Sc, S1, sizeof(float) * dv * dk)) {
+        fprintf(stderr, "FAIL steps dv=%d dk=%d n=%d: %s path wrote its input state\n", dv, dk, n,
+                q35_simd_name(q35_simd_active()));
+        fails++;
+        break;
+      }
+      if (out) {
+        float *t = S0;
+        S0 = T0, T0 = t;
+        t = S1, S1 = T1, T1 = t;
+      }
+      if (memcmp(S0, S1, sizeof(float) * dv * dk) || memcmp(o0, o1, sizeof(float) * ldo * nmax)) {
+        fprintf(stderr, "FAIL steps dv=%d dk=%d n=%d: %s path differs from the reference\n", dv, dk, n,
+                q35_simd_name(q35_simd_active()));
+        fails++;
+        break;
+      }
+    }
+    printf("dv=%d dk=%d: %s q35_delta_steps == reference token by token\n", dv, dk, q35_simd_name(q35_simd_active()));
+    free(S0), free(S1), free(T0), free(T1), free(Sc), free(x), free(o0), free(o1);
   }
   if (fails) return 1;
   printf("test_deltanet: all passed\n");

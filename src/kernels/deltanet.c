@@ -107,6 +107,36 @@ __attribute__((target("avx2,fma"))) static void delta_step_avx2(const float *Sin
   for (; j < dv; j++) delta_rows_avx2(Sin + (size_t)j * dk, S + (size_t)j * dk, 1, dk, q, k, v + j, beta, vd, o + j);
 }
 
+/* n tokens over a window of DELTA_WIN groups of rows at a time (see q35_delta_steps): each token
+ * runs the window's groups one after another, so consecutive groups are independent chains (a
+ * group's next token waits for its own previous one) and the window's rows stay in L1 over the
+ * n tokens; leftover rows (dv not a multiple of the group) one at a time */
+enum { DELTA_WIN = 4 };
+__attribute__((target("avx2,fma"))) static void delta_steps_avx2(const float *Sin, float *S, int dv, int dk, int n,
+                                                                  const float *q, const float *k, const float *v,
+                                                                  size_t ld, const float *beta, const float *decay,
+                                                                  float *o, size_t ldo) {
+  int j0 = 0;
+  for (; j0 + 4 <= dv; j0 += 4 * DELTA_WIN) {
+    const int ng = (dv - j0) / 4 < DELTA_WIN ? (dv - j0) / 4 : DELTA_WIN;
+    for (int i = 0; i < n; i++) {
+      const size_t x = (size_t)i * ld;
+      const __m256 vd = _mm256_set1_ps(decay[i]);
+      for (int g = 0; g < ng; g++) {
+        const int j = j0 + 4 * g;
+        delta_rows_avx2((i ? S : Sin) + (size_t)j * dk, S + (size_t)j * dk, 4, dk, q + x, k + x, v + x + j, beta[i],
+                        vd, o + (size_t)i * ldo + j);
+      }
+    }
+  }
+  for (int j = dv - dv % 4; j < dv; j++)
+    for (int i = 0; i < n; i++) {
+      const size_t x = (size_t)i * ld;
+      delta_rows_avx2((i ? S : Sin) + (size_t)j * dk, S + (size_t)j * dk, 1, dk, q + x, k + x, v + x + j, beta[i],
+                      _mm256_set1_ps(decay[i]), o + (size_t)i * ldo + j);
+    }
+}
+
 __attribute__((target("avx512f,avx512dq,avx2,fma"))) static inline float hsum_avx512(__m512 v) {
   __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
   __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
@@ -163,6 +193,30 @@ delta_step_avx512(const float *Sin, float *S, int dv, int dk, const float *q, co
     delta_rows_avx512(Sin + (size_t)j * dk, S + (size_t)j * dk, 1, dk, q, k, v + j, beta, vd, o + j);
 }
 
+__attribute__((target("avx512f,avx512dq,avx2,fma"))) static void
+delta_steps_avx512(const float *Sin, float *S, int dv, int dk, int n, const float *q, const float *k, const float *v,
+                   size_t ld, const float *beta, const float *decay, float *o, size_t ldo) {
+  int j0 = 0;
+  for (; j0 + 8 <= dv; j0 += 8 * DELTA_WIN) {
+    const int ng = (dv - j0) / 8 < DELTA_WIN ? (dv - j0) / 8 : DELTA_WIN;
+    for (int i = 0; i < n; i++) {
+      const size_t x = (size_t)i * ld;
+      const __m512 vd = _mm512_set1_ps(decay[i]);
+      for (int g = 0; g < ng; g++) {
+        const int j = j0 + 8 * g;
+        delta_rows_avx512((i ? S : Sin) + (size_t)j * dk, S + (size_t)j * dk, 8, dk, q + x, k + x, v + x + j, beta[i],
+                          vd, o + (size_t)i * ldo + j);
+      }
+    }
+  }
+  for (int j = dv - dv % 8; j < dv; j++)
+    for (int i = 0; i < n; i++) {
+      const size_t x = (size_t)i * ld;
+      delta_rows_avx512((i ? S : Sin) + (size_t)j * dk, S + (size_t)j * dk, 1, dk, q + x, k + x, v + x + j, beta[i],
+                        _mm512_set1_ps(decay[i]), o + (size_t)i * ldo + j);
+    }
+}
+
 #endif /* Q35_DELTA_X86 */
 
 void q35_delta_step(const float *S_in, float *S_out, int dv, int dk, const float *q, const float *k, const float *v,
@@ -175,4 +229,24 @@ void q35_delta_step(const float *S_in, float *S_out, int dv, int dk, const float
     }
 #endif
   q35_delta_step_ref(S_in, S_out, dv, dk, q, k, v, beta, decay, o);
+}
+
+void q35_delta_steps_ref(const float *S_in, float *S_out, int dv, int dk, int n, const float *q, const float *k,
+                         const float *v, size_t ld, const float *beta, const float *decay, float *o, size_t ldo) {
+  for (int i = 0; i < n; i++) {
+    const size_t x = (size_t)i * ld;
+    q35_delta_step_ref(i ? S_out : S_in, S_out, dv, dk, q + x, k + x, v + x, beta[i], decay[i], o + (size_t)i * ldo);
+  }
+}
+
+void q35_delta_steps(const float *S_in, float *S_out, int dv, int dk, int n, const float *q, const float *k,
+                     const float *v, size_t ld, const float *beta, const float *decay, float *o, size_t ldo) {
+#if Q35_DELTA_X86
+  if (dk % 16 == 0) switch (q35_simd_active()) {
+    case Q35_SIMD_AVX512: delta_steps_avx512(S_in, S_out, dv, dk, n, q, k, v, ld, beta, decay, o, ldo); return;
+    case Q35_SIMD_AVX2: delta_steps_avx2(S_in, S_out, dv, dk, n, q, k, v, ld, beta, decay, o, ldo); return;
+    default: break;
+    }
+#endif
+  q35_delta_steps_ref(S_in, S_out, dv, dk, n, q, k, v, ld, beta, decay, o, ldo);
 }

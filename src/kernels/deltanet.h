@@ -13,6 +13,8 @@
 #ifndef Q35_DELTANET_H
 #define Q35_DELTANET_H
 
+#include <stddef.h>
+
 /* The state before the token is read from S_in, the state after it written to S_out: the same
  * buffer (in place) or two that do not overlap (a speculative pass runs from the live state into
  * the spare one, a rollback replays from the spare into the live one: model/checkpoint.c); the
@@ -21,5 +23,18 @@ void q35_delta_step(const float *S_in, float *S_out, int dv, int dk, const float
                     float beta, float decay, float *o);
 void q35_delta_step_ref(const float *S_in, float *S_out, int dv, int dk, const float *q, const float *k,
                         const float *v, float beta, float decay, float *o);
+
+/* n consecutive tokens of one head: token i's q, k, v at q + i ld, k + i ld, v + i ld, its beta
+ * and decay at beta[i], decay[i], its output at o + i ldo; the state before token 0 is read from
+ * S_in, the state after token n - 1 is in S_out (the same buffer or two that do not overlap, as
+ * q35_delta_step). The same bits as n q35_delta_step calls: the rows of S are independent, so the
+ * SIMD paths run every token on a window of rows (4 groups of 4 rows at AVX2, of 8 at AVX-512)
+ * before the next window, which keeps those rows in L1 over the n tokens instead of streaming the
+ * whole [dv][dk] state (64 KiB at dk = dv = 128) from L2 for each token. */
+void q35_delta_steps(const float *S_in, float *S_out, int dv, int dk, int n, const float *q, const float *k,
+                     const float *v, size_t ld, const float *beta, const float *decay, float *o, size_t ldo);
+/* the reference: n q35_delta_step_ref calls in token order */
+void q35_delta_steps_ref(const float *S_in, float *S_out, int dv, int dk, int n, const float *q, const float *k,
+                         const float *v, size_t ld, const float *beta, const float *decay, float *o, size_t ldo);
 
 #endif

@@ -20,6 +20,10 @@
 
 #define CONV_KMAX 16   /* load.c's MAX_CONV_KERNEL */
 #define CONV_BLOCK 256 /* channels whose transposed taps sit on the stack at once */
+/* tokens of a value head whose delta-rule steps run in one q35_delta_steps call: the SIMD paths
+ * take every token of the block through a few rows of the state at a time, so the block's q and k
+ * (RECUR_BLOCK x 2 dk floats) should stay in L1 beside those rows */
+#define RECUR_BLOCK 16
 
 /* channels of the conv: q and k of every key head, v of every value head */
 static int64_t conv_channels(const q35_hparams *hp) {
@@ -88,7 +92,8 @@ static void gdn_qk_norm(void *vctx, int ith, int nth) {
   }
 }
 
-/* The delta rule, token by token, and the gated RMSNorm. Items: (row, value head). */
+/* The delta rule (a row's tokens in order, RECUR_BLOCK per call) and the gated RMSNorm. Items: (row,
+ * value head). */
 static void gdn_recur(void *vctx, int ith, int nth) {
   const q35_layer_task *c = vctx;
   const q35_fwd *f = c->f;
@@ -110,37 +115,49 @@ static void gdn_recur(void *vctx, int ith, int nth) {
        q35_layer_deltanet swaps the two once every head is done */
     const float *Sin = s->ssm_state[li] + hoff;                                       /* [dv][dk] */
     float *Sout = s->ckpt_n > 0 ? s->ckpt_spare[li] + hoff : s->ssm_state[li] + hoff;
-    for (int32_t i = 0; i < f->rows[r].n; i++) {
-      const int64_t t = f->row_start[r] + i;
-      const float *row = b->conv + t * C;
-      const float *q = row + (size_t)hk * dk, *k = row + (size_t)(Hk + hk) * dk;
-      const float *v = row + 2 * (size_t)Hk * dk + (size_t)hv * dv;
-      const float beta = sigmoidf(b->beta[t * Hv + hv]);
-      const float g = ssm_a[hv] * softplus(b->alpha[t * Hv + hv] + dt_bias[hv]);
-      const float decay = expf(g);
-      float *o = b->o + t * hp->ssm_d_inner + (size_t)hv * dv;
-      if (i < s->ckpt_n) { /* what a rollback's replay needs of token i: this head's part of it */
-        float *x = s->ckpt_in[li] + (size_t)i * in;
-        if (hv < Hk) { /* key head hv's q and k (every key head is some value head's, Hv % Hk == 0) */
-          memcpy(x + (size_t)hv * dk, q, sizeof(float) * (size_t)dk);
-          memcpy(x + (size_t)(Hk + hv) * dk, k, sizeof(float) * (size_t)dk);
+    for (int32_t tb0 = 0; tb0 < f->rows[r].n; tb0 += RECUR_BLOCK) {
+      const int nb = f->rows[r].n - tb0 < RECUR_BLOCK ? (int)(f->rows[r].n - tb0) : RECUR_BLOCK;
+      const int64_t t0 = f->row_start[r] + tb0;
+      float beta[RECUR_BLOCK], decay[RECUR_BLOCK];
+      for (int bi = 0; bi < nb; bi++) {
+        const int64_t t = t0 + bi;
+        const int32_t i = tb0 + bi;
+        const float *row = b->conv + t * C;
+        beta[bi] = sigmoidf(b->beta[t * Hv + hv]);
+        const float g = ssm_a[hv] * softplus(b->alpha[t * Hv + hv] + dt_bias[hv]);
+        decay[bi] = expf(g);
+        if (i < s->ckpt_n) { /* what a rollback's replay needs of token i: this head's part of it */
+          float *x = s->ckpt_in[li] + (size_t)i * in;
+          if (hv < Hk) { /* key head hv's q and k (every key head is some value head's, Hv % Hk == 0) */
+            memcpy(x + (size_t)hv * dk, row + (size_t)hk * dk, sizeof(float) * (size_t)dk);
+            memcpy(x + (size_t)(Hk + hv) * dk, row + (size_t)(Hk + hk) * dk, sizeof(float) * (size_t)dk);
+          }
+          memcpy(x + 2 * (size_t)Hk * dk + (size_t)hv * dv, row + 2 * (size_t)Hk * dk + (size_t)hv * dv,
+                 sizeof(float) * (size_t)dv);
+          x[C + hv] = beta[bi];
+          x[C + Hv + hv] = decay[bi];
         }
-        memcpy(x + 2 * (size_t)Hk * dk + (size_t)hv * dv, v, sizeof(float) * (size_t)dv);
-        x[C + hv] = beta;
-        x[C + Hv + hv] = decay;
       }
-      q35_delta_step(Sin, Sout, dv, dk, q, k, v, beta, decay, o);
+      const float *row0 = b->conv + t0 * C;
+      float *o0 = b->o + t0 * hp->ssm_d_inner + (size_t)hv * dv;
+      q35_delta_steps(Sin, Sout, dv, dk, nb, row0 + (size_t)hk * dk, row0 + (size_t)(Hk + hk) * dk,
+                      row0 + 2 * (size_t)Hk * dk + (size_t)hv * dv, (size_t)C, beta, decay, o0,
+                      (size_t)hp->ssm_d_inner);
       Sin = Sout;
-      /* gated RMSNorm: norm over the head, times w, times silu(z) */
-      const float *z = b->z + t * hp->ssm_d_inner + (size_t)hv * dv;
-      double ss = 0.0;
-      for (int j = 0; j < dv; j++) ss += (double)(o[j] * o[j]);
-      const float sc = 1.0f / sqrtf((float)(ss / dv) + hp->eps);
-      for (int j0 = 0; j0 < dv; j0 += CONV_BLOCK) { /* silu(z) a block at a time */
-        const int m = dv - j0 < CONV_BLOCK ? dv - j0 : CONV_BLOCK;
-        float sz[CONV_BLOCK];
-        q35_vec_silu(sz, z + j0, m);
-        for (int j = 0; j < m; j++) o[j0 + j] = o[j0 + j] * sc * nw[j0 + j] * sz[j];
+      for (int bi = 0; bi < nb; bi++) {
+        const int64_t t = t0 + bi;
+        float *o = b->o + t * hp->ssm_d_inner + (size_t)hv * dv;
+        /* gated RMSNorm: norm over the head, times w, times silu(z) */
+        const float *z = b->z + t * hp->ssm_d_inner + (size_t)hv * dv;
+        double ss = 0.0;
+        for (int j = 0; j < dv; j++) ss += (double)(o[j] * o[j]);
+        const float sc = 1.0f / sqrtf((float)(ss / dv) + hp->eps);
+        for (int j0 = 0; j0 < dv; j0 += CONV_BLOCK) { /* silu(z) a block at a time */
+          const int m = dv - j0 < CONV_BLOCK ? dv - j0 : CONV_BLOCK;
+          float sz[CONV_BLOCK];
+          q35_vec_silu(sz, z + j0, m);
+          for (int j = 0; j < m; j++) o[j0 + j] = o[j0 + j] * sc * nw[j0 + j] * sz[j];
+        }
       }
     }
   }

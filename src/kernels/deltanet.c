@@ -163,34 +163,6 @@ delta_step_avx512(const float *Sin, float *S, int dv, int dk, const float *q, co
     delta_rows_avx512(Sin + (size_t)j * dk, S + (size_t)j * dk, 1, dk, q, k, v + j, beta, vd, o + j);
 }
 
-/* q35_delta_steps at AVX2 / AVX-512: rows in the blocks of delta_step_*, each block through every
- * token before the next block (the first token from Sin, the rest in place in S) */
-__attribute__((target("avx2,fma"))) static void delta_steps_avx2(const float *Sin, float *S, int dv, int dk, int T,
-                                                                  const q35_delta_tok *tk) {
-  int j = 0;
-  for (; j + 4 <= dv; j += 4)
-    for (int t = 0; t < T; t++)
-      delta_rows_avx2((t ? S : Sin) + (size_t)j * dk, S + (size_t)j * dk, 4, dk, tk[t].q, tk[t].k, tk[t].v + j,
-                      tk[t].beta, _mm256_set1_ps(tk[t].decay), tk[t].o + j);
-  for (; j < dv; j++)
-    for (int t = 0; t < T; t++)
-      delta_rows_avx2((t ? S : Sin) + (size_t)j * dk, S + (size_t)j * dk, 1, dk, tk[t].q, tk[t].k, tk[t].v + j,
-                      tk[t].beta, _mm256_set1_ps(tk[t].decay), tk[t].o + j);
-}
-
-__attribute__((target("avx512f,avx512dq,avx2,fma"))) static void
-delta_steps_avx512(const float *Sin, float *S, int dv, int dk, int T, const q35_delta_tok *tk) {
-  int j = 0;
-  for (; j + 8 <= dv; j += 8)
-    for (int t = 0; t < T; t++)
-      delta_rows_avx512((t ? S : Sin) + (size_t)j * dk, S + (size_t)j * dk, 8, dk, tk[t].q, tk[t].k, tk[t].v + j,
-                        tk[t].beta, _mm512_set1_ps(tk[t].decay), tk[t].o + j);
-  for (; j < dv; j++)
-    for (int t = 0; t < T; t++)
-      delta_rows_avx512((t ? S : Sin) + (size_t)j * dk, S + (size_t)j * dk, 1, dk, tk[t].q, tk[t].k, tk[t].v + j,
-                        tk[t].beta, _mm512_set1_ps(tk[t].decay), tk[t].o + j);
-}
-
 #endif /* Q35_DELTA_X86 */
 
 void q35_delta_step(const float *S_in, float *S_out, int dv, int dk, const float *q, const float *k, const float *v,
@@ -203,21 +175,4 @@ void q35_delta_step(const float *S_in, float *S_out, int dv, int dk, const float
     }
 #endif
   q35_delta_step_ref(S_in, S_out, dv, dk, q, k, v, beta, decay, o);
-}
-
-void q35_delta_steps_ref(const float *S_in, float *S_out, int dv, int dk, int T, const q35_delta_tok *tok) {
-  for (int t = 0; t < T; t++)
-    q35_delta_step_ref(t ? S_out : S_in, S_out, dv, dk, tok[t].q, tok[t].k, tok[t].v, tok[t].beta, tok[t].decay,
-                       tok[t].o);
-}
-
-void q35_delta_steps(const float *S_in, float *S_out, int dv, int dk, int T, const q35_delta_tok *tok) {
-#if Q35_DELTA_X86
-  if (dk % 16 == 0) switch (q35_simd_active()) {
-    case Q35_SIMD_AVX512: delta_steps_avx512(S_in, S_out, dv, dk, T, tok); return;
-    case Q35_SIMD_AVX2: delta_steps_avx2(S_in, S_out, dv, dk, T, tok); return;
-    default: break;
-    }
-#endif
-  q35_delta_steps_ref(S_in, S_out, dv, dk, T, tok);
 }

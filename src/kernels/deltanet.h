@@ -22,20 +22,4 @@ void q35_delta_step(const float *S_in, float *S_out, int dv, int dk, const float
 void q35_delta_step_ref(const float *S_in, float *S_out, int dv, int dk, const float *q, const float *k,
                         const float *v, float beta, float decay, float *o);
 
-/* One token's inputs and output for q35_delta_steps. */
-typedef struct {
-  const float *q, *k, *v;
-  float beta, decay;
-  float *o;
-} q35_delta_tok;
-
-/* T tokens in a row: exactly T calls of q35_delta_step (the first reading S_in, the rest S_out,
- * every one writing S_out), so the same bits, but run a block of rows at a time through all T
- * tokens: a row of S depends on no other row, and a block stays in L1 between the tokens where T
- * whole passes each stream the head's state (dv x dk floats) twice. The tokens' o may share one
- * buffer (a replay's discarded outputs); they must not overlap S or the inputs. */
-void q35_delta_steps(const float *S_in, float *S_out, int dv, int dk, int T, const q35_delta_tok *tok);
-/* the reference twin: the T calls of q35_delta_step_ref, token by token */
-void q35_delta_steps_ref(const float *S_in, float *S_out, int dv, int dk, int T, const q35_delta_tok *tok);
-
 #endif

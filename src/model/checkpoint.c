@@ -123,7 +123,6 @@ static void ckpt_next(q35_session *s, int op, int32_t arg) {
 }
 
 #define REPLAY_DV_MAX 1024 /* load.c's MAX_SSM_STATE */
-#define REPLAY_FUSE 4      /* tokens a q35_delta_steps call */
 
 typedef struct {
   q35_session *s;
@@ -146,15 +145,10 @@ static void replay(void *vctx, int ith, int nth) {
     const int l = (int)(it / Hv), hv = (int)(it % Hv), hk = hv % Hk;
     const float *Sin = s->ckpt_spare[l] + (size_t)hv * hs;
     float *Sout = s->ssm_state[l] + (size_t)hv * hs;
-    for (int32_t j0 = 0; j0 <= t->i; j0 += REPLAY_FUSE) { /* a few tokens at a time (q35_delta_steps) */
-      const int m = t->i + 1 - j0 < REPLAY_FUSE ? t->i + 1 - j0 : REPLAY_FUSE;
-      q35_delta_tok tk[REPLAY_FUSE];
-      for (int u = 0; u < m; u++) {
-        const float *x = s->ckpt_in[l] + (size_t)(j0 + u) * in;
-        tk[u] = (q35_delta_tok){x + (size_t)hk * dk, x + (size_t)(Hk + hk) * dk, x + 2 * (size_t)Hk * dk + (size_t)hv * dv,
-                                x[C + (size_t)hv], x[C + (size_t)Hv + (size_t)hv], o};
-      }
-      q35_delta_steps(Sin, Sout, dv, dk, m, tk);
+    for (int32_t j = 0; j <= t->i; j++) {
+      const float *x = s->ckpt_in[l] + (size_t)j * in;
+      q35_delta_step(Sin, Sout, dv, dk, x + (size_t)hk * dk, x + (size_t)(Hk + hk) * dk,
+                     x + 2 * (size_t)Hk * dk + (size_t)hv * dv, x[C + (size_t)hv], x[C + (size_t)Hv + (size_t)hv], o);
       Sin = Sout;
     }
   }

@@ -89,7 +89,6 @@ static void gdn_qk_norm(void *vctx, int ith, int nth) {
 }
 
 /* The delta rule, token by token, and the gated RMSNorm. Items: (row, value head). */
-#define DELTA_FUSE 4 /* rows of up to this many tokens (decode, a verify of up to 3 drafts) run fused */
 static void gdn_recur(void *vctx, int ith, int nth) {
   const q35_layer_task *c = vctx;
   const q35_fwd *f = c->f;
@@ -111,49 +110,37 @@ static void gdn_recur(void *vctx, int ith, int nth) {
        q35_layer_deltanet swaps the two once every head is done */
     const float *Sin = s->ssm_state[li] + hoff;                                       /* [dv][dk] */
     float *Sout = s->ckpt_n > 0 ? s->ckpt_spare[li] + hoff : s->ssm_state[li] + hoff;
-    /* a verify's few tokens go through the head's state together, a block of its rows at a time
-       (q35_delta_steps: the same calls' bits, the state in cache between the tokens); longer rows
-       (prefill) a token at a time */
-    const int32_t n = f->rows[r].n, nc = n <= DELTA_FUSE ? n : 1;
-    for (int32_t i0 = 0; i0 < n; i0 += nc) {
-      q35_delta_tok tk[DELTA_FUSE];
-      for (int32_t u = 0; u < nc; u++) {
-        const int32_t i = i0 + u;
-        const int64_t t = f->row_start[r] + i;
-        const float *row = b->conv + t * C;
-        const float *q = row + (size_t)hk * dk, *k = row + (size_t)(Hk + hk) * dk;
-        const float *v = row + 2 * (size_t)Hk * dk + (size_t)hv * dv;
-        const float beta = sigmoidf(b->beta[t * Hv + hv]);
-        const float g = ssm_a[hv] * softplus(b->alpha[t * Hv + hv] + dt_bias[hv]);
-        const float decay = expf(g);
-        float *o = b->o + t * hp->ssm_d_inner + (size_t)hv * dv;
-        if (i < s->ckpt_n) { /* what a rollback's replay needs of token i: this head's part of it */
-          float *x = s->ckpt_in[li] + (size_t)i * in;
-          if (hv < Hk) { /* key head hv's q and k (every key head is some value head's, Hv % Hk == 0) */
-            memcpy(x + (size_t)hv * dk, q, sizeof(float) * (size_t)dk);
-            memcpy(x + (size_t)(Hk + hv) * dk, k, sizeof(float) * (size_t)dk);
-          }
-          memcpy(x + 2 * (size_t)Hk * dk + (size_t)hv * dv, v, sizeof(float) * (size_t)dv);
-          x[C + hv] = beta;
-          x[C + Hv + hv] = decay;
+    for (int32_t i = 0; i < f->rows[r].n; i++) {
+      const int64_t t = f->row_start[r] + i;
+      const float *row = b->conv + t * C;
+      const float *q = row + (size_t)hk * dk, *k = row + (size_t)(Hk + hk) * dk;
+      const float *v = row + 2 * (size_t)Hk * dk + (size_t)hv * dv;
+      const float beta = sigmoidf(b->beta[t * Hv + hv]);
+      const float g = ssm_a[hv] * softplus(b->alpha[t * Hv + hv] + dt_bias[hv]);
+      const float decay = expf(g);
+      float *o = b->o + t * hp->ssm_d_inner + (size_t)hv * dv;
+      if (i < s->ckpt_n) { /* what a rollback's replay needs of token i: this head's part of it */
+        float *x = s->ckpt_in[li] + (size_t)i * in;
+        if (hv < Hk) { /* key head hv's q and k (every key head is some value head's, Hv % Hk == 0) */
+          memcpy(x + (size_t)hv * dk, q, sizeof(float) * (size_t)dk);
+          memcpy(x + (size_t)(Hk + hv) * dk, k, sizeof(float) * (size_t)dk);
         }
-        tk[u] = (q35_delta_tok){q, k, v, beta, decay, o};
+        memcpy(x + 2 * (size_t)Hk * dk + (size_t)hv * dv, v, sizeof(float) * (size_t)dv);
+        x[C + hv] = beta;
+        x[C + Hv + hv] = decay;
       }
-      q35_delta_steps(Sin, Sout, dv, dk, nc, tk);
+      q35_delta_step(Sin, Sout, dv, dk, q, k, v, beta, decay, o);
       Sin = Sout;
-      for (int32_t u = 0; u < nc; u++) { /* gated RMSNorm: norm over the head, times w, times silu(z) */
-        const int64_t t = f->row_start[r] + i0 + u;
-        float *o = tk[u].o;
-        const float *z = b->z + t * hp->ssm_d_inner + (size_t)hv * dv;
-        double ss = 0.0;
-        for (int j = 0; j < dv; j++) ss += (double)(o[j] * o[j]);
-        const float sc = 1.0f / sqrtf((float)(ss / dv) + hp->eps);
-        for (int j0 = 0; j0 < dv; j0 += CONV_BLOCK) { /* silu(z) a block at a time */
-          const int m = dv - j0 < CONV_BLOCK ? dv - j0 : CONV_BLOCK;
-          float sz[CONV_BLOCK];
-          q35_vec_silu(sz, z + j0, m);
-          for (int j = 0; j < m; j++) o[j0 + j] = o[j0 + j] * sc * nw[j0 + j] * sz[j];
-        }
+      /* gated RMSNorm: norm over the head, times w, times silu(z) */
+      const float *z = b->z + t * hp->ssm_d_inner + (size_t)hv * dv;
+      double ss = 0.0;
+      for (int j = 0; j < dv; j++) ss += (double)(o[j] * o[j]);
+      const float sc = 1.0f / sqrtf((float)(ss / dv) + hp->eps);
+      for (int j0 = 0; j0 < dv; j0 += CONV_BLOCK) { /* silu(z) a block at a time */
+        const int m = dv - j0 < CONV_BLOCK ? dv - j0 : CONV_BLOCK;
+        float sz[CONV_BLOCK];
+        q35_vec_silu(sz, z + j0, m);
+        for (int j = 0; j < m; j++) o[j0 + j] = o[j0 + j] * sc * nw[j0 + j] * sz[j];
       }
     }
   }

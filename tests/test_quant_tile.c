@@ -800,7 +800,7 @@ static void kr_twin(q35_simd level, const q35_kernels *k, const int t0, const in
 }
 
 /*
- * IQ2_XXSR / IQ3_XXSR / IQ2_XSR / IQ2_SR / IQ3_SR / IQ1_SR / IQ1_MR (the AVX2 level's load-time layouts of
+ * IQ2_XXSR / IQ3_XXSR / IQ2_XSR / IQ2_SR / IQ3_SR / IQ1_SR / IQ1_MR (the x86 levels' load-time layouts of
  * IQ2_XXS / IQ3_XXS / IQ2_XS / IQ2_S / IQ3_S / IQ1_S / IQ1_M, 102 / 134 / 106 / 106 / 134 / 74 / 82 bytes per
  * 256 elements where the file types have 66 / 98 / 74 / 82 / 110 / 50 / 56): repack then unrepack gives the row
  * back byte for byte; dequantize, vec_dot, tiles of

@@ -60,12 +60,24 @@ int q35_kernels_get(q35_simd level, q35_kernels *out) {
   q35_kernels_avx2(&k);
   overlay(out, &k);
   if (level == Q35_SIMD_AVX512) {
+    int avx2_repack[Q35_TYPE_COUNT];
+    memcpy(avx2_repack, out->repack, sizeof avx2_repack);
     memset(&k, 0, sizeof k);
     q35_kernels_avx512(&k);
     overlay(out, &k);
     /* this level's own kernels read the file's blocks: nothing is repacked (a level that repacks
      * a type sets its entry after this) */
     memset(out->repack, 0, sizeof out->repack);
+    /* except the IQ grid types, whose AVX2 kernels on the repacked layouts beat this level's on
+     * the file's blocks in decode (in cache and streamed) with prefill within a few percent
+     * (docs/PERF.md, issue 16, session 24): the level repacks them at load as AVX2 does and runs
+     * the R layouts' AVX2 entries, which this level's table never overrides. Both take Q8_K and
+     * give the same bits as this level's plain IQ kernels (test_quant_tile's iq_r_twin), so the
+     * level's results do not change, repacked or not. */
+    static const int avx2_taken[] = {Q35_TYPE_IQ2_XXS, Q35_TYPE_IQ2_XS, Q35_TYPE_IQ2_S, Q35_TYPE_IQ3_XXS,
+                                     Q35_TYPE_IQ3_S,   Q35_TYPE_IQ1_S,  Q35_TYPE_IQ1_M};
+    for (size_t i = 0; i < sizeof avx2_taken / sizeof avx2_taken[0]; i++)
+      out->repack[avx2_taken[i]] = avx2_repack[avx2_taken[i]];
     if (out->q4_0_act != Q35_TYPE_Q8_0Z) {
       /* no VBMI: this level's Q4_0 takes Q8_0X, and AVX2's Q4_0R kernels read Q8_0Z, so Q4_0R
        * (never loaded at this level) keeps the reference entries, which take the table's type */

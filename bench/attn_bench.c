@@ -12,7 +12,7 @@
  *   env TYPE=f16|f32|q8_0 picks the cache type (default f16).
  *   env REP=N runs each kernel N times (default 9; the reference runs at most 3 times).
  *   env JOBS=N also times q35_attn_many on N jobs at consecutive positions ending at npos, per job
- *   (default 4, the prefill's Q35_ATTN_JOBS; 1 skips it).
+ *   (default 8, the prefill's Q35_ATTN_JOBS; 1 skips it).
  *   env CLOCK=cpu times by the thread's CPU clock instead of the wall clock (a shared, loaded
  *   machine), QUANT=F prints that quantile of the runs instead of the median (0.25: the quieter
  *   runs), REF=0 skips the (slow) reference.
@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   const int rep = getenv("REP") ? atoi(getenv("REP")) : 9;
-  jobs_n = getenv("JOBS") ? atoi(getenv("JOBS")) : 4;
+  jobs_n = getenv("JOBS") ? atoi(getenv("JOBS")) : 8;
   jobs_n = jobs_n < 1 ? 1 : jobs_n > JOBS_MAX ? JOBS_MAX : jobs_n;
   const char *tn = getenv("TYPE") ? getenv("TYPE") : "f16";
   const int type = !strcmp(tn, "f32") ? Q35_TYPE_F32 : !strcmp(tn, "q8_0") ? Q35_TYPE_Q8_0 : Q35_TYPE_F16;

@@ -11,6 +11,8 @@
  * Run: build/attn_bench [POSITIONS...]   (default 8192 32768)
  *   env TYPE=f16|f32|q8_0 picks the cache type (default f16).
  *   env REP=N runs each kernel N times (default 9; the reference runs at most 3 times).
+ *   env JOBS=N also times q35_attn_many on N jobs at consecutive positions ending at npos, per job
+ *   (default 8, the prefill's Q35_ATTN_JOBS; 1 skips it).
  *   env CLOCK=cpu times by the thread's CPU clock instead of the wall clock (a shared, loaded
  *   machine), QUANT=F prints that quantile of the runs instead of the median (0.25: the quieter
  *   runs), REF=0 skips the (slow) reference.
@@ -56,6 +58,14 @@ static double time_ms(void (*fn)(const q35_attn_job *), const q35_attn_job *j, i
   return t[i < 0 ? 0 : i >= rep ? rep - 1 : i];
 }
 
+enum { JOBS_MAX = 16 };
+static q35_attn_job jobs[JOBS_MAX];
+static int jobs_n;
+static void many(const q35_attn_job *j) {
+  (void)j;
+  q35_attn_many(jobs, jobs_n);
+}
+
 static void bench(int type, int npos, int rep) {
   const size_t rb = q35_row_size(type, NKV * HD);
   char *k = q35_alloc64(rb * (size_t)npos, 0), *v = q35_alloc64(rb * (size_t)npos, 0);
@@ -80,6 +90,19 @@ static void bench(int type, int npos, int rep) {
   const double ta = time_ms(q35_attn, &j, rep);
   printf("npos %6d: reference %9.2f ms   avx2 %7.2f ms (%5.1fx)   q35_attn [%s f16 level] %7.2f ms (%5.1fx)\n", npos, tr, t2,
          tr / t2, q35_attn_level(), ta, tr / ta);
+  if (jobs_n > 1) { /* JOBS consecutive positions (npos - JOBS + 1 .. npos) in one q35_attn_many */
+    for (int i = 0; i < jobs_n; i++) {
+      jobs[i] = j;
+      jobs[i].npos = npos - jobs_n + 1 + i > 0 ? npos - jobs_n + 1 + i : 1;
+      jobs[i].sc = malloc(sizeof(float) * (size_t)npos * GRP);
+      jobs[i].qs = malloc(sizeof(float) * HD * GRP);
+      jobs[i].out = malloc(sizeof(float) * HD * GRP);
+    }
+    const double tm = time_ms(many, &j, rep) / jobs_n;
+    printf("npos %6d: q35_attn_many of %d consecutive positions: %7.2f ms per job (%5.2fx q35_attn)\n", npos, jobs_n, tm,
+           ta / tm);
+    for (int i = 0; i < jobs_n; i++) free(jobs[i].sc), free(jobs[i].qs), free(jobs[i].out);
+  }
   free(k), free(v), free(q), free(sc), free(qs), free(out);
 }
 
@@ -89,6 +112,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   const int rep = getenv("REP") ? atoi(getenv("REP")) : 9;
+  jobs_n = getenv("JOBS") ? atoi(getenv("JOBS")) : 8;
+  jobs_n = jobs_n < 1 ? 1 : jobs_n > JOBS_MAX ? JOBS_MAX : jobs_n;
   const char *tn = getenv("TYPE") ? getenv("TYPE") : "f16";
   const int type = !strcmp(tn, "f32") ? Q35_TYPE_F32 : !strcmp(tn, "q8_0") ? Q35_TYPE_Q8_0 : Q35_TYPE_F16;
   printf("one item: %d query heads x %d dims, %s cache, 1 thread, quantile %.2f of %d runs (reference: %d), %s clock\n", GRP,

@@ -7,7 +7,8 @@
  *        peaked scores, keys/values of mixed magnitudes;
  *   F32 and Q8_0 (head dims that are multiples of 32): the same grid.
  * Also: each kernel is deterministic, its result does not depend on where its scratch and
- * output buffers sit, and a head scored alone (a group of one) gets the bits it gets in its group. Runs at whatever level q35_attn_level() picked; ctest runs it again
+ * output buffers sit, a head scored alone (a group of one) gets the bits it gets in its group, and a
+ * job run with others in one q35_attn_many gets the bits it gets alone. Runs at whatever level q35_attn_level() picked; ctest runs it again
  * as test_attn@avx2 and test_attn@scalar (Q35_SIMD=avx2 / scalar).
  */
 #include <math.h>
@@ -97,6 +98,39 @@ static void one(int type, int hd, int grp, int npos, float qmag) {
     q35_attn(&j);
     CHECK(!memcmp(out[1] + (size_t)h * hd, out[2], sizeof(float) * (size_t)hd),
           "%s hd %d grp %d npos %d: head %d alone differs from head %d in the group", tname(type), hd, grp, npos, h, h);
+  }
+  /* several jobs over the same cache in one q35_attn_many (consecutive positions of one sequence,
+   * as a prefill has them, or any lengths): each gets the bits it gets alone */
+  {
+    enum { NJ = 6 };
+    const int nj = 2 + (int)(rng() % (NJ - 1)), consecutive = (int)(rng() % 2);
+    q35_attn_job js[NJ];
+    float *jq[NJ], *jsc[NJ], *jqs[NJ], *jout[NJ];
+    for (int i = 0; i < nj; i++) {
+      const int np = consecutive ? (npos - i > 0 ? npos - i : 1) : 1 + (int)(rng() % (uint64_t)npos);
+      jq[i] = malloc(sizeof(float) * qst * grp);
+      for (size_t e = 0; e < qst * (size_t)grp; e++) jq[i][e] = gauss() * qmag;
+      jsc[i] = malloc(sizeof(float) * scs * grp);
+      jqs[i] = malloc(sizeof(float) * (size_t)hd * grp);
+      jout[i] = malloc(sizeof(float) * (size_t)hd * grp);
+      const q35_attn_job jj = {hd, grp, np, type, k + col, v + col, rb, jq[i], qst, scale, jsc[i], scs, jqs[i], jout[i], (size_t)hd};
+      js[i] = jj;
+    }
+    q35_attn_many(js, nj);
+    for (int i = 0; i < nj; i++) {
+      q35_attn_job j = js[i];
+      j.sc = sc[2], j.qs = qs[2], j.out = out[2];
+      q35_attn(&j);
+      CHECK(!memcmp(out[2], jout[i], sizeof(float) * (size_t)hd * grp),
+            "%s hd %d grp %d npos %d: job %d of %d (npos %d) in q35_attn_many differs from it alone", tname(type), hd, grp,
+            npos, i, nj, js[i].npos);
+    }
+    for (int i = 0; i < nj; i++) {
+      free(jq[i]);
+      free(jsc[i]);
+      free(jqs[i]);
+      free(jout[i]);
+    }
   }
   for (int r = 0; r < 3; r++) {
     free(sc[r]);

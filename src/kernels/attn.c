@@ -305,6 +305,30 @@ void q35_attn(const q35_attn_job *j) {
 #endif
 }
 
+/* whether js[0..n) share what q35_attn_avx2_many needs shared */
+static int jobs_share(const q35_attn_job *js, int n) {
+  for (int i = 1; i < n; i++)
+    if (js[i].hd != js[0].hd || js[i].grp != js[0].grp || js[i].type != js[0].type || js[i].k != js[0].k ||
+        js[i].v != js[0].v || js[i].row_bytes != js[0].row_bytes)
+      return 0;
+  return 1;
+}
+
+void q35_attn_many(const q35_attn_job *js, int n) {
+#if Q35_ATTN_X86
+  if (n > 1 && js[0].hd % 8 == 0 && jobs_share(js, n)) {
+    const q35_simd l = q35_simd_active();
+    const int avx2 = js[0].type == Q35_TYPE_F16 ? f16_level(js[0].hd) == Q35_SIMD_AVX2
+                                                 : l == Q35_SIMD_AVX2 || l == Q35_SIMD_AVX512;
+    if (avx2) {
+      q35_attn_avx2_many(js, n);
+      return;
+    }
+  }
+#endif
+  for (int i = 0; i < n; i++) q35_attn(&js[i]);
+}
+
 void q35_attn_ref(const q35_attn_job *j) {
   if (j->type == Q35_TYPE_F16) attn_f16_ref(j);
   else attn_dot_ref(j);

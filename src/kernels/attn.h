@@ -51,6 +51,11 @@ typedef struct {
 } q35_attn_job;
 
 void q35_attn(const q35_attn_job *j);
+/* q35_attn on each of js[0..n), with the same bits: jobs that share hd, grp, type, k, v and
+ * row_bytes (the query heads of one KV head at several positions of one sequence, a prefill's
+ * consecutive tokens) share the key and value conversions at the AVX2 kernel's level (a block of
+ * cache rows converted once for all of them); otherwise, or at another level, one call each. */
+void q35_attn_many(const q35_attn_job *js, int n);
 void q35_attn_ref(const q35_attn_job *j);
 /* "avx512", "avx2", "neon" or "scalar": which path q35_attn takes for an F16 cache with a head
  * dim that is a multiple of 16 (Q35_SIMD lowers it). */

@@ -14,6 +14,10 @@
  * path otherwise). The result depends only on the job's inputs, and a head's result not on the
  * other heads of its group: each score is one FMA chain over the chunks in order and one fixed
  * reduction tree (hsum4), each output element one FMA chain over the positions in order.
+ *
+ * q35_attn_avx2_many runs several jobs over one cache (a prefill's consecutive tokens of one KV
+ * head): blocks of K and V rows are converted to floats once (FBUF bytes, L1-sized) and every
+ * job's heads read them, with the same chains, so each job gets the bits it gets alone.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -290,6 +294,199 @@ A2 static inline __attribute__((always_inline)) void heads_body(const q35_attn_j
 ATTN_KERNEL(attn_f16, Q35_TYPE_F16)
 ATTN_KERNEL(attn_f32, Q35_TYPE_F32)
 ATTN_KERNEL(attn_q8_0, Q35_TYPE_Q8_0)
+
+/* ------------------------- several jobs over one cache (q35_attn_avx2_many) ------------------------- */
+
+/* Bytes of the f32 copy of a block of K or V rows (the head's part of each row) */
+enum { FBUF = 16384 };
+
+/* Rows [p0, p1) of the head's cache part at c (K or V), as floats: to buf (hd floats a row) for
+ * F16 and Q8_0, the same values ld_chunk gives; an F32 cache is read in place (*stride: floats
+ * from one row to the next). The rows of the next block are prefetched. */
+A2 static inline __attribute__((always_inline)) const float *rows_f32(const q35_attn_job *j, const char *c, int p0, int p1,
+                                                                      float *buf, size_t *stride, const int type) {
+  const size_t rb = j->row_bytes, hb = q35_row_size(type, j->hd);
+  const int nc = j->hd / 8, np = j->npos, n = p1 - p0;
+  const char *r = c + (size_t)p0 * rb;
+  if (type == Q35_TYPE_F32) {
+    *stride = rb / sizeof(float);
+    for (int p = p1; p < p1 + n && p < np; p++)
+      for (size_t i = 0; i < hb; i += LINE) _mm_prefetch(c + (size_t)p * rb + i, _MM_HINT_T0);
+    return (const float *)(const void *)r;
+  }
+  *stride = (size_t)j->hd;
+  for (int p = 0; p < n; p++, r += rb) {
+    if (p1 + p < np) {
+      const char *pr = r + (size_t)n * rb;
+      for (size_t i = 0; i < hb; i += LINE) _mm_prefetch(pr + i, _MM_HINT_T0);
+      _mm_prefetch(pr + hb - 1, _MM_HINT_T0);
+    }
+    float *d = buf + (size_t)p * j->hd;
+    for (int k = 0; k < nc; k++) _mm256_storeu_ps(d + 8 * k, ld_chunk(r, k, type));
+  }
+  return buf;
+}
+
+/* score_tile on keys already in floats: kf (row k at kf + k * ks), the same chain per score. */
+A2 static inline __attribute__((always_inline)) void score_tile_f(const q35_attn_job *j, const float *const *qh,
+                                                                  float *const *sh, int p, const float *kf, size_t ks,
+                                                                  const int ht, const int kt) {
+  const int nc = j->hd / 8;
+  __m256 acc[HT][KT];
+#pragma GCC unroll 4
+  for (int h = 0; h < ht; h++)
+#pragma GCC unroll 4
+    for (int k = 0; k < kt; k++) acc[h][k] = _mm256_setzero_ps();
+  for (int c = 0; c < nc; c++) {
+    __m256 kv[KT];
+#pragma GCC unroll 4
+    for (int k = 0; k < kt; k++) kv[k] = _mm256_loadu_ps(kf + (size_t)k * ks + 8 * c);
+#pragma GCC unroll 4
+    for (int h = 0; h < ht; h++) {
+      const __m256 qv = _mm256_loadu_ps(qh[h] + 8 * c);
+#pragma GCC unroll 4
+      for (int k = 0; k < kt; k++) acc[h][k] = _mm256_fmadd_ps(qv, kv[k], acc[h][k]);
+    }
+  }
+  const __m128 scale = _mm_set1_ps(j->scale);
+#pragma GCC unroll 4
+  for (int k = 0; k < kt; k++) {
+    float s[4];
+    _mm_storeu_ps(s, _mm_mul_ps(hsum4(acc[0][k], acc[ht > 1][k], acc[ht > 2 ? 2 : 0][k], acc[ht > 3 ? 3 : 0][k]), scale));
+#pragma GCC unroll 4
+    for (int h = 0; h < ht; h++) sh[h][p + k] = s[h];
+  }
+}
+
+/* scores of ht heads at keys [p0, p1) from the float rows kf (row p0 first) */
+A2 static inline __attribute__((always_inline)) void scores_f(const q35_attn_job *j, const float *const *qh,
+                                                              float *const *sh, int p0, int p1, const float *kf,
+                                                              size_t ks, const int ht) {
+  int p = p0;
+  for (; p + KT <= p1; p += KT) score_tile_f(j, qh, sh, p, kf + (size_t)(p - p0) * ks, ks, ht, KT);
+  for (; p < p1; p++) score_tile_f(j, qh, sh, p, kf + (size_t)(p - p0) * ks, ks, ht, 1);
+}
+
+/* v_pass on float rows vf (row p0 first, vs floats apart): out[h][8c .. 8(c+nv)) of ng heads
+ * (outputs o[h]) += sum over p in [p0, p1) of w[h][p] V[p], each element the FMA chain of v_pass. */
+A2 static inline __attribute__((always_inline)) void v_pass_f(float *const *o, const float *const *sh, int c, int p0,
+                                                              int p1, const float *vf, size_t vs, const int ng,
+                                                              const int nv) {
+  __m256 a[VH][VMAX];
+#pragma GCC unroll 4
+  for (int h = 0; h < ng; h++)
+#pragma GCC unroll 4
+    for (int u = 0; u < nv; u++) a[h][u] = _mm256_loadu_ps(o[h] + 8 * (c + u));
+  const float *vr = vf + 8 * (size_t)c;
+  for (int p = p0; p < p1; p++, vr += vs) {
+    __m256 v[VMAX];
+#pragma GCC unroll 4
+    for (int u = 0; u < nv; u++) v[u] = _mm256_loadu_ps(vr + 8 * u);
+#pragma GCC unroll 4
+    for (int h = 0; h < ng; h++) {
+      const __m256 w = _mm256_broadcast_ss(sh[h] + p);
+#pragma GCC unroll 4
+      for (int u = 0; u < nv; u++) a[h][u] = _mm256_fmadd_ps(w, v[u], a[h][u]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int h = 0; h < ng; h++)
+#pragma GCC unroll 4
+    for (int u = 0; u < nv; u++) _mm256_storeu_ps(o[h] + 8 * (c + u), a[h][u]);
+}
+
+/* the V block [p0, p1) of the ng heads (ng <= VH) whose outputs are o: tiles of 3, 2, 1 chunks */
+A2 static inline __attribute__((always_inline)) void v_block_f(int nc, float *const *o, const float *const *sh, int p0,
+                                                               int p1, const float *vf, size_t vs, const int ng) {
+  int c = 0;
+  for (; c + VMAX <= nc; c += VMAX) v_pass_f(o, sh, c, p0, p1, vf, vs, ng, VMAX);
+  if (nc - c == 2) v_pass_f(o, sh, c, p0, p1, vf, vs, ng, 2);
+  else if (nc - c == 1) v_pass_f(o, sh, c, p0, p1, vf, vs, ng, 1);
+}
+
+/* ht (constant) -> an inlined body */
+#define ATTN_BY_HT(ht, call)                                                                                   \
+  switch (ht) {                                                                                                \
+  case 4: { const int HT_ = 4; call; } break;                                                                 \
+  case 3: { const int HT_ = 3; call; } break;                                                                 \
+  case 2: { const int HT_ = 2; call; } break;                                                                 \
+  default: { const int HT_ = 1; call; } break;                                                                \
+  }
+
+/* The jobs js[0..n) (sharing hd, grp, type, k, v, row_bytes; each its own npos, queries, scratch
+ * and output): every K (then V) block of rows converted to floats once, then used by the heads of
+ * every job that reaches it. Each score and each output element is the chain of heads_body (the
+ * same FMAs in the same order, on the same float values), so each job gets the bits
+ * q35_attn_avx2 gives it alone. */
+A2 static inline __attribute__((always_inline)) void many_body(const q35_attn_job *js, int n, const int type) {
+  const int hd = js[0].hd, grp = js[0].grp, nc = hd / 8;
+  int kb = FBUF / (int)(sizeof(float) * (size_t)hd); /* rows a block: a multiple of KT where it can */
+  if (kb >= KT) kb -= kb % KT;
+  if (kb < 1) kb = 1;
+  float buf[FBUF / sizeof(float)] __attribute__((aligned(32)));
+  int npmax = 0;
+  for (int i = 0; i < n; i++) {
+    queries(&js[i], 0, grp, type);
+    npmax = js[i].npos > npmax ? js[i].npos : npmax;
+    for (int h = 0; h < grp; h++) memset(js[i].out + (size_t)h * js[i].out_stride, 0, sizeof(float) * (size_t)hd);
+  }
+  q35_attn_job jb = js[0]; /* the longest job: bounds the rows prefetched */
+  jb.npos = npmax;
+  for (int p0 = 0; p0 < npmax; p0 += kb) { /* scores */
+    const int p1 = npmax - p0 < kb ? npmax : p0 + kb;
+    size_t ks;
+    const float *kf = rows_f32(&jb, jb.k, p0, p1, buf, &ks, type);
+    for (int i = 0; i < n; i++) {
+      const q35_attn_job *j = &js[i];
+      if (j->npos <= p0) continue;
+      const int pe = j->npos < p1 ? j->npos : p1;
+      for (int h = 0; h < grp;) {
+        const int ht = grp - h < HT ? grp - h : HT;
+        const float *qh[HT];
+        float *sh[HT];
+        for (int u = 0; u < ht; u++) {
+          qh[u] = (const float *)j->qs + (size_t)(h + u) * hd;
+          sh[u] = j->sc + (size_t)(h + u) * j->sc_stride;
+        }
+        ATTN_BY_HT(ht, scores_f(j, qh, sh, p0, pe, kf, ks, HT_))
+        h += ht;
+      }
+    }
+  }
+  for (int i = 0; i < n; i++)
+    for (int h = 0; h < grp; h++) softmax(js[i].sc + (size_t)h * js[i].sc_stride, js[i].npos);
+  for (int p0 = 0; p0 < npmax; p0 += kb) { /* V */
+    const int p1 = npmax - p0 < kb ? npmax : p0 + kb;
+    size_t vs;
+    const float *vf = rows_f32(&jb, jb.v, p0, p1, buf, &vs, type);
+    for (int i = 0; i < n; i++) {
+      const q35_attn_job *j = &js[i];
+      if (j->npos <= p0) continue;
+      const int pe = j->npos < p1 ? j->npos : p1;
+      for (int h = 0; h < grp;) {
+        const int ng = grp - h < VH ? grp - h : VH;
+        const float *sh[VH];
+        float *o[VH];
+        for (int u = 0; u < ng; u++) {
+          sh[u] = j->sc + (size_t)(h + u) * j->sc_stride;
+          o[u] = j->out + (size_t)(h + u) * j->out_stride;
+        }
+        ATTN_BY_HT(ng, v_block_f(nc, o, sh, p0, pe, vf, vs, HT_))
+        h += ng;
+      }
+    }
+  }
+}
+
+A2 static void many_f16(const q35_attn_job *js, int n) { many_body(js, n, Q35_TYPE_F16); }
+A2 static void many_f32(const q35_attn_job *js, int n) { many_body(js, n, Q35_TYPE_F32); }
+A2 static void many_q8_0(const q35_attn_job *js, int n) { many_body(js, n, Q35_TYPE_Q8_0); }
+
+void q35_attn_avx2_many(const q35_attn_job *js, int n) {
+  if (js[0].type == Q35_TYPE_F16) many_f16(js, n);
+  else if (js[0].type == Q35_TYPE_F32) many_f32(js, n);
+  else many_q8_0(js, n);
+}
 
 void q35_attn_avx2(const q35_attn_job *j) {
   if (j->type == Q35_TYPE_F16) attn_f16(j);

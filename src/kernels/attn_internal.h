@@ -19,6 +19,9 @@ static const float attn_exp2_taylor[ATTN_EXP2_DEGREE + 1] = {
 
 /* AVX2 + FMA + F16C, every cache type; needs hd % 8 == 0 (attn_avx2.c). */
 void q35_attn_avx2(const q35_attn_job *j);
+/* q35_attn_avx2 on each of js[0..n), jobs that share hd, grp, type, k, v and row_bytes: each K / V
+ * block converted to floats once for all of them; each job gets the bits q35_attn_avx2 gives it. */
+void q35_attn_avx2_many(const q35_attn_job *js, int n);
 /* aarch64 NEON, every cache type; needs hd % 8 == 0 (attn_neon.c). */
 void q35_attn_neon(const q35_attn_job *j);
 

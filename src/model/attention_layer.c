@@ -91,7 +91,9 @@ static void attn_split(const q35_bufs *b, long nkv, int ith, int nth, long *i0, 
 }
 
 /* Scores, softmax, weighted V (kernels/attn.h), output gate. Items: (token, KV head); the query
- * heads of one group share each K/V row load. */
+ * heads of one group share each K/V row load, and the items of one KV head at up to att_jobs
+ * consecutive tokens of one session run in one q35_attn_many (sharing each K/V block's
+ * conversion). Every item gets the same bits however the items are grouped. */
 static void attn_core(void *vctx, int ith, int nth) {
   const q35_layer_task *c = vctx;
   const q35_fwd *f = c->f;
@@ -99,29 +101,48 @@ static void attn_core(void *vctx, int ith, int nth) {
   const q35_hparams *hp = &f->m->hp;
   const int nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim, grp = nh / nkv;
   const float scale = 1.0f / sqrtf((float)hd);
-  /* this thread's [grp][max_ctx] scores, [grp][hd] accumulators, [grp][hd] converted queries */
-  float *sc = b->att + (size_t)ith * b->att_stride;
-  float *acc = sc + (size_t)grp * b->max_ctx;
-  float *qq = acc + (size_t)grp * hd;
+  const int nj = b->att_jobs;
+  const size_t slot = b->att_stride / (size_t)nj;
   long i0, i1;
   attn_split(b, nkv, ith, nth, &i0, &i1);
-  for (long it = i0; it < i1; it++) {
-    const long t = it / nkv;
-    const int g = (int)(it % nkv);
-    const q35_session *s = f->rows[b->row_of[t]].s;
-    const int etype = kv_elem_type(s->params.kv_type), li = c->L->attn_index;
-    const size_t kv_off = q35_row_size(etype, (int64_t)g * hd);
-    const float *q0 = b->qg + ((size_t)t * nh + (size_t)g * grp) * 2 * hd;
-    const q35_attn_job job = {hd, grp, b->pos_of[t] + 1, etype, (const char *)s->k_cache[li] + kv_off,
-                              (const char *)s->v_cache[li] + kv_off, s->kv_row_bytes, q0, (size_t)2 * hd,
-                              scale, sc, (size_t)b->max_ctx, qq, acc, (size_t)hd};
-    q35_attn(&job);
-    for (int h = 0; h < grp; h++) {
-      const float *gate = q0 + (size_t)h * 2 * hd + hd;
-      float *o = b->o + ((size_t)t * nh + (size_t)g * grp + h) * hd;
-      const float *a = acc + (size_t)h * hd;
-      for (int i = 0; i < hd; i++) o[i] = a[i] * sigmoidf(gate[i]);
+  if (i0 >= i1) return;
+  q35_attn_job job[Q35_ATTN_JOBS];
+  long tok[Q35_ATTN_JOBS];
+  const int li = c->L->attn_index;
+  for (long ta = i0 / nkv, tl = (i1 - 1) / nkv; ta <= tl;) {
+    /* tokens [ta, tb): at most nj, one session */
+    long tb = ta + 1;
+    while (tb <= tl && tb - ta < nj && b->row_of[tb] == b->row_of[ta]) tb++;
+    const q35_session *s = f->rows[b->row_of[ta]].s;
+    const int etype = kv_elem_type(s->params.kv_type);
+    for (int g = 0; g < nkv; g++) {
+      const size_t kv_off = q35_row_size(etype, (int64_t)g * hd);
+      int n = 0;
+      for (long t = ta; t < tb; t++) {
+        const long it = t * nkv + g;
+        if (it < i0 || it >= i1) continue;
+        /* this slot's [grp][max_ctx] scores, [grp][hd] accumulators, [grp][hd] converted queries */
+        float *sc = b->att + (size_t)ith * b->att_stride + (size_t)n * slot;
+        float *acc = sc + (size_t)grp * b->max_ctx;
+        float *qq = acc + (size_t)grp * hd;
+        const float *q0 = b->qg + ((size_t)t * nh + (size_t)g * grp) * 2 * hd;
+        const q35_attn_job jt = {hd, grp, b->pos_of[t] + 1, etype, (const char *)s->k_cache[li] + kv_off,
+                                 (const char *)s->v_cache[li] + kv_off, s->kv_row_bytes, q0, (size_t)2 * hd,
+                                 scale, sc, (size_t)b->max_ctx, qq, acc, (size_t)hd};
+        job[n] = jt;
+        tok[n++] = t;
+      }
+      if (!n) continue;
+      q35_attn_many(job, n);
+      for (int u = 0; u < n; u++)
+        for (int h = 0; h < grp; h++) {
+          const float *gate = job[u].q + (size_t)h * 2 * hd + hd;
+          float *o = b->o + ((size_t)tok[u] * nh + (size_t)g * grp + h) * hd;
+          const float *a = job[u].out + (size_t)h * hd;
+          for (int i = 0; i < hd; i++) o[i] = a[i] * sigmoidf(gate[i]);
+        }
     }
+    ta = tb;
   }
 }
 

@@ -87,8 +87,15 @@ static void bufs_layout(const q35_model *m, q35_bufs *b, arena *a, int64_t T, in
   b->k = arena_get(a, T * nkv * hd * 4);
   b->v = arena_get(a, T * nkv * hd * 4);
   b->o = arena_get(a, T * (nh * hd > DI ? nh * hd : DI) * 4);
-  /* per thread: scores [grp][max_ctx], accumulators and queries [grp][hd] each (+ slack) */
-  b->att_stride = (size_t)(nh / nkv) * (size_t)(max_ctx + 2 * hd) + 32;
+  /* per thread, per job slot: scores [grp][max_ctx], accumulators and queries [grp][hd] each
+   * (+ slack); one slot a token of the step, at most Q35_ATTN_JOBS, and no more than fit in
+   * ATT_SLOTS_FLOATS (a long context takes fewer) */
+  const size_t slot = (size_t)(nh / nkv) * (size_t)(max_ctx + 2 * hd) + 32;
+  enum { ATT_SLOTS_FLOATS = 8 << 20 };
+  int64_t nj = T < Q35_ATTN_JOBS ? T : Q35_ATTN_JOBS;
+  if ((size_t)nj * slot > ATT_SLOTS_FLOATS) nj = (int64_t)(ATT_SLOTS_FLOATS / slot);
+  b->att_jobs = nj < 1 ? 1 : (int)nj;
+  b->att_stride = slot * (size_t)b->att_jobs;
   b->att = arena_get(a, (size_t)nthreads * b->att_stride * 4);
   b->qkv = arena_get(a, T * C * 4);
   b->z = arena_get(a, T * DI * 4);

@@ -53,6 +53,10 @@ static inline void rmsnorm(float *y, const float *x, const float *w, int n, floa
 
 /* ---- the step's buffers: all carved from one scratch block (forward.c) ---- */
 
+/* the most tokens whose attention jobs (one KV head each) run together in one q35_attn_many
+ * call: they share the conversion of each K / V block */
+enum { Q35_ATTN_JOBS = 8 };
+
 /* columns of one joint output product (q35_bufs.lg) */
 enum { Q35_LG_COLS = 16 };
 
@@ -64,8 +68,9 @@ typedef struct {
   char *xq3;              /* MoE: expert hidden activations, converted */
   /* attention */
   float *qg, *k, *v, *o;  /* [T][nh*2hd], [T][nkv*hd] x2, [T][nh*hd] */
-  float *att;             /* per thread: scores [grp][n_ctx] + acc [grp][hd] + queries */
-  size_t att_stride;
+  float *att;             /* per thread: att_jobs slots of scores [grp][n_ctx] + acc [grp][hd] + queries */
+  size_t att_stride;      /* floats per thread */
+  int att_jobs;           /* attention jobs (tokens of one KV head) a thread runs in one q35_attn_many */
   /* DeltaNet */
   float *qkv, *z, *beta, *alpha, *conv;
   /* FFN */

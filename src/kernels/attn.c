@@ -305,6 +305,7 @@ void q35_attn(const q35_attn_job *j) {
 #endif
 }
 
+#if Q35_ATTN_X86
 /* whether js[0..n) share what q35_attn_avx2_many needs shared */
 static int jobs_share(const q35_attn_job *js, int n) {
   for (int i = 1; i < n; i++)
@@ -313,6 +314,7 @@ static int jobs_share(const q35_attn_job *js, int n) {
       return 0;
   return 1;
 }
+#endif
 
 void q35_attn_many(const q35_attn_job *js, int n) {
 #if Q35_ATTN_X86

@@ -70,8 +70,8 @@ check moe_q8_0 --arch qwen35moe --layers 2 --interval 2 --embd 64 --heads 2 --kv
 # The load-time repack (Q4_0 product weights as Q4_0R, Q4_K as Q4_KR, Q3_K as Q3_KR, Q6_K as Q6_KR,
 # Q2_K as Q2_KR, IQ4_NL as IQ4_NLR, MXFP4 as MXFP4R, Q5_1 as Q5_1R, IQ2_XXS / IQ3_XXS / IQ2_XS / IQ2_S / IQ3_S /
 # IQ1_S / IQ1_M as IQ2_XXSR / IQ3_XXSR / IQ2_XSR / IQ2_SR / IQ3_SR / IQ1_SR / IQ1_MR (larger layouts, in memory
-# of their own) at the AVX2 level; the @avx2 run of this test exercises it, other levels load the file's layout
-# either way):
+# of their own) at the AVX2 level, and at AVX-512 those of AVX512_REPACKS (below); the @avx2 run of this test
+# exercises every one, other levels load the file's layout for the rest either way):
 # logits with it equal those without (--no-repack, env Q35_REPACK=0), in one chunk and in chunks of 3, at 1 and 2
 # threads. Rows of 512 elements, so the Q4_0 repack has whole groups of 16 blocks to rewrite.
 # Arguments: the file's type, the seed, any further export options.
@@ -122,6 +122,8 @@ repack() {
   echo "repack $ty: $n variants compared; $simd level, $on bytes repacked"
 }
 AVX512_REPACKS="iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m"
+# IQ4_NL / MXFP4 where the CPU has VBMI (their AVX-512 kernels then take Q8_0Z, as the AVX2 R ones)
+grep -qw avx512vbmi /proc/cpuinfo 2>/dev/null && AVX512_REPACKS="$AVX512_REPACKS iq4_nl mxfp4"
 repack q4_0 24
 repack q4_k 25
 repack q3_k 26

@@ -78,6 +78,15 @@ int q35_kernels_get(q35_simd level, q35_kernels *out) {
                                      Q35_TYPE_IQ3_S,   Q35_TYPE_IQ1_S,  Q35_TYPE_IQ1_M};
     for (size_t i = 0; i < sizeof avx2_taken / sizeof avx2_taken[0]; i++)
       out->repack[avx2_taken[i]] = avx2_repack[avx2_taken[i]];
+    if (out->nl_act == Q35_TYPE_Q8_0Z) {
+      /* IQ4_NL / MXFP4 with VBMI likewise (issue 16, session 25): repacked at load as at AVX2;
+       * this level's gemv and tiles on the repacked rows (quant_lowbit_avx512.c) decode faster
+       * than on the file's blocks, and vec_dot / gemv2 are the AVX2 level's IQ4_NLR / MXFP4R ones.
+       * All compute this level's plain kernels' integers and float steps on Q8_0Z, so the same
+       * bits, repacked or not (test_quant_tile's z2r_twin). */
+      out->repack[Q35_TYPE_IQ4_NL] = avx2_repack[Q35_TYPE_IQ4_NL];
+      out->repack[Q35_TYPE_MXFP4] = avx2_repack[Q35_TYPE_MXFP4];
+    }
     if (out->q4_0_act != Q35_TYPE_Q8_0Z) {
       /* no VBMI: this level's Q4_0 takes Q8_0X, and AVX2's Q4_0R kernels read Q8_0Z, so Q4_0R
        * (never loaded at this level) keeps the reference entries, which take the table's type */

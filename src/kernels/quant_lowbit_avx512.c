@@ -35,6 +35,12 @@ LB_GEMV1(t_q5_1, LB_Q5_1)
  * column: acc[lane] = fma(float(exact int32 total), d_w * d_x, acc[lane]); the result is
  * hsum16(acc), groups in order. In a last group of fewer than 16 blocks the missing blocks read
  * as zeros (never past the row) against Q8_0Z's zero padding and add 0 * 0.
+ * IQ4_NLR / MXFP4R (RP = 1: the rows repacked at load by q35_z2r_move, as the AVX2 level reads
+ * them): half h's V_j sits as 32 bytes at 128h + 32j with 128-bit lane s holding blocks 4k + 2h + s,
+ * so this kernel's V[j] (128-bit lane 2h + s) is the two halves' loads side by side, and the 16
+ * scales (fp16 d or E8M0 byte) sit after them at byte 256 in lane order 4s + k. Same V[j], same
+ * scales, so the same integers and float steps as on the file's blocks (RP = 0): the same bits.
+ * A short last group stays plain in the repacked row and goes through the RP = 0 path.
  */
 #undef QS_TARGET
 #define QS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
@@ -58,7 +64,8 @@ static const int8_t nz_bidx[64] = {0, 0, 0, 0, 0, 0, 0, 0, 17, 17, 17, 17, 17, 1
                                    34, 34, 34, 34, 34, 34, 34, 34, 51, 51, 51, 51, 51, 51, 51, 51}; /* MXFP4: byte 17s */
 
 /* the 16 weight scales of a group as floats in Q8_0Z's lane order, from the four raw loads */
-QSF __m512 nz_scales(const int TY, const __m512i R0[4]) {
+QSF __m512 nz_scales(const int TY, const int RP, const uint8_t *a, const __m512i R0[4]) {
+  if (RP && TY == LB_IQ4_NL) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(a + 256)));
   if (TY == LB_IQ4_NL) {
     const __m512i sidx = _mm512_loadu_si512(nz_widx);
     __m512i dw = _mm512_maskz_permutexvar_epi16(0x1111, sidx, R0[0]);
@@ -67,25 +74,39 @@ QSF __m512 nz_scales(const int TY, const __m512i R0[4]) {
     dw = _mm512_mask_permutexvar_epi16(dw, 0x8888, sidx, R0[3]);
     return _mm512_cvtph_ps(_mm512_castsi512_si256(dw));
   }
-  const __m512i bidx = _mm512_loadu_si512(nz_bidx);
-  const __mmask64 m = 0x01010101; /* bytes 8s: word 4s (the low byte of the e's word) */
-  __m512i e = _mm512_maskz_permutexvar_epi8(m, bidx, R0[0]);
-  e = _mm512_mask_permutexvar_epi8(e, m << 2, bidx, R0[1]);
-  e = _mm512_mask_permutexvar_epi8(e, m << 4, bidx, R0[2]);
-  e = _mm512_mask_permutexvar_epi8(e, m << 6, bidx, R0[3]);
-  const __m512i v = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(e));
+  __m512i v;
+  if (RP) v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(a + 256)));
+  else {
+    const __m512i bidx = _mm512_loadu_si512(nz_bidx);
+    const __mmask64 m = 0x01010101; /* bytes 8s: word 4s (the low byte of the e's word) */
+    __m512i e = _mm512_maskz_permutexvar_epi8(m, bidx, R0[0]);
+    e = _mm512_mask_permutexvar_epi8(e, m << 2, bidx, R0[1]);
+    e = _mm512_mask_permutexvar_epi8(e, m << 4, bidx, R0[2]);
+    e = _mm512_mask_permutexvar_epi8(e, m << 6, bidx, R0[3]);
+    v = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(e));
+  }
   const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(v, _mm512_set1_epi32(1)), 23);
   const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), v); /* e < 2: subnormal */
   return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(v, _mm512_set1_epi32(2)), normal, sub));
 }
 
-QSI void nz_group(const int TY, const int R, const int C, const int FULL, const uint8_t *w, size_t ws, const uint8_t *x,
-                  size_t xs, int64_t q, int kb, __m512i table, __m512 acc[TRM][TCM]) {
+QSI void nz_group(const int TY, const int RP, const int R, const int C, const int FULL, const uint8_t *w, size_t ws,
+                  const uint8_t *x, size_t xs, int64_t q, int kb, __m512i table, __m512 acc[TRM][TCM]) {
   const __m512i m4 = _mm512_set1_epi8(0xF);
   __m512i L[TRM][4], H[TRM][4];
   __m512 D[TRM];
   FOR_R {
     const uint8_t *a = w + (size_t)r * ws + (size_t)q * 16 * NX_WB(TY);
+    if (RP) { /* repacked (full groups only): V[j] from the two halves, the scales as stored */
+      _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+        const __m512i V = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(a + 32 * j))),
+                                             _mm256_loadu_si256((const __m256i *)(const void *)(a + 128 + 32 * j)), 1);
+        L[r][j] = _mm512_shuffle_epi8(table, _mm512_and_si512(V, m4));
+        H[r][j] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(V, 4), m4));
+      }
+      D[r] = nz_scales(TY, 1, a, NULL);
+      continue;
+    }
     __m512i Q[4], R0[4];
     _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
       const uint8_t *ak = a + 4 * NX_WB(TY) * k;
@@ -107,7 +128,7 @@ QSI void nz_group(const int TY, const int R, const int C, const int FULL, const 
       L[r][j] = _mm512_shuffle_epi8(table, _mm512_and_si512(V[j], m4));
       H[r][j] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(V[j], 4), m4));
     }
-    D[r] = nz_scales(TY, R0);
+    D[r] = nz_scales(TY, 0, a, R0);
   }
   FOR_C {
     const uint8_t *b = x + (size_t)c * xs + (size_t)q * Q8Z_GROUP;
@@ -123,17 +144,19 @@ QSI void nz_group(const int TY, const int R, const int C, const int FULL, const 
   }
 }
 
-QSI void nz_t(const int TY, const int R, const int C, TILE_ARGS) {
+QSI void nz_t(const int TY, const int RP, const int R, const int C, TILE_ARGS) {
   const __m512i table = _mm512_broadcast_i32x4(_mm256_castsi256_si128(nx_table(TY)));
   const int64_t nb = n / QK8_0, ng = nb / 16;
   __m512 acc[TRM][TCM];
   FOR_R FOR_C acc[r][c] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < ng; g++) nz_group(TY, R, C, 1, w, ws, x, xs, g, 16, table, acc);
-  if (nb % 16) nz_group(TY, R, C, 0, w, ws, x, xs, ng, (int)(nb % 16), table, acc);
+  for (int64_t g = 0; g < ng; g++) nz_group(TY, RP, R, C, 1, w, ws, x, xs, g, 16, table, acc);
+  if (nb % 16) nz_group(TY, 0, R, C, 0, w, ws, x, xs, ng, (int)(nb % 16), table, acc);
   FOR_R FOR_C OUT(r, c) = nz_hsum16(acc[r][c]);
 }
-QSI void t_mxfp4z(const int R, const int C, TILE_ARGS) { nz_t(LB_MXFP4, R, C, n, w, ws, x, xs, o, ors, ocs); }
-QSI void t_iq4_nlz(const int R, const int C, TILE_ARGS) { nz_t(LB_IQ4_NL, R, C, n, w, ws, x, xs, o, ors, ocs); }
+QSI void t_mxfp4z(const int R, const int C, TILE_ARGS) { nz_t(LB_MXFP4, 0, R, C, n, w, ws, x, xs, o, ors, ocs); }
+QSI void t_iq4_nlz(const int R, const int C, TILE_ARGS) { nz_t(LB_IQ4_NL, 0, R, C, n, w, ws, x, xs, o, ors, ocs); }
+QSI void t_mxfp4r(const int R, const int C, TILE_ARGS) { nz_t(LB_MXFP4, 1, R, C, n, w, ws, x, xs, o, ors, ocs); }
+QSI void t_iq4_nlr(const int R, const int C, TILE_ARGS) { nz_t(LB_IQ4_NL, 1, R, C, n, w, ws, x, xs, o, ors, ocs); }
 
 /*
  * Q4_1 / Q5_1 x Q8_1, the one-column gemv with 512-bit integer sums (VBMI level, as t_q4z): the
@@ -297,8 +320,39 @@ LZ_GEMV(t_q5_1, LB_Q5_1, lz_row_gf, zg)
 #define QS_NARROW 8
 QS_TILE(t_mxfp4z, 2, 4)
 QS_TILE(t_iq4_nlz, 2, 4)
+QS_TILE(t_mxfp4r, 2, 4)
+QS_TILE(t_iq4_nlr, 2, 4)
 #undef QS_NARROW
 #define QS_NARROW 4
+
+/* The one-column gemv of IQ4_NLR / MXFP4R: nz_t's 1 x 1 on the repacked rows, row by row, each
+ * group prefetched pf_ahead(1, ws) bytes ahead (as the AVX2 level's nz2 gemv); the same calls of
+ * nz_group as t_mxfp4r / t_iq4_nlr with R = C = 1, so the same bits */
+#define NZ_GEMV(T, TY)                                                                                         \
+  static QS_TARGET void T##_gemvz(int64_t n, const void *wv, size_t ws, int nr, const void *xv, size_t xs,   \
+                                  int nc, float *o, size_t ors, size_t ocs) {                                \
+    if (nc != 1) {                                                                                           \
+      T##_tile(n, wv, ws, nr, xv, xs, nc, o, ors, ocs);                                                      \
+      return;                                                                                                \
+    }                                                                                                        \
+    const uint8_t *w = wv, *x = xv;                                                                          \
+    const size_t pfd = pf_ahead(1, ws), gsz = 16 * (size_t)NX_WB(TY);                                        \
+    const __m512i table = _mm512_broadcast_i32x4(_mm256_castsi256_si128(nx_table(TY)));                      \
+    const int64_t nb = n / QK8_0, ng = nb / 16;                                                              \
+    for (int r = 0; r < nr; r++) {                                                                           \
+      const uint8_t *wr = w + (size_t)r * ws;                                                                \
+      __m512 acc[TRM][TCM];                                                                                  \
+      acc[0][0] = _mm512_setzero_ps();                                                                       \
+      for (int64_t g = 0; g < ng; g++) {                                                                     \
+        pf_span(wr + (size_t)g * gsz + pfd, gsz);                                                            \
+        nz_group(TY, 1, 1, 1, 1, wr, 0, x, 0, g, 16, table, acc);                                            \
+      }                                                                                                      \
+      if (nb % 16) nz_group(TY, 0, 1, 1, 0, wr, 0, x, 0, ng, (int)(nb % 16), table, acc);                   \
+      o[(size_t)r * ors] = nz_hsum16(acc[0][0]);                                                             \
+    }                                                                                                        \
+  }
+NZ_GEMV(t_mxfp4r, LB_MXFP4)
+NZ_GEMV(t_iq4_nlr, LB_IQ4_NL)
 
 void q35_kernels_lowbit_avx512(q35_kernels *k) {
   LB_SET(k, Q35_TYPE_Q3_K, t_q3_k5);
@@ -318,6 +372,14 @@ void q35_kernels_lowbit_avx512(q35_kernels *k) {
     LB_SET(k, Q35_TYPE_MXFP4, t_mxfp4z);
     LB_SET(k, Q35_TYPE_IQ4_NL, t_iq4_nlz);
     k->nl_act = Q35_TYPE_Q8_0Z;
+    /* the rows repacked at load (q35_kernels_get): this level's tiles and one-column gemv on
+     * IQ4_NLR / MXFP4R; vec_dot and gemv2 stay the AVX2 level's R kernels (same bits: its nz2
+     * kernels compute nz_t's integers and float steps; test_quant_tile's z2r_twin) */
+    k->tile[Q35_TYPE_MXFP4R] = t_mxfp4r_tile;
+    k->tile[Q35_TYPE_IQ4_NLR] = t_iq4_nlr_tile;
+    k->gemv[Q35_TYPE_MXFP4R] = t_mxfp4r_gemvz;
+    k->gemv[Q35_TYPE_IQ4_NLR] = t_iq4_nlr_gemvz;
+    (void)t_mxfp4r_dot, (void)t_iq4_nlr_dot; /* the vec_dot entries stay the AVX2 level's */
   } else {
     LB_SET(k, Q35_TYPE_MXFP4, t_mxfp4);
     LB_SET(k, Q35_TYPE_IQ4_NL, t_iq4_nl);

@@ -619,8 +619,10 @@ static void gemv_two_streams(q35_simd level, const q35_kernels *k) {
  * gives t0's floats, and its vec_dot, tiles (every shape the level runs: 1..9 rows, 1..9 and the
  * wide 16 / 23 / 33 columns), one column of many rows (the two-stream gemv) and gemv2 give t0's
  * results bit for bit, on lengths with and without a short last group (which stays plain). The
- * level's kernels for t1 may be a lower level's (the repack is used at AVX2 only); the results
- * must still equal that table's t0 ones. At the scalar level this holds the reference twins (the
+ * level's kernels for t1 may be a lower level's (the AVX2 ones, where a level does not load t1);
+ * the results must still equal that table's t0 ones. At AVX-512 with VBMI, IQ4_NLR / MXFP4R are
+ * loaded and their tiles and gemv are that level's own (the AVX2 vec_dot and gemv2): all held to
+ * the level's plain IQ4_NL / MXFP4 here. At the scalar level this holds the reference twins (the
  * row moved back, then t0's reference) to t0's reference. MXFP4: a third of the rows take E8M0
  * bytes 0..3 (the subnormal scales) and 120..135.
  */

@@ -121,7 +121,7 @@ repack() {
   fi
   echo "repack $ty: $n variants compared; $simd level, $on bytes repacked"
 }
-AVX512_REPACKS="iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m"
+AVX512_REPACKS="iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m q2_k q3_k"
 repack q4_0 24
 repack q4_k 25
 repack q3_k 26

@@ -121,11 +121,9 @@ repack() {
   fi
   echo "repack $ty: $n variants compared; $simd level, $on bytes repacked"
 }
-AVX512_REPACKS="iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m"
-# IQ4_NL / MXFP4 where the CPU has VBMI (their AVX-512 kernels then take Q8_0Z, as the AVX2 R ones);
-# so the Q3_K / Q2_K files too, whose tensors with rows not a multiple of 256 fall back to IQ4_NL
-# (q35_export_fallback_type, as llama-quantize)
-grep -qw avx512vbmi /proc/cpuinfo 2>/dev/null && AVX512_REPACKS="$AVX512_REPACKS iq4_nl mxfp4 q3_k q2_k"
+AVX512_REPACKS="iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m q2_k q3_k"
+# IQ4_NL / MXFP4 where the CPU has VBMI (their AVX-512 kernels then take Q8_0Z, as the AVX2 R ones)
+grep -qw avx512vbmi /proc/cpuinfo 2>/dev/null && AVX512_REPACKS="$AVX512_REPACKS iq4_nl mxfp4"
 repack q4_0 24
 repack q4_k 25
 repack q3_k 26

@@ -79,7 +79,7 @@ static void rnd_weights(int type, uint8_t *w, int64_t n) {
  * the bytes unless `odd_sums` (Q2_K: its reference and kernels both take the mins through them). */
 static void rnd_act_blocks(int vt, uint8_t *x, int64_t n, int odd_sums);
 static void rnd_act(int vt, uint8_t *x, int64_t n, int odd_sums) {
-  if (vt == Q35_TYPE_Q8_KP) { /* random Q8_K blocks, permuted (the AVX2 level's Q2_K / Q3_K activations) */
+  if (vt == Q35_TYPE_Q8_KP) { /* random Q8_K blocks, permuted (Q2_K / Q3_K's activations at AVX2 and AVX-512) */
     const size_t rs = q35_row_size(Q35_TYPE_Q8_K, n);
     uint8_t *tmp = malloc(rs);
     rnd_act_blocks(Q35_TYPE_Q8_K, tmp, n, odd_sums);

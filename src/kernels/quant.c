@@ -73,9 +73,14 @@ int q35_kernels_get(q35_simd level, q35_kernels *out) {
      * (docs/PERF.md, issue 16, session 24): the level repacks them at load as AVX2 does and runs
      * the R layouts' AVX2 entries, which this level's table never overrides. Both take Q8_K and
      * give the same bits as this level's plain IQ kernels (test_quant_tile's iq_r_twin), so the
-     * level's results do not change, repacked or not. */
+     * level's results do not change, repacked or not.
+     * Q2_K and Q3_K likewise, as a whole family: this level's table sets nothing for them, so the
+     * plain types keep the AVX2 kernels on Q8_KP (their activation type too) and the rows are
+     * repacked as Q2_KR / Q3_KR; repacked or not, the level gives the AVX2 level's bits for them
+     * (test_quant_tile's kr_twin). */
     static const int avx2_taken[] = {Q35_TYPE_IQ2_XXS, Q35_TYPE_IQ2_XS, Q35_TYPE_IQ2_S, Q35_TYPE_IQ3_XXS,
-                                     Q35_TYPE_IQ3_S,   Q35_TYPE_IQ1_S,  Q35_TYPE_IQ1_M};
+                                     Q35_TYPE_IQ3_S,   Q35_TYPE_IQ1_S,  Q35_TYPE_IQ1_M, Q35_TYPE_Q2_K,
+                                     Q35_TYPE_Q3_K};
     for (size_t i = 0; i < sizeof avx2_taken / sizeof avx2_taken[0]; i++)
       out->repack[avx2_taken[i]] = avx2_repack[avx2_taken[i]];
     if (out->nl_act == Q35_TYPE_Q8_0Z) {

@@ -99,7 +99,6 @@ void q35_kernels_neon(q35_kernels *k);             /* quant_neon.c: aarch64 NEON
 void q35_kernels_lowbit_ref(q35_kernels *k);
 void q35_kernels_lowbit_avx2(q35_kernels *k);
 void q35_kernels_lowbit_avx512(q35_kernels *k);
-void q35_kernels_lowbit_gfni_avx512(q35_kernels *k); /* Q2_K / Q3_K with GFNI (over the above) */
 void q35_kernels_lowbit_neon(q35_kernels *k);
 void q35_kernels_iq_ref(q35_kernels *k);
 void q35_kernels_iq_avx2(q35_kernels *k);

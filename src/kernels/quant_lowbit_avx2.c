@@ -3,7 +3,7 @@
  * The 256-bit templates of quant_lowbit_256.inc (maddubs + madd integer sums, float lanes with
  * fused multiply-adds), and IQ4_NL / MXFP4 x Q8_0Z (quant_lowbit_nz2.inc: the AVX-512 VBMI
  * kernels' bits); dequantize and the quantizers are the reference's. Q2_K and Q3_K here: quant_avx2.c's
- * Q8_KP kernels (quant_k2r_avx2.inc, quant_k3r_avx2.inc).
+ * Q8_KP kernels (quant_k2r_avx2.inc, quant_k3r_avx2.inc), which the AVX-512 level runs too.
  */
 #define QS_TARGET __attribute__((target("avx2,fma,f16c")))
 #define QS_VNNI 0

@@ -4,8 +4,8 @@
  * tiles 32 vector registers allow; where the CPU has VBMI (as Q4_0, whose activations they take),
  * IQ4_NL and MXFP4 x Q8_0Z with 512-bit registers and the one-column Q4_1 / Q5_1 with 512-bit
  * integer sums (below; with GFNI too, an instance whose high nibbles take one vgf2p8affineqb).
- * Q2_K / Q3_K: the 512-bit template of quant_lowbit_k23.inc (with GFNI its instance in
- * quant_lowbit_gfni_avx512.c).
+ * Q2_K / Q3_K: none here; this level runs the AVX2 level's kernels on Q8_KP and repacks their rows
+ * at load as AVX2 does (q35_kernels_get, quant.c).
  */
 #define QS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define QS_VNNI 1
@@ -20,11 +20,6 @@ QS_TILE(t_q4_1, 2, 4)
 LB_GEMV1(t_q4_1, LB_Q4_1)
 QS_TILE(t_q5_1, 2, 4)
 LB_GEMV1(t_q5_1, LB_Q5_1)
-
-/* Q2_K / Q3_K x Q8_K (quant_lowbit_k23.inc); with GFNI the 2-bit fields are extracted by
- * quant_lowbit_gfni_avx512.c's instance of the same template */
-#define K23_GFNI 0
-#include "kernels/quant_lowbit_k23.inc"
 
 /*
  * IQ4_NL / MXFP4 x Q8_0Z (act_layout.h): Q4_0's 512-bit kernel (quant_avx512.c, t_q4z) with the
@@ -355,11 +350,6 @@ NZ_GEMV(t_mxfp4r, LB_MXFP4)
 NZ_GEMV(t_iq4_nlr, LB_IQ4_NL)
 
 void q35_kernels_lowbit_avx512(q35_kernels *k) {
-  LB_SET(k, Q35_TYPE_Q3_K, t_q3_k5);
-  k->q3_k_act = Q35_TYPE_Q8_K; /* over the AVX2 level's Q8_KP kernels (its Q3_KR ones stay, on Q8_KP) */
-  LB_SET(k, Q35_TYPE_Q2_K, t_q2_k5);
-  k->q2_k_act = Q35_TYPE_Q8_K; /* over the AVX2 level's Q8_KP kernels (its Q2_KR ones stay, on Q8_KP) */
-  if (q35_cpu_has(Q35_CPU_GFNI)) q35_kernels_lowbit_gfni_avx512(k);
   LB_SET1(k, Q35_TYPE_Q4_1, t_q4_1);
   LB_SET1(k, Q35_TYPE_Q5_1, t_q5_1);
   if (q35_cpu_has(Q35_CPU_AVX512_VBMI)) { /* the one-column Q4_1 / Q5_1 with 512-bit sums (above) */

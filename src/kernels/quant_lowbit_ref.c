@@ -472,7 +472,7 @@ void q35_kernels_lowbit_ref(q35_kernels *k) {
 
 int q35_lowbit_vec_dot_type(const q35_kernels *k, int type) {
   switch (type) {
-  /* Q8_K, or Q8_KP where the level has those kernels (AVX2: quant_k2r_avx2.inc, quant_k3r_avx2.inc) */
+  /* Q8_K, or Q8_KP where the level has those kernels (AVX2 and AVX-512: quant_k2r_avx2.inc, quant_k3r_avx2.inc) */
   case Q35_TYPE_Q3_K: return k->q3_k_act ? k->q3_k_act : Q35_TYPE_Q8_K;
   case Q35_TYPE_Q3_KR: return k->q3_kr_act ? k->q3_kr_act : Q35_TYPE_Q8_K;
   case Q35_TYPE_Q2_K: return k->q2_k_act ? k->q2_k_act : Q35_TYPE_Q8_K;

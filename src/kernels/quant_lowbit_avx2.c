@@ -24,12 +24,14 @@ NZ2_GEMV(t_iq4_nlr2, LB_IQ4_NL, 1)
 QS_TILE(t_q4_1, 2, 3)
 LB_GEMV1(t_q4_1, LB_Q4_1)
 LT_GEMV(t_q4_1, LB_Q4_1)
+LT_TILE(t_q4_1, LB_Q4_1)
 QS_TILE(t_q5_1, 1, 4)
 LB_GEMV1(t_q5_1, LB_Q5_1)
 LT_GEMV(t_q5_1, LB_Q5_1)
 QS_TILE(t_q5_1r, 1, 4)
 LB_GEMV1(t_q5_1r, LB_Q5_1R)
 LT_GEMV(t_q5_1r, LB_Q5_1R)
+LT_TILE(t_q5_1r, LB_Q5_1R)
 
 void q35_kernels_lowbit_avx2(q35_kernels *k) {
   /* IQ4_NL / MXFP4 x Q8_0Z, one int32 lane per block (quant_lowbit_nz2.inc), as Q4_0 here */
@@ -50,9 +52,11 @@ void q35_kernels_lowbit_avx2(q35_kernels *k) {
   LB_SET1(k, Q35_TYPE_Q5_1, t_q5_1);
   k->gemv[Q35_TYPE_Q4_1] = t_q4_1_gemvt; /* one column: a lane per block (lt_row) */
   k->gemv[Q35_TYPE_Q5_1] = t_q5_1_gemvt;
+  k->tile[Q35_TYPE_Q4_1] = t_q4_1_tilet; /* more than QS_NARROW columns: LT_TILE */
   /* Q5_1's rows are rewritten at load as Q5_1R (qh permuted, quant_lowbit.h), whose one-column
    * kernel takes the fifth bits with shifts instead of vpshufb (docs/PERF.md, issue 16, session 23) */
   LB_SET1(k, Q35_TYPE_Q5_1R, t_q5_1r);
   k->gemv[Q35_TYPE_Q5_1R] = t_q5_1r_gemvt;
+  k->tile[Q35_TYPE_Q5_1R] = t_q5_1r_tilet;
   k->repack[Q35_TYPE_Q5_1] = Q35_TYPE_Q5_1R;
 }

@@ -52,7 +52,10 @@ __attribute__((target("avx2,fma"))) static inline float hsum_avx2(__m256 lo, __m
 /* R rows of S at once (R <= 4): each row's two passes are the reference's arithmetic in its order
  * (the same lanes, the same FMA chains, the same tree), so the bits do not depend on R; the R rows'
  * chains are independent, which hides the FMA latency a single row's chain of dk/16 steps exposes
- * (one row at a time ran at about a third of the FMA throughput). k and q loads are shared. */
+ * (one row at a time ran at about a third of the FMA throughput). k and q loads are shared. The
+ * first pass only reads S_in: the second recomputes the decayed row S_in * decay (the same
+ * rounded products, so the reference's bits) instead of storing it and loading it back, which
+ * halves the stores a token makes (and with S_in == S_out nothing is written before pass 2). */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
 delta_rows_avx2(const float *Sin, float *S, int R, int dk, const float *q, const float *k, const float *v, float beta,
                 __m256 vd, float *o) {
@@ -64,11 +67,8 @@ delta_rows_avx2(const float *Sin, float *S, int R, int dk, const float *q, const
     _Pragma("GCC unroll 8")
     for (int r = 0; r < R; r++) {
       const float *Si = Sin + (size_t)r * dk;
-      float *Sj = S + (size_t)r * dk;
       const __m256 s0 = _mm256_mul_ps(_mm256_loadu_ps(Si + a), vd);
       const __m256 s1 = _mm256_mul_ps(_mm256_loadu_ps(Si + a + 8), vd);
-      _mm256_storeu_ps(Sj + a, s0);
-      _mm256_storeu_ps(Sj + a + 8, s1);
       a0[r] = _mm256_fmadd_ps(s0, k0, a0[r]);
       a1[r] = _mm256_fmadd_ps(s1, k1, a1[r]);
     }
@@ -84,9 +84,10 @@ delta_rows_avx2(const float *Sin, float *S, int R, int dk, const float *q, const
     const __m256 q0 = _mm256_loadu_ps(q + a), q1 = _mm256_loadu_ps(q + a + 8);
     _Pragma("GCC unroll 8")
     for (int r = 0; r < R; r++) {
+      const float *Si = Sin + (size_t)r * dk;
       float *Sj = S + (size_t)r * dk;
-      const __m256 s0 = _mm256_fmadd_ps(k0, dd[r], _mm256_loadu_ps(Sj + a));
-      const __m256 s1 = _mm256_fmadd_ps(k1, dd[r], _mm256_loadu_ps(Sj + a + 8));
+      const __m256 s0 = _mm256_fmadd_ps(k0, dd[r], _mm256_mul_ps(_mm256_loadu_ps(Si + a), vd));
+      const __m256 s1 = _mm256_fmadd_ps(k1, dd[r], _mm256_mul_ps(_mm256_loadu_ps(Si + a + 8), vd));
       _mm256_storeu_ps(Sj + a, s0);
       _mm256_storeu_ps(Sj + a + 8, s1);
       a0[r] = _mm256_fmadd_ps(s0, q0, a0[r]);
@@ -145,7 +146,8 @@ __attribute__((target("avx512f,avx512dq,avx2,fma"))) static inline float hsum_av
   return _mm_cvtss_f32(s1);
 }
 
-/* R rows at once (R <= 8), as delta_rows_avx2: each row's bits are the reference's, whatever R */
+/* R rows at once (R <= 8), as delta_rows_avx2 (the decayed row recomputed in the second pass, not
+ * stored by the first): each row's bits are the reference's, whatever R */
 __attribute__((target("avx512f,avx512dq,avx2,fma"), always_inline)) static inline void
 delta_rows_avx512(const float *Sin, float *S, int R, int dk, const float *q, const float *k, const float *v, float beta,
                   __m512 vd, float *o) {
@@ -156,9 +158,7 @@ delta_rows_avx512(const float *Sin, float *S, int R, int dk, const float *q, con
     const __m512 ka = _mm512_loadu_ps(k + a);
     _Pragma("GCC unroll 8")
     for (int r = 0; r < R; r++) {
-      float *Sj = S + (size_t)r * dk;
       const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(Sin + (size_t)r * dk + a), vd);
-      _mm512_storeu_ps(Sj + a, s);
       acc[r] = _mm512_fmadd_ps(s, ka, acc[r]);
     }
   }
@@ -173,7 +173,7 @@ delta_rows_avx512(const float *Sin, float *S, int R, int dk, const float *q, con
     _Pragma("GCC unroll 8")
     for (int r = 0; r < R; r++) {
       float *Sj = S + (size_t)r * dk;
-      const __m512 s = _mm512_fmadd_ps(ka, dd[r], _mm512_loadu_ps(Sj + a));
+      const __m512 s = _mm512_fmadd_ps(ka, dd[r], _mm512_mul_ps(_mm512_loadu_ps(Sin + (size_t)r * dk + a), vd));
       _mm512_storeu_ps(Sj + a, s);
       acc[r] = _mm512_fmadd_ps(s, qa, acc[r]);
     }

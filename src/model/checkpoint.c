@@ -18,8 +18,8 @@
  * pass also saves the recurrence's inputs of tokens 0 .. ckpt_n - 1 (per token: the conv row it
  * reads, q and k of every key head and v of every value head, and each value head's beta and
  * decay). A rollback to the state after token k replays: per head, the spare's state through
- * tokens 0 .. k with the same q35_delta_step calls on the same arguments (kernels/deltanet.h:
- * in place or not, the same bits), into the live buffer. The state bits are therefore exactly
+ * tokens 0 .. k on the same arguments (q35_delta_steps, whose bits are those of q35_delta_step
+ * token by token, in place or not: kernels/deltanet.h), into the live buffer. The state bits are therefore exactly
  * those of a pass that stopped there, so what follows is bit-identical to decoding without
  * speculation; the spare and the saved inputs stay as they are until the next armed pass, so a
  * later restore can go back further.
@@ -123,6 +123,7 @@ static void ckpt_next(q35_session *s, int op, int32_t arg) {
 }
 
 #define REPLAY_DV_MAX 1024 /* load.c's MAX_SSM_STATE */
+#define REPLAY_BLOCK 16    /* tokens a q35_delta_steps call (deltanet_layer.c's RECUR_BLOCK) */
 
 typedef struct {
   q35_session *s;
@@ -131,7 +132,7 @@ typedef struct {
 
 /* The delta-rule state after token i of the last armed pass: per (layer, value head), the spare's
  * state (before the pass) through tokens 0 .. i from the saved inputs, into the live buffer; the
- * calls and arguments are the pass's (deltanet_layer.c's gdn_recur), so are the bits. */
+ * arguments are the pass's (deltanet_layer.c's gdn_recur runs q35_delta_steps too), so are the bits. */
 static void replay(void *vctx, int ith, int nth) {
   const replay_task *t = vctx;
   q35_session *s = t->s;
@@ -145,10 +146,19 @@ static void replay(void *vctx, int ith, int nth) {
     const int l = (int)(it / Hv), hv = (int)(it % Hv), hk = hv % Hk;
     const float *Sin = s->ckpt_spare[l] + (size_t)hv * hs;
     float *Sout = s->ssm_state[l] + (size_t)hv * hs;
-    for (int32_t j = 0; j <= t->i; j++) {
-      const float *x = s->ckpt_in[l] + (size_t)j * in;
-      q35_delta_step(Sin, Sout, dv, dk, x + (size_t)hk * dk, x + (size_t)(Hk + hk) * dk,
-                     x + 2 * (size_t)Hk * dk + (size_t)hv * dv, x[C + (size_t)hv], x[C + (size_t)Hv + (size_t)hv], o);
+    /* tokens 0 .. i in blocks of REPLAY_BLOCK, each one q35_delta_steps call (the same bits as its
+       tokens' q35_delta_step calls, with the head's rows kept in L1 across the block's tokens);
+       the outputs all go to o (ldo 0) */
+    for (int32_t j0 = 0; j0 <= t->i; j0 += REPLAY_BLOCK) {
+      const int nb = t->i + 1 - j0 < REPLAY_BLOCK ? (int)(t->i + 1 - j0) : REPLAY_BLOCK;
+      const float *x = s->ckpt_in[l] + (size_t)j0 * in;
+      float beta[REPLAY_BLOCK], decay[REPLAY_BLOCK];
+      for (int b = 0; b < nb; b++) {
+        beta[b] = x[(size_t)b * in + C + (size_t)hv];
+        decay[b] = x[(size_t)b * in + C + (size_t)Hv + (size_t)hv];
+      }
+      q35_delta_steps(Sin, Sout, dv, dk, nb, x + (size_t)hk * dk, x + (size_t)(Hk + hk) * dk,
+                      x + 2 * (size_t)Hk * dk + (size_t)hv * dv, in, beta, decay, o, 0);
       Sin = Sout;
     }
   }

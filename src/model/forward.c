@@ -341,6 +341,50 @@ static int forward_batch(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, 
   return 0;
 }
 
+/* A long prompt of one session runs as consecutive passes of at most Q35_STEP_MAX tokens: the
+ * step's scratch (about 265 KB a token, laid out for the pass's T) is then that of Q35_STEP_MAX
+ * tokens, so a first long prompt clears and holds a quarter of the memory at 8k and its
+ * intermediates (the experts' outputs, T x 8 x n_embd floats) are written and read back sooner.
+ * The invariance contract makes the bits those of one pass (a token's results do not depend on
+ * how its row is chunked). Only a plain row splits: no pipeline stage (x_in / x_out, a next
+ * stage), no DeltaNet checkpoints or every-position hidden states (both index the pass's
+ * tokens from its first), no product observer (q35 imatrix sums per product call). */
+#define Q35_STEP_MAX 2048
+
+static int step_splits(const q35_model *m, const q35_fwd_row *r) {
+  return !m->next && m->layer_begin == 0 && !r->x_in && !r->x_out && r->s->ckpt_n == 0 && !r->s->hidden_all &&
+         !q35_mm_observer;
+}
+
+/* The row's tokens as passes of Q35_STEP_MAX without outputs, then the rest (at least n_out
+ * tokens) with them. The whole row is checked first, and the first pass grows the scratch for the
+ * largest, so a refused step moves nothing. */
+static int forward_pieces(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, q35_err *err) {
+  int32_t row_start[1];
+  int64_t T = 0, max_ctx = 1;
+  if (check_rows(m, rows, 1, row_start, &T, &max_ctx, err)) return -1;
+  const q35_fwd_row r = rows[0];
+  int32_t last = r.n;
+  while (last > Q35_STEP_MAX && last - Q35_STEP_MAX >= r.n_out) last -= Q35_STEP_MAX;
+  q35_bufs b;
+  if (bufs_reserve(m, ws, &b, last > Q35_STEP_MAX ? last : Q35_STEP_MAX, max_ctx, 0, err)) return -1;
+  int32_t done = 0;
+  while (r.n - done > last) {
+    q35_fwd_row p = r;
+    p.tokens = r.tokens + done;
+    p.n = Q35_STEP_MAX;
+    p.n_out = 0;
+    p.logits = NULL;
+    p.hidden = NULL;
+    if (forward_batch(m, ws, &p, 1, err)) return -1;
+    done += Q35_STEP_MAX;
+  }
+  q35_fwd_row p = r;
+  p.tokens = r.tokens + done;
+  p.n = r.n - done;
+  return forward_batch(m, ws, &p, 1, err);
+}
+
 /* Micro-batches of fewer tokens than this lose: a decode step is bound by streaming the stage's
  * weights, which every micro-batch does again (docs/PERF.md: on the loaded VM, N = 2 serve with 2
  * and 4 decode rows per step was 22% and 36% slower split in two than whole, even with 8). */
@@ -353,6 +397,7 @@ static int forward_batch(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, 
  * same bits as one pass; docs/DESIGN.md "Micro-batches". */
 int q35_forward(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, int n_rows, q35_err *err) {
   if (n_rows < 1) return q35_seterr(err, "a step needs at least one row");
+  if (n_rows == 1 && rows[0].n > Q35_STEP_MAX && step_splits(m, &rows[0])) return forward_pieces(m, ws, rows, err);
   q35_stage_next *nx = m->next;
   int64_t T_all = 0;
   for (int r = 0; r < n_rows; r++) T_all += rows[r].n;

@@ -148,31 +148,35 @@ else
   fail "repack iq2_xxs: f32 source or q35 imatrix failed: $(tail -3 "$W/export.log")"
 fi
 
-# A prompt longer than the longest pass (Q35_STEP_MAX, 2048 tokens, model/forward.c) runs as several
-# passes inside one step: its last position's logits equal those of the same prompt in chunks of
-# 700 (passes that never split), at 1 and 2 threads, on the repack checks' MoE shape as Q4_K (the
-# AVX2 level repacks it), KV f16. 4200 tokens: passes of 2048, 2048 and 104.
-LONG=$("$PY" -c "import numpy as np; r=np.random.default_rng(9); print(','.join(map(str, r.integers(0, $VOCAB, 4200))))")
+# A prompt longer than the longest pass (Q35_STEP_MAX, 2048 tokens by default, model/forward.c) runs
+# as several passes inside one step: its last position's logits equal those of the same prompt in
+# chunks of 70 (passes that never split), at 1 and 2 threads, on the repack checks' MoE shape as
+# Q4_K (the AVX2 level repacks it), KV f16. The environment's Q35_STEP_MAX=100 makes the split
+# path cheap to reach: 330 tokens are passes of 100, 100, 100 and 30.
+LONG=$("$PY" -c "import numpy as np; r=np.random.default_rng(9); print(','.join(map(str, r.integers(0, $VOCAB, 330))))")
 lm=$W/long.gguf
 # shellcheck disable=SC2086 # RSHAPE: options
 if "$Q35" export --tiny-test -o "$lm" $RSHAPE --type q4_k --seed 41 >"$W/export.log" 2>&1; then
   n=0
   for t in 1 2; do
-    if ! "$Q35" logits -m "$lm" --tokens "$LONG" -t $t -o "$W/long.$t.bin" 2>"$W/l.log"; then
+    if ! Q35_STEP_MAX=100 "$Q35" logits -m "$lm" --tokens "$LONG" -t $t -o "$W/long.$t.bin" 2>"$W/l.log"; then
       fail "long prompt t=$t: q35 logits failed: $(tail -3 "$W/l.log")"
       continue
     fi
-    for chunk in 700; do
-      if ! "$Q35" logits -m "$lm" --tokens "$LONG" -t $t --chunk $chunk -o "$W/long.$t.$chunk.bin" 2>"$W/l.log"; then
-        fail "long prompt t=$t chunk=$chunk: q35 logits failed: $(tail -3 "$W/l.log")"
-        continue
-      fi
-      n=$((n + 1))
-      cmp -s "$W/long.$t.bin" "$W/long.$t.$chunk.bin" ||
-        fail "long prompt t=$t: one step (split into passes) differs from chunks of $chunk"
-    done
+    if ! Q35_STEP_MAX=100 "$Q35" logits -m "$lm" --tokens "$LONG" -t $t --chunk 70 -o "$W/long.$t.70.bin" 2>"$W/l.log"; then
+      fail "long prompt t=$t chunk=70: q35 logits failed: $(tail -3 "$W/l.log")"
+      continue
+    fi
+    n=$((n + 1))
+    cmp -s "$W/long.$t.bin" "$W/long.$t.70.bin" ||
+      fail "long prompt t=$t: one step (split into passes) differs from chunks of 70"
   done
   echo "long prompt: $n variants compared"
+  if Q35_STEP_MAX=0 "$Q35" logits -m "$lm" --tokens "$LONG" -o "$W/long.bad.bin" 2>"$W/l.log"; then
+    fail "Q35_STEP_MAX=0 was accepted"
+  elif ! grep -q 'Q35_STEP_MAX=0' "$W/l.log"; then
+    fail "Q35_STEP_MAX=0: the error does not name the variable: $(tail -2 "$W/l.log")"
+  fi
 else
   fail "long prompt: q35 export --tiny-test failed: $(tail -3 "$W/export.log")"
 fi

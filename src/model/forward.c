@@ -20,6 +20,7 @@
  * one q35_vec_dot per output; the recurrence runs token by token; attention reads the
  * stored (rounded) K/V of every position, the chunk's own included.
  */
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -351,6 +352,21 @@ static int forward_batch(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, 
  * tokens from its first), no product observer (q35 imatrix sums per product call). */
 #define Q35_STEP_MAX 2048
 
+/* The longest pass: Q35_STEP_MAX, or the environment's Q35_STEP_MAX (a testing aid: the split
+ * path on short prompts, tests/test_invariance.sh). */
+static int step_max(int32_t *out, q35_err *err) {
+  *out = Q35_STEP_MAX;
+  const char *s = getenv("Q35_STEP_MAX");
+  if (!s || !*s) return 0;
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || v < 1 || v > (1L << 24))
+    return q35_seterr(err, "Q35_STEP_MAX=%s: want a whole number of tokens from 1 to 16777216", s);
+  *out = (int32_t)v;
+  return 0;
+}
+
 static int step_splits(const q35_model *m, const q35_fwd_row *r) {
   return !m->next && m->layer_begin == 0 && !r->x_in && !r->x_out && r->s->ckpt_n == 0 && !r->s->hidden_all &&
          !q35_mm_observer;
@@ -359,25 +375,25 @@ static int step_splits(const q35_model *m, const q35_fwd_row *r) {
 /* The row's tokens as passes of Q35_STEP_MAX without outputs, then the rest (at least n_out
  * tokens) with them. The whole row is checked first, and the first pass grows the scratch for the
  * largest, so a refused step moves nothing. */
-static int forward_pieces(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, q35_err *err) {
+static int forward_pieces(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, int32_t smax, q35_err *err) {
   int32_t row_start[1];
   int64_t T = 0, max_ctx = 1;
   if (check_rows(m, rows, 1, row_start, &T, &max_ctx, err)) return -1;
   const q35_fwd_row r = rows[0];
   int32_t last = r.n;
-  while (last > Q35_STEP_MAX && last - Q35_STEP_MAX >= r.n_out) last -= Q35_STEP_MAX;
+  while (last > smax && last - smax >= r.n_out) last -= smax;
   q35_bufs b;
-  if (bufs_reserve(m, ws, &b, last > Q35_STEP_MAX ? last : Q35_STEP_MAX, max_ctx, 0, err)) return -1;
+  if (bufs_reserve(m, ws, &b, last > smax ? last : smax, max_ctx, 0, err)) return -1;
   int32_t done = 0;
   while (r.n - done > last) {
     q35_fwd_row p = r;
     p.tokens = r.tokens + done;
-    p.n = Q35_STEP_MAX;
+    p.n = smax;
     p.n_out = 0;
     p.logits = NULL;
     p.hidden = NULL;
     if (forward_batch(m, ws, &p, 1, err)) return -1;
-    done += Q35_STEP_MAX;
+    done += smax;
   }
   q35_fwd_row p = r;
   p.tokens = r.tokens + done;
@@ -397,7 +413,11 @@ static int forward_pieces(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows,
  * same bits as one pass; docs/DESIGN.md "Micro-batches". */
 int q35_forward(const q35_model *m, q35_fwd_ws *ws, q35_fwd_row *rows, int n_rows, q35_err *err) {
   if (n_rows < 1) return q35_seterr(err, "a step needs at least one row");
-  if (n_rows == 1 && rows[0].n > Q35_STEP_MAX && step_splits(m, &rows[0])) return forward_pieces(m, ws, rows, err);
+  if (n_rows == 1) {
+    int32_t smax;
+    if (step_max(&smax, err)) return -1;
+    if (rows[0].n > smax && step_splits(m, &rows[0])) return forward_pieces(m, ws, rows, smax, err);
+  }
   q35_stage_next *nx = m->next;
   int64_t T_all = 0;
   for (int r = 0; r < n_rows; r++) T_all += rows[r].n;

@@ -16,7 +16,10 @@
  *   q35_vec_dot_rows2 (one column; two tile calls for more): two memory streams per thread.
  *   PAIR=512 is an expert's gate and up (I = 512), K=512 PAIR=1024 its down halves (H = 2048).
  *   env COLS=123 the column counts to run, one digit each (default 1, 2, 4, 8: COLS=1248);
- *   env THREADS=1 one thread only (default 1 and 2).
+ *   env THREADS=1 one thread only (default 1 and 2);
+ *   env REPACK=1 the rows rewritten into the layout the loader gives them at the active level
+ *   (q35_repack_type: Q4_0 -> Q4_0R at AVX2, so the kernel a model's decode runs there), where
+ *   that layout has the file type's row size; the first line names the type measured.
  * Each line gives the best wall time of 7 passes and the best CPU time of the slowest thread
  * (the figure to compare on a shared, busy machine).
  */
@@ -82,7 +85,7 @@ static void *run(void *p) {
 }
 
 int main(int argc, char **argv) {
-  const int type = getenv("TYPE") ? q35_type_from_name(getenv("TYPE")) : Q35_TYPE_Q4_0;
+  int type = getenv("TYPE") ? q35_type_from_name(getenv("TYPE")) : Q35_TYPE_Q4_0;
   const int64_t n = getenv("K") ? atoll(getenv("K")) : 2048;
   if (type < 0 || !q35_type_quantizable(type)) {
     fprintf(stderr, "matvec_bench: TYPE=%s is not a weight type q35 quantizes\n", getenv("TYPE"));
@@ -105,6 +108,18 @@ int main(int argc, char **argv) {
       q35_quantize_row(type, f, w + (size_t)r * ws, n);
     } else {
       memcpy(w + (size_t)r * ws, w + (size_t)(r % 64) * ws, ws);
+    }
+  }
+  if (getenv("REPACK") && atoi(getenv("REPACK"))) { /* the loader's layout at this level (q35_repack_type) */
+    const int rt = q35_repack_type(type);
+    if (rt != type && q35_row_size(rt, n) == ws) {
+      uint8_t *tmp = malloc(ws);
+      for (int r = 0; r < rows; r++) {
+        memcpy(tmp, w + (size_t)r * ws, ws);
+        q35_repack_row(rt, tmp, w + (size_t)r * ws, n);
+      }
+      free(tmp);
+      type = rt;
     }
   }
   const int vt = q35_vec_dot_type(type);

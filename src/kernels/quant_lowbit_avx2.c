@@ -17,10 +17,12 @@ QS_TILE(t_mxfp4z2, 1, 8)
 NZ2_GEMV(t_mxfp4z2, LB_MXFP4, 0)
 QS_TILE(t_iq4_nlz2, 1, 8)
 NZ2_GEMV(t_iq4_nlz2, LB_IQ4_NL, 0)
+NZ2_TILEA(t_iq4_nlz2, LB_IQ4_NL, 0)
 QS_TILE(t_mxfp4r2, 1, 8)
 NZ2_GEMV(t_mxfp4r2, LB_MXFP4, 1)
 QS_TILE(t_iq4_nlr2, 1, 8)
 NZ2_GEMV(t_iq4_nlr2, LB_IQ4_NL, 1)
+NZ2_TILEA(t_iq4_nlr2, LB_IQ4_NL, 1)
 QS_TILE(t_q4_1, 2, 3)
 LB_GEMV1(t_q4_1, LB_Q4_1)
 LT_GEMV(t_q4_1, LB_Q4_1)
@@ -45,6 +47,9 @@ void q35_kernels_lowbit_avx2(q35_kernels *k) {
   LB_SET(k, Q35_TYPE_IQ4_NLR, t_iq4_nlr2);
   k->gemv[Q35_TYPE_MXFP4R] = t_mxfp4r2_gemvn;
   k->gemv[Q35_TYPE_IQ4_NLR] = t_iq4_nlr2_gemvn;
+  /* IQ4_NL's prefill: the columns' |y| copied once per row panel (NZ2_TILEA) */
+  k->tile[Q35_TYPE_IQ4_NL] = t_iq4_nlz2_tilea;
+  k->tile[Q35_TYPE_IQ4_NLR] = t_iq4_nlr2_tilea;
   k->repack[Q35_TYPE_MXFP4] = Q35_TYPE_MXFP4R;
   k->repack[Q35_TYPE_IQ4_NL] = Q35_TYPE_IQ4_NLR;
   k->nl_act = Q35_TYPE_Q8_0Z;

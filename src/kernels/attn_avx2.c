@@ -336,6 +336,18 @@ A2 static inline __attribute__((always_inline)) void prefetch_slice(const q35_at
   }
 }
 
+/* The block two after the one at p0 (K's blocks of kb rows, then V's, over npmax rows):
+ * *base, rows [*q0, *q1) (empty past V's last). Two ahead: a slice fetched during the current
+ * block's last tiles still has a whole block's time to arrive (from memory, not only L3). */
+static inline void block_ahead(const q35_attn_job *jb, int kb, int is_v, int p0, const char **base, int *q0, int *q1) {
+  const int np = jb->npos, nb = (np + kb - 1) / kb, t = (is_v ? nb : 0) + p0 / kb + 2;
+  *base = t < nb ? jb->k : jb->v;
+  *q0 = *q1 = 0;
+  if (t >= 2 * nb) return;
+  *q0 = (t < nb ? t : t - nb) * kb;
+  *q1 = np - *q0 < kb ? np : *q0 + kb;
+}
+
 /* score_tile on keys already in floats: kf (row k at kf + k * ks), the same chain per score. */
 A2 static inline __attribute__((always_inline)) void score_tile_f(const q35_attn_job *j, const float *const *qh,
                                                                   float *const *sh, int p, const float *kf, size_t ks,
@@ -442,13 +454,14 @@ A2 static inline __attribute__((always_inline)) void many_body(const q35_attn_jo
   q35_attn_job jb = js[0]; /* the longest job: bounds the rows prefetched */
   jb.npos = npmax;
   const size_t hb = q35_row_size(type, hd); /* the head's bytes in a cache row */
+  prefetch_slice(&jb, hb, jb.k, kb < npmax ? kb : npmax, 2 * kb < npmax ? 2 * kb : npmax, 0, 1); /* K's second block */
   for (int p0 = 0; p0 < npmax; p0 += kb) { /* scores */
     const int p1 = npmax - p0 < kb ? npmax : p0 + kb;
     size_t ks;
     const float *kf = rows_f32(&jb, jb.k, p0, p1, buf, &ks, type);
-    /* the next block: K [p1, q1), or after the last one V's first */
-    const char *nx = p1 < npmax ? jb.k : jb.v;
-    const int q0 = p1 < npmax ? p1 : 0, q1 = npmax - q0 < kb ? npmax : q0 + kb;
+    const char *nx;
+    int q0, q1;
+    block_ahead(&jb, kb, 0, p0, &nx, &q0, &q1);
     int ns = 0, s = 0; /* prefetch slices: one per job and head tile */
     for (int i = 0; i < n; i++) ns += js[i].npos > p0 ? (grp + HT - 1) / HT : 0;
     for (int i = 0; i < n; i++) {
@@ -475,7 +488,9 @@ A2 static inline __attribute__((always_inline)) void many_body(const q35_attn_jo
     const int p1 = npmax - p0 < kb ? npmax : p0 + kb;
     size_t vs;
     const float *vf = rows_f32(&jb, jb.v, p0, p1, buf, &vs, type);
-    const int q1 = npmax - p1 < kb ? npmax : p1 + kb;
+    const char *nx;
+    int q0, q1;
+    block_ahead(&jb, kb, 1, p0, &nx, &q0, &q1);
     int ns = 0, s = 0;
     for (int i = 0; i < n; i++) ns += js[i].npos > p0 ? (grp + VH - 1) / VH : 0;
     for (int i = 0; i < n; i++) {
@@ -483,7 +498,7 @@ A2 static inline __attribute__((always_inline)) void many_body(const q35_attn_jo
       if (j->npos <= p0) continue;
       const int pe = j->npos < p1 ? j->npos : p1;
       for (int h = 0; h < grp;) {
-        prefetch_slice(&jb, hb, jb.v, p1, q1, s++, ns);
+        prefetch_slice(&jb, hb, nx, q0, q1, s++, ns);
         const int ng = grp - h < VH ? grp - h : VH;
         const float *sh[VH];
         float *o[VH];

@@ -336,11 +336,14 @@ A2 static inline __attribute__((always_inline)) void prefetch_slice(const q35_at
   }
 }
 
-/* The block two after the one at p0 (K's blocks of kb rows, then V's, over npmax rows):
- * *base, rows [*q0, *q1) (empty past V's last). Two ahead: a slice fetched during the current
- * block's last tiles still has a whole block's time to arrive (from memory, not only L3). */
+/* The block d after the one at p0 (K's blocks of kb rows, then V's, over npmax rows): *base,
+ * rows [*q0, *q1) (empty past V's last). Two ahead for F16 and Q8_0: a slice fetched during the
+ * current block's last tiles still has a whole block's time to arrive (from memory, not only L3).
+ * One for F32, fetched in one burst before the block's tiles, as before the slices: its blocks
+ * are read in place, not converted, and the slices measured slower there. */
 static inline void block_ahead(const q35_attn_job *jb, int kb, int is_v, int p0, const char **base, int *q0, int *q1) {
-  const int np = jb->npos, nb = (np + kb - 1) / kb, t = (is_v ? nb : 0) + p0 / kb + 2;
+  const int d = jb->type == Q35_TYPE_F32 ? 1 : 2;
+  const int np = jb->npos, nb = (np + kb - 1) / kb, t = (is_v ? nb : 0) + p0 / kb + d;
   *base = t < nb ? jb->k : jb->v;
   *q0 = *q1 = 0;
   if (t >= 2 * nb) return;
@@ -462,6 +465,7 @@ A2 static inline __attribute__((always_inline)) void many_body(const q35_attn_jo
     const char *nx;
     int q0, q1;
     block_ahead(&jb, kb, 0, p0, &nx, &q0, &q1);
+    if (type == Q35_TYPE_F32) prefetch_slice(&jb, hb, nx, q0, q1, 0, 1);
     int ns = 0, s = 0; /* prefetch slices: one per job and head tile */
     for (int i = 0; i < n; i++) ns += js[i].npos > p0 ? (grp + HT - 1) / HT : 0;
     for (int i = 0; i < n; i++) {
@@ -469,7 +473,7 @@ A2 static inline __attribute__((always_inline)) void many_body(const q35_attn_jo
       if (j->npos <= p0) continue;
       const int pe = j->npos < p1 ? j->npos : p1;
       for (int h = 0; h < grp;) {
-        prefetch_slice(&jb, hb, nx, q0, q1, s++, ns);
+        if (type != Q35_TYPE_F32) prefetch_slice(&jb, hb, nx, q0, q1, s++, ns);
         const int ht = grp - h < HT ? grp - h : HT;
         const float *qh[HT];
         float *sh[HT];
@@ -491,6 +495,7 @@ A2 static inline __attribute__((always_inline)) void many_body(const q35_attn_jo
     const char *nx;
     int q0, q1;
     block_ahead(&jb, kb, 1, p0, &nx, &q0, &q1);
+    if (type == Q35_TYPE_F32) prefetch_slice(&jb, hb, nx, q0, q1, 0, 1);
     int ns = 0, s = 0;
     for (int i = 0; i < n; i++) ns += js[i].npos > p0 ? (grp + VH - 1) / VH : 0;
     for (int i = 0; i < n; i++) {
@@ -498,7 +503,7 @@ A2 static inline __attribute__((always_inline)) void many_body(const q35_attn_jo
       if (j->npos <= p0) continue;
       const int pe = j->npos < p1 ? j->npos : p1;
       for (int h = 0; h < grp;) {
-        prefetch_slice(&jb, hb, nx, q0, q1, s++, ns);
+        if (type != Q35_TYPE_F32) prefetch_slice(&jb, hb, nx, q0, q1, s++, ns);
         const int ng = grp - h < VH ? grp - h : VH;
         const float *sh[VH];
         float *o[VH];

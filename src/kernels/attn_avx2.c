@@ -302,29 +302,53 @@ enum { FBUF = 16384 };
 
 /* Rows [p0, p1) of the head's cache part at c (K or V), as floats: to buf (hd floats a row) for
  * F16 and Q8_0, the same values ld_chunk gives; an F32 cache is read in place (*stride: floats
- * from one row to the next). The rows of the next block are prefetched. */
+ * from one row to the next). */
 A2 static inline __attribute__((always_inline)) const float *rows_f32(const q35_attn_job *j, const char *c, int p0, int p1,
                                                                       float *buf, size_t *stride, const int type) {
-  const size_t rb = j->row_bytes, hb = q35_row_size(type, j->hd);
-  const int nc = j->hd / 8, np = j->npos, n = p1 - p0;
+  const size_t rb = j->row_bytes;
+  const int nc = j->hd / 8, n = p1 - p0;
   const char *r = c + (size_t)p0 * rb;
   if (type == Q35_TYPE_F32) {
     *stride = rb / sizeof(float);
-    for (int p = p1; p < p1 + n && p < np; p++)
-      for (size_t i = 0; i < hb; i += LINE) _mm_prefetch(c + (size_t)p * rb + i, _MM_HINT_T0);
     return (const float *)(const void *)r;
   }
   *stride = (size_t)j->hd;
   for (int p = 0; p < n; p++, r += rb) {
-    if (p1 + p < np) {
-      const char *pr = r + (size_t)n * rb;
-      for (size_t i = 0; i < hb; i += LINE) _mm_prefetch(pr + i, _MM_HINT_T0);
-      _mm_prefetch(pr + hb - 1, _MM_HINT_T0);
-    }
     float *d = buf + (size_t)p * j->hd;
     for (int k = 0; k < nc; k++) _mm256_storeu_ps(d + 8 * k, ld_chunk(r, k, type));
   }
   return buf;
+}
+
+/* Slice s of ns of the rows [p0, p1) of the head's cache part at c (hb bytes a row), prefetched
+ * (one prefetch per cache line). The next block's rows are fetched in slices between the tiles of
+ * the current one, not all at once: a burst of a whole block's lines fills the line fill buffers
+ * and stalls the loads behind it. Always inlined: GCC 12 finds a function of prefetches and loads
+ * alone "pure" and drops its calls, prefetches and all. */
+A2 static inline __attribute__((always_inline)) void prefetch_slice(const q35_attn_job *j, size_t hb, const char *c,
+                                                                    int p0, int p1, int s, int ns) {
+  const size_t rb = j->row_bytes;
+  const int n = p1 - p0, a = p0 + (int)((long)n * s / ns), b = p0 + (int)((long)n * (s + 1) / ns);
+  for (int p = a; p < b; p++) {
+    const char *pr = c + (size_t)p * rb;
+    for (size_t i = 0; i < hb; i += LINE) _mm_prefetch(pr + i, _MM_HINT_T0);
+    _mm_prefetch(pr + hb - 1, _MM_HINT_T0);
+  }
+}
+
+/* The block d after the one at p0 (K's blocks of kb rows, then V's, over npmax rows): *base,
+ * rows [*q0, *q1) (empty past V's last). Two ahead for F16 and Q8_0: a slice fetched during the
+ * current block's last tiles still has a whole block's time to arrive (from memory, not only L3).
+ * One for F32, fetched in one burst before the block's tiles, as before the slices: its blocks
+ * are read in place, not converted, and the slices measured slower there. */
+static inline void block_ahead(const q35_attn_job *jb, int kb, int is_v, int p0, const char **base, int *q0, int *q1) {
+  const int d = jb->type == Q35_TYPE_F32 ? 1 : 2;
+  const int np = jb->npos, nb = (np + kb - 1) / kb, t = (is_v ? nb : 0) + p0 / kb + d;
+  *base = t < nb ? jb->k : jb->v;
+  *q0 = *q1 = 0;
+  if (t >= 2 * nb) return;
+  *q0 = (t < nb ? t : t - nb) * kb;
+  *q1 = np - *q0 < kb ? np : *q0 + kb;
 }
 
 /* score_tile on keys already in floats: kf (row k at kf + k * ks), the same chain per score. */
@@ -432,15 +456,24 @@ A2 static inline __attribute__((always_inline)) void many_body(const q35_attn_jo
   }
   q35_attn_job jb = js[0]; /* the longest job: bounds the rows prefetched */
   jb.npos = npmax;
+  const size_t hb = q35_row_size(type, hd); /* the head's bytes in a cache row */
+  prefetch_slice(&jb, hb, jb.k, kb < npmax ? kb : npmax, 2 * kb < npmax ? 2 * kb : npmax, 0, 1); /* K's second block */
   for (int p0 = 0; p0 < npmax; p0 += kb) { /* scores */
     const int p1 = npmax - p0 < kb ? npmax : p0 + kb;
     size_t ks;
     const float *kf = rows_f32(&jb, jb.k, p0, p1, buf, &ks, type);
+    const char *nx;
+    int q0, q1;
+    block_ahead(&jb, kb, 0, p0, &nx, &q0, &q1);
+    if (type == Q35_TYPE_F32) prefetch_slice(&jb, hb, nx, q0, q1, 0, 1);
+    int ns = 0, s = 0; /* prefetch slices: one per job and head tile */
+    for (int i = 0; i < n; i++) ns += js[i].npos > p0 ? (grp + HT - 1) / HT : 0;
     for (int i = 0; i < n; i++) {
       const q35_attn_job *j = &js[i];
       if (j->npos <= p0) continue;
       const int pe = j->npos < p1 ? j->npos : p1;
       for (int h = 0; h < grp;) {
+        if (type != Q35_TYPE_F32) prefetch_slice(&jb, hb, nx, q0, q1, s++, ns);
         const int ht = grp - h < HT ? grp - h : HT;
         const float *qh[HT];
         float *sh[HT];
@@ -459,11 +492,18 @@ A2 static inline __attribute__((always_inline)) void many_body(const q35_attn_jo
     const int p1 = npmax - p0 < kb ? npmax : p0 + kb;
     size_t vs;
     const float *vf = rows_f32(&jb, jb.v, p0, p1, buf, &vs, type);
+    const char *nx;
+    int q0, q1;
+    block_ahead(&jb, kb, 1, p0, &nx, &q0, &q1);
+    if (type == Q35_TYPE_F32) prefetch_slice(&jb, hb, nx, q0, q1, 0, 1);
+    int ns = 0, s = 0;
+    for (int i = 0; i < n; i++) ns += js[i].npos > p0 ? (grp + VH - 1) / VH : 0;
     for (int i = 0; i < n; i++) {
       const q35_attn_job *j = &js[i];
       if (j->npos <= p0) continue;
       const int pe = j->npos < p1 ? j->npos : p1;
       for (int h = 0; h < grp;) {
+        if (type != Q35_TYPE_F32) prefetch_slice(&jb, hb, nx, q0, q1, s++, ns);
         const int ng = grp - h < VH ? grp - h : VH;
         const float *sh[VH];
         float *o[VH];
